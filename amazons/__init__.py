@@ -1,0 +1,43 @@
+"""amazons: an AlphaZero system for the Game of the Amazons (8x8, Botzone rules).
+
+The public API lives here; compiled modules and kernels are private (`_engine`, `mcts_numba`).
+Torch-free by design at this level: importing `amazons` does not import torch.
+"""
+
+from amazons.board import (
+    BLACK,
+    START_POSITION,
+    WHITE,
+    Board,
+    IllegalMoveError,
+    Move,
+    NotationError,
+    parse_square,
+    perft,
+    square_index,
+    square_name,
+)
+from amazons.engine import MAX_MOVES, EngineInputError
+from amazons.symmetry import SYMMETRIES, SymmetryError, canonical_to_real, real_to_canonical
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BLACK",
+    "MAX_MOVES",
+    "START_POSITION",
+    "SYMMETRIES",
+    "WHITE",
+    "Board",
+    "EngineInputError",
+    "IllegalMoveError",
+    "Move",
+    "NotationError",
+    "SymmetryError",
+    "canonical_to_real",
+    "parse_square",
+    "perft",
+    "real_to_canonical",
+    "square_index",
+    "square_name",
+]

@@ -1,0 +1,46 @@
+# Declarations of the rules engine. `_engine.pyx` explains each piece; other Cython modules may
+# cimport these to call the nogil kernels directly.
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+
+# Longest possible 8x8 game: every move fires one arrow into one of the 56 empty squares.
+cdef enum:
+    MAX_PLIES = 64
+
+# Outcome of State.push: 0 = played, otherwise which part of the move was wrong.
+cpdef enum PushStatus:
+    PUSH_OK = 0
+    PUSH_BAD_SQUARE = 1
+    PUSH_NOT_YOUR_AMAZON = 2
+    PUSH_DESTINATION_UNREACHABLE = 3
+    PUSH_ARROW_UNREACHABLE = 4
+    PUSH_GAME_TOO_LONG = 5
+
+# Canonical position: bitboards from the side to move's view (White's rotated 180 degrees).
+cdef struct CPos:
+    uint64_t mine
+    uint64_t theirs
+    uint64_t arrows
+
+cdef uint64_t queen_moves(int square, uint64_t occupied) noexcept nogil
+cdef uint64_t attacks_from_set(uint64_t sources, uint64_t empty) noexcept nogil
+cdef uint64_t reverse_bits(uint64_t board) noexcept nogil
+cdef int64_t count_moves(CPos pos) noexcept nogil
+cdef bint has_move(uint64_t movers, uint64_t occupied) noexcept nogil
+cdef int64_t write_moves(CPos pos, int32_t[:, ::1] out, int64_t start, int64_t capacity) noexcept nogil
+cdef CPos child_position(CPos pos, int src, int dst, int arrow) noexcept nogil
+cdef int64_t perft_count(CPos pos, int depth) noexcept nogil
+cdef void write_features(CPos pos, float[:, :, ::1] planes, int num_planes) noexcept nogil
+
+
+cdef class State:
+    cdef uint64_t amazons[2]          # [BLACK, WHITE] amazon bitboards, real (Botzone) frame
+    cdef uint64_t arrows              # arrow bitboard, real frame
+    cdef int side                     # side to move: 0 = BLACK, 1 = WHITE
+    cdef int plies                      # plies played since the start of the game
+    cdef uint64_t zobrist             # Zobrist hash of (amazons, arrows, turn)
+    cdef int undo_depth           # moves pop() can undo
+    cdef int32_t history[MAX_PLIES][3]
+
+    cdef void _rehash(self)
+    cdef CPos canonical(self) noexcept nogil
+    cdef int push_unchecked(self, int src, int dst, int arrow) noexcept nogil

@@ -1,0 +1,744 @@
+# cython: language_level=3
+"""The rules of the Game of the Amazons (8x8, Botzone) on 64-bit bitboards.
+
+This module owns the rules: move generation, make/unmake, terminal tests, perft, random
+playouts and feature planes. Nothing else in the package re-implements them. It imports nothing
+from the package (it is the first link of the chain).
+
+Squares are `y * 8 + x` in Botzone coordinates (x = column, y = row from the top), so bit `s` of a
+bitboard is square `s`. Two frames are used:
+
+* the real frame (`State`), with Black's and White's amazons;
+* the canonical frame (`CPos`, and `(B, 3) uint64` arrays at the Python level): the side to move's
+  view, (mine, theirs, arrows). White's view is the real board rotated 180 degrees, which on
+  bitboards is bit reversal (square `s` -> `63 - s`). Applying a canonical move to a canonical
+  position yields the child's canonical position, so callers working in this frame (the search,
+  the network) never deal with colours.
+
+Sliding moves use ray tables: for each of the 8 directions and each square, the bitboard of the
+ray; the first blocker on a ray is found with one bit scan (forward for directions that increase
+the square index, reverse for the others). Sets of sliders (feature planes) use Kogge-Stone
+occluded fills instead, which move all sources at once.
+
+Batch entry points take typed memoryviews of caller-owned numpy arrays and release the GIL; they
+check shapes and capacities, while dtypes are checked by the memoryview conversion itself (and
+once more, with friendlier messages, by `amazons.engine`).
+"""
+
+from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
+from libc.string cimport memcpy
+
+cdef extern from *:
+    """
+    #include <stdint.h>
+    static inline int amz_ctz(uint64_t b) { return __builtin_ctzll(b); }
+    static inline int amz_msb(uint64_t b) { return 63 - __builtin_clzll(b); }
+    static inline int amz_popcount(uint64_t b) { return __builtin_popcountll(b); }
+    static inline uint64_t amz_bswap(uint64_t b) { return __builtin_bswap64(b); }
+    """
+    int amz_ctz(uint64_t b) nogil
+    int amz_msb(uint64_t b) nogil
+    int amz_popcount(uint64_t b) nogil
+    uint64_t amz_bswap(uint64_t b) nogil
+
+BLACK = 0
+WHITE = 1
+NUM_SQUARES = 64
+MAX_MOVES = 2916  # 4 amazons x 27 destinations x 27 arrows: the 8x8 upper bound
+MAX_GAME_PLIES = 56  # each move fills one of the 56 squares empty at the start
+
+
+cdef uint64_t ONE = 1
+cdef uint64_t FULL = 0xFFFFFFFFFFFFFFFF
+cdef uint64_t FILE_A = 0x0101010101010101  # x == 0
+cdef uint64_t FILE_H = 0x8080808080808080  # x == 7
+
+# Directions 0..3 increase the square index (E +1, S +8, SE +9, SW +7), 4..7 decrease it
+# (W -1, N -8, NW -9, NE -7). DIR_WRAP masks out squares that a shift would wrap onto.
+cdef int DIR_DX[8]
+cdef int DIR_DY[8]
+cdef int DIR_SHIFT[8]
+cdef uint64_t DIR_WRAP[8]
+cdef uint64_t RAYS[8][64]
+cdef uint64_t NEIGHBOURS[64]
+cdef uint64_t ZOBRIST[3][64]  # [black amazon, white amazon, arrow][square]
+cdef uint64_t ZOBRIST_WHITE_TO_MOVE
+
+
+cdef uint64_t splitmix64(uint64_t *state) noexcept nogil:
+    state[0] += <uint64_t>0x9E3779B97F4A7C15
+    cdef uint64_t z = state[0]
+    z = (z ^ (z >> 30)) * <uint64_t>0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * <uint64_t>0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+cdef void _init_tables():
+    global ZOBRIST_WHITE_TO_MOVE
+    cdef int d, square, x, y, step
+    cdef uint64_t seed = 20261121
+    dx = (1, 0, 1, -1, -1, 0, -1, 1)
+    dy = (0, 1, 1, 1, 0, -1, -1, -1)
+    for d in range(8):
+        DIR_DX[d] = dx[d]
+        DIR_DY[d] = dy[d]
+        DIR_SHIFT[d] = abs(dy[d] * 8 + dx[d])
+        DIR_WRAP[d] = ~FILE_A if dx[d] == 1 else (~FILE_H if dx[d] == -1 else FULL)
+    for square in range(64):
+        NEIGHBOURS[square] = 0
+        for d in range(8):
+            RAYS[d][square] = 0
+            x = square % 8 + DIR_DX[d]
+            y = square // 8 + DIR_DY[d]
+            step = 0
+            while 0 <= x < 8 and 0 <= y < 8:
+                RAYS[d][square] |= ONE << (y * 8 + x)
+                if step == 0:
+                    NEIGHBOURS[square] |= ONE << (y * 8 + x)
+                step += 1
+                x += DIR_DX[d]
+                y += DIR_DY[d]
+    for d in range(3):
+        for square in range(64):
+            ZOBRIST[d][square] = splitmix64(&seed)
+    ZOBRIST_WHITE_TO_MOVE = splitmix64(&seed)
+
+
+_init_tables()
+
+
+# ---------------------------------------------------------------------------------------------
+# Bitboard kernels
+# ---------------------------------------------------------------------------------------------
+
+cdef uint64_t queen_moves(int square, uint64_t occupied) noexcept nogil:
+    """Empty squares a queen on `square` reaches; `occupied` blocks (the square itself is ignored).
+
+    Branch-free: a sentinel bit (63 for rays that grow the index, 0 for the others) stands in for
+    "no blocker"; the ray beyond the first blocker is cut with that square's own ray, which is
+    empty for the sentinel, and the blocker itself is removed by the final mask.
+    """
+    cdef uint64_t result = 0, ray
+    cdef int d
+    for d in range(4):
+        ray = RAYS[d][square]
+        result |= ray & ~RAYS[d][amz_ctz((ray & occupied) | (ONE << 63))]
+    for d in range(4, 8):
+        ray = RAYS[d][square]
+        result |= ray & ~RAYS[d][amz_msb((ray & occupied) | ONE)]
+    return result & ~occupied
+
+
+cdef inline uint64_t shift_towards(uint64_t board, int d, int steps) noexcept nogil:
+    if d < 4:
+        return board << (DIR_SHIFT[d] * steps)
+    return board >> (DIR_SHIFT[d] * steps)
+
+
+cdef uint64_t attacks_from_set(uint64_t sources, uint64_t empty) noexcept nogil:
+    """Union of the queen moves of every square in `sources` over the `empty` squares."""
+    cdef uint64_t result = 0, generated, propagator
+    cdef int d
+    for d in range(8):
+        propagator = empty & DIR_WRAP[d]
+        generated = sources
+        generated |= propagator & shift_towards(generated, d, 1)
+        propagator &= shift_towards(propagator, d, 1)
+        generated |= propagator & shift_towards(generated, d, 2)
+        propagator &= shift_towards(propagator, d, 2)
+        generated |= propagator & shift_towards(generated, d, 4)
+        result |= shift_towards(generated, d, 1) & DIR_WRAP[d] & empty
+    return result
+
+
+cdef uint64_t reverse_bits(uint64_t board) noexcept nogil:
+    """Square s -> 63 - s: the 180-degree rotation that turns White's view into Black's."""
+    board = ((board >> 1) & <uint64_t>0x5555555555555555) | ((board & <uint64_t>0x5555555555555555) << 1)
+    board = ((board >> 2) & <uint64_t>0x3333333333333333) | ((board & <uint64_t>0x3333333333333333) << 2)
+    board = ((board >> 4) & <uint64_t>0x0F0F0F0F0F0F0F0F) | ((board & <uint64_t>0x0F0F0F0F0F0F0F0F) << 4)
+    return amz_bswap(board)
+
+
+cdef bint has_move(uint64_t movers, uint64_t occupied) noexcept nogil:
+    """Whether any amazon in `movers` has a legal move.
+
+    An amazon that can step anywhere can step to an adjacent empty square and shoot back onto the
+    square it left, so this only needs the neighbours, never the move list.
+    """
+    cdef int square
+    while movers:
+        square = amz_ctz(movers)
+        movers &= movers - 1
+        if NEIGHBOURS[square] & ~occupied:
+            return True
+    return False
+
+
+cdef int64_t count_moves(CPos pos) noexcept nogil:
+    """Number of legal moves of the side to move (bulk counting: no list is built)."""
+    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef uint64_t movers = pos.mine, destinations, vacated
+    cdef int src, dst
+    cdef int64_t total = 0
+    while movers:
+        src = amz_ctz(movers)
+        movers &= movers - 1
+        vacated = occupied & ~(ONE << src)
+        destinations = queen_moves(src, occupied)
+        while destinations:
+            dst = amz_ctz(destinations)
+            destinations &= destinations - 1
+            total += amz_popcount(queen_moves(dst, vacated))
+    return total
+
+
+cdef int64_t write_moves(CPos pos, int32_t[:, ::1] out, int64_t start, int64_t capacity) noexcept nogil:
+    """Write the legal moves into `out[start:]` as (src, dst, arrow) rows.
+
+    Returns:
+        The number of legal moves. Rows at or past `capacity` are counted but not written.
+    """
+    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef uint64_t movers = pos.mine, destinations, arrows, vacated
+    cdef int src, dst
+    cdef int64_t row = start
+    while movers:
+        src = amz_ctz(movers)
+        movers &= movers - 1
+        vacated = occupied & ~(ONE << src)
+        destinations = queen_moves(src, occupied)
+        while destinations:
+            dst = amz_ctz(destinations)
+            destinations &= destinations - 1
+            arrows = queen_moves(dst, vacated)
+            if row + amz_popcount(arrows) <= capacity:
+                while arrows:
+                    out[row, 0] = src
+                    out[row, 1] = dst
+                    out[row, 2] = amz_ctz(arrows)
+                    arrows &= arrows - 1
+                    row += 1
+            else:
+                row += amz_popcount(arrows)
+    return row - start
+
+
+cdef CPos child_position(CPos pos, int src, int dst, int arrow) noexcept nogil:
+    """The canonical position after the canonical move (src, dst, arrow), for the opponent."""
+    cdef CPos child
+    child.mine = reverse_bits(pos.theirs)
+    child.theirs = reverse_bits((pos.mine & ~(ONE << src)) | (ONE << dst))
+    child.arrows = reverse_bits(pos.arrows | (ONE << arrow))
+    return child
+
+
+cdef inline bint is_legal(CPos pos, int src, int dst, int arrow) noexcept nogil:
+    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    if src < 0 or src > 63 or dst < 0 or dst > 63 or arrow < 0 or arrow > 63:
+        return False
+    if not (pos.mine >> src) & 1:
+        return False
+    if not (queen_moves(src, occupied) >> dst) & 1:
+        return False
+    return (queen_moves(dst, occupied & ~(ONE << src)) >> arrow) & 1
+
+
+cdef int64_t perft_count(CPos pos, int depth) noexcept nogil:
+    """Number of move sequences of exactly `depth` plies (bulk counting at the last ply)."""
+    if depth <= 0:
+        return 1
+    if depth == 1:
+        return count_moves(pos)
+    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef uint64_t movers = pos.mine, destinations, arrows, vacated
+    cdef int src, dst, arrow
+    cdef int64_t total = 0
+    while movers:
+        src = amz_ctz(movers)
+        movers &= movers - 1
+        vacated = occupied & ~(ONE << src)
+        destinations = queen_moves(src, occupied)
+        while destinations:
+            dst = amz_ctz(destinations)
+            destinations &= destinations - 1
+            arrows = queen_moves(dst, vacated)
+            while arrows:
+                arrow = amz_ctz(arrows)
+                arrows &= arrows - 1
+                total += perft_count(child_position(pos, src, dst, arrow), depth - 1)
+    return total
+
+
+cdef inline uint64_t shoot_potential(uint64_t movers, uint64_t occupied) noexcept nogil:
+    """Squares an arrow reaches in some legal move of the amazons in `movers`."""
+    cdef uint64_t result = 0, vacated_empty
+    cdef int src
+    while movers:
+        src = amz_ctz(movers)
+        movers &= movers - 1
+        vacated_empty = ~occupied | (ONE << src)
+        result |= attacks_from_set(queen_moves(src, occupied), vacated_empty)
+    return result
+
+
+cdef inline void write_plane(float[:, :, ::1] planes, int channel, uint64_t board) noexcept nogil:
+    cdef int square
+    for square in range(64):
+        planes[channel, square >> 3, square & 7] = <float>((board >> square) & 1)
+
+
+cdef void write_features(CPos pos, float[:, :, ::1] planes, int num_planes) noexcept nogil:
+    """Write the 3- or 7-plane encoding of one canonical position into `planes` [C, 8, 8]."""
+    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    write_plane(planes, 0, pos.mine)
+    write_plane(planes, 1, pos.theirs)
+    if num_planes == 3:
+        write_plane(planes, 2, pos.arrows)
+        return
+    write_plane(planes, 2, occupied)
+    write_plane(planes, 3, attacks_from_set(pos.mine, ~occupied))
+    write_plane(planes, 4, attacks_from_set(pos.theirs, ~occupied))
+    write_plane(planes, 5, shoot_potential(pos.mine, occupied))
+    write_plane(planes, 6, shoot_potential(pos.theirs, occupied))
+
+
+cdef inline uint64_t next_random(uint64_t *state) noexcept nogil:
+    # xorshift64*: fast, and plenty for choosing uniformly among at most 2,916 moves.
+    state[0] ^= state[0] >> 12
+    state[0] ^= state[0] << 25
+    state[0] ^= state[0] >> 27
+    return state[0] * <uint64_t>0x2545F4914F6CDD1D
+
+
+cdef float random_playout(CPos pos, uint64_t *rng) noexcept nogil:
+    """Play uniformly random legal moves to the end; +1 if the side to move at `pos` wins."""
+    cdef uint64_t occupied, movers, destinations, arrows, vacated
+    cdef int src, dst, arrow, plies = 0
+    cdef int64_t total, pick
+    while True:
+        total = count_moves(pos)
+        if total == 0:
+            # The side to move now has lost; it is the starting side iff an even number of plies passed.
+            return -1.0 if plies % 2 == 0 else 1.0
+        pick = <int64_t>(next_random(rng) % <uint64_t>total)
+        occupied = pos.mine | pos.theirs | pos.arrows
+        movers = pos.mine
+        src = dst = arrow = -1
+        while movers and arrow < 0:
+            src = amz_ctz(movers)
+            movers &= movers - 1
+            vacated = occupied & ~(ONE << src)
+            destinations = queen_moves(src, occupied)
+            while destinations:
+                dst = amz_ctz(destinations)
+                destinations &= destinations - 1
+                arrows = queen_moves(dst, vacated)
+                if pick < amz_popcount(arrows):
+                    while pick > 0:
+                        arrows &= arrows - 1
+                        pick -= 1
+                    arrow = amz_ctz(arrows)
+                    break
+                pick -= amz_popcount(arrows)
+        pos = child_position(pos, src, dst, arrow)
+        plies += 1
+
+
+cdef inline CPos load(const uint64_t[:, ::1] positions, Py_ssize_t row) noexcept nogil:
+    cdef CPos pos
+    pos.mine = positions[row, 0]
+    pos.theirs = positions[row, 1]
+    pos.arrows = positions[row, 2]
+    return pos
+
+
+cdef inline void store(uint64_t[:, ::1] positions, Py_ssize_t row, CPos pos) noexcept nogil:
+    positions[row, 0] = pos.mine
+    positions[row, 1] = pos.theirs
+    positions[row, 2] = pos.arrows
+
+
+cdef inline bint overlapping(CPos pos) noexcept nogil:
+    return (pos.mine & pos.theirs) != 0 or (pos.mine & pos.arrows) != 0 or (pos.theirs & pos.arrows) != 0
+
+
+def _check_rows(name, Py_ssize_t rows, Py_ssize_t expected):
+    if rows != expected:
+        raise ValueError(f"{name} has {rows} rows; expected {expected}")
+
+
+# ---------------------------------------------------------------------------------------------
+# Batch entry points (canonical frame)
+# ---------------------------------------------------------------------------------------------
+
+def legal_moves_batch(const uint64_t[:, ::1] positions, int32_t[:, ::1] out_moves,
+                      int64_t[::1] out_offsets):
+    """Legal moves of every position, concatenated into `out_moves` (CSR layout).
+
+    Args:
+        positions: [B, 3] uint64, canonical positions.
+        out_moves: [capacity, 3] int32, receives (src, dst, arrow) rows.
+        out_offsets: [B + 1] int64, receives the CSR offsets; moves of position i are rows
+            out_offsets[i]:out_offsets[i + 1].
+
+    Returns:
+        The total number of legal moves. When it exceeds `out_moves`' capacity, the offsets are
+        still exact but the rows past the capacity were not written (the caller must check).
+    """
+    if positions.shape[1] != 3 or out_moves.shape[1] != 3:
+        raise ValueError("positions and out_moves must have 3 columns")
+    _check_rows("out_offsets", out_offsets.shape[0], positions.shape[0] + 1)
+    cdef Py_ssize_t row, count = positions.shape[0]
+    cdef int64_t total = 0, capacity = out_moves.shape[0]
+    with nogil:
+        out_offsets[0] = 0
+        for row in range(count):
+            total += write_moves(load(positions, row), out_moves, total, capacity)
+            out_offsets[row + 1] = total
+    return total
+
+
+def count_moves_batch(const uint64_t[:, ::1] positions, int32_t[::1] out_counts):
+    """Count the legal moves of every position into `out_counts` [B] int32, without listing them."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    _check_rows("out_counts", out_counts.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    with nogil:
+        for row in range(positions.shape[0]):
+            out_counts[row] = <int32_t>count_moves(load(positions, row))
+
+
+def terminal_batch(const uint64_t[:, ::1] positions, uint8_t[::1] out_terminal):
+    """Write 1 into `out_terminal` [B] uint8 where the side to move has no legal move, else 0."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    _check_rows("out_terminal", out_terminal.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    cdef CPos pos
+    with nogil:
+        for row in range(positions.shape[0]):
+            pos = load(positions, row)
+            out_terminal[row] = not has_move(pos.mine, pos.mine | pos.theirs | pos.arrows)
+
+
+def apply_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] moves,
+                      uint64_t[:, ::1] out_positions, bint check_legal=True):
+    """Children of `positions` [B, 3] after `moves` [B, 3] (canonical), into `out_positions`.
+
+    Returns:
+        -1 if every move was legal (or `check_legal` is False), else the first illegal row.
+    """
+    if positions.shape[1] != 3 or moves.shape[1] != 3 or out_positions.shape[1] != 3:
+        raise ValueError("positions, moves and out_positions must have 3 columns")
+    _check_rows("moves", moves.shape[0], positions.shape[0])
+    _check_rows("out_positions", out_positions.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    cdef Py_ssize_t bad = -1
+    cdef CPos pos
+    with nogil:
+        for row in range(positions.shape[0]):
+            pos = load(positions, row)
+            if check_legal and not is_legal(pos, moves[row, 0], moves[row, 1], moves[row, 2]):
+                bad = row
+                break
+            store(out_positions, row, child_position(pos, moves[row, 0], moves[row, 1], moves[row, 2]))
+    return bad
+
+
+def play_paths_batch(const uint64_t[:, ::1] root_positions, const int32_t[::1] path_roots,
+                     const int32_t[:, :, ::1] path_moves, const int32_t[::1] path_lengths,
+                     uint64_t[:, ::1] out_positions):
+    """Play each path of canonical moves from its root; write the final positions.
+
+    Args:
+        root_positions: [G, 3] uint64, canonical root positions.
+        path_roots: [B] int32, index of each path's root in `root_positions`.
+        path_moves: [B, L, 3] int32; path i is path_moves[i, :path_lengths[i]], each move in the
+            canonical frame of the position it is played from.
+        path_lengths: [B] int32, 0 <= length <= L.
+        out_positions: [B, 3] uint64, receives the canonical positions at the ends of the paths.
+
+    Returns:
+        -1 if every path is legal, else the index of the first path with an illegal move.
+    """
+    cdef Py_ssize_t count = path_roots.shape[0], path, step
+    if root_positions.shape[1] != 3 or path_moves.shape[2] != 3 or out_positions.shape[1] != 3:
+        raise ValueError("root_positions, path_moves and out_positions must have 3 columns")
+    _check_rows("path_moves", path_moves.shape[0], count)
+    _check_rows("path_lengths", path_lengths.shape[0], count)
+    _check_rows("out_positions", out_positions.shape[0], count)
+    cdef Py_ssize_t num_roots = root_positions.shape[0], max_length = path_moves.shape[1]
+    cdef Py_ssize_t bad = -1
+    cdef CPos pos
+    cdef int src, dst, arrow
+    with nogil:
+        for path in range(count):
+            if path_roots[path] < 0 or path_roots[path] >= num_roots or path_lengths[path] < 0 \
+                    or path_lengths[path] > max_length:
+                bad = path
+                break
+            pos = load(root_positions, path_roots[path])
+            for step in range(path_lengths[path]):
+                src = path_moves[path, step, 0]
+                dst = path_moves[path, step, 1]
+                arrow = path_moves[path, step, 2]
+                if not is_legal(pos, src, dst, arrow):
+                    bad = path
+                    break
+                pos = child_position(pos, src, dst, arrow)
+            if bad >= 0:
+                break
+            store(out_positions, path, pos)
+    return bad
+
+
+def features_batch(const uint64_t[:, ::1] positions, float[:, :, :, ::1] out_planes):
+    """Write feature planes [B, C, 8, 8] float32 (C = 3 or 7) of canonical positions."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    _check_rows("out_planes", out_planes.shape[0], positions.shape[0])
+    cdef int num_planes = out_planes.shape[1]
+    if num_planes != 3 and num_planes != 7:
+        raise ValueError(f"out_planes has {num_planes} channels; expected 3 or 7")
+    if out_planes.shape[2] != 8 or out_planes.shape[3] != 8:
+        raise ValueError("out_planes must be [B, C, 8, 8]")
+    cdef Py_ssize_t row
+    with nogil:
+        for row in range(positions.shape[0]):
+            write_features(load(positions, row), out_planes[row], num_planes)
+
+
+def rollouts_batch(const uint64_t[:, ::1] positions, uint64_t seed, float[::1] out_values):
+    """Uniformly random playouts from each position; +1/-1 for its side to move into `out_values`."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    _check_rows("out_values", out_values.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    cdef uint64_t rng, mix
+    with nogil:
+        for row in range(positions.shape[0]):
+            mix = seed * <uint64_t>0x100000001B3 + <uint64_t>row
+            rng = splitmix64(&mix) | 1
+            out_values[row] = random_playout(load(positions, row), &rng)
+
+
+def perft_position(const uint64_t[::1] position, int depth):
+    """perft(depth) of one canonical position [3] uint64."""
+    if position.shape[0] != 3:
+        raise ValueError("position must have 3 entries")
+    if depth < 0:
+        raise ValueError(f"depth must be >= 0, got {depth}")
+    cdef CPos pos
+    pos.mine = position[0]
+    pos.theirs = position[1]
+    pos.arrows = position[2]
+    if overlapping(pos):
+        raise ValueError("position has overlapping bitboards")
+    cdef int64_t total
+    with nogil:
+        total = perft_count(pos, depth)
+    return total
+
+
+# ---------------------------------------------------------------------------------------------
+# A game in the real frame, with make/unmake and a Zobrist hash
+# ---------------------------------------------------------------------------------------------
+
+cdef uint64_t _square_set(squares):
+    cdef uint64_t board = 0
+    for square in squares:
+        board |= ONE << square
+    return board
+
+
+cdef class State:
+    """A game position in the real frame with its history, for `amazons.Board`.
+
+    The start is Botzone's: Black at (0,2) (2,0) (5,0) (7,2), White at (0,5) (2,7) (5,7) (7,5),
+    Black to move.
+    """
+
+    def __cinit__(self):
+        self.amazons[0] = _square_set([2 * 8 + 0, 0 * 8 + 2, 0 * 8 + 5, 2 * 8 + 7])
+        self.amazons[1] = _square_set([5 * 8 + 0, 7 * 8 + 2, 7 * 8 + 5, 5 * 8 + 7])
+        self.arrows = 0
+        self.side = 0
+        self.plies = 0
+        self.undo_depth = 0
+        self._rehash()
+
+    cdef void _rehash(self):
+        cdef uint64_t h = 0
+        cdef int kind, square
+        cdef uint64_t boards[3]
+        boards[0] = self.amazons[0]
+        boards[1] = self.amazons[1]
+        boards[2] = self.arrows
+        for kind in range(3):
+            for square in range(64):
+                if (boards[kind] >> square) & 1:
+                    h ^= ZOBRIST[kind][square]
+        if self.side == 1:
+            h ^= ZOBRIST_WHITE_TO_MOVE
+        self.zobrist = h
+
+    def set_position(self, uint64_t black, uint64_t white, uint64_t arrows, int turn, int ply):
+        """Replace the position (the history is cleared). Raises ValueError on inconsistency."""
+        if (black & white) or (black & arrows) or (white & arrows):
+            raise ValueError("amazons and arrows overlap")
+        if turn != 0 and turn != 1:
+            raise ValueError(f"turn must be 0 (black) or 1 (white), got {turn}")
+        if ply < 0:
+            raise ValueError(f"ply must be >= 0, got {ply}")
+        self.amazons[0] = black
+        self.amazons[1] = white
+        self.arrows = arrows
+        self.side = turn
+        self.plies = ply
+        self.undo_depth = 0
+        self._rehash()
+
+    def copy(self):
+        """An independent copy, history included."""
+        cdef State other = State.__new__(State)
+        other.amazons[0] = self.amazons[0]
+        other.amazons[1] = self.amazons[1]
+        other.arrows = self.arrows
+        other.side = self.side
+        other.plies = self.plies
+        other.zobrist = self.zobrist
+        other.undo_depth = self.undo_depth
+        memcpy(other.history, self.history, sizeof(self.history))
+        return other
+
+    cdef CPos canonical(self) noexcept nogil:
+        cdef CPos pos
+        if self.side == 0:
+            pos.mine = self.amazons[0]
+            pos.theirs = self.amazons[1]
+            pos.arrows = self.arrows
+        else:
+            pos.mine = reverse_bits(self.amazons[1])
+            pos.theirs = reverse_bits(self.amazons[0])
+            pos.arrows = reverse_bits(self.arrows)
+        return pos
+
+    cdef int push_unchecked(self, int src, int dst, int arrow) noexcept nogil:
+        cdef int side = self.side
+        if self.undo_depth >= MAX_PLIES:
+            return PUSH_GAME_TOO_LONG
+        self.amazons[side] ^= (ONE << src) | (ONE << dst)
+        self.arrows |= ONE << arrow
+        self.zobrist ^= ZOBRIST[side][src] ^ ZOBRIST[side][dst] ^ ZOBRIST[2][arrow] ^ ZOBRIST_WHITE_TO_MOVE
+        self.history[self.undo_depth][0] = src
+        self.history[self.undo_depth][1] = dst
+        self.history[self.undo_depth][2] = arrow
+        self.undo_depth += 1
+        self.side ^= 1
+        self.plies += 1
+        return PUSH_OK
+
+    def push(self, int src, int dst, int arrow):
+        """Play a real-frame move if it is legal.
+
+        Returns:
+            PUSH_OK (0) when played; otherwise a PUSH_* code saying which square was wrong, and
+            the position is unchanged.
+        """
+        cdef uint64_t occupied = self.amazons[0] | self.amazons[1] | self.arrows
+        if not (0 <= src < 64 and 0 <= dst < 64 and 0 <= arrow < 64):
+            return PUSH_BAD_SQUARE
+        if not (self.amazons[self.side] >> src) & 1:
+            return PUSH_NOT_YOUR_AMAZON
+        if not (queen_moves(src, occupied) >> dst) & 1:
+            return PUSH_DESTINATION_UNREACHABLE
+        if not (queen_moves(dst, occupied & ~(ONE << src)) >> arrow) & 1:
+            return PUSH_ARROW_UNREACHABLE
+        return self.push_unchecked(src, dst, arrow)
+
+    def pop(self):
+        """Undo the last move and return it as (src, dst, arrow). Raises IndexError if none."""
+        if self.undo_depth == 0:
+            raise IndexError("no move to undo")
+        self.undo_depth -= 1
+        cdef int src = self.history[self.undo_depth][0]
+        cdef int dst = self.history[self.undo_depth][1]
+        cdef int arrow = self.history[self.undo_depth][2]
+        self.side ^= 1
+        self.plies -= 1
+        cdef int side = self.side
+        self.amazons[side] ^= (ONE << src) | (ONE << dst)
+        self.arrows &= ~(ONE << arrow)
+        self.zobrist ^= ZOBRIST[side][src] ^ ZOBRIST[side][dst] ^ ZOBRIST[2][arrow] ^ ZOBRIST_WHITE_TO_MOVE
+        return src, dst, arrow
+
+    def legal_moves_into(self, int32_t[:, ::1] out):
+        """Write the real-frame legal moves into `out` [capacity, 3] int32; return their number.
+
+        Raises:
+            ValueError: if `out` has fewer rows than there are legal moves.
+        """
+        if out.shape[1] != 3:
+            raise ValueError("out must have 3 columns")
+        cdef CPos pos
+        pos.mine = self.amazons[self.side]
+        pos.theirs = self.amazons[self.side ^ 1]
+        pos.arrows = self.arrows
+        cdef int64_t count
+        with nogil:
+            count = write_moves(pos, out, 0, out.shape[0])
+        if count > out.shape[0]:
+            raise ValueError(f"out holds {out.shape[0]} rows but there are {count} legal moves")
+        return count
+
+    def count_legal_moves(self):
+        """Number of legal moves for the side to move."""
+        cdef CPos pos = self.canonical()
+        return count_moves(pos)
+
+    def is_terminal(self):
+        """Whether the side to move has no legal move (and so has lost)."""
+        return not has_move(self.amazons[self.side], self.amazons[0] | self.amazons[1] | self.arrows)
+
+    def canonical_into(self, uint64_t[::1] out):
+        """Write the canonical position (mine, theirs, arrows) into `out` [3] uint64."""
+        if out.shape[0] != 3:
+            raise ValueError("out must have 3 entries")
+        cdef CPos pos = self.canonical()
+        out[0] = pos.mine
+        out[1] = pos.theirs
+        out[2] = pos.arrows
+
+    def history_moves(self):
+        """The moves pop() can undo, oldest first, as (src, dst, arrow) tuples."""
+        return [(self.history[i][0], self.history[i][1], self.history[i][2])
+                for i in range(self.undo_depth)]
+
+    @property
+    def black(self):
+        return self.amazons[0]
+
+    @property
+    def white(self):
+        return self.amazons[1]
+
+    @property
+    def arrow_board(self):
+        return self.arrows
+
+    @property
+    def turn(self):
+        return self.side
+
+    @property
+    def ply(self):
+        return self.plies
+
+    @property
+    def zobrist_hash(self):
+        return self.zobrist
+
+    @property
+    def history_length(self):
+        return self.undo_depth

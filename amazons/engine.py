@@ -1,0 +1,210 @@
+"""Checked batch entry points over the Cython rules engine.
+
+Each function checks dtypes and shapes once, allocates the output when none is given, and calls
+the `nogil` kernel in `amazons._engine`, which writes straight into the numpy buffers (no copies,
+no per-move Python objects). Positions are canonical: `(B, 3) uint64` bitboards
+`[MINE, THEIRS, ARROWS]` from the side to move's view (see docs/ARCHITECTURE.md).
+
+Imports only `amazons._engine`.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from amazons import _engine
+
+POSITION_DTYPE = np.uint64
+MOVE_DTYPE = np.int32
+OFFSET_DTYPE = np.int64
+MINE, THEIRS, ARROWS = 0, 1, 2
+NUM_SQUARES = 64
+MAX_MOVES = _engine.MAX_MOVES  # 2,916: the 8x8 upper bound on legal moves in one position
+FEATURE_PLANES = (3, 7)
+
+
+class EngineInputError(ValueError):
+    """An array passed to a batch call has the wrong dtype, shape or contents."""
+
+
+def _require(array: object, name: str, dtype: type, ndim: int, shape: tuple | None = None) -> np.ndarray:
+    if not isinstance(array, np.ndarray):
+        raise EngineInputError(f"{name} must be a numpy array, got {type(array).__name__}")
+    if array.dtype != dtype:
+        raise EngineInputError(f"{name} must have dtype {np.dtype(dtype).name}, got {array.dtype.name}")
+    if array.ndim != ndim:
+        raise EngineInputError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
+    if shape is not None:
+        for axis, (actual, expected) in enumerate(zip(array.shape, shape, strict=True)):
+            if expected is not None and actual != expected:
+                raise EngineInputError(
+                    f"{name} has shape {array.shape}; axis {axis} must be {expected}"
+                )
+    if not array.flags.c_contiguous:
+        raise EngineInputError(f"{name} must be C-contiguous")
+    return array
+
+
+def _positions(positions: np.ndarray, name: str = "positions") -> np.ndarray:
+    if isinstance(positions, np.ndarray) and positions.ndim == 1 and positions.shape == (3,):
+        positions = positions.reshape(1, 3)
+    return _require(positions, name, POSITION_DTYPE, 2, (None, 3))
+
+
+def _output(out: np.ndarray | None, name: str, dtype: type, shape: tuple) -> np.ndarray:
+    if out is None:
+        return np.empty(shape, dtype=dtype)
+    return _require(out, name, dtype, len(shape), shape)
+
+
+def start_position() -> np.ndarray:
+    """The Botzone start as a canonical position, `(3,) uint64` (Black to move)."""
+    position = np.empty(3, dtype=POSITION_DTYPE)
+    _engine.State().canonical_into(position)
+    return position
+
+
+def legal_moves(
+    positions: np.ndarray,
+    out_moves: np.ndarray | None = None,
+    out_offsets: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Legal moves of a batch of canonical positions, concatenated (CSR layout).
+
+    Args:
+        positions: `(B, 3) uint64` canonical positions (or one `(3,)` position).
+        out_moves: optional `(capacity, 3) int32` buffer; `B * MAX_MOVES` rows always suffice.
+        out_offsets: optional `(B + 1,) int64` buffer.
+
+    Returns:
+        `(moves, offsets)`: `moves` is a `(M, 3) int32` view of `out_moves` with (src, dst, arrow)
+        rows in each position's canonical frame; position `i` owns rows
+        `offsets[i]:offsets[i + 1]`.
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape, or when `out_moves` is too small (the
+            message gives the number of rows needed).
+    """
+    positions = _positions(positions)
+    count = positions.shape[0]
+    offsets = _output(out_offsets, "out_offsets", OFFSET_DTYPE, (count + 1,))
+    if out_moves is None:
+        counts = count_legal_moves(positions)
+        out_moves = np.empty((int(counts.sum()), 3), dtype=MOVE_DTYPE)
+    else:
+        _require(out_moves, "out_moves", MOVE_DTYPE, 2, (None, 3))
+    total = _engine.legal_moves_batch(positions, out_moves, offsets)
+    if total > out_moves.shape[0]:
+        raise EngineInputError(
+            f"out_moves holds {out_moves.shape[0]} rows but the positions have {total} legal moves"
+        )
+    return out_moves[:total], offsets
+
+
+def count_legal_moves(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Number of legal moves of each canonical position, `(B,) int32`, without listing them."""
+    positions = _positions(positions)
+    out = _output(out, "out", np.int32, (positions.shape[0],))
+    _engine.count_moves_batch(positions, out)
+    return out
+
+
+def is_terminal(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Whether the side to move has no legal move (and so has lost), `(B,) bool`.
+
+    Needs only each amazon's neighbourhood: no move is enumerated.
+    """
+    positions = _positions(positions)
+    out = _output(out, "out", np.bool_, (positions.shape[0],))
+    _engine.terminal_batch(positions, out.view(np.uint8))
+    return out
+
+
+def apply_moves(
+    positions: np.ndarray, moves: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Canonical children: position `i` after canonical move `moves[i]`, from the opponent's view.
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape, or an illegal move (the row is named).
+    """
+    positions = _positions(positions)
+    moves = _require(moves, "moves", MOVE_DTYPE, 2, (positions.shape[0], 3))
+    out = _output(out, "out", POSITION_DTYPE, positions.shape)
+    bad = _engine.apply_moves_batch(positions, moves, out)
+    if bad >= 0:
+        raise EngineInputError(f"moves[{bad}] = {moves[bad].tolist()} is not legal in positions[{bad}]")
+    return out
+
+
+def play_paths(
+    root_positions: np.ndarray,
+    path_roots: np.ndarray,
+    path_moves: np.ndarray,
+    path_lengths: np.ndarray,
+    out: np.ndarray | None = None,
+) -> np.ndarray:
+    """Positions at the ends of paths of canonical moves played from root positions.
+
+    Args:
+        root_positions: `(G, 3) uint64` canonical roots.
+        path_roots: `(B,) int32`, the root each path starts from.
+        path_moves: `(B, L, 3) int32`; path `i` is `path_moves[i, :path_lengths[i]]`, each move in
+            the frame of the position it is played from.
+        path_lengths: `(B,) int32`, between 0 and L.
+        out: optional `(B, 3) uint64` buffer.
+
+    Returns:
+        `(B, 3) uint64` canonical positions.
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape, a root index or length out of range, or an
+            illegal move in a path (the path is named).
+    """
+    root_positions = _positions(root_positions, "root_positions")
+    path_roots = _require(path_roots, "path_roots", np.int32, 1)
+    count = path_roots.shape[0]
+    path_moves = _require(path_moves, "path_moves", MOVE_DTYPE, 3, (count, None, 3))
+    path_lengths = _require(path_lengths, "path_lengths", np.int32, 1, (count,))
+    out = _output(out, "out", POSITION_DTYPE, (count, 3))
+    bad = _engine.play_paths_batch(root_positions, path_roots, path_moves, path_lengths, out)
+    if bad >= 0:
+        raise EngineInputError(
+            f"path {bad} (root {path_roots[bad]}, length {path_lengths[bad]}) is out of range or illegal"
+        )
+    return out
+
+
+def features(
+    positions: np.ndarray, num_planes: int = 7, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Feature planes of canonical positions, `(B, C, 8, 8) float32` with C = 3 or 7.
+
+    Plane order (docs/ARCHITECTURE.md): 3-plane set = mine, opponent's, arrows; 7-plane set =
+    mine, opponent's, all obstacles, my mobility, opponent's mobility, my shoot potential,
+    opponent's shoot potential. `planes[b, c, y, x]` is square `y * 8 + x`.
+    """
+    if num_planes not in FEATURE_PLANES:
+        raise EngineInputError(f"num_planes must be 3 or 7, got {num_planes}")
+    positions = _positions(positions)
+    out = _output(out, "out", np.float32, (positions.shape[0], num_planes, 8, 8))
+    _engine.features_batch(positions, out)
+    return out
+
+
+def random_rollouts(positions: np.ndarray, seed: int, out: np.ndarray | None = None) -> np.ndarray:
+    """Result of one uniformly random playout per position, `(B,) float32` in {-1, +1}.
+
+    The value is for the side to move at each position (+1: it went on to win). Deterministic for
+    a given `seed`; different rows use different random streams.
+    """
+    positions = _positions(positions)
+    out = _output(out, "out", np.float32, (positions.shape[0],))
+    _engine.rollouts_batch(positions, int(seed) % (1 << 64), out)
+    return out
+
+
+def perft_position(position: np.ndarray, depth: int) -> int:
+    """perft(depth) of one canonical position: the number of move sequences of `depth` plies."""
+    position = _require(np.ascontiguousarray(position), "position", POSITION_DTYPE, 1, (3,))
+    return int(_engine.perft_position(position, int(depth)))
