@@ -1,0 +1,563 @@
+"""The N-to-1 shared-memory inference server.
+
+Many actor processes (self-play, arena) run searches; one server process owns the network and
+evaluates their leaves in large batches. The data never travels through a queue:
+
+* every actor owns one shared-memory **slot** (`multiprocessing.shared_memory`), laid out as
+  numpy arrays (positions, move offsets, moves in; priors, values out);
+* an actor writes its leaves into its slot and sends a tiny message `(rows, moves)` on its pipe;
+* the server gathers requests until it holds `inference_batch_size` rows, or `flush_deadline_ms`
+  passed since the oldest request, or every live actor is waiting (so it can never deadlock: one
+  actor with a batch of 256 is served at once, and so are the last actors of a finishing run);
+* it evaluates the concatenated batch with one call of an in-process Evaluator (the network,
+  features and legal-move priors: `amazons.net.NetworkEvaluator`), writes each actor's rows back
+  into that actor's slot and answers with the weights version, a plain int.
+
+The client half, `InferenceClient`, implements the Evaluator protocol, so a search cannot tell it
+from an in-process evaluator. It splits requests larger than its slot into several round trips.
+
+Failure handling: an actor that disappears without saying goodbye (killed, crashed) is reported by
+the server as an error; the server then stops, every other client's next call raises
+`InferenceError`, and the owner (`InferenceServer`, which created every segment) unlinks all
+shared memory. A server that dies is seen by clients as a closed pipe, and by the owner's
+`check()`.
+
+Imports numpy and the package's engine constants; the server process imports torch only through
+the evaluator factory it is given.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import pickle
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from multiprocessing.connection import Connection, wait
+from multiprocessing.shared_memory import SharedMemory
+from typing import Protocol
+
+import numpy as np
+
+from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
+
+ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
+
+
+class InferenceError(RuntimeError):
+    """The inference server or one of its clients failed; the message says which and why."""
+
+
+class Evaluator(Protocol):
+    """The search's Evaluator protocol (see `amazons.mcts`)."""
+
+    def evaluate(
+        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
+@dataclass(frozen=True)
+class InferenceConfig:
+    """How the server batches. Every field is a plain value so the config pickles to children."""
+
+    inference_batch_size: int = 256  # rows (leaf positions) per evaluator call, at most
+    flush_deadline_ms: float = 1.0  # a partial batch waits at most this long for more requests
+    slot_rows: int = 512  # rows one round trip can carry (bigger requests are split)
+    slot_moves: int = 256 * 1024  # legal moves one round trip can carry (>= MAX_MOVES)
+    start_timeout_s: float = 300.0  # the server must build its evaluator within this time
+    torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
+
+    def __post_init__(self) -> None:
+        if self.inference_batch_size < 1:
+            raise ValueError(f"inference_batch_size must be >= 1, got {self.inference_batch_size}")
+        if self.slot_rows < 1:
+            raise ValueError(f"slot_rows must be >= 1, got {self.slot_rows}")
+        if self.slot_moves < MAX_MOVES:
+            raise ValueError(f"slot_moves must be >= MAX_MOVES ({MAX_MOVES}), got {self.slot_moves}")
+        if self.flush_deadline_ms < 0:
+            raise ValueError(f"flush_deadline_ms must be >= 0, got {self.flush_deadline_ms}")
+
+
+@dataclass(frozen=True)
+class SlotLayout:
+    """Byte layout of one client's shared-memory slot; each region is 64-byte aligned."""
+
+    rows: int
+    moves: int
+
+    def regions(self) -> dict[str, tuple[int, tuple[int, ...], type]]:
+        """Name -> (byte offset, shape, dtype) of each array in the slot."""
+        shapes = {
+            "positions": ((self.rows, 3), POSITION_DTYPE),  # in: canonical leaf positions
+            "offsets": ((self.rows + 1,), OFFSET_DTYPE),  # in: CSR offsets into moves
+            "moves": ((self.moves, 3), MOVE_DTYPE),  # in: canonical legal moves
+            "priors": ((self.moves,), np.float32),  # out: prior of each move
+            "values": ((self.rows,), np.float32),  # out: value for the side to move
+        }
+        regions, offset = {}, 0
+        for name, (shape, dtype) in shapes.items():
+            regions[name] = (offset, shape, dtype)
+            size = int(np.prod(shape)) * np.dtype(dtype).itemsize
+            offset += (size + 63) // 64 * 64
+        return regions
+
+    def nbytes(self) -> int:
+        """Total bytes of the slot."""
+        offset, shape, dtype = self.regions()["values"]
+        return offset + int(np.prod(shape)) * np.dtype(dtype).itemsize
+
+    def views(self, buffer: memoryview) -> dict[str, np.ndarray]:
+        """Numpy views of the slot's arrays over `buffer` (no copies)."""
+        return {
+            name: np.ndarray(shape, dtype=dtype, buffer=buffer, offset=offset)
+            for name, (offset, shape, dtype) in self.regions().items()
+        }
+
+
+@dataclass(frozen=True)
+class ClientHandle:
+    """What an actor process needs to connect: picklable, passed as a process argument."""
+
+    client_id: int
+    slot_name: str
+    layout: SlotLayout
+    connection: Connection
+
+
+class InferenceClient:
+    """Evaluator that forwards leaves to the server through shared memory.
+
+    Attributes:
+        weights_version: the weights version that produced the last results (-1 before any).
+        round_trips: requests sent so far; `round_trip_seconds`: total time spent waiting.
+    """
+
+    def __init__(self, handle: ClientHandle) -> None:
+        self.client_id = handle.client_id
+        self._layout = handle.layout
+        self._connection = handle.connection
+        self._memory = SharedMemory(name=handle.slot_name)
+        self._slot = handle.layout.views(self._memory.buf)
+        self.weights_version = -1
+        self.round_trips = 0
+        self.round_trip_seconds = 0.0
+        self._closed = False
+
+    def evaluate(
+        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Evaluate leaves through the server (the Evaluator protocol).
+
+        Args:
+            positions: `(B, 3) uint64` canonical positions.
+            moves: `(M, 3) int32` canonical legal moves, concatenated.
+            move_offsets: `(B + 1,) int64`, leaf i owns `moves[move_offsets[i]:move_offsets[i+1]]`.
+
+        Returns:
+            `(priors (M,) float32, values (B,) float32)`, owned by the caller.
+
+        Raises:
+            InferenceError: if the server has stopped or reported an error.
+        """
+        if self._closed:
+            raise InferenceError(f"client {self.client_id} is closed")
+        count = positions.shape[0]
+        priors = np.empty(moves.shape[0], dtype=np.float32)
+        values = np.empty(count, dtype=np.float32)
+        start = 0
+        while start < count:
+            stop = self._chunk_end(move_offsets, start, count)
+            first, last = int(move_offsets[start]), int(move_offsets[stop])
+            rows, num_moves = stop - start, last - first
+            self._slot["positions"][:rows] = positions[start:stop]
+            self._slot["offsets"][: rows + 1] = move_offsets[start : stop + 1] - first
+            self._slot["moves"][:num_moves] = moves[first:last]
+            self._round_trip(rows, num_moves)
+            priors[first:last] = self._slot["priors"][:num_moves]
+            values[start:stop] = self._slot["values"][:rows]
+            start = stop
+        return priors, values
+
+    def _chunk_end(self, move_offsets: np.ndarray, start: int, count: int) -> int:
+        stop = min(count, start + self._layout.rows)
+        limit = move_offsets[start] + self._layout.moves
+        if move_offsets[stop] > limit:
+            stop = int(np.searchsorted(move_offsets, limit, side="right")) - 1
+        return max(stop, start + 1)
+
+    def _round_trip(self, rows: int, num_moves: int) -> None:
+        started = time.perf_counter()
+        try:
+            self._connection.send((rows, num_moves))
+            reply = self._connection.recv()
+        except (EOFError, OSError, BrokenPipeError) as error:
+            raise InferenceError(
+                f"client {self.client_id}: the inference server has stopped ({error!r})"
+            ) from None
+        if isinstance(reply, str):
+            raise InferenceError(f"client {self.client_id}: inference server error: {reply}")
+        self.weights_version = int(reply)
+        self.round_trips += 1
+        self.round_trip_seconds += time.perf_counter() - started
+
+    def close(self) -> None:
+        """Tell the server this client is done and detach from the slot."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._connection.send(None)
+        except (OSError, BrokenPipeError):
+            pass
+        self._slot = {}
+        self._memory.close()
+        self._connection.close()
+
+    def __enter__(self) -> InferenceClient:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class InferenceServer:
+    """Owner of the server process, the slots and the pipes (lives in the parent process).
+
+    Example:
+        >>> server = InferenceServer(make_evaluator, num_clients=4)  # doctest: +SKIP
+        >>> server.start()
+        >>> actors = [server.start_actor(i, actor_main, (seed,)) for i in range(4)]
+        >>> ...  # each actor: InferenceClient(handle).evaluate(...)
+        >>> stats = server.stop()
+
+    Args:
+        evaluator_factory: picklable zero-argument callable run in the server process; returns an
+            Evaluator, optionally with `load_weights(path)` for `publish_weights`.
+        num_clients: number of actor slots.
+        config: batching parameters.
+        context: multiprocessing context (spawn by default: safe with torch and threads).
+    """
+
+    def __init__(
+        self,
+        evaluator_factory: Callable[[], Evaluator],
+        num_clients: int,
+        config: InferenceConfig | None = None,
+        context: mp.context.BaseContext | None = None,
+    ) -> None:
+        if num_clients < 1:
+            raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        self.config = config or InferenceConfig()
+        self.num_clients = num_clients
+        self._factory = evaluator_factory
+        self._context = context or mp.get_context("spawn")
+        self._layout = SlotLayout(self.config.slot_rows, self.config.slot_moves)
+        self._memories: list[SharedMemory] = []
+        self._client_ends: list[Connection] = []
+        self._control: Connection | None = None
+        self._process: mp.process.BaseProcess | None = None
+        self._error: str | None = None
+        self.stats: dict[str, float] = {}
+
+    @property
+    def slot_names(self) -> list[str]:
+        """Names of the shared-memory segments this server owns."""
+        return [memory.name for memory in self._memories]
+
+    def start(self) -> None:
+        """Create the slots, start the server process and wait until its evaluator is ready.
+
+        Raises:
+            InferenceError: if the server fails to start (its traceback is included).
+        """
+        server_ends = []
+        try:
+            for _ in range(self.num_clients):
+                self._memories.append(SharedMemory(create=True, size=self._layout.nbytes()))
+                client_end, server_end = self._context.Pipe(duplex=True)
+                self._client_ends.append(client_end)
+                server_ends.append(server_end)
+            self._control, server_control = self._context.Pipe(duplex=True)
+            self._process = self._context.Process(
+                target=_serve,
+                args=(self._factory, self.config, self._layout, self.slot_names, server_ends, server_control),
+                name="amazons-inference",
+                daemon=True,
+            )
+            self._process.start()
+            for end in server_ends:
+                end.close()
+            server_control.close()
+            if not self._control.poll(self.config.start_timeout_s):
+                raise InferenceError(
+                    f"inference server did not start within {self.config.start_timeout_s} s"
+                )
+            message = self._receive_control()
+            if message[0] != "ready":
+                raise InferenceError(f"inference server failed to start: {message[1]}")
+        except BaseException:
+            self.stop()
+            raise
+
+    def handle(self, client_id: int) -> ClientHandle:
+        """The connection details of client `client_id`, for a client in this process.
+
+        Actor processes are started with `start_actor`, which hands the pipe over properly.
+        """
+        if not 0 <= client_id < self.num_clients:
+            raise ValueError(f"client_id must be in 0..{self.num_clients - 1}, got {client_id}")
+        if self._client_ends[client_id].closed:
+            raise ValueError(f"client {client_id} was already handed to an actor process")
+        return ClientHandle(client_id, self._memories[client_id].name, self._layout, self._client_ends[client_id])
+
+    def start_actor(
+        self, client_id: int, target: Callable[..., object], args: tuple = (), name: str | None = None
+    ) -> mp.process.BaseProcess:
+        """Start `target(handle, *args)` in a new process as client `client_id`.
+
+        The parent's copy of the client's pipe end is closed once the child holds its own, so the
+        server sees the pipe close if the actor dies; use this (not `handle`) for actor processes.
+        """
+        process = self._context.Process(
+            target=target, args=(self.handle(client_id), *args), name=name or f"amazons-actor-{client_id}"
+        )
+        process.start()
+        self._client_ends[client_id].close()
+        return process
+
+    def publish_weights(self, path: str, version: int) -> None:
+        """Ask the server to load new weights from `path`; later results carry `version`."""
+        self.check()
+        self._control.send(("weights", str(path), int(version)))
+
+    def check(self) -> None:
+        """Raise InferenceError if the server reported an error or died."""
+        while self._control is not None and self._error is None and self._control.poll(0):
+            message = self._receive_control()
+            if message[0] == "error":
+                self._error = message[1]
+            elif message[0] == "stats":
+                self.stats = message[1]
+        if self._error is not None:
+            raise InferenceError(self._error)
+        if self._process is not None and not self._process.is_alive():
+            raise InferenceError(f"inference server exited with code {self._process.exitcode}")
+
+    def _receive_control(self) -> tuple:
+        try:
+            return self._control.recv()
+        except (EOFError, OSError):
+            code = self._process.exitcode if self._process is not None else None
+            return ("error", f"inference server exited (code {code}) without a message")
+
+    def stop(self, timeout: float = 10.0) -> dict[str, float]:
+        """Stop the server, close the pipes and unlink every slot; return the server's stats."""
+        if self._control is not None:
+            try:
+                self._control.send(("stop",))
+                if self._control.poll(timeout):
+                    message = self._receive_control()
+                    if message[0] == "stats":
+                        self.stats = message[1]
+                    elif message[0] == "error" and self._error is None:
+                        self._error = message[1]
+            except (OSError, EOFError, BrokenPipeError):
+                pass
+        if self._process is not None:
+            self._process.join(timeout)
+            if self._process.is_alive():
+                self._process.terminate()
+                self._process.join(timeout)
+        for connection in [*self._client_ends, self._control]:
+            if connection is not None:
+                connection.close()
+        self._client_ends, self._control = [], None
+        for memory in self._memories:
+            memory.close()
+            try:
+                memory.unlink()
+            except FileNotFoundError:
+                pass
+        self._memories = []
+        return self.stats
+
+    @property
+    def error(self) -> str | None:
+        """The error the server reported, if any."""
+        return self._error
+
+    def __enter__(self) -> InferenceServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+
+def _serve(
+    factory: Callable[[], Evaluator],
+    config: InferenceConfig,
+    layout: SlotLayout,
+    slot_names: list[str],
+    connections: list[Connection],
+    control: Connection,
+) -> None:
+    """Server process entry point: build the evaluator, then batch requests until stopped."""
+    memories: list[SharedMemory] = []
+    try:
+        evaluator = factory()
+        _limit_torch_threads(config.torch_threads)
+        memories = [SharedMemory(name=name) for name in slot_names]
+        loop = _BatchLoop(evaluator, config, [layout.views(memory.buf) for memory in memories], connections, control)
+        control.send(("ready",))
+        loop.run()
+        control.send(("stats", loop.statistics()))
+    except BaseException as error:  # report anything, including KeyboardInterrupt, then exit
+        detail = "".join(traceback.format_exception(error))
+        try:
+            control.send(("error", detail))
+        except (OSError, BrokenPipeError, pickle.PicklingError):
+            pass
+    finally:
+        for connection in connections:
+            connection.close()
+        for memory in memories:
+            memory.close()
+
+
+def _limit_torch_threads(threads: int) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.set_num_threads(threads)
+
+
+class _BatchLoop:
+    """The server's event loop over client pipes and the control pipe."""
+
+    def __init__(
+        self,
+        evaluator: Evaluator,
+        config: InferenceConfig,
+        slots: list[dict[str, np.ndarray]],
+        connections: list[Connection],
+        control: Connection,
+    ) -> None:
+        self.evaluator = evaluator
+        self.config = config
+        self.slots = slots
+        self.connections = connections
+        self.control = control
+        self.live = set(range(len(connections)))
+        self.pending: dict[int, tuple[int, int]] = {}
+        self.oldest_request = 0.0
+        self.version = 0
+        self.batches = 0
+        self.rows = 0
+        self.evaluate_seconds = 0.0
+        self.started = time.perf_counter()
+        self.stopping = False
+
+    def run(self) -> None:
+        deadline = self.config.flush_deadline_ms / 1000.0
+        by_connection = {connection: index for index, connection in enumerate(self.connections)}
+        while True:
+            if self.stopping:
+                if self.pending:
+                    self._flush()
+                return
+            timeout = None
+            if self.pending:
+                timeout = max(0.0, self.oldest_request + deadline - time.perf_counter())
+            watched = [self.connections[index] for index in self.live] + [self.control]
+            for connection in wait(watched, timeout):
+                if connection is self.control:
+                    self._on_control()
+                else:
+                    self._on_client(by_connection[connection])
+            pending_rows = sum(rows for rows, _ in self.pending.values())
+            everyone_waiting = self.pending and len(self.pending) == len(self.live)
+            expired = self.pending and time.perf_counter() >= self.oldest_request + deadline
+            if pending_rows >= self.config.inference_batch_size or everyone_waiting or expired:
+                self._flush()
+
+    def _on_control(self) -> None:
+        try:
+            message = self.control.recv()
+        except EOFError:
+            message = ("stop",)  # the owner is gone: stop serving
+        if message[0] == "stop":
+            self.stopping = True
+            self.live.clear()
+        elif message[0] == "weights":
+            _, path, version = message
+            load = getattr(self.evaluator, "load_weights", None)
+            if load is None:
+                raise InferenceError(f"{type(self.evaluator).__name__} cannot load weights")
+            load(path)
+            self.version = version
+
+    def _on_client(self, index: int) -> None:
+        try:
+            message: ClientMessage = self.connections[index].recv()
+        except (EOFError, OSError):
+            raise InferenceError(
+                f"actor {index} disconnected without finishing (killed or crashed); stopping"
+            ) from None
+        if message is None:
+            self.live.discard(index)
+            return
+        if not self.pending:
+            self.oldest_request = time.perf_counter()
+        self.pending[index] = message
+
+    def _flush(self) -> None:
+        """Evaluate pending requests in batches of at most `inference_batch_size` rows."""
+        group: list[int] = []
+        group_rows = 0
+        for index in sorted(self.pending):
+            rows = self.pending[index][0]
+            if group and group_rows + rows > self.config.inference_batch_size:
+                self._evaluate_group(group)
+                group, group_rows = [], 0
+            group.append(index)
+            group_rows += rows
+        if group:
+            self._evaluate_group(group)
+        self.pending.clear()
+
+    def _evaluate_group(self, group: list[int]) -> None:
+        requests = [(index, *self.pending[index]) for index in group]
+        positions = np.concatenate([self.slots[i]["positions"][:rows] for i, rows, _ in requests])
+        moves = np.concatenate([self.slots[i]["moves"][:count] for i, _, count in requests])
+        offsets = [np.zeros(1, dtype=OFFSET_DTYPE)]
+        base = 0
+        for index, rows, count in requests:
+            offsets.append(self.slots[index]["offsets"][1 : rows + 1] + base)
+            base += count
+        move_offsets = np.concatenate(offsets)
+        started = time.perf_counter()
+        priors, values = self.evaluator.evaluate(positions, moves, move_offsets)
+        self.evaluate_seconds += time.perf_counter() - started
+        row, move = 0, 0
+        for index, rows, count in requests:
+            self.slots[index]["priors"][:count] = priors[move : move + count]
+            self.slots[index]["values"][:rows] = values[row : row + rows]
+            row, move = row + rows, move + count
+            self.connections[index].send(self.version)
+        self.batches += 1
+        self.rows += row
+
+    def statistics(self) -> dict[str, float]:
+        """Batches, rows, mean batch fill (rows per batch / batch size), time in the evaluator."""
+        return {
+            "batches": float(self.batches),
+            "rows": float(self.rows),
+            "mean_batch_rows": self.rows / max(1, self.batches),
+            "mean_batch_fill": self.rows / max(1, self.batches) / self.config.inference_batch_size,
+            "evaluate_seconds": self.evaluate_seconds,
+            "wall_seconds": time.perf_counter() - self.started,
+            "pid": float(os.getpid()),
+        }

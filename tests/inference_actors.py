@@ -1,0 +1,91 @@
+"""Process entry points and an echo evaluator for the inference-server tests.
+
+Lives in its own module so spawned processes can import it. `EchoEvaluator` is a deterministic
+stand-in for the network whose every output encodes its input (the position and the move), so a
+row delivered to the wrong actor or in the wrong order is detected exactly.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+from amazons import engine
+from amazons.inference import ClientHandle, InferenceClient, InferenceError
+
+
+def echo_outputs(
+    positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """Priors encode (position, move); values encode the position. Exact in float32."""
+    counts = np.diff(move_offsets)
+    row_of_move = np.repeat(np.arange(positions.shape[0]), counts)
+    position_code = (positions[:, 0] ^ (positions[:, 1] >> np.uint64(3)) ^ positions[:, 2]) % np.uint64(97)
+    move_code = moves[:, 0] * 4096 + moves[:, 1] * 64 + moves[:, 2]
+    priors = (move_code + 262144 * position_code[row_of_move].astype(np.int64)).astype(np.float32)
+    values = (position_code.astype(np.float32) / 97.0).astype(np.float32)
+    return priors, values
+
+
+class EchoEvaluator:
+    """Evaluator whose outputs encode its inputs (see `echo_outputs`); optional delay per call."""
+
+    def __init__(self, delay_s: float = 0.0) -> None:
+        self.delay_s = delay_s
+
+    def evaluate(self, positions, moves, move_offsets):
+        if self.delay_s:
+            time.sleep(self.delay_s)
+        return echo_outputs(positions, moves, move_offsets)
+
+
+def make_echo_evaluator(delay_s: float = 0.0) -> EchoEvaluator:
+    """Picklable factory for the server process."""
+    return EchoEvaluator(delay_s)
+
+
+def random_leaves(rng: np.random.Generator, count: int) -> np.ndarray:
+    """`count` canonical positions reached by short random games from the start."""
+    positions = np.repeat(engine.start_position()[None], count, axis=0)
+    for _ in range(int(rng.integers(0, 12))):
+        moves, offsets = engine.legal_moves(positions)
+        counts = np.diff(offsets)
+        alive = counts > 0
+        if not alive.all():
+            break
+        picks = offsets[:-1] + rng.integers(0, counts)
+        positions = engine.apply_moves(positions, np.ascontiguousarray(moves[picks]))
+    return positions
+
+
+def echo_actor(handle: ClientHandle, requests: int, seed: int, results) -> None:
+    """Send `requests` random batches; report (client_id, mismatches, rows) on `results`."""
+    client = InferenceClient(handle)
+    rng = np.random.default_rng(seed)
+    mismatches, rows = 0, 0
+    try:
+        for _ in range(requests):
+            positions = random_leaves(rng, int(rng.integers(1, 40)))
+            moves, offsets = engine.legal_moves(positions)
+            priors, values = client.evaluate(positions, moves, offsets)
+            expected_priors, expected_values = echo_outputs(positions, moves, offsets)
+            mismatches += int((priors != expected_priors).sum() + (values != expected_values).sum())
+            rows += positions.shape[0]
+    except InferenceError as error:
+        results.put((handle.client_id, "error", str(error)))
+        return
+    client.close()
+    results.put((handle.client_id, mismatches, rows))
+
+
+def looping_actor(handle: ClientHandle, results) -> None:
+    """Evaluate forever; report the InferenceError that ends it."""
+    client = InferenceClient(handle)
+    positions = engine.start_position()[None]
+    moves, offsets = engine.legal_moves(positions)
+    try:
+        while True:
+            client.evaluate(positions, moves, offsets)
+    except InferenceError as error:
+        results.put((handle.client_id, "error", str(error)))

@@ -1,0 +1,120 @@
+"""The N-to-1 shared-memory inference server, with real processes and real shared memory."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from functools import partial
+
+import numpy as np
+import pytest
+from inference_actors import (
+    echo_actor,
+    echo_outputs,
+    looping_actor,
+    make_echo_evaluator,
+    random_leaves,
+)
+
+from amazons import engine
+from amazons.inference import InferenceClient, InferenceConfig, InferenceError, InferenceServer
+
+SPAWN = mp.get_context("spawn")
+
+
+def shm_exists(name: str) -> bool:
+    return os.path.exists(f"/dev/shm/{name.lstrip('/')}")
+
+
+def run_actors(server: InferenceServer, requests: list[int], timeout: float = 120.0) -> list[tuple]:
+    results = SPAWN.Queue()
+    actors = [server.start_actor(i, echo_actor, (count, 1000 + i, results)) for i, count in enumerate(requests)]
+    reports = [results.get(timeout=timeout) for _ in actors]
+    for actor in actors:
+        actor.join(timeout)
+    return sorted(reports)
+
+
+def test_every_actor_gets_exactly_its_own_rows():
+    config = InferenceConfig(inference_batch_size=64, flush_deadline_ms=2.0, slot_rows=16, slot_moves=20000)
+    with InferenceServer(make_echo_evaluator, num_clients=4, config=config) as server:
+        reports = run_actors(server, [12, 12, 12, 12])
+        stats = server.stop()
+    assert [report[1] for report in reports] == [0, 0, 0, 0], reports
+    assert all(report[2] > 0 for report in reports)
+    # Several actors' rows shared batches: the server batched across clients.
+    assert stats["batches"] < sum(report[2] for report in reports)
+
+
+def test_one_actor_with_a_large_batch_does_not_wait_for_the_deadline():
+    config = InferenceConfig(inference_batch_size=256, flush_deadline_ms=60_000)
+    with InferenceServer(make_echo_evaluator, num_clients=1, config=config) as server:
+        client = InferenceClient(server.handle(0))
+        positions = random_leaves(np.random.default_rng(0), 3)
+        moves, offsets = engine.legal_moves(positions)
+        started = time.perf_counter()
+        priors, values = client.evaluate(positions, moves, offsets)
+        elapsed = time.perf_counter() - started
+        client.close()
+    expected_priors, expected_values = echo_outputs(positions, moves, offsets)
+    np.testing.assert_array_equal(priors, expected_priors)
+    np.testing.assert_array_equal(values, expected_values)
+    assert elapsed < 30, "served only after the 60 s deadline: the 'everyone waiting' flush failed"
+
+
+def test_actors_that_finish_unevenly_do_not_deadlock():
+    config = InferenceConfig(inference_batch_size=256, flush_deadline_ms=60_000, slot_rows=64)
+    with InferenceServer(make_echo_evaluator, num_clients=3, config=config) as server:
+        reports = run_actors(server, [1, 4, 9], timeout=60)
+    assert [report[1] for report in reports] == [0, 0, 0]
+
+
+def test_requests_larger_than_the_slot_are_split():
+    config = InferenceConfig(inference_batch_size=8, slot_rows=5, slot_moves=engine.MAX_MOVES)
+    with InferenceServer(make_echo_evaluator, num_clients=1, config=config) as server:
+        client = InferenceClient(server.handle(0))
+        positions = random_leaves(np.random.default_rng(3), 23)
+        moves, offsets = engine.legal_moves(positions)
+        priors, values = client.evaluate(positions, moves, offsets)
+        slot_trips = -(-moves.shape[0] // engine.MAX_MOVES)  # ceil: moves per trip are bounded
+        assert client.round_trips >= max(5, slot_trips)  # and so are rows (5 per trip)
+        client.close()
+    expected_priors, expected_values = echo_outputs(positions, moves, offsets)
+    np.testing.assert_array_equal(priors, expected_priors)
+    np.testing.assert_array_equal(values, expected_values)
+
+
+def test_a_killed_actor_stops_everything_and_leaves_no_shared_memory():
+    server = InferenceServer(make_echo_evaluator, num_clients=3)
+    server.start()
+    names = server.slot_names
+    results = SPAWN.Queue()
+    actors = [server.start_actor(i, looping_actor, (results,)) for i in range(3)]
+    time.sleep(1.0)
+    os.kill(actors[0].pid, signal.SIGKILL)
+    reports = [results.get(timeout=30) for _ in range(2)]
+    assert sorted(report[0] for report in reports) == [1, 2]
+    assert all(report[1] == "error" and "server" in report[2] for report in reports)
+    with pytest.raises(InferenceError, match="actor 0 disconnected"):
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            server.check()
+            time.sleep(0.05)
+    server.stop()
+    for actor in actors:
+        actor.join(10)
+        assert not actor.is_alive()
+    assert not any(shm_exists(name) for name in names)
+
+
+def test_server_start_failure_is_reported_and_cleaned_up():
+    server = InferenceServer(partial(_raise_missing, "/nonexistent/model.pt"), num_clients=2)
+    with pytest.raises(InferenceError, match="no such checkpoint"):
+        server.start()
+    assert server.slot_names == []
+
+
+def _raise_missing(path: str):
+    raise FileNotFoundError(f"no such checkpoint: {path}")
