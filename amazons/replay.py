@@ -1,0 +1,320 @@
+"""Self-play data: finished games as samples, compressed chunks on disk, and the replay window.
+
+A sample is one position of a finished game: the compact canonical position `(3,) uint64`, the
+sparse visit distribution of the search at that position (canonical moves with their raw visit
+counts) and the outcome `z` in {-1, +1} for the side to move there. Labels are never decoded by the
+engine: they are square triples from the search, in the same canonical frame as the position.
+
+On disk, games are stored in chunks `replay/chunk-NNNNNNNN.npz` (numpy's compressed archive, no
+pickles), each written to a temporary file and renamed, so a crash loses at most the games not yet
+flushed. A chunk that cannot be read or whose arrays do not fit together raises
+`ReplayChunkError` naming the file; `ReplayBuffer` skips such chunks and reports them.
+
+The buffer keeps a sliding window of the newest positions (sized in positions) and samples
+uniformly from it, with a random one of the 8 symmetries per sample.
+
+Imports numpy and `amazons.symmetry` only.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import zipfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from amazons.symmetry import NUM_SYMMETRIES, transform_moves, transform_positions
+
+CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
+_CHUNK_KEYS = (
+    "positions",
+    "label_moves",
+    "label_visits",
+    "label_offsets",
+    "z",
+    "played_moves",
+    "game_offsets",
+)
+
+
+class ReplayChunkError(ValueError):
+    """A replay chunk is unreadable or inconsistent; the message names the file and the fault."""
+
+
+@dataclass
+class GameSamples:
+    """The samples of one or more finished games, concatenated (CSR layout for the labels).
+
+    Attributes:
+        positions: `(T, 3) uint64` canonical positions, in play order.
+        label_moves: `(N, 3) int32` canonical moves the search visited.
+        label_visits: `(N,) int32` raw visit counts of those moves.
+        label_offsets: `(T + 1,) int64`; position t's label is rows `label_offsets[t]:label_offsets[t+1]`.
+        z: `(T,) int8` outcome for the side to move at each position (+1 win, -1 loss).
+        played_moves: `(T, 3) int32` the moves actually played, real (Botzone) frame.
+        game_offsets: `(G + 1,) int64`; game g is positions `game_offsets[g]:game_offsets[g+1]`.
+    """
+
+    positions: np.ndarray
+    label_moves: np.ndarray
+    label_visits: np.ndarray
+    label_offsets: np.ndarray
+    z: np.ndarray
+    played_moves: np.ndarray
+    game_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+
+    @property
+    def num_positions(self) -> int:
+        return int(self.positions.shape[0])
+
+    @property
+    def num_games(self) -> int:
+        return int(self.game_offsets.shape[0] - 1)
+
+    def validate(self, source: str = "samples") -> None:
+        """Check dtypes, shapes and contents.
+
+        Raises:
+            ReplayChunkError: naming `source` and the first inconsistency found.
+        """
+        expected = {
+            "positions": (np.uint64, 2),
+            "label_moves": (np.int32, 2),
+            "label_visits": (np.int32, 1),
+            "label_offsets": (np.int64, 1),
+            "z": (np.int8, 1),
+            "played_moves": (np.int32, 2),
+            "game_offsets": (np.int64, 1),
+        }
+        for name, (dtype, ndim) in expected.items():
+            array = getattr(self, name)
+            if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != ndim:
+                raise ReplayChunkError(f"{source}: {name} must be a {ndim}-d {np.dtype(dtype).name} array")
+        count = self.num_positions
+        problems = []
+        if self.positions.shape[1:] != (3,) or self.played_moves.shape != (count, 3):
+            problems.append("positions and played_moves must be (T, 3)")
+        if self.label_moves.shape[1:] != (3,) or self.label_visits.shape[0] != self.label_moves.shape[0]:
+            problems.append("label_moves (N, 3) and label_visits (N,) disagree")
+        if self.label_offsets.shape[0] != count + 1 or self.z.shape[0] != count:
+            problems.append("label_offsets must be (T + 1,) and z (T,)")
+        elif self.label_offsets[0] != 0 or self.label_offsets[-1] != self.label_moves.shape[0] or (
+            np.diff(self.label_offsets) <= 0
+        ).any():
+            problems.append("label_offsets must rise strictly from 0 to N")
+        if self.game_offsets.shape[0] < 1 or self.game_offsets[0] != 0 or self.game_offsets[-1] != count or (
+            np.diff(self.game_offsets) <= 0
+        ).any():
+            problems.append("game_offsets must rise strictly from 0 to T")
+        if self.label_moves.size and (self.label_moves.min() < 0 or self.label_moves.max() > 63):
+            problems.append("label_moves hold squares outside 0..63")
+        if self.label_visits.size and self.label_visits.min() < 0:
+            problems.append("label_visits hold negative counts")
+        if not np.isin(self.z, (-1, 1)).all():
+            problems.append("z holds values other than -1 and +1")
+        if problems:
+            raise ReplayChunkError(f"{source}: {problems[0]}")
+
+    @staticmethod
+    def concatenate(parts: list[GameSamples]) -> GameSamples:
+        """One `GameSamples` holding all games of `parts`, in order."""
+        if not parts:
+            raise ValueError("nothing to concatenate")
+        label_base = np.cumsum([0] + [part.label_moves.shape[0] for part in parts[:-1]])
+        position_base = np.cumsum([0] + [part.num_positions for part in parts[:-1]])
+        return GameSamples(
+            positions=np.concatenate([part.positions for part in parts]),
+            label_moves=np.concatenate([part.label_moves for part in parts]),
+            label_visits=np.concatenate([part.label_visits for part in parts]),
+            label_offsets=np.concatenate(
+                [np.zeros(1, dtype=np.int64)]
+                + [part.label_offsets[1:] + base for part, base in zip(parts, label_base, strict=True)]
+            ),
+            z=np.concatenate([part.z for part in parts]),
+            played_moves=np.concatenate([part.played_moves for part in parts]),
+            game_offsets=np.concatenate(
+                [np.zeros(1, dtype=np.int64)]
+                + [part.game_offsets[1:] + base for part, base in zip(parts, position_base, strict=True)]
+            ),
+        )
+
+
+@dataclass
+class SampleBatch:
+    """A training batch in the layout `amazons.learn` consumes.
+
+    Attributes:
+        positions: `(B, 3) uint64` canonical positions (after augmentation).
+        label_moves: `(N, 3) int32` moves of the sparse visit distributions, concatenated.
+        label_probs: `(N,) float32` visit shares; each sample's sum to 1.
+        label_offsets: `(B + 1,) int64` CSR offsets into label_moves.
+        z: `(B,) float32` outcomes for the side to move.
+        symmetries: `(B,) int64` the symmetry applied to each sample.
+    """
+
+    positions: np.ndarray
+    label_moves: np.ndarray
+    label_probs: np.ndarray
+    label_offsets: np.ndarray
+    z: np.ndarray
+    symmetries: np.ndarray
+
+
+def save_chunk(path: str | os.PathLike, samples: GameSamples) -> None:
+    """Write `samples` to `path` atomically (temporary file in the same folder, then rename)."""
+    samples.validate(str(path))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            np.savez_compressed(stream, **{key: getattr(samples, key) for key in _CHUNK_KEYS})
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def load_chunk(path: str | os.PathLike) -> GameSamples:
+    """Read and validate one chunk.
+
+    Raises:
+        ReplayChunkError: naming the file, if it is truncated, not an archive, misses an array or
+            holds inconsistent arrays.
+    """
+    try:
+        with np.load(path, allow_pickle=False) as archive:
+            missing = [key for key in _CHUNK_KEYS if key not in archive.files]
+            if missing:
+                raise ReplayChunkError(f"{path}: missing arrays {missing}")
+            arrays = {key: archive[key] for key in _CHUNK_KEYS}
+    except ReplayChunkError:
+        raise
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
+        raise ReplayChunkError(f"{path}: unreadable replay chunk ({error})") from None
+    samples = GameSamples(**arrays)
+    samples.validate(str(path))
+    return samples
+
+
+class ReplayBuffer:
+    """The newest `window_positions` samples, persisted as chunks under `directory`.
+
+    Args:
+        directory: where chunks live; existing chunks are loaded (newest first, up to the window).
+        window_positions: how many of the newest positions are kept for sampling.
+        seed: seed of the sampling generator.
+
+    Attributes:
+        skipped_chunks: (path, reason) of chunks that could not be loaded.
+    """
+
+    def __init__(self, directory: str | os.PathLike, window_positions: int, seed: int = 0) -> None:
+        if window_positions < 1:
+            raise ValueError(f"window_positions must be >= 1, got {window_positions}")
+        self.directory = Path(directory)
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.window_positions = window_positions
+        self.rng = np.random.default_rng(seed)
+        self.skipped_chunks: list[tuple[str, str]] = []
+        self._chunks: list[GameSamples] = []
+        self._next_index = 0
+        self.total_games = 0
+        self.total_positions = 0
+        self._load_existing()
+
+    def _chunk_paths(self) -> list[tuple[int, Path]]:
+        found = []
+        for path in self.directory.iterdir():
+            match = CHUNK_PATTERN.search(path.name)
+            if match:
+                found.append((int(match.group(1)), path))
+        return sorted(found)
+
+    def _load_existing(self) -> None:
+        paths = self._chunk_paths()
+        if paths:
+            self._next_index = paths[-1][0] + 1
+        held = 0
+        loaded: list[GameSamples] = []
+        for _, path in reversed(paths):
+            if held >= self.window_positions:
+                break
+            try:
+                chunk = load_chunk(path)
+            except ReplayChunkError as error:
+                self.skipped_chunks.append((str(path), str(error)))
+                continue
+            loaded.append(chunk)
+            held += chunk.num_positions
+        self._chunks = loaded[::-1]
+        self.total_games = sum(chunk.num_games for chunk in self._chunks)
+        self.total_positions = held
+
+    def add(self, samples: GameSamples) -> Path:
+        """Persist `samples` as a new chunk and add them to the window; return the chunk's path."""
+        path = self.directory / f"chunk-{self._next_index:08d}.npz"
+        save_chunk(path, samples)
+        self._next_index += 1
+        self._chunks.append(samples)
+        self.total_games += samples.num_games
+        self.total_positions += samples.num_positions
+        self._evict()
+        return path
+
+    def _evict(self) -> None:
+        held = sum(chunk.num_positions for chunk in self._chunks)
+        while len(self._chunks) > 1 and held - self._chunks[0].num_positions >= self.window_positions:
+            held -= self._chunks.pop(0).num_positions
+
+    def __len__(self) -> int:
+        """Positions available for sampling (the window may hold a little more than its size)."""
+        return sum(chunk.num_positions for chunk in self._chunks)
+
+    def sample(self, batch_size: int, augment: bool = True) -> SampleBatch:
+        """Draw `batch_size` samples uniformly from the window, each under a random symmetry.
+
+        Raises:
+            ValueError: if the buffer is empty.
+        """
+        if not self._chunks:
+            raise ValueError("the replay buffer is empty")
+        sizes = np.array([chunk.num_positions for chunk in self._chunks])
+        picks = self.rng.integers(0, sizes.sum(), size=batch_size)
+        chunk_of = np.searchsorted(np.cumsum(sizes), picks, side="right")
+        within = picks - (np.cumsum(sizes) - sizes)[chunk_of]
+        positions = np.empty((batch_size, 3), dtype=np.uint64)
+        z = np.empty(batch_size, dtype=np.float32)
+        label_parts, visit_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
+        for row, (chunk_index, index) in enumerate(zip(chunk_of, within, strict=True)):
+            chunk = self._chunks[chunk_index]
+            start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
+            positions[row] = chunk.positions[index]
+            z[row] = chunk.z[index]
+            label_parts.append(chunk.label_moves[start:stop])
+            visit_parts.append(chunk.label_visits[start:stop])
+            counts[row] = stop - start
+        label_moves = np.concatenate(label_parts)
+        visits = np.concatenate(visit_parts).astype(np.float32)
+        label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
+        totals = np.add.reduceat(visits, label_offsets[:-1])
+        label_probs = visits / np.repeat(np.maximum(totals, 1.0), counts)
+        symmetries = (
+            self.rng.integers(0, NUM_SYMMETRIES, size=batch_size)
+            if augment
+            else np.zeros(batch_size, dtype=np.int64)
+        )
+        return SampleBatch(
+            positions=transform_positions(positions, symmetries),
+            label_moves=transform_moves(label_moves, np.repeat(symmetries, counts)),
+            label_probs=label_probs.astype(np.float32),
+            label_offsets=label_offsets,
+            z=z,
+            symmetries=symmetries,
+        )

@@ -1,0 +1,319 @@
+"""Self-play: actor processes that play many games at once against themselves.
+
+Each actor runs a `BatchedSearch` over G games in lockstep and evaluates leaves through its
+`InferenceClient` (one slot of the shared-memory server), so the network always sees batches of
+up to G x K leaves per actor, merged across actors by the server. Every finished game becomes
+samples (canonical position, sparse visit counts, outcome z for the side to move) and a game record
+(moves in Botzone coordinates); the actor sends them to the parent, which persists them as replay
+chunks as they arrive.
+
+The parent (`run_selfplay`) watches the actors and the server: a dead actor or a failed server
+stops the run with `SelfPlayError`, terminating every process and unlinking every segment.
+
+Imports the engine, board, symmetry, mcts, inference, replay and records modules; never torch.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import queue
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from amazons.board import Board, Move
+from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
+from amazons.mcts import BatchedSearch, SearchConfig
+from amazons.records import GameRecord
+from amazons.replay import GameSamples
+from amazons.symmetry import canonical_to_real
+
+
+class SelfPlayError(RuntimeError):
+    """An actor or the inference server failed during self-play; the message says which."""
+
+
+def self_play_search_config() -> SearchConfig:
+    """Search settings for self-play: root noise on, proportional sampling for the opening plies."""
+    return SearchConfig(simulations=200, root_noise=True, temperature_moves=12, leaves_per_game=8)
+
+
+@dataclass(frozen=True)
+class SelfPlayConfig:
+    """How self-play runs; frozen and picklable, passed to every actor."""
+
+    num_actors: int = 2  # actor processes (each with its own slot on the server)
+    games_in_parallel: int = 16  # G: games each actor searches in lockstep
+    search: SearchConfig = field(default_factory=self_play_search_config)  # the search per move
+    start_jitter_s: float = 0.5  # each actor sleeps a random 0..this before starting (desynchronizes)
+    seed: int = 0  # base seed; actor i of iteration t uses a stream derived from (seed, t, i)
+
+    def __post_init__(self) -> None:
+        if self.num_actors < 1 or self.games_in_parallel < 1:
+            raise ValueError("num_actors and games_in_parallel must be >= 1")
+        if self.start_jitter_s < 0:
+            raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
+
+
+@dataclass(frozen=True)
+class ActorTask:
+    """One actor's share of an iteration."""
+
+    actor_id: int
+    num_games: int
+    config: SelfPlayConfig
+    seed: int
+    player_name: str = "selfplay"
+
+
+@dataclass
+class _GameInProgress:
+    board: Board = field(default_factory=Board)
+    positions: list[np.ndarray] = field(default_factory=list)
+    label_moves: list[np.ndarray] = field(default_factory=list)
+    label_visits: list[np.ndarray] = field(default_factory=list)
+    turns: list[int] = field(default_factory=list)
+    played: list[np.ndarray] = field(default_factory=list)
+
+    def samples(self) -> GameSamples:
+        """The finished game's samples; z = +1 exactly where the side to move went on to win."""
+        winner = self.board.winner()
+        if winner is None:
+            raise SelfPlayError("samples requested for a game that is not over")
+        counts = np.array([moves.shape[0] for moves in self.label_moves], dtype=np.int64)
+        return GameSamples(
+            positions=np.stack(self.positions).astype(np.uint64),
+            label_moves=np.concatenate(self.label_moves).astype(np.int32),
+            label_visits=np.concatenate(self.label_visits).astype(np.int32),
+            label_offsets=np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)]),
+            z=np.where(np.array(self.turns) == winner, 1, -1).astype(np.int8),
+            played_moves=np.stack(self.played).astype(np.int32),
+            game_offsets=np.array([0, len(self.positions)], dtype=np.int64),
+        )
+
+
+def play_games(
+    search: BatchedSearch,
+    num_games: int,
+    on_game: Callable[[GameSamples, list[Move]], None],
+) -> dict[str, float]:
+    """Play `num_games` self-play games with `search` (G games at a time) and report each.
+
+    Args:
+        search: a BatchedSearch over G games; its evaluator is used for every leaf.
+        num_games: games to finish in total.
+        on_game: called with (samples, moves) for every finished game.
+
+    Returns:
+        Counters: games, positions, simulations, leaves evaluated, seconds.
+    """
+    started = time.perf_counter()
+    slots = min(search.num_games, num_games)
+    games = {slot: _GameInProgress() for slot in range(slots)}
+    search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]), list(games))
+    started_games, finished, positions, simulations, leaves = slots, 0, 0, 0, 0
+    while games:
+        active = np.array(sorted(games), dtype=np.int32)
+        stats = search.search(games=active)
+        simulations += stats.simulations
+        leaves += stats.leaves_evaluated
+        plies = np.array([games[slot].board.ply for slot in active.tolist()])
+        chosen = search.select_moves(plies, games=active)
+        for slot, move in zip(active.tolist(), chosen, strict=True):
+            game = games[slot]
+            result = search.root_result(slot)
+            game.positions.append(search.root_positions[slot])
+            game.label_moves.append(result.moves)
+            game.label_visits.append(result.visits)
+            game.turns.append(game.board.turn)
+            real = canonical_to_real(move, game.board.turn)
+            game.played.append(real)
+            game.board.push(Move(*real.tolist()))
+            positions += 1
+            if not game.board.is_game_over():
+                search.advance(slot, move)
+                continue
+            on_game(game.samples(), game.board.move_stack)
+            finished += 1
+            if started_games < num_games:
+                games[slot] = _GameInProgress()
+                search.set_roots(games[slot].board.canonical_position(), [slot])
+                started_games += 1
+            else:
+                del games[slot]
+    return {
+        "games": float(finished),
+        "positions": float(positions),
+        "simulations": float(simulations),
+        "leaves_evaluated": float(leaves),
+        "seconds": time.perf_counter() - started,
+    }
+
+
+def actor_main(handle: ClientHandle, task: ActorTask, results: mp.Queue) -> None:
+    """Actor process entry point: play `task.num_games` games, sending each to `results`.
+
+    Messages: ("game", actor_id, samples, record_text) per game, then ("done", actor_id, stats),
+    or ("error", actor_id, text) if the actor fails.
+    """
+    rng = np.random.default_rng(task.seed)
+    time.sleep(float(rng.uniform(0, task.config.start_jitter_s)))
+    client = InferenceClient(handle)
+    try:
+        search = BatchedSearch(client, task.config.search, task.config.games_in_parallel, seed=task.seed)
+
+        def send(samples: GameSamples, moves: list[Move]) -> None:
+            record = GameRecord.from_game(
+                moves, task.player_name, task.player_name, event="selfplay",
+                Actor=str(task.actor_id), Weights=str(client.weights_version),
+            )
+            results.put(("game", task.actor_id, samples, record.to_text()))
+
+        stats = play_games(search, task.num_games, send)
+        stats["round_trips"] = float(client.round_trips)
+        stats["round_trip_seconds"] = client.round_trip_seconds
+        results.put(("done", task.actor_id, stats))
+    except InferenceError as error:
+        results.put(("error", task.actor_id, str(error)))
+    except Exception:
+        results.put(("error", task.actor_id, traceback.format_exc()))
+    finally:
+        client.close()
+
+
+@dataclass
+class SelfPlayReport:
+    """What one self-play run produced."""
+
+    games: int = 0
+    positions: int = 0
+    simulations: int = 0
+    leaves_evaluated: int = 0
+    seconds: float = 0.0
+    actor_stats: list[dict[str, float]] = field(default_factory=list)
+    server_stats: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def positions_per_s(self) -> float:
+        return self.positions / max(self.seconds, 1e-9)
+
+    @property
+    def simulations_per_s(self) -> float:
+        return self.simulations / max(self.seconds, 1e-9)
+
+    @property
+    def evals_per_s(self) -> float:
+        return self.leaves_evaluated / max(self.seconds, 1e-9)
+
+
+def split_games(total: int, actors: int) -> list[int]:
+    """Share `total` games among `actors` as evenly as possible (earlier actors get the extra)."""
+    return [total // actors + (1 if index < total % actors else 0) for index in range(actors)]
+
+
+def run_selfplay(
+    server: InferenceServer,
+    config: SelfPlayConfig,
+    num_games: int,
+    on_games: Callable[[list[GameSamples], list[str]], None],
+    iteration: int = 0,
+    progress: Callable[[SelfPlayReport], None] | None = None,
+    context: mp.context.BaseContext | None = None,
+    poll_s: float = 0.2,
+) -> SelfPlayReport:
+    """Play `num_games` games with `config.num_actors` actor processes on a started `server`.
+
+    Finished games are handed to `on_games(samples, record_texts)` in groups, as soon as the
+    result queue runs dry, so a crash loses at most the games still being played.
+
+    Raises:
+        SelfPlayError: if an actor dies or reports an error, or the server fails; every actor
+            process is terminated before it is raised.
+    """
+    if server.num_clients < config.num_actors:
+        raise ValueError(f"the server has {server.num_clients} slots for {config.num_actors} actors")
+    context = context or mp.get_context("spawn")
+    results: mp.Queue = context.Queue()
+    shares = [share for share in split_games(num_games, config.num_actors)]
+    seeds = np.random.SeedSequence([config.seed, iteration]).spawn(config.num_actors)
+    actors = {}
+    for actor_id, share in enumerate(shares):
+        if share == 0:
+            continue
+        task = ActorTask(actor_id, share, config, int(seeds[actor_id].generate_state(1)[0]))
+        actors[actor_id] = server.start_actor(actor_id, actor_main, (task, results))
+    report = SelfPlayReport()
+    started = time.perf_counter()
+    done: set[int] = set()
+    suspects: dict[int, float] = {}
+    pending_samples: list[GameSamples] = []
+    pending_records: list[str] = []
+    try:
+        while len(done) < len(actors):
+            try:
+                message = results.get(timeout=poll_s)
+            except queue.Empty:
+                message = None
+            if message is not None:
+                kind, actor_id = message[0], message[1]
+                if kind == "game":
+                    pending_samples.append(message[2])
+                    pending_records.append(message[3])
+                    report.games += 1
+                    report.positions += message[2].num_positions
+                elif kind == "done":
+                    done.add(actor_id)
+                    report.actor_stats.append(message[2])
+                else:
+                    _check_server(server)  # the root cause, when the server stopped first
+                    raise SelfPlayError(f"actor {actor_id} failed: {message[2]}")
+            if pending_samples and (message is None or results.empty()):
+                on_games(pending_samples, pending_records)
+                pending_samples, pending_records = [], []
+            if message is None:
+                _check_server(server)
+                _check_actors(actors, done, suspects)
+            report.seconds = time.perf_counter() - started
+            if progress is not None and message is not None and message[0] == "game":
+                progress(report)
+        if pending_samples:
+            on_games(pending_samples, pending_records)
+    except BaseException:
+        for process in actors.values():
+            if process.is_alive():
+                process.terminate()
+        for process in actors.values():
+            process.join(5)
+        raise
+    for process in actors.values():
+        process.join(30)
+    report.seconds = time.perf_counter() - started
+    report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
+    report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
+    return report
+
+
+def _check_server(server: InferenceServer) -> None:
+    try:
+        server.check()
+    except InferenceError as error:
+        raise SelfPlayError(f"inference server failed: {error}") from None
+
+
+def _check_actors(
+    actors: dict[int, mp.process.BaseProcess], done: set[int], suspects: dict[int, float], grace_s: float = 2.0
+) -> None:
+    """Raise for an actor that exited without reporting "done" (after a grace period for its last
+    messages, which may still be in the queue's pipe)."""
+    now = time.monotonic()
+    for actor_id, process in actors.items():
+        if actor_id in done or process.is_alive():
+            continue
+        first_seen = suspects.setdefault(actor_id, now)
+        if now - first_seen > grace_s:
+            raise SelfPlayError(
+                f"actor {actor_id} (pid {process.pid}) died with exit code {process.exitcode}"
+            )

@@ -1,0 +1,139 @@
+"""Replay chunks, the replay window, game records, and self-play through the real server."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from amazons import engine
+from amazons.board import Board, Move
+from amazons.inference import InferenceConfig, InferenceServer
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
+from amazons.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
+from amazons.selfplay import SelfPlayConfig, play_games, run_selfplay
+from amazons.symmetry import INVERSE, transform_moves, transform_positions
+
+FAST_SEARCH = SearchConfig(simulations=8, leaves_per_game=4, root_noise=True, temperature_moves=56,
+                           edge_capacity=1 << 15, node_capacity=64)
+
+
+def play_uniform_games(count: int, seed: int = 0) -> list[tuple[GameSamples, list[Move]]]:
+    games = []
+    search = BatchedSearch(UniformEvaluator(), FAST_SEARCH, num_games=3, seed=seed)
+    play_games(search, count, lambda samples, moves: games.append((samples, moves)))
+    return games
+
+
+@pytest.fixture(scope="module")
+def finished_games():
+    return play_uniform_games(4)
+
+
+def test_z_is_plus_one_exactly_where_the_side_to_move_went_on_to_win(finished_games):
+    for samples, moves in finished_games:
+        board = Board.from_moves(moves)
+        assert board.is_game_over()
+        winner = board.winner()
+        replay = Board()
+        for index, move in enumerate(moves):
+            expected = 1 if replay.turn == winner else -1
+            assert samples.z[index] == expected
+            np.testing.assert_array_equal(samples.positions[index], replay.canonical_position())
+            replay.push(move)
+
+
+def test_labels_are_legal_canonical_moves_of_their_positions(finished_games):
+    samples = GameSamples.concatenate([game[0] for game in finished_games])
+    samples.validate()
+    for index in range(samples.num_positions):
+        legal, _ = engine.legal_moves(samples.positions[index])
+        label = samples.label_moves[samples.label_offsets[index] : samples.label_offsets[index + 1]]
+        assert {tuple(row) for row in label.tolist()} <= {tuple(row) for row in legal.tolist()}
+        assert samples.label_visits[samples.label_offsets[index] : samples.label_offsets[index + 1]].sum() > 0
+
+
+def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games):
+    samples = GameSamples.concatenate([game[0] for game in finished_games])
+    path = tmp_path / "chunk-00000000.npz"
+    save_chunk(path, samples)
+    loaded = load_chunk(path)
+    for key in ("positions", "label_moves", "label_visits", "label_offsets", "z", "played_moves", "game_offsets"):
+        np.testing.assert_array_equal(getattr(loaded, key), getattr(samples, key))
+    truncated = tmp_path / "chunk-00000001.npz"
+    truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    with pytest.raises(ReplayChunkError, match="chunk-00000001.npz"):
+        load_chunk(truncated)
+    bad = GameSamples.concatenate([game[0] for game in finished_games])
+    bad.z[0] = 0
+    with pytest.raises(ReplayChunkError, match="z holds"):
+        save_chunk(tmp_path / "chunk-00000002.npz", bad)
+
+
+def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finished_games):
+    buffer = ReplayBuffer(tmp_path, window_positions=10_000)
+    for samples, _ in finished_games:
+        buffer.add(samples)
+    (tmp_path / "chunk-00000002.npz").write_bytes(b"not a zip file")
+    resumed = ReplayBuffer(tmp_path, window_positions=10_000)
+    assert len(resumed) == len(buffer) - finished_games[2][0].num_positions
+    assert [path for path, _ in resumed.skipped_chunks] == [str(tmp_path / "chunk-00000002.npz")]
+    assert "unreadable" in resumed.skipped_chunks[0][1]
+    resumed.add(finished_games[0][0])
+    assert (tmp_path / "chunk-00000004.npz").exists()  # numbering continues after the newest
+    small = ReplayBuffer(tmp_path, window_positions=finished_games[0][0].num_positions)
+    assert len(small) < len(resumed)
+
+
+def test_sampling_augments_consistently(tmp_path, finished_games):
+    buffer = ReplayBuffer(tmp_path, window_positions=10_000, seed=3)
+    for samples, _ in finished_games:
+        buffer.add(samples)
+    batch = buffer.sample(64)
+    assert batch.positions.shape == (64, 3)
+    sums = np.add.reduceat(batch.label_probs, batch.label_offsets[:-1])
+    np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
+    counts = np.diff(batch.label_offsets)
+    inverse = INVERSE[batch.symmetries]
+    originals = transform_positions(batch.positions, inverse)
+    original_moves = transform_moves(batch.label_moves, np.repeat(inverse, counts))
+    for row in range(64):
+        legal, _ = engine.legal_moves(batch.positions[row])
+        label = batch.label_moves[batch.label_offsets[row] : batch.label_offsets[row + 1]]
+        assert {tuple(m) for m in label.tolist()} <= {tuple(m) for m in legal.tolist()}
+        legal_original, _ = engine.legal_moves(originals[row])
+        label_original = original_moves[batch.label_offsets[row] : batch.label_offsets[row + 1]]
+        assert {tuple(m) for m in label_original.tolist()} <= {tuple(m) for m in legal_original.tolist()}
+
+
+def test_records_round_trip_and_reject_illegal_moves(tmp_path, finished_games):
+    records = [GameRecord.from_game(moves, "a", "b", event="test") for _, moves in finished_games]
+    path = tmp_path / "games.txt"
+    write_records(path, records[:2])
+    write_records(path, records[2:], append=True)
+    loaded = read_records(path)
+    assert [record.moves for record in loaded] == [record.moves for record in records]
+    assert [record.headers for record in loaded] == [record.headers for record in records]
+    assert all(record.winner == Board.from_moves(record.moves).winner() for record in loaded)
+    text = records[0].to_text().splitlines()
+    text[7] = "9 9 9 9 9 9"
+    with pytest.raises(RecordError, match=":8: '9 9 9 9 9 9'"):
+        parse_records("\n".join(text))
+
+
+def test_selfplay_through_the_server_persists_every_game(tmp_path):
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH, start_jitter_s=0.1)
+    buffer = ReplayBuffer(tmp_path / "replay", window_positions=100_000)
+    records: list[str] = []
+
+    def on_games(samples, texts):
+        buffer.add(GameSamples.concatenate(samples))
+        records.extend(texts)
+
+    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+        report = run_selfplay(server, config, num_games=5, on_games=on_games)
+    assert report.games == 5 and buffer.total_games == 5
+    assert report.positions == len(buffer) and report.simulations > 0
+    parsed = [parse_records(text)[0] for text in records]
+    assert all(Board.from_moves(record.moves).is_game_over() for record in parsed)
+    assert len(ReplayBuffer(tmp_path / "replay", window_positions=100_000)) == report.positions
