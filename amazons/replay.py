@@ -11,9 +11,10 @@ flushed. A chunk that cannot be read or whose arrays do not fit together raises
 `ReplayChunkError` naming the file; `ReplayBuffer` skips such chunks and reports them.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) and samples
-uniformly from it, with a random one of the 8 symmetries per sample.
+uniformly from it; `amazons.learn.augment_batch` then gives each sample a random one of the 8
+symmetries.
 
-Imports numpy and `amazons.symmetry` only.
+Imports numpy only.
 """
 
 from __future__ import annotations
@@ -26,8 +27,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-
-from amazons.symmetry import NUM_SYMMETRIES, transform_moves, transform_positions
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 _CHUNK_KEYS = (
@@ -143,27 +142,6 @@ class GameSamples:
         )
 
 
-@dataclass
-class SampleBatch:
-    """A training batch in the layout `amazons.learn` consumes.
-
-    Attributes:
-        positions: `(B, 3) uint64` canonical positions (after augmentation).
-        label_moves: `(N, 3) int32` moves of the sparse visit distributions, concatenated.
-        label_probs: `(N,) float32` visit shares; each sample's sum to 1.
-        label_offsets: `(B + 1,) int64` CSR offsets into label_moves.
-        z: `(B,) float32` outcomes for the side to move.
-        symmetries: `(B,) int64` the symmetry applied to each sample.
-    """
-
-    positions: np.ndarray
-    label_moves: np.ndarray
-    label_probs: np.ndarray
-    label_offsets: np.ndarray
-    z: np.ndarray
-    symmetries: np.ndarray
-
-
 def save_chunk(path: str | os.PathLike, samples: GameSamples) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename)."""
     samples.validate(str(path))
@@ -277,8 +255,14 @@ class ReplayBuffer:
         """Positions available for sampling (the window may hold a little more than its size)."""
         return sum(chunk.num_positions for chunk in self._chunks)
 
-    def sample(self, batch_size: int, augment: bool = True) -> SampleBatch:
-        """Draw `batch_size` samples uniformly from the window, each under a random symmetry.
+    def sample(self, batch_size: int) -> dict[str, np.ndarray]:
+        """Draw `batch_size` samples uniformly from the window.
+
+        Returns:
+            The arrays of an `amazons.learn.SampleBatch` (which augments them with the 8
+            symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
+            `label_probs (N,) float32` (visit shares), `label_offsets (B + 1,) int64`,
+            `z (B,) float32`.
 
         Raises:
             ValueError: if the buffer is empty.
@@ -286,13 +270,14 @@ class ReplayBuffer:
         if not self._chunks:
             raise ValueError("the replay buffer is empty")
         sizes = np.array([chunk.num_positions for chunk in self._chunks])
-        picks = self.rng.integers(0, sizes.sum(), size=batch_size)
-        chunk_of = np.searchsorted(np.cumsum(sizes), picks, side="right")
-        within = picks - (np.cumsum(sizes) - sizes)[chunk_of]
+        ends = np.cumsum(sizes)
+        picks = self.rng.integers(0, ends[-1], size=batch_size)
+        chunk_of = np.searchsorted(ends, picks, side="right")
+        within = picks - (ends - sizes)[chunk_of]
         positions = np.empty((batch_size, 3), dtype=np.uint64)
         z = np.empty(batch_size, dtype=np.float32)
         label_parts, visit_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
-        for row, (chunk_index, index) in enumerate(zip(chunk_of, within, strict=True)):
+        for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(), strict=True)):
             chunk = self._chunks[chunk_index]
             start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
             positions[row] = chunk.positions[index]
@@ -300,21 +285,13 @@ class ReplayBuffer:
             label_parts.append(chunk.label_moves[start:stop])
             visit_parts.append(chunk.label_visits[start:stop])
             counts[row] = stop - start
-        label_moves = np.concatenate(label_parts)
-        visits = np.concatenate(visit_parts).astype(np.float32)
+        visits = np.concatenate(visit_parts).astype(np.float64)
         label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
         totals = np.add.reduceat(visits, label_offsets[:-1])
-        label_probs = visits / np.repeat(np.maximum(totals, 1.0), counts)
-        symmetries = (
-            self.rng.integers(0, NUM_SYMMETRIES, size=batch_size)
-            if augment
-            else np.zeros(batch_size, dtype=np.int64)
-        )
-        return SampleBatch(
-            positions=transform_positions(positions, symmetries),
-            label_moves=transform_moves(label_moves, np.repeat(symmetries, counts)),
-            label_probs=label_probs.astype(np.float32),
-            label_offsets=label_offsets,
-            z=z,
-            symmetries=symmetries,
-        )
+        return {
+            "positions": positions,
+            "label_moves": np.concatenate(label_parts),
+            "label_probs": (visits / np.repeat(totals, counts)).astype(np.float32),
+            "label_offsets": label_offsets,
+            "z": z,
+        }

@@ -153,33 +153,38 @@ def play_games(
     }
 
 
-def actor_main(handle: ClientHandle, task: ActorTask, results: mp.Queue) -> None:
-    """Actor process entry point: play `task.num_games` games, sending each to `results`.
+def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, tasks: mp.SimpleQueue,
+               results: mp.Queue) -> None:
+    """Actor process entry point: play the games each task asks for, until a None task.
 
-    Messages: ("game", actor_id, samples, record_text) per game, then ("done", actor_id, stats),
-    or ("error", actor_id, text) if the actor fails.
+    A task is `ActorTask`; for each, the actor sends ("game", actor_id, samples, record_text) per
+    finished game, then ("done", actor_id, stats), or ("error", actor_id, text) if it fails.
     """
-    rng = np.random.default_rng(task.seed)
-    time.sleep(float(rng.uniform(0, task.config.start_jitter_s)))
     client = InferenceClient(handle)
+    search: BatchedSearch | None = None
     try:
-        search = BatchedSearch(client, task.config.search, task.config.games_in_parallel, seed=task.seed)
+        while (task := tasks.get()) is not None:
+            rng = np.random.default_rng(task.seed)
+            time.sleep(float(rng.uniform(0, config.start_jitter_s)))
+            if search is None:
+                search = BatchedSearch(client, config.search, config.games_in_parallel, seed=task.seed)
 
-        def send(samples: GameSamples, moves: list[Move]) -> None:
-            record = GameRecord.from_game(
-                moves, task.player_name, task.player_name, event="selfplay",
-                Actor=str(task.actor_id), Weights=str(client.weights_version),
-            )
-            results.put(("game", task.actor_id, samples, record.to_text()))
+            def send(samples: GameSamples, moves: list[Move], task: ActorTask = task) -> None:
+                record = GameRecord.from_game(
+                    moves, task.player_name, task.player_name, event="selfplay",
+                    Actor=str(actor_id), Weights=str(client.weights_version),
+                )
+                results.put(("game", actor_id, samples, record.to_text()))
 
-        stats = play_games(search, task.num_games, send)
-        stats["round_trips"] = float(client.round_trips)
-        stats["round_trip_seconds"] = client.round_trip_seconds
-        results.put(("done", task.actor_id, stats))
+            trips, waited = client.round_trips, client.round_trip_seconds
+            stats = play_games(search, task.num_games, send)
+            stats["round_trips"] = float(client.round_trips - trips)
+            stats["round_trip_seconds"] = client.round_trip_seconds - waited
+            results.put(("done", actor_id, stats))
     except InferenceError as error:
-        results.put(("error", task.actor_id, str(error)))
+        results.put(("error", actor_id, str(error)))
     except Exception:
-        results.put(("error", task.actor_id, traceback.format_exc()))
+        results.put(("error", actor_id, traceback.format_exc()))
     finally:
         client.close()
 
@@ -214,86 +219,124 @@ def split_games(total: int, actors: int) -> list[int]:
     return [total // actors + (1 if index < total % actors else 0) for index in range(actors)]
 
 
-def run_selfplay(
-    server: InferenceServer,
-    config: SelfPlayConfig,
-    num_games: int,
-    on_games: Callable[[list[GameSamples], list[str]], None],
-    iteration: int = 0,
-    progress: Callable[[SelfPlayReport], None] | None = None,
-    context: mp.context.BaseContext | None = None,
-    poll_s: float = 0.2,
-) -> SelfPlayReport:
-    """Play `num_games` games with `config.num_actors` actor processes on a started `server`.
+class SelfPlayWorkers:
+    """Actor processes that stay up for a whole run, each on its own slot of `server`.
 
-    Finished games are handed to `on_games(samples, record_texts)` in groups, as soon as the
-    result queue runs dry, so a crash loses at most the games still being played.
+    Args:
+        server: a started InferenceServer with at least `config.num_actors` slots.
+        config: self-play settings (fixed for the workers' lifetime).
+        context: multiprocessing context (spawn by default).
 
-    Raises:
-        SelfPlayError: if an actor dies or reports an error, or the server fails; every actor
-            process is terminated before it is raised.
+    Use `play(...)` once per iteration and `close()` at the end (or a `with` block).
     """
-    if server.num_clients < config.num_actors:
-        raise ValueError(f"the server has {server.num_clients} slots for {config.num_actors} actors")
-    context = context or mp.get_context("spawn")
-    results: mp.Queue = context.Queue()
-    shares = [share for share in split_games(num_games, config.num_actors)]
-    seeds = np.random.SeedSequence([config.seed, iteration]).spawn(config.num_actors)
-    actors = {}
-    for actor_id, share in enumerate(shares):
-        if share == 0:
-            continue
-        task = ActorTask(actor_id, share, config, int(seeds[actor_id].generate_state(1)[0]))
-        actors[actor_id] = server.start_actor(actor_id, actor_main, (task, results))
-    report = SelfPlayReport()
-    started = time.perf_counter()
-    done: set[int] = set()
-    suspects: dict[int, float] = {}
-    pending_samples: list[GameSamples] = []
-    pending_records: list[str] = []
-    try:
-        while len(done) < len(actors):
-            try:
-                message = results.get(timeout=poll_s)
-            except queue.Empty:
-                message = None
-            if message is not None:
-                kind, actor_id = message[0], message[1]
-                if kind == "game":
-                    pending_samples.append(message[2])
-                    pending_records.append(message[3])
-                    report.games += 1
-                    report.positions += message[2].num_positions
-                elif kind == "done":
-                    done.add(actor_id)
-                    report.actor_stats.append(message[2])
-                else:
-                    _check_server(server)  # the root cause, when the server stopped first
-                    raise SelfPlayError(f"actor {actor_id} failed: {message[2]}")
-            if pending_samples and (message is None or results.empty()):
+
+    def __init__(
+        self,
+        server: InferenceServer,
+        config: SelfPlayConfig,
+        context: mp.context.BaseContext | None = None,
+    ) -> None:
+        if server.num_clients < config.num_actors:
+            raise ValueError(f"the server has {server.num_clients} slots for {config.num_actors} actors")
+        self.server = server
+        self.config = config
+        context = context or mp.get_context("spawn")
+        self._results: mp.Queue = context.Queue()
+        self._tasks = [context.SimpleQueue() for _ in range(config.num_actors)]
+        self._actors = [
+            server.start_actor(actor_id, actor_main, (actor_id, config, self._tasks[actor_id], self._results))
+            for actor_id in range(config.num_actors)
+        ]
+
+    def play(
+        self,
+        num_games: int,
+        on_games: Callable[[list[GameSamples], list[str]], None],
+        iteration: int = 0,
+        progress: Callable[[SelfPlayReport], None] | None = None,
+        poll_s: float = 0.2,
+    ) -> SelfPlayReport:
+        """Play `num_games` games shared among the actors.
+
+        Finished games are handed to `on_games(samples, record_texts)` in groups, as soon as the
+        result queue runs dry, so a crash loses at most the games still being played.
+
+        Raises:
+            SelfPlayError: if an actor dies or reports an error, or the server fails; every actor
+                process is terminated before it is raised.
+        """
+        seeds = np.random.SeedSequence([self.config.seed, iteration]).spawn(self.config.num_actors)
+        busy: set[int] = set()
+        for actor_id, share in enumerate(split_games(num_games, self.config.num_actors)):
+            if share:
+                self._tasks[actor_id].put(ActorTask(actor_id, share, self.config,
+                                                    int(seeds[actor_id].generate_state(1)[0])))
+                busy.add(actor_id)
+        report = SelfPlayReport()
+        started = time.perf_counter()
+        suspects: dict[int, float] = {}
+        pending_samples: list[GameSamples] = []
+        pending_records: list[str] = []
+        try:
+            while busy:
+                try:
+                    message = self._results.get(timeout=poll_s)
+                except queue.Empty:
+                    message = None
+                if message is not None:
+                    kind, actor_id = message[0], message[1]
+                    if kind == "game":
+                        pending_samples.append(message[2])
+                        pending_records.append(message[3])
+                        report.games += 1
+                        report.positions += message[2].num_positions
+                    elif kind == "done":
+                        busy.discard(actor_id)
+                        report.actor_stats.append(message[2])
+                    else:
+                        _check_server(self.server)  # the root cause, when the server stopped first
+                        raise SelfPlayError(f"actor {actor_id} failed: {message[2]}")
+                if pending_samples and (message is None or self._results.empty()):
+                    on_games(pending_samples, pending_records)
+                    pending_samples, pending_records = [], []
+                if message is None:
+                    _check_server(self.server)
+                    _check_actors(self._actors, busy, suspects)
+                report.seconds = time.perf_counter() - started
+                if progress is not None and message is not None and message[0] == "game":
+                    progress(report)
+            if pending_samples:
                 on_games(pending_samples, pending_records)
-                pending_samples, pending_records = [], []
-            if message is None:
-                _check_server(server)
-                _check_actors(actors, done, suspects)
-            report.seconds = time.perf_counter() - started
-            if progress is not None and message is not None and message[0] == "game":
-                progress(report)
-        if pending_samples:
-            on_games(pending_samples, pending_records)
-    except BaseException:
-        for process in actors.values():
+        except BaseException:
+            self.terminate()
+            raise
+        report.seconds = time.perf_counter() - started
+        report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
+        report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
+        return report
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Ask every actor to finish, then wait for them (terminating any that hang)."""
+        for tasks, process in zip(self._tasks, self._actors, strict=True):
+            if process.is_alive():
+                tasks.put(None)
+        for process in self._actors:
+            process.join(timeout)
+        self.terminate()
+
+    def terminate(self) -> None:
+        """Stop every actor process now."""
+        for process in self._actors:
             if process.is_alive():
                 process.terminate()
-        for process in actors.values():
+        for process in self._actors:
             process.join(5)
-        raise
-    for process in actors.values():
-        process.join(30)
-    report.seconds = time.perf_counter() - started
-    report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
-    report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
-    return report
+
+    def __enter__(self) -> SelfPlayWorkers:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
 
 def _check_server(server: InferenceServer) -> None:
@@ -304,13 +347,13 @@ def _check_server(server: InferenceServer) -> None:
 
 
 def _check_actors(
-    actors: dict[int, mp.process.BaseProcess], done: set[int], suspects: dict[int, float], grace_s: float = 2.0
+    actors: list[mp.process.BaseProcess], busy: set[int], suspects: dict[int, float], grace_s: float = 2.0
 ) -> None:
-    """Raise for an actor that exited without reporting "done" (after a grace period for its last
-    messages, which may still be in the queue's pipe)."""
+    """Raise for an actor that exited (after a grace period for its last messages, which may
+    still be in the queue's pipe)."""
     now = time.monotonic()
-    for actor_id, process in actors.items():
-        if actor_id in done or process.is_alive():
+    for actor_id, process in enumerate(actors):
+        if process.is_alive() or (actor_id not in busy and process.exitcode == 0):
             continue
         first_seen = suspects.setdefault(actor_id, now)
         if now - first_seen > grace_s:

@@ -11,7 +11,7 @@ from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
 from amazons.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
-from amazons.selfplay import SelfPlayConfig, play_games, run_selfplay
+from amazons.selfplay import SelfPlayConfig, SelfPlayError, SelfPlayWorkers, play_games
 from amazons.symmetry import INVERSE, transform_moves, transform_positions
 
 FAST_SEARCH = SearchConfig(simulations=8, leaves_per_game=4, root_noise=True, temperature_moves=56,
@@ -85,25 +85,25 @@ def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finis
     assert len(small) < len(resumed)
 
 
-def test_sampling_augments_consistently(tmp_path, finished_games):
+def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finished_games):
+    from amazons.learn import SampleBatch, augment_batch
+
     buffer = ReplayBuffer(tmp_path, window_positions=10_000, seed=3)
     for samples, _ in finished_games:
         buffer.add(samples)
-    batch = buffer.sample(64)
-    assert batch.positions.shape == (64, 3)
+    raw = SampleBatch(**buffer.sample(64))
+    symmetries = np.random.default_rng(0).integers(0, 8, size=64)
+    batch = augment_batch(raw, symmetries=symmetries)
     sums = np.add.reduceat(batch.label_probs, batch.label_offsets[:-1])
     np.testing.assert_allclose(sums, 1.0, rtol=1e-5)
     counts = np.diff(batch.label_offsets)
-    inverse = INVERSE[batch.symmetries]
-    originals = transform_positions(batch.positions, inverse)
-    original_moves = transform_moves(batch.label_moves, np.repeat(inverse, counts))
+    inverse = INVERSE[symmetries]
+    np.testing.assert_array_equal(transform_positions(batch.positions, inverse), raw.positions)
+    np.testing.assert_array_equal(transform_moves(batch.label_moves, np.repeat(inverse, counts)), raw.label_moves)
     for row in range(64):
         legal, _ = engine.legal_moves(batch.positions[row])
         label = batch.label_moves[batch.label_offsets[row] : batch.label_offsets[row + 1]]
         assert {tuple(m) for m in label.tolist()} <= {tuple(m) for m in legal.tolist()}
-        legal_original, _ = engine.legal_moves(originals[row])
-        label_original = original_moves[batch.label_offsets[row] : batch.label_offsets[row + 1]]
-        assert {tuple(m) for m in label_original.tolist()} <= {tuple(m) for m in legal_original.tolist()}
 
 
 def test_records_round_trip_and_reject_illegal_moves(tmp_path, finished_games):
@@ -131,9 +131,28 @@ def test_selfplay_through_the_server_persists_every_game(tmp_path):
         records.extend(texts)
 
     with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
-        report = run_selfplay(server, config, num_games=5, on_games=on_games)
-    assert report.games == 5 and buffer.total_games == 5
-    assert report.positions == len(buffer) and report.simulations > 0
+        with SelfPlayWorkers(server, config) as workers:
+            report = workers.play(5, on_games, iteration=0)
+            second = workers.play(3, on_games, iteration=1)  # the same actors serve a second iteration
+    assert report.games == 5 and second.games == 3 and buffer.total_games == 8
+    assert report.positions + second.positions == len(buffer) and report.simulations > 0
     parsed = [parse_records(text)[0] for text in records]
     assert all(Board.from_moves(record.moves).is_game_over() for record in parsed)
-    assert len(ReplayBuffer(tmp_path / "replay", window_positions=100_000)) == report.positions
+    assert len(ReplayBuffer(tmp_path / "replay", window_positions=100_000)) == len(buffer)
+
+
+def test_a_killed_selfplay_actor_stops_the_run_with_a_clear_error(tmp_path):
+    import os
+    import signal
+    import threading
+
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH.replace(simulations=64))
+    with InferenceServer(UniformEvaluator, num_clients=2) as server:
+        workers = SelfPlayWorkers(server, config)
+        victim = workers._actors[1].pid
+        threading.Timer(2.0, os.kill, (victim, signal.SIGKILL)).start()
+        with pytest.raises(SelfPlayError, match="actor 1"):
+            workers.play(200, lambda samples, texts: None)
+        assert not any(process.is_alive() for process in workers._actors)
+        names = server.slot_names
+    assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
