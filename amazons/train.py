@@ -1,0 +1,495 @@
+"""The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume] [KEY=VALUE ...]`.
+
+Each iteration:
+1. self-play: persistent actor processes play `games_per_iteration` games with the latest
+   weights through the shared-memory inference server; games land in the replay buffer (chunks
+   on disk) and in `games/selfplay.txt` as they finish;
+2. training: `ceil(new_positions * sample_reuse / train_batch_size)` steps (bounded) on
+   uniformly sampled, symmetry-augmented batches from the replay window;
+3. evaluation (every `eval_every` iterations): arena matches of the new model against the
+   previous one and the baseline players, fitted into an Elo ladder with RandomPlayer at 0;
+4. checkpoint: the learner (model, optimizer, scheduler, RNGs, step) and a model file for play,
+   then the new weights are published to the server.
+
+Everything a run needs is in its run directory: `config.json` (the resolved config),
+`checkpoints/latest.pt`, `models/model-NNNN.pt`, `replay/chunk-*.npz`, `games/*.txt`,
+`metrics.jsonl`, `elo.json` and TensorBoard logs under `tensorboard/`. Ctrl-C stops every
+process and unlinks the shared memory; `--resume` continues from the last finished iteration
+with all persisted games.
+
+Config overrides use dotted paths into `TrainConfig`, e.g. `selfplay.search.simulations=64` or
+`net.blocks=4`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import os
+import sys
+import time
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from amazons.arena import run_arena
+from amazons.checkpoint import learner_from_checkpoint, save_checkpoint, save_model
+from amazons.inference import InferenceConfig, InferenceServer
+from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch
+from amazons.mcts import SearchConfig
+from amazons.net import NetConfig, PolicyValueNet, count_parameters, net_config
+from amazons.netplay import NetworkEvaluatorFactory, register_network_players, resolve_device
+from amazons.records import write_records
+from amazons.replay import GameSamples, ReplayBuffer
+from amazons.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
+
+
+@dataclass(frozen=True)
+class EvalConfig:
+    """How each iteration's model is measured."""
+
+    every: int = 1  # evaluate every this many iterations (0 = never)
+    games: int = 10  # games against each opponent (colours alternate)
+    simulations: int = 64  # MCTS simulations per move for the network player
+    opponents: tuple[str, ...] = ("previous", "random", "greedy")  # "previous" = last iteration's model
+    processes: int = 2  # arena worker processes
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """The whole resolved configuration of a run (written to `run_dir/config.json`)."""
+
+    preset: str = "cpu"  # the preset this config started from
+    iterations: int = 30  # iterations to run (a resumed run continues up to this number)
+    seed: int = 0  # seeds self-play, sampling and the initial weights
+    device: str = "auto"  # learner and inference device: "auto", "cpu", "cuda"
+    inference_dtype: str = "auto"  # inference server dtype: "auto" (bf16 on GPU, fp32 on CPU), "fp32", ...
+    torch_threads: int = 1  # intra-op threads of the learner process
+    games_per_iteration: int = 64  # self-play games per iteration
+    train_batch_size: int = 256  # samples per optimizer step
+    sample_reuse: float = 8.0  # samples drawn for training per new position
+    min_steps: int = 20  # training steps per iteration, at least
+    max_steps: int = 2000  # training steps per iteration, at most
+    replay_window_positions: int = 200_000  # the newest positions kept for sampling
+    net: NetConfig = field(default_factory=lambda: net_config("tiny"))
+    optim: OptimConfig = field(default_factory=OptimConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    inference: InferenceConfig = field(default_factory=InferenceConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        for name in ("iterations", "games_per_iteration", "train_batch_size", "replay_window_positions"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.min_steps <= self.max_steps:
+            raise ValueError(f"need 0 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}")
+        if self.sample_reuse <= 0:
+            raise ValueError(f"sample_reuse must be > 0, got {self.sample_reuse}")
+
+
+def preset_config(name: str) -> TrainConfig:
+    """The `cpu` or `gpu` preset.
+
+    `cpu`: a small net and modest searches, so that a 2-core machine improves visibly within an
+    hour. `gpu`: the design's ResNet-40 (20 x 256, joint head, attention), training batch 512 and
+    inference batches up to 256 from many actors.
+    """
+    if name == "cpu":
+        return TrainConfig(
+            preset="cpu",
+            net=net_config("tiny"),
+            optim=OptimConfig(lr=2e-3, weight_decay=1e-4, schedule="constant", warmup_steps=50),
+            selfplay=SelfPlayConfig(
+                num_actors=2,
+                games_in_parallel=16,
+                search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True,
+                                    temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17),
+            ),
+            inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),
+            games_per_iteration=64,
+            train_batch_size=256,
+            sample_reuse=6.0,
+            eval=EvalConfig(every=1, games=10, simulations=48, processes=2),
+        )
+    if name == "gpu":
+        return TrainConfig(
+            preset="gpu",
+            iterations=200,
+            net=net_config("resnet40"),
+            optim=OptimConfig(lr=2e-4, weight_decay=1e-4, warmup_steps=500, total_steps=200_000),
+            selfplay=SelfPlayConfig(
+                num_actors=12,
+                games_in_parallel=64,
+                search=SearchConfig(simulations=400, leaves_per_game=4, root_noise=True,
+                                    temperature_moves=12),
+            ),
+            inference=InferenceConfig(inference_batch_size=256, flush_deadline_ms=1.0),
+            games_per_iteration=768,
+            train_batch_size=512,
+            sample_reuse=4.0,
+            max_steps=4000,
+            replay_window_positions=1_000_000,
+            eval=EvalConfig(every=2, games=20, simulations=200, processes=8),
+        )
+    raise ValueError(f"unknown preset {name!r}; choose 'cpu' or 'gpu'")
+
+
+# ------------------------------------------------------------------------------------------------
+# Config as plain data
+
+
+def config_to_dict(config: Any) -> Any:
+    """Nested dataclasses -> JSON-ready dicts (tuples become lists)."""
+    if dataclasses.is_dataclass(config):
+        return {item.name: config_to_dict(getattr(config, item.name)) for item in dataclasses.fields(config)}
+    if isinstance(config, tuple):
+        return [config_to_dict(value) for value in config]
+    return config
+
+
+def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
+    """Inverse of `config_to_dict` for the dataclass `cls`.
+
+    Raises:
+        ValueError: naming an unknown field.
+    """
+    hints = typing.get_type_hints(cls)
+    known = {item.name for item in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - known)
+    if unknown:
+        raise ValueError(f"{cls.__name__}: unknown fields {unknown}")
+    values = {}
+    for name, value in data.items():
+        hint = hints[name]
+        if dataclasses.is_dataclass(hint):
+            values[name] = config_from_dict(hint, value)
+        elif typing.get_origin(hint) is tuple:
+            values[name] = tuple(value)
+        else:
+            values[name] = value
+    return cls(**values)
+
+
+def _parse_value(text: str, current: Any, path: str) -> Any:
+    try:
+        if isinstance(current, bool):
+            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
+                raise ValueError(text)
+            return text.lower() in ("true", "1", "yes")
+        if isinstance(current, int):
+            return int(text)
+        if isinstance(current, float):
+            return float(text)
+        if isinstance(current, tuple):
+            items = [item.strip() for item in text.split(",") if item.strip()]
+            return tuple(type(current[0])(item) if current else item for item in items)
+        return text
+    except ValueError:
+        raise ValueError(f"override {path}={text!r}: expected a {type(current).__name__}") from None
+
+
+def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
+    """Apply `a.b.c=value` overrides (types follow the current values).
+
+    Raises:
+        ValueError: naming a malformed override or an unknown field.
+    """
+    for override in overrides:
+        path, equals, text = override.partition("=")
+        if not equals or not path:
+            raise ValueError(f"bad override {override!r}: expected KEY=VALUE, e.g. selfplay.num_actors=2")
+        config = _replace_path(config, path.split("."), text, path)
+    return config
+
+
+def _replace_path(node: Any, keys: list[str], text: str, path: str) -> Any:
+    names = {item.name for item in dataclasses.fields(node)}
+    if keys[0] not in names:
+        raise ValueError(f"override {path}: {type(node).__name__} has no field {keys[0]!r}; fields: {sorted(names)}")
+    current = getattr(node, keys[0])
+    if len(keys) == 1:
+        if dataclasses.is_dataclass(current):
+            raise ValueError(f"override {path}: {keys[0]} is a group; name one of its fields")
+        value = _parse_value(text, current, path)
+    else:
+        if not dataclasses.is_dataclass(current):
+            raise ValueError(f"override {path}: {keys[0]} is not a group")
+        value = _replace_path(current, keys[1:], text, path)
+    return dataclasses.replace(node, **{keys[0]: value})
+
+
+# ------------------------------------------------------------------------------------------------
+# Elo ladder
+
+
+def fit_elo(matches: list[dict[str, Any]], anchor: str = "random", prior_games: float = 1.0) -> dict[str, float]:
+    """Ratings from match results (Bradley-Terry on the Elo scale), `anchor` fixed at 0.
+
+    Args:
+        matches: dicts with `a`, `b`, `wins_a`, `games`.
+        anchor: the player pinned at 0.
+        prior_games: each player also scores half of this many games against the anchor, which
+            keeps ratings finite after a clean sweep.
+    """
+    players = sorted({match["a"] for match in matches} | {match["b"] for match in matches} | {anchor})
+    index = {name: i for i, name in enumerate(players)}
+    rows = [(index[m["a"]], index[m["b"]], float(m["wins_a"]), float(m["games"])) for m in matches]
+    rows += [(index[name], index[anchor], prior_games / 2, prior_games) for name in players if name != anchor]
+    ratings = np.zeros(len(players))
+    scale = math.log(10) / 400
+    for _ in range(2000):
+        gradient = np.zeros_like(ratings)
+        curvature = np.full_like(ratings, 1e-9)
+        for a, b, wins, games in rows:
+            expected = 1 / (1 + math.exp(-scale * (ratings[a] - ratings[b])))
+            gradient[a] += wins - games * expected
+            gradient[b] -= wins - games * expected
+            weight = games * expected * (1 - expected) * scale
+            curvature[a] += weight
+            curvature[b] += weight
+        step = gradient / curvature
+        step[index[anchor]] = 0.0
+        ratings += np.clip(step, -200, 200)
+        if np.abs(step).max() < 1e-6:
+            break
+    return {name: float(ratings[index[name]]) for name in players}
+
+
+# ------------------------------------------------------------------------------------------------
+# The run
+
+
+class Run:
+    """One training run in `run_dir`: learner, replay, server, actors, logs."""
+
+    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool) -> None:
+        self.config = config
+        self.run_dir = run_dir
+        self.device = resolve_device(config.device)
+        torch.set_num_threads(config.torch_threads)
+        for folder in ("checkpoints", "models", "replay", "games", "tensorboard"):
+            (run_dir / folder).mkdir(parents=True, exist_ok=True)
+        self.checkpoint_path = run_dir / "checkpoints" / "latest.pt"
+        self.iteration = 0
+        self.matches: list[dict[str, Any]] = []
+        if resume:
+            self.learner = learner_from_checkpoint(self.checkpoint_path, self.device)
+            state = json.loads((run_dir / "state.json").read_text())
+            self.iteration = int(state["iteration"])
+            self.matches = state["matches"]
+        else:
+            torch.manual_seed(config.seed)
+            model = PolicyValueNet(config.net)
+            self.learner = Learner(model, config.optim, self.device, seed=config.seed)
+        self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions, seed=config.seed + self.iteration)
+        for path, reason in self.replay.skipped_chunks:
+            print(f"warning: skipped replay chunk {path}: {reason}", file=sys.stderr)
+        self.metrics_file = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115  (closed in close())
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=self.iteration + 1 if resume else None)
+
+    def model_path(self, iteration: int) -> Path:
+        return self.run_dir / "models" / f"model-{iteration:04d}.pt"
+
+    def run(self, progress: bool = True) -> None:
+        config = self.config
+        if not self.model_path(self.iteration).exists():
+            save_model(self.model_path(self.iteration), self.learner.model, {"iteration": self.iteration})
+        factory = NetworkEvaluatorFactory(str(self.model_path(self.iteration)), config.device, config.inference_dtype)
+        print(f"run {self.run_dir}: preset {config.preset}, net {count_parameters(self.learner.model):,} parameters, "
+              f"device {self.device}, iteration {self.iteration}/{config.iterations}, "
+              f"replay {len(self.replay):,} positions", flush=True)
+        with InferenceServer(factory, config.selfplay.num_actors, config.inference) as server:
+            server.publish_weights(str(self.model_path(self.iteration)), self.iteration)
+            with SelfPlayWorkers(server, config.selfplay) as workers:
+                while self.iteration < config.iterations:
+                    self.run_iteration(server, workers, progress)
+
+    def run_iteration(self, server: InferenceServer, workers: SelfPlayWorkers, progress: bool) -> None:
+        config = self.config
+        iteration = self.iteration + 1
+        started = time.perf_counter()
+        metrics: dict[str, float] = {"iteration": iteration}
+
+        report = self.self_play(workers, iteration, progress)
+        metrics.update({
+            "selfplay/games": report.games,
+            "selfplay/positions": report.positions,
+            "selfplay/positions_per_s": report.positions_per_s,
+            "selfplay/sims_per_s": report.simulations_per_s,
+            "selfplay/evals_per_s": report.evals_per_s,
+            "selfplay/seconds": report.seconds,
+            "selfplay/mean_game_plies": report.positions / max(report.games, 1),
+        })
+        metrics.update(self.train(report.positions, progress))
+        self.iteration = iteration
+        save_model(self.model_path(iteration), self.learner.model, {"iteration": iteration})
+        if config.eval.every and iteration % config.eval.every == 0:
+            metrics.update(self.evaluate(iteration))
+        self.checkpoint()
+        server.publish_weights(str(self.model_path(iteration)), iteration)
+        metrics["iteration_seconds"] = time.perf_counter() - started
+        self.log(iteration, metrics)
+
+    def self_play(self, workers: SelfPlayWorkers, iteration: int, progress: bool) -> SelfPlayReport:
+        config = self.config
+        bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game", progress)
+        games_file = self.run_dir / "games" / "selfplay.txt"
+
+        def on_games(samples: list[GameSamples], records: list[str]) -> None:
+            self.replay.add(GameSamples.concatenate(samples))
+            from amazons.records import parse_records
+
+            write_records(games_file, [parse_records(text)[0] for text in records], append=True)
+
+        def show(report: SelfPlayReport) -> None:
+            if bar is not None:
+                bar.n = report.games
+                bar.set_postfix(pos_s=f"{report.positions_per_s:.0f}", refresh=True)
+
+        report = workers.play(config.games_per_iteration, on_games, iteration=iteration, progress=show)
+        if bar is not None:
+            bar.set_postfix(pos_s=f"{report.positions_per_s:.0f}", sims_s=f"{report.simulations_per_s:.0f}",
+                            evals_s=f"{report.evals_per_s:.0f}")
+            bar.close()
+        return report
+
+    def train(self, new_positions: int, progress: bool) -> dict[str, float]:
+        config = self.config
+        steps = math.ceil(new_positions * config.sample_reuse / config.train_batch_size)
+        steps = min(max(steps, config.min_steps), config.max_steps)
+        bar = _progress_bar(steps, f"iter {self.iteration + 1} training", "step", progress)
+        totals: dict[str, float] = {}
+        started = time.perf_counter()
+        for _ in range(steps):
+            batch = augment_batch(SampleBatch(**self.replay.sample(config.train_batch_size)), self.learner.rng)
+            step_metrics = self.learner.train_step(batch)
+            for key, value in step_metrics.items():
+                totals[key] = totals.get(key, 0.0) + value
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(loss=f"{step_metrics.get('loss', float('nan')):.3f}", refresh=False)
+        if bar is not None:
+            bar.close()
+        seconds = time.perf_counter() - started
+        result = {f"train/{key}": value / max(steps, 1) for key, value in totals.items()}
+        result.update({"train/steps": steps, "train/samples_per_s": steps * config.train_batch_size / max(seconds, 1e-9),
+                       "train/replay_positions": len(self.replay), "train/learner_step": self.learner.step})
+        return result
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        config = self.config.eval
+        register_network_players()
+        name = f"iter-{iteration:04d}"
+        spec = f"mcts-net:{self.model_path(iteration)}"
+        results: dict[str, float] = {}
+        for opponent in config.opponents:
+            if opponent == "previous":
+                opponent_name, opponent_spec = f"iter-{iteration - 1:04d}", f"mcts-net:{self.model_path(iteration - 1)}"
+            else:
+                opponent_name, opponent_spec = opponent, opponent
+            result = run_arena(spec, opponent_spec, config.games, simulations=config.simulations,
+                               processes=config.processes, seed=self.config.seed * 7919 + iteration)
+            self.matches.append({"a": name, "b": opponent_name, "wins_a": result.wins_a, "games": result.games})
+            results[f"eval/win_rate_vs_{opponent}"] = result.win_rate
+            print(f"  eval {name} vs {opponent_name}: {result.wins_a}/{result.games} wins, Elo {result.elo:+.0f} "
+                  f"[{result.elo_low:+.0f}, {result.elo_high:+.0f}]", flush=True)
+        ratings = fit_elo(self.matches)
+        (self.run_dir / "elo.json").write_text(json.dumps({"ratings": ratings, "matches": self.matches}, indent=2) + "\n")
+        results["eval/elo"] = ratings[name]
+        if "greedy" in ratings:
+            results["eval/elo_greedy"] = ratings["greedy"]
+        return results
+
+    def checkpoint(self) -> None:
+        save_checkpoint(self.checkpoint_path, self.learner, {"iteration": self.iteration})
+        state = {"iteration": self.iteration, "matches": self.matches}
+        temporary = self.run_dir / "state.json.tmp"
+        temporary.write_text(json.dumps(state) + "\n")
+        os.replace(temporary, self.run_dir / "state.json")
+
+    def log(self, iteration: int, metrics: dict[str, float]) -> None:
+        self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()}) + "\n")
+        self.metrics_file.flush()
+        for key, value in metrics.items():
+            if key != "iteration":
+                self.writer.add_scalar(key, float(value), iteration)
+        self.writer.flush()
+        summary = ", ".join(f"{key.split('/')[-1]} {metrics[key]:.3g}" for key in
+                            ("train/loss", "selfplay/positions_per_s", "eval/elo") if key in metrics)
+        print(f"iteration {iteration} done in {metrics['iteration_seconds']:.0f} s: {summary}", flush=True)
+
+    def close(self) -> None:
+        self.metrics_file.close()
+        self.writer.close()
+
+
+def _progress_bar(total: int, description: str, unit: str, enabled: bool) -> Any:
+    if not enabled:
+        return None
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=description, unit=unit, leave=False, dynamic_ncols=True)
+
+
+def resolve_config(args: argparse.Namespace) -> TrainConfig:
+    """The run's config: from `run_dir/config.json` when resuming, else from the preset; then
+    `--iterations` and the KEY=VALUE overrides."""
+    config_path = args.run_dir / "config.json"
+    if args.resume:
+        if not (args.run_dir / "checkpoints" / "latest.pt").exists() or not config_path.exists():
+            raise SystemExit(f"--resume: {args.run_dir} holds no finished iteration to resume from")
+        config = config_from_dict(TrainConfig, json.loads(config_path.read_text()))
+    else:
+        if (args.run_dir / "checkpoints" / "latest.pt").exists():
+            raise SystemExit(f"{args.run_dir} already holds a run: pass --resume, or another --run-dir")
+        preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
+        config = preset_config(preset)
+    config = apply_overrides(config, args.overrides)
+    if args.iterations is not None:
+        config = dataclasses.replace(config, iterations=args.iterations)
+    return config
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point."""
+    parser = argparse.ArgumentParser(prog="python -m amazons.train", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--preset", choices=("cpu", "gpu"), default=None,
+                        help="default: gpu when CUDA is available, else cpu")
+    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<preset>")
+    parser.add_argument("--iterations", type=int, default=None, help="iterations to reach (overrides the config)")
+    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. net.blocks=4")
+    args = parser.parse_args(argv)
+    if args.run_dir is None:
+        args.run_dir = Path("runs") / (args.preset or ("gpu" if torch.cuda.is_available() else "cpu"))
+    try:
+        config = resolve_config(args)
+    except ValueError as error:
+        parser.error(str(error))
+    args.run_dir.mkdir(parents=True, exist_ok=True)
+    (args.run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2) + "\n")
+    run = Run(config, args.run_dir, args.resume)
+    try:
+        run.run(progress=not args.no_progress)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted after iteration {run.iteration}; continue with: "
+              f"python -m amazons.train --run-dir {args.run_dir} --resume", file=sys.stderr)
+        return 130
+    finally:
+        run.close()
+    print(f"finished {run.iteration} iterations in {args.run_dir}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,129 @@
+"""The main job: config handling, the Elo ladder, and real end-to-end runs on CPU."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from amazons.train import (
+    TrainConfig,
+    apply_overrides,
+    config_from_dict,
+    config_to_dict,
+    fit_elo,
+    main,
+    preset_config,
+)
+
+# Small enough for CI: a couple of games per iteration, few simulations, tiny evaluation.
+SMOKE = [
+    "games_per_iteration=4",
+    "selfplay.num_actors=2",
+    "selfplay.games_in_parallel=2",
+    "selfplay.search.simulations=8",
+    "selfplay.start_jitter_s=0",
+    "min_steps=3",
+    "max_steps=3",
+    "train_batch_size=32",
+    "eval.games=2",
+    "eval.simulations=4",
+    "eval.processes=1",
+    "eval.opponents=previous,random",
+]
+
+
+def test_config_round_trips_through_json_and_overrides_follow_types():
+    config = apply_overrides(preset_config("cpu"), ["net.blocks=3", "selfplay.search.simulations=12",
+                                                    "optim.lr=0.01", "selfplay.search.root_noise=false",
+                                                    "eval.opponents=random,greedy"])
+    assert config.net.blocks == 3 and config.selfplay.search.simulations == 12
+    assert config.optim.lr == 0.01 and config.selfplay.search.root_noise is False
+    assert config.eval.opponents == ("random", "greedy")
+    restored = config_from_dict(TrainConfig, json.loads(json.dumps(config_to_dict(config))))
+    assert restored == config
+    assert preset_config("gpu").net.blocks == 20 and preset_config("gpu").net.channels == 256
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [("net.depth=3", "no field 'depth'"), ("net.blocks=three", "expected a int"), ("iterations", "KEY=VALUE"),
+     ("selfplay=3", "is a group")],
+)
+def test_bad_overrides_name_the_problem(override, message):
+    with pytest.raises(ValueError, match=message):
+        apply_overrides(preset_config("cpu"), [override])
+
+
+def test_elo_ladder_recovers_known_differences():
+    matches = [{"a": "x", "b": "random", "wins_a": 750, "games": 1000},
+               {"a": "y", "b": "x", "wins_a": 500, "games": 1000}]
+    ratings = fit_elo(matches)
+    assert ratings["random"] == 0
+    assert abs(ratings["x"] - 191) < 5  # 75% score is +191 Elo
+    assert abs(ratings["y"] - ratings["x"]) < 5
+    sweep = fit_elo([{"a": "z", "b": "random", "wins_a": 10, "games": 10}])
+    assert 200 < sweep["z"] < 1000  # finite after a clean sweep
+
+
+def shm_segments() -> set[str]:
+    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+
+
+@pytest.mark.slow
+def test_two_iterations_end_to_end_then_resume(tmp_path):
+    run_dir = tmp_path / "run"
+    before = shm_segments()
+    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2", "--no-progress", *SMOKE]) == 0
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+    assert (run_dir / "checkpoints" / "latest.pt").exists()
+    assert sorted(path.name for path in (run_dir / "models").iterdir()) == [
+        "model-0000.pt", "model-0001.pt", "model-0002.pt"]
+    chunks = sorted((run_dir / "replay").glob("chunk-*.npz"))
+    assert chunks and any((run_dir / "tensorboard").iterdir())
+    assert json.loads((run_dir / "elo.json").read_text())["ratings"]["random"] == 0
+    assert (run_dir / "games" / "selfplay.txt").read_text().count("[Event ") == 8
+    assert main(["--run-dir", str(run_dir), "--iterations", "3", "--resume", "--no-progress"]) == 0
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    assert len(list((run_dir / "replay").glob("chunk-*.npz"))) > len(chunks)
+    assert json.loads(lines[-1])["train/learner_step"] == 9
+    assert shm_segments() <= before
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_every_process_and_resume_continues(tmp_path):
+    run_dir = tmp_path / "run"
+    before = shm_segments()
+    command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
+               "--iterations", "50", "--no-progress", *SMOKE]
+    process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1],
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               start_new_session=True)
+    deadline = time.monotonic() + 240
+    while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
+        assert time.monotonic() < deadline and process.poll() is None, "no iteration finished"
+        time.sleep(0.5)
+    os.killpg(process.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the whole group
+    output, _ = process.communicate(timeout=120)
+    assert process.returncode == 130, output
+    assert "--resume" in output
+    # Helper processes (resource tracker, forkserver) notice their parent is gone within moments.
+    for _ in range(40):
+        leftovers = subprocess.run(["ps", "-o", "pid,args", "--no-headers", "-g", str(process.pid)],
+                                   capture_output=True, text=True).stdout.strip()
+        if not leftovers:
+            break
+        time.sleep(0.25)
+    assert leftovers == "", f"orphan processes: {leftovers}"
+    assert shm_segments() <= before
+    finished = len((run_dir / "metrics.jsonl").read_text().splitlines())
+    assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume", "--no-progress"]) == 0
+    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == finished + 1
