@@ -116,7 +116,7 @@ class Move:
             NotationError: naming the bad token.
         """
         stripped = text.strip()
-        if re.fullmatch(r"[\d\s-]+", stripped):
+        if len(stripped.split()) == 6 or re.fullmatch(r"[\d\s-]+", stripped):
             return cls.from_botzone(stripped)
         tokens = [token for token in re.split(r"[-/\s,x]+", stripped.lower()) if token]
         if len(tokens) == 1 and len(tokens[0]) == 6:
@@ -330,6 +330,10 @@ class Board:
                     raise NotationError(f"bad position row {row!r}: unexpected {char!r}")
             if x != 8:
                 raise NotationError(f"bad position row {row!r}: covers {x} squares, expected 8")
+        for piece, name in (("B", "black"), ("W", "white")):
+            count = boards[piece].bit_count()
+            if count > 4:
+                raise NotationError(f"bad position {position!r}: {count} {name} amazons, at most 4")
         if fields[1] not in ("b", "w"):
             raise NotationError(f"bad side to move {fields[1]!r}: expected 'b' or 'w'")
         ply_text = fields[2] if len(fields) == 3 else "0"

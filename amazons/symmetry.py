@@ -101,6 +101,8 @@ def transform_square_labels(labels: np.ndarray, k: int | np.ndarray) -> np.ndarr
     k = _indices(k, labels.shape[0] if labels.ndim > 1 else None)
     if k.ndim == 0:
         return labels[..., INVERSE_PERMUTATIONS[k]]
+    if labels.ndim < 2:
+        raise SymmetryError("per-row symmetry indices need labels with a leading batch axis (B, ..., 64)")
     sources = INVERSE_PERMUTATIONS[k].reshape((k.shape[0],) + (1,) * (labels.ndim - 2) + (64,))
     return np.take_along_axis(labels, np.broadcast_to(sources, labels.shape), axis=-1)
 

@@ -1,0 +1,327 @@
+"""Engine benchmarks: perft, move enumeration, feature planes and push/pop, against two peers.
+
+Every figure is measured in the same run on the same positions for the engine, for the
+pure-Python oracle of `tests/oracle.py`, and, when `open-spiel` is installed, for OpenSpiel's
+`amazons` (board_size 8) driven from Python. Positions: the Botzone start, and mid-game positions
+reached by seeded uniformly random playouts to ply 20. Everything runs on one core.
+
+Timing on a shared machine: every side's work comes in short pieces (one batch call, one
+position, one board), clocked a few times in a row in each of several interleaved rounds; each
+piece keeps its fastest time. A rate is units over the sum of those times (what one undisturbed
+core does), and a speedup is the ratio of two rates found the same way over the same stretch of
+time.
+
+Metric names (`engine.<what>`), all "higher is better" except `engine.perft3_s`:
+* `perft3_s`, `perft3_leaf_moves_per_s`: perft(3) from the start (1,358,441,750 leaves); the
+  oracle's leaf rate comes from its perft(2) from the start (full expansion, no bulk counting).
+* `movegen_{start,mid}_moves_per_s`: `engine.legal_moves` on a batch into caller-owned buffers.
+* `features{7,3}_positions_per_s`: `engine.features` on a batch of mid-game positions.
+* `pushpop_per_s`: `Board.push` + `Board.pop` pairs, `Move` objects in, Python loop;
+  `state_pushpop_per_s`: the same on the Cython `State` under `Board`, plain ints in.
+* `oracle_*`, `openspiel_*`: the peers' rates for the same work; `speedup_vs_oracle` and
+  `speedup_vs_openspiel` are for mid-game move enumeration, `*_start` for the start, and
+  `<task>_speedup_vs_<peer>` for the other tasks.
+
+Run it through the runner: `python benchmarks/run.py --suite engine [--quick] [--json PATH]`.
+"""
+
+from __future__ import annotations
+
+import random
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+REPO = Path(__file__).resolve().parents[1]
+for _path in (REPO, REPO / "tests"):
+    if str(_path) not in sys.path:
+        sys.path.insert(0, str(_path))
+
+import oracle  # noqa: E402  (tests/oracle.py, found through the path above)
+
+from amazons import Board, Move, _engine, engine  # noqa: E402
+
+MID_PLY = 20
+MID_POSITIONS = 64
+BATCH = 256  # positions per batch call: a search's leaf batch; the output stays in cache
+BURST = 3  # consecutive clocks of each piece per round
+PERFT2_LEAVES = 1_331_198
+PERFT3_LEAVES = 1_358_441_750
+
+try:
+    import pyspiel
+except ImportError:  # the `bench` extra is optional
+    pyspiel = None
+
+Work = tuple[list[Callable[[], object]], float]  # (short pieces of the work, units they handle)
+
+
+def clock(work: Callable[[], object]) -> float:
+    """Wall time of one call of `work`, in seconds."""
+    started = time.perf_counter()
+    work()
+    return time.perf_counter() - started
+
+
+def compare(ours: Work, peers: dict[str, Work], rounds: int) -> tuple[float, dict[str, float], dict[str, float]]:
+    """Rates of the engine and its peers on the same work, timed in interleaved rounds.
+
+    Each side's work comes in short pieces (one batch call, one position, one board). Every
+    round clocks every piece of every side `BURST` times in a row (so caches are warm for every
+    side alike); a piece's time is its fastest over the rounds,
+    and a side's rate is its units over the sum of its pieces' times: what one undisturbed core
+    does, found the same way for every side over the same stretch of time.
+
+    Args:
+        ours: the engine's `(pieces, units)`.
+        peers: `{name: (pieces, units)}` for the same work done by each peer.
+        rounds: number of rounds (after one untimed warm-up call of each piece).
+
+    Returns:
+        `(our rate, {peer: rate}, {peer: our rate / its rate})`.
+    """
+    sides = {"ours": ours, **peers}
+    for pieces, _ in sides.values():
+        for piece in pieces:
+            piece()
+    best = {name: [float("inf")] * len(pieces) for name, (pieces, _) in sides.items()}
+    for _ in range(rounds):
+        for name, (pieces, _) in sides.items():
+            for index, piece in enumerate(pieces):
+                best[name][index] = min(best[name][index], *(clock(piece) for _ in range(BURST)))
+    rates = {name: units / sum(best[name]) for name, (_, units) in sides.items()}
+    return rates["ours"], {name: rates[name] for name in peers}, {name: rates["ours"] / rates[name] for name in peers}
+
+
+def record(metrics: dict[str, float], task: str, units: str, result: tuple, headline: dict[str, str]) -> None:
+    """Store `compare`'s result as `engine.<task>_<units>`, `engine.<peer>_<task>_<units>` and speedups."""
+    our_rate, peer_rates, speedups = result
+    metrics[f"engine.{task}_{units}"] = our_rate
+    for name, rate in peer_rates.items():
+        metrics[f"engine.{name}_{task}_{units}"] = rate
+    for name, speedup in speedups.items():
+        metrics[headline.get(name, f"engine.{task}_speedup_vs_{name}")] = speedup
+
+
+def mid_game_lines(count: int, seed: int = 2024) -> list[list[Move]]:
+    """Move lists of `count` seeded uniformly random games, each stopped at ply `MID_PLY`."""
+    lines = []
+    rng = random.Random(seed)
+    while len(lines) < count:
+        board, line = Board(), []
+        while board.ply < MID_PLY and not board.is_game_over():
+            moves = board.legal_move_array()
+            move = Move(*moves[rng.randrange(len(moves))].tolist())
+            board.push(move)
+            line.append(move)
+        if board.ply == MID_PLY and not board.is_game_over():
+            lines.append(line)
+    return lines
+
+
+def oracle_position(board: Board) -> oracle.Position:
+    """The oracle's real-frame position of a board."""
+    black, white, arrows = board.bitboards()
+    return oracle.Position(
+        oracle.squares_of(black), oracle.squares_of(white), oracle.squares_of(arrows), board.turn
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# OpenSpiel, driven the natural way from Python: from-square, to-square, arrow, one state each
+# ---------------------------------------------------------------------------------------------
+
+def openspiel_cell(square: int) -> int:
+    """OpenSpiel cell of a Botzone square: `(x, y)` -> `(7 - y) * 8 + x`."""
+    return (7 - square // 8) * 8 + square % 8
+
+
+def openspiel_square(cell: int) -> int:
+    """Botzone square of an OpenSpiel cell."""
+    return (7 - cell // 8) * 8 + cell % 8
+
+
+def openspiel_state(game, line: list[Move]):
+    """The OpenSpiel state after a line of moves from the start."""
+    state = game.new_initial_state()
+    for move in line:
+        for square in move.as_tuple():
+            state.apply_action(openspiel_cell(square))
+    return state
+
+
+def openspiel_count_moves(state) -> int:
+    """Number of full moves, by expanding from-square, then to-square, then listing arrows."""
+    total = 0
+    for source in state.legal_actions():
+        picked = state.child(source)
+        for destination in picked.legal_actions():
+            total += len(picked.child(destination).legal_actions())
+    return total
+
+
+def openspiel_move_set(state) -> set[tuple[int, int, int]]:
+    """Full moves of a state as Botzone `(src, dst, arrow)` squares."""
+    moves = set()
+    for source in state.legal_actions():
+        picked = state.child(source)
+        for destination in picked.legal_actions():
+            for arrow in picked.child(destination).legal_actions():
+                moves.add((openspiel_square(source), openspiel_square(destination), openspiel_square(arrow)))
+    return moves
+
+
+def openspiel_apply_undo(state, moves: list[tuple[int, int, int]]) -> None:
+    """OpenSpiel's push/pop: apply the three actions of each move, then undo them."""
+    player = state.current_player()
+    for source, destination, arrow in moves:
+        state.apply_action(source)
+        state.apply_action(destination)
+        state.apply_action(arrow)
+        state.undo_action(player, arrow)
+        state.undo_action(player, destination)
+        state.undo_action(player, source)
+
+
+# ---------------------------------------------------------------------------------------------
+# the suite
+# ---------------------------------------------------------------------------------------------
+
+def run(quick: bool) -> dict[str, float]:
+    """Measure the engine, the oracle and (if installed) OpenSpiel; return `engine.*` metrics."""
+    rounds = 3 if quick else 15
+    mid_count = MID_POSITIONS // 4 if quick else MID_POSITIONS
+    metrics: dict[str, float] = {}
+
+    start = engine.start_position()
+    lines = mid_game_lines(mid_count)
+    boards = [Board.from_moves(line) for line in lines]
+    mid = np.stack([board.canonical_position() for board in boards])
+    start_triple = oracle.Position().canonical()
+    mid_triples = [oracle.triple_of(position) for position in mid]
+    metrics["engine.mid_positions"] = float(mid_count)
+    metrics["engine.mid_mean_legal_moves"] = float(engine.count_legal_moves(mid).mean())
+
+    game = pyspiel.load_game("amazons", {"board_size": 8}) if pyspiel is not None else None
+    start_state, mid_states = None, []
+    if game is not None:
+        start_state = game.new_initial_state()
+        mid_states = [openspiel_state(game, line) for line in lines]
+        mismatches = sum(
+            openspiel_move_set(state) != {tuple(row) for row in board.legal_move_array().tolist()}
+            for state, board in zip([start_state, *mid_states], [Board(), *boards], strict=True)
+        )
+        metrics["engine.openspiel_move_set_mismatches"] = float(mismatches)
+
+    # perft(3) from the start; the oracle's perft(2) from the start, as one child per first move.
+    metrics["engine.perft3_s"] = min(clock(lambda: engine.perft_position(start, 3)) for _ in range(1 if quick else 3))
+    metrics["engine.perft3_leaf_moves_per_s"] = PERFT3_LEAVES / metrics["engine.perft3_s"]
+    mine, theirs, arrows = start_triple
+    children = []  # (side to move, the other side, arrows) after each first move
+    for move in oracle.legal_moves(mine, theirs, arrows):
+        new_mine, new_arrows = oracle.play_move(mine, theirs, arrows, move)
+        children.append((theirs, new_mine, new_arrows))
+    oracle_seconds = sum(min(clock(lambda c=child: oracle.perft(*c, 1)) for _ in range(1 if quick else 2)) for child in children)
+    metrics["engine.oracle_perft2_leaf_moves_per_s"] = PERFT2_LEAVES / oracle_seconds
+    metrics["engine.perft_speedup_vs_oracle"] = (
+        metrics["engine.perft3_leaf_moves_per_s"] / metrics["engine.oracle_perft2_leaf_moves_per_s"]
+    )
+
+    # Move enumeration through the batch API into caller-owned buffers; the peers list the same
+    # positions' moves one position at a time.
+    for label, positions, triples, states in (
+        ("start", np.tile(start, (BATCH, 1)), [start_triple], [start_state]),
+        ("mid", np.tile(mid, (BATCH // mid_count, 1)), mid_triples, mid_states),
+    ):
+        total = int(engine.count_legal_moves(positions).sum())
+        out_moves = np.empty((total, 3), dtype=np.int32)
+        out_offsets = np.empty(len(positions) + 1, dtype=np.int64)
+        peers = {
+            "oracle": (
+                [lambda t=triple: oracle.legal_moves(*t) for triple in triples],
+                sum(len(oracle.legal_moves(*triple)) for triple in triples),
+            )
+        }
+        if game is not None:
+            peers["openspiel"] = (
+                [lambda s=state: openspiel_count_moves(s) for state in states],
+                sum(openspiel_count_moves(state) for state in states),
+            )
+        result = compare(
+            ([lambda p=positions, m=out_moves, o=out_offsets: engine.legal_moves(p, m, o)], total),
+            peers,
+            rounds,
+        )
+        suffix = "" if label == "mid" else "_start"
+        record(metrics, f"movegen_{label}", "moves_per_s", result,
+               {name: f"engine.speedup_vs_{name}{suffix}" for name in peers})
+
+    # Feature planes, batched; the oracle's naive planes and OpenSpiel's observation tensor (its
+    # nearest thing: 4 planes, no mobility) one position at a time.
+    feature_batch = np.tile(mid, ((4 * BATCH) // mid_count, 1))
+    three_planes = np.empty((len(feature_batch), 3, 8, 8), dtype=np.float32)
+    seven_planes = np.empty((len(feature_batch), 7, 8, 8), dtype=np.float32)
+    metrics["engine.features3_positions_per_s"] = len(feature_batch) / min(
+        clock(lambda: engine.features(feature_batch, 3, three_planes)) for _ in range(3 * rounds)
+    )
+    peers = {"oracle": ([lambda t=triple: oracle.feature_planes(*t) for triple in mid_triples], len(mid_triples))}
+    if game is not None:
+        peers["openspiel_observation"] = (
+            [lambda s=state: s.observation_tensor() for state in mid_states],
+            len(mid_states),
+        )
+    result = compare(([lambda: engine.features(feature_batch, 7, seven_planes)], len(feature_batch)), peers, rounds)
+    record(metrics, "features7", "positions_per_s", result, {})
+
+    # push/pop over every legal move of a few mid-game positions: the Python Board, the Cython
+    # State under it (plain ints), the oracle's checked move to a new position, OpenSpiel's
+    # apply and undo of three actions.
+    push_boards = boards[:8]
+    push_moves = [board.legal_moves() for board in push_boards]
+    pushes = sum(len(moves) for moves in push_moves)
+
+    def board_push_pop(board: Board, moves: list[Move]) -> None:
+        for move in moves:
+            board.push(move)
+            board.pop()
+
+    def state_push_pop(state: _engine.State, moves: list[tuple[int, int, int]]) -> None:
+        for src, dst, arrow in moves:
+            state.push(src, dst, arrow)
+            state.pop()
+
+    def oracle_play(position: oracle.Position, moves: list[oracle.Move]) -> None:
+        for move in moves:
+            position.play(move)
+
+    int_moves = [[move.as_tuple() for move in moves] for moves in push_moves]
+    states = []
+    for board in push_boards:
+        state = _engine.State()
+        state.set_position(*board.bitboards(), board.turn, board.ply)
+        states.append(state)
+    oracle_moves = [[oracle.move_from_indices(move) for move in moves] for moves in int_moves]
+    peers = {
+        "state": ([partial(state_push_pop, *pair) for pair in zip(states, int_moves, strict=True)], pushes),
+        "oracle": (
+            [
+                partial(oracle_play, oracle_position(board), moves)
+                for board, moves in zip(push_boards, oracle_moves, strict=True)
+            ],
+            pushes,
+        ),
+    }
+    if game is not None:
+        cell_moves = [[tuple(openspiel_cell(square) for square in move) for move in moves] for moves in int_moves]
+        peers["openspiel"] = (
+            [partial(openspiel_apply_undo, *pair) for pair in zip(mid_states[:8], cell_moves, strict=True)],
+            pushes,
+        )
+    ours = ([partial(board_push_pop, *pair) for pair in zip(push_boards, push_moves, strict=True)], pushes)
+    record(metrics, "pushpop", "per_s", compare(ours, peers, rounds), {})
+    metrics.pop("engine.pushpop_speedup_vs_state")
+    return metrics

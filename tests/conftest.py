@@ -1,0 +1,107 @@
+"""Shared fixtures and hypothesis strategies for the tests.
+
+Random games come from the pure-Python oracle (`tests/oracle.py`), never from the engine, so a
+rules bug in the engine cannot shape the games that test it. A game is drawn from a seed: the
+same seed always gives the same game, and hypothesis shrinks towards small seeds and short games.
+
+Hypothesis profiles: `ci` (chosen when the `CI` environment variable is set) runs more examples;
+`dev` (the default) keeps the whole engine test set well under a minute on a laptop. Both
+switch the per-example deadline off: the oracle is slow on purpose and timings vary.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import oracle  # noqa: E402  (needs the path above when tests/ is imported as a package)
+
+settings.register_profile(
+    "ci",
+    max_examples=100,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.register_profile(
+    "dev",
+    max_examples=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+# Seeds of the fixed sample of games that the batch tests sweep (every ply of each).
+SAMPLE_GAME_SEEDS = tuple(range(12))
+
+game_seeds = st.integers(min_value=0, max_value=2**32 - 1)
+
+
+@functools.lru_cache(maxsize=512)
+def oracle_game(seed: int) -> tuple:
+    """A complete uniformly random game (real-frame oracle moves) for `seed`, cached."""
+    return tuple(oracle.random_game(seed))
+
+
+@functools.lru_cache(maxsize=512)
+def oracle_line(seed: int) -> tuple:
+    """The positions along `oracle_game(seed)`, the start and the final position included."""
+    return tuple(oracle.play_line(oracle_game(seed)))
+
+
+@st.composite
+def random_games(draw, min_plies: int = 0) -> list:
+    """A prefix of a random legal game: `(seed, moves)` with real-frame oracle moves.
+
+    The prefix length is drawn from 0 up to the whole game, so games that end (the side to move
+    has no move) are produced too.
+    """
+    seed = draw(game_seeds)
+    moves = oracle_game(seed)
+    plies = draw(st.integers(min_value=min(min_plies, len(moves)), max_value=len(moves)))
+    return seed, list(moves[:plies])
+
+
+@st.composite
+def game_positions(draw, min_ply: int = 0) -> oracle.Position:
+    """An oracle `Position` at some ply of a random game (final positions included)."""
+    seed = draw(game_seeds)
+    line = oracle_line(seed)
+    return line[draw(st.integers(min_value=min(min_ply, len(line) - 1), max_value=len(line) - 1))]
+
+
+def sample_positions(step: int = 1) -> list[oracle.Position]:
+    """Positions at every `step`-th ply of the fixed sample games, each game's final one included."""
+    positions = []
+    for seed in SAMPLE_GAME_SEEDS:
+        line = oracle_line(seed)
+        positions.extend(line[::step])
+        if (len(line) - 1) % step:
+            positions.append(line[-1])
+    return positions
+
+
+@pytest.fixture(scope="session")
+def positions_sample() -> list[oracle.Position]:
+    """About 300 oracle positions from the start to the end of fixed random games."""
+    return sample_positions(step=2)
+
+
+@pytest.fixture(scope="session")
+def canonical_sample(positions_sample) -> np.ndarray:
+    """`positions_sample` as canonical `(B, 3) uint64` positions, built by the oracle."""
+    return np.stack([oracle.triple_array(*position.canonical()) for position in positions_sample])
+
+
+@pytest.fixture(scope="session")
+def oracle_canonical_moves(positions_sample) -> list[set]:
+    """The oracle's canonical legal moves of each of `positions_sample`, as index triples."""
+    return [oracle.move_index_set(position.canonical_legal_moves()) for position in positions_sample]

@@ -1,0 +1,80 @@
+"""OpenSpiel's `amazons` (board_size 8) as an independent peer of the engine.
+
+Skipped unless `pyspiel` imports (`pip install open-spiel`, the `bench` extra). OpenSpiel plays a
+move as three actions by the same player (from, to, arrow), each a cell `r * 8 + c` with row 0 at
+the bottom of Botzone's picture: Botzone `(x, y)` is cell `(7 - y) * 8 + x`, and OpenSpiel's
+player 0 is Botzone's Black, who moves first.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from amazons import Board, Move
+
+pyspiel = pytest.importorskip("pyspiel")
+
+
+def cell_of(square: int) -> int:
+    """OpenSpiel cell of a Botzone square `y * 8 + x`."""
+    x, y = square % 8, square // 8
+    return (7 - y) * 8 + x
+
+
+def square_of(cell: int) -> int:
+    """Botzone square of an OpenSpiel cell."""
+    row, column = divmod(cell, 8)
+    return (7 - row) * 8 + column
+
+
+def openspiel_moves(state) -> set[tuple[int, int, int]]:
+    """All full moves of an OpenSpiel state at a from-square decision, as Botzone squares."""
+    moves = set()
+    for source in state.legal_actions():
+        picked = state.child(source)
+        for destination in picked.legal_actions():
+            moved = picked.child(destination)
+            for arrow in moved.legal_actions():
+                moves.add((square_of(source), square_of(destination), square_of(arrow)))
+    return moves
+
+
+@pytest.fixture(scope="module")
+def game():
+    return pyspiel.load_game("amazons", {"board_size": 8})
+
+
+def test_coordinate_mapping_is_a_bijection() -> None:
+    assert sorted(cell_of(square) for square in range(64)) == list(range(64))
+    assert all(square_of(cell_of(square)) == square for square in range(64))
+
+
+def test_start_positions_agree(game) -> None:
+    state = game.new_initial_state()
+    assert state.current_player() == 0
+    board = Board()
+    black_cells = sorted(cell_of(square) for square in board.amazons(0))
+    assert sorted(state.legal_actions()) == black_cells
+    assert openspiel_moves(state) == {move.as_tuple() for move in board.legal_moves()}
+
+
+@pytest.mark.parametrize("seed", range(10))
+def test_legal_move_sets_agree_along_random_games(game, seed: int) -> None:
+    rng = random.Random(seed)
+    state = game.new_initial_state()
+    board = Board()
+    while True:
+        assert state.is_terminal() == board.is_game_over(), f"ply {board.ply}"
+        if board.is_game_over():
+            break
+        assert state.current_player() == board.turn, f"ply {board.ply}"
+        ours = {move.as_tuple() for move in board.legal_moves()}
+        assert openspiel_moves(state) == ours, f"ply {board.ply}"
+        move = Move(*rng.choice(sorted(ours)))
+        board.push(move)
+        for square in move.as_tuple():
+            state.apply_action(cell_of(square))
+    winner = board.winner()
+    assert state.returns()[winner] == 1 and state.returns()[1 - winner] == -1
