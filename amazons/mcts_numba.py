@@ -1,0 +1,488 @@
+"""Numba kernels of the search: flat search trees, PUCT selection, expansion, backup, reuse.
+
+This module owns the tree arithmetic and nothing else: it never sees the rules (the Cython engine
+turns paths into positions and legal-move lists) and never sees an evaluator (`amazons.mcts` calls
+it between kernels). It imports only numpy and numba; every `@njit(cache=True)` kernel of the
+search lives here, because Numba's cache does not notice edits in other files.
+
+The trees of `G` games live in one `TreeArrays` bundle of struct-of-arrays, row `g` per game.
+Per game, node 0 is the root; nodes and edges are allocated left to right and a node's edges are
+one contiguous block (CSR), never a dense nodes x moves table (8x8 positions have up to 2,916
+moves). Everything is in canonical frames: an edge's move is in the frame of the node that owns
+it, and values are always for the side to move at the node (so edge statistics, owned by the
+node the edge leaves, are for the side choosing the edge).
+
+Invariants the kernels rely on and keep:
+
+* A node exists only once expanded (its edge block written), except the root before its first
+  expansion (`node_edge_count == NOT_EXPANDED`). A terminal node is expanded with no edges.
+* A node's index is larger than its parent's, and edge blocks are laid out in node order. Tree
+  reuse can therefore compact the kept subtree in place by sliding it to the left.
+* `edge_child` is `NO_CHILD` until the edge's leaf is expanded; while a selected leaf waits for
+  its evaluation it is `PENDING`, so a second selection of it in the same batch is a collision.
+* Virtual loss lives in separate integer counters (`*_inflight`), so backing a leaf up removes
+  it exactly, leaving no floating-point residue in the statistics.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+NO_CHILD = -1  # edge_child: the edge's leaf has not been expanded
+PENDING = -2  # edge_child: the edge's leaf was selected in this batch and awaits its evaluation
+NOT_EXPANDED = -1  # node_edge_count of a root that has not been expanded yet
+NO_PARENT = -1  # node_parent / node_parent_edge of the root
+
+MAX_DEPTH = 64  # path buffer length; an 8x8 game has at most 56 plies, so no path is longer
+
+# Status codes returned by kernels (0 = fine).
+STATUS_OK = 0
+STATUS_PATH_TOO_LONG = 1  # a selection path outgrew the path buffer (corrupt tree)
+STATUS_ROOT_CAPACITY = 2  # a root's moves do not fit in the edge arrays
+
+# Outcomes of one descent (select_leaves' per-game statistics columns).
+STAT_LEAVES = 0  # leaves gathered for evaluation
+STAT_TERMINALS = 1  # simulations ended at a known terminal node and backed up at once
+STAT_COLLISIONS = 2  # descents that hit a leaf already pending in this batch (discarded)
+NUM_STATS = 3
+
+
+class TreeArrays(NamedTuple):
+    """Search trees of `G` games; `N` nodes and `E` edges of capacity per game."""
+
+    node_visits: np.ndarray  # [G, N] int32, completed simulations through the node (expansion included)
+    node_value_sum: np.ndarray  # [G, N] float64, sum of backed-up values, side to move at the node
+    node_inflight: np.ndarray  # [G, N] int32, selections through the node awaiting backup
+    node_visited_mass: np.ndarray  # [G, N] float64, prior mass of the edges selected so far (for FPU)
+    node_first_edge: np.ndarray  # [G, N] int32, index of the node's first edge
+    node_edge_count: np.ndarray  # [G, N] int32, number of edges (legal moves); NOT_EXPANDED at a fresh root
+    node_parent: np.ndarray  # [G, N] int32, parent node; NO_PARENT at the root
+    node_parent_edge: np.ndarray  # [G, N] int32, edge from the parent; NO_PARENT at the root
+    node_terminal: np.ndarray  # [G, N] bool, the side to move has no legal move (it has lost)
+    edge_move: np.ndarray  # [G, E, 3] int8, canonical (src, dst, arrow) in the owning node's frame
+    edge_prior: np.ndarray  # [G, E] float32, prior of the move (root: with Dirichlet noise mixed in)
+    edge_visits: np.ndarray  # [G, E] int32, completed simulations through the edge
+    edge_value_sum: np.ndarray  # [G, E] float32, sum of values for the side choosing the edge
+    edge_inflight: np.ndarray  # [G, E] int32, selections through the edge awaiting backup
+    edge_child: np.ndarray  # [G, E] int32, child node, or NO_CHILD / PENDING
+    nodes_used: np.ndarray  # [G] int32, nodes allocated (the next free node index)
+    edges_used: np.ndarray  # [G] int32, edges allocated (the next free edge index)
+
+
+def allocate_tree(num_games: int, node_capacity: int, edge_capacity: int) -> TreeArrays:
+    """Allocate empty trees (every root unexpanded) for `num_games` games."""
+    g, n, e = num_games, node_capacity, edge_capacity
+    tree = TreeArrays(
+        node_visits=np.zeros((g, n), np.int32),
+        node_value_sum=np.zeros((g, n), np.float64),
+        node_inflight=np.zeros((g, n), np.int32),
+        node_visited_mass=np.zeros((g, n), np.float64),
+        node_first_edge=np.zeros((g, n), np.int32),
+        node_edge_count=np.zeros((g, n), np.int32),
+        node_parent=np.zeros((g, n), np.int32),
+        node_parent_edge=np.zeros((g, n), np.int32),
+        node_terminal=np.zeros((g, n), np.bool_),
+        edge_move=np.zeros((g, e, 3), np.int8),
+        edge_prior=np.zeros((g, e), np.float32),
+        edge_visits=np.zeros((g, e), np.int32),
+        edge_value_sum=np.zeros((g, e), np.float32),
+        edge_inflight=np.zeros((g, e), np.int32),
+        edge_child=np.zeros((g, e), np.int32),
+        nodes_used=np.zeros(g, np.int32),
+        edges_used=np.zeros(g, np.int32),
+    )
+    reset_trees(tree, np.arange(g, dtype=np.int32))
+    return tree
+
+
+def grow_tree(tree: TreeArrays, node_capacity: int, edge_capacity: int) -> TreeArrays:
+    """A copy of `tree` with larger capacities (each at least the current one); contents kept."""
+    old_nodes, old_edges = tree.node_visits.shape[1], tree.edge_prior.shape[1]
+    grown = allocate_tree(tree.nodes_used.shape[0], max(node_capacity, old_nodes),
+                          max(edge_capacity, old_edges))
+    for name in TreeArrays._fields:
+        source, target = getattr(tree, name), getattr(grown, name)
+        if source.ndim == 1:
+            target[:] = source
+        else:
+            width = old_nodes if name.startswith("node_") else old_edges
+            target[:, :width] = source
+    return grown
+
+
+@njit(cache=True)
+def _init_node(tree, g, node, parent, parent_edge):
+    tree.node_visits[g, node] = 0
+    tree.node_value_sum[g, node] = 0.0
+    tree.node_inflight[g, node] = 0
+    tree.node_visited_mass[g, node] = 0.0
+    tree.node_first_edge[g, node] = tree.edges_used[g]
+    tree.node_edge_count[g, node] = NOT_EXPANDED
+    tree.node_parent[g, node] = parent
+    tree.node_parent_edge[g, node] = parent_edge
+    tree.node_terminal[g, node] = False
+
+
+@njit(cache=True)
+def reset_trees(tree, games):
+    """Clear the trees of `games` [n] int32: one unexpanded root each."""
+    for i in range(games.shape[0]):
+        g = games[i]
+        tree.nodes_used[g] = 1
+        tree.edges_used[g] = 0
+        _init_node(tree, g, 0, NO_PARENT, NO_PARENT)
+
+
+@njit(cache=True)
+def _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss):
+    """PUCT choice among the edges of an expanded, non-terminal node; the first best on ties.
+
+    score = Q + c * P * sqrt(N_parent) / (1 + N), counting each in-flight selection as
+    `virtual_loss` lost visits. Edges with N = 0 take the first-play urgency value
+    Q_parent - fpu_reduction * sqrt(node_visited_mass), the prior mass of the edges selected so
+    far. With c_puct_base > 0 the exploration constant grows as
+    c = c_puct + log((1 + N_parent + base) / base).
+    """
+    first = tree.node_first_edge[g, node]
+    last = first + tree.node_edge_count[g, node]
+    parent_visits = tree.node_visits[g, node] + virtual_loss * tree.node_inflight[g, node]
+    c = c_puct
+    if c_puct_base > 0.0:
+        c = c_puct + math.log((1.0 + parent_visits + c_puct_base) / c_puct_base)
+    scale = c * math.sqrt(parent_visits)
+    parent_q = tree.node_value_sum[g, node] / tree.node_visits[g, node]
+    fpu = parent_q - fpu_reduction * math.sqrt(tree.node_visited_mass[g, node])
+    best_edge = first
+    best_score = -np.inf
+    if tree.node_inflight[g, node] == 0:
+        # No selection in flight below this node, so no edge has any: the same scores, faster.
+        for e in range(first, last):
+            visits = tree.edge_visits[g, e]
+            if visits > 0:
+                score = (tree.edge_value_sum[g, e] / visits
+                         + scale * tree.edge_prior[g, e] / (1.0 + visits))
+            else:
+                score = fpu + scale * tree.edge_prior[g, e] / 1.0
+            if score > best_score:
+                best_score = score
+                best_edge = e
+        return best_edge
+    for e in range(first, last):
+        inflight = virtual_loss * tree.edge_inflight[g, e]
+        visits = tree.edge_visits[g, e] + inflight
+        if visits > 0.0:
+            q = (tree.edge_value_sum[g, e] - inflight) / visits
+        else:
+            q = fpu
+        score = q + scale * tree.edge_prior[g, e] / (1.0 + visits)
+        if score > best_score:
+            best_score = score
+            best_edge = e
+    return best_edge
+
+
+@njit(cache=True)
+def _backup(tree, g, path_edges, depth, leaf_value, remove_inflight):
+    """Add one simulation worth `leaf_value` (side to move at the leaf) along a path from the root.
+
+    Walks the `depth` edges of `path_edges` [>= depth] from the root, negating the value once per
+    ply; the node at the end of the path (if it exists) gets the visit too. With
+    `remove_inflight`, the path's virtual loss is removed at the same time.
+    """
+    value = leaf_value if depth % 2 == 0 else -leaf_value
+    node = 0
+    for i in range(depth):
+        e = path_edges[i]
+        tree.node_visits[g, node] += 1
+        tree.node_value_sum[g, node] += value
+        tree.edge_visits[g, e] += 1
+        tree.edge_value_sum[g, e] += value
+        if remove_inflight:
+            tree.node_inflight[g, node] -= 1
+            tree.edge_inflight[g, e] -= 1
+        node = tree.edge_child[g, e]
+        value = -value
+    if node >= 0:
+        tree.node_visits[g, node] += 1
+        tree.node_value_sum[g, node] += value
+
+
+@njit(cache=True)
+def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, fpu_reduction,
+                  virtual_loss, out_leaf_game, out_leaf_parent, out_path_edges, out_path_moves,
+                  out_path_lengths, out_stats):
+    """Gather up to `leaves_per_game` leaves per game for one evaluator batch.
+
+    For each game in `games` (in order), descends from the root by PUCT until it leaves the tree.
+    A descent that ends on an unexpanded edge yields a leaf: its path gets virtual loss and the
+    edge becomes PENDING. A descent that ends on a known terminal node is backed up at once with
+    the exact value -1 (no evaluation needed). A descent that reaches a PENDING edge is a
+    collision: it is discarded (nothing was changed) and the game gathers no more leaves in this
+    batch. Every leaf and every terminal descent uses up one unit of `remaining[g]`.
+
+    Args:
+        tree: TreeArrays; every root in `games` must be expanded and non-terminal.
+        games: [A] int32, games to gather from.
+        remaining: [G] int32, simulations still to run per game; decremented here.
+        leaves_per_game: int, K, the most leaves one game adds to the batch.
+        c_puct, c_puct_base, fpu_reduction, virtual_loss: float, see `amazons.mcts.SearchConfig`.
+        out_leaf_game: [B] int32, receives each leaf's game.
+        out_leaf_parent: [B] int32, receives the node the leaf's edge leaves.
+        out_path_edges: [B, L] int32, receives the edges from the root to each leaf.
+        out_path_moves: [B, L, 3] int32, receives the same path as canonical moves (for the engine).
+        out_path_lengths: [B] int32, receives each path's length (>= 1).
+        out_stats: [G, NUM_STATS] int64, per-game counters, incremented.
+
+    Returns:
+        (number of leaves written, status): STATUS_OK, or STATUS_PATH_TOO_LONG.
+    """
+    capacity = out_leaf_game.shape[0]
+    max_depth = out_path_edges.shape[1]
+    count = 0
+    for i in range(games.shape[0]):
+        g = games[i]
+        gathered = 0
+        while gathered < leaves_per_game and remaining[g] > 0 and count < capacity:
+            node = 0
+            depth = 0
+            outcome = -1  # 0 leaf, 1 terminal, 2 collision
+            while outcome < 0:
+                if tree.node_terminal[g, node]:
+                    outcome = 1
+                    break
+                if depth >= max_depth:
+                    return count, STATUS_PATH_TOO_LONG
+                e = _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss)
+                out_path_edges[count, depth] = e
+                for k in range(3):
+                    out_path_moves[count, depth, k] = tree.edge_move[g, e, k]
+                depth += 1
+                child = tree.edge_child[g, e]
+                if child == NO_CHILD:
+                    outcome = 0
+                    out_leaf_parent[count] = node
+                elif child == PENDING:
+                    outcome = 2
+                else:
+                    node = child
+            if outcome == 2:
+                out_stats[g, STAT_COLLISIONS] += 1
+                break
+            remaining[g] -= 1
+            if outcome == 1:
+                _backup(tree, g, out_path_edges[count], depth, -1.0, False)
+                out_stats[g, STAT_TERMINALS] += 1
+                continue
+            node = 0
+            for d in range(depth):
+                e = out_path_edges[count, d]
+                if tree.edge_visits[g, e] == 0 and tree.edge_inflight[g, e] == 0:
+                    # First selection of this edge (edges on terminal paths were all visited).
+                    tree.node_visited_mass[g, node] += tree.edge_prior[g, e]
+                tree.node_inflight[g, node] += 1
+                tree.edge_inflight[g, e] += 1
+                node = tree.edge_child[g, e]
+            tree.edge_child[g, out_path_edges[count, depth - 1]] = PENDING
+            out_leaf_game[count] = g
+            out_path_lengths[count] = depth
+            out_stats[g, STAT_LEAVES] += 1
+            gathered += 1
+            count += 1
+    return count, STATUS_OK
+
+
+@njit(cache=True)
+def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path_lengths,
+                      leaf_terminal, leaf_values, moves, priors, move_offsets, out_overflow):
+    """Expand evaluated leaves (in batch order) and back their values up.
+
+    A leaf with path length 0 is its game's root (expanded in place). Any other leaf gets a new
+    node after its parent's last one and an edge block after the game's last edge; if either does
+    not fit, the leaf is not expanded (its edge stays a leaf, `out_overflow[g]` counts it) but its
+    value is still backed up, so the simulation counts and nothing is corrupted.
+
+    Args:
+        tree: TreeArrays.
+        num_leaves: int, B, leaves to process.
+        leaf_game, leaf_parent, path_edges, path_lengths: as written by `select_leaves`.
+        leaf_terminal: [B] bool, the leaf's side to move has no legal move.
+        leaf_values: [B] float32, value for the side to move at the leaf (terminal: ignored, -1).
+        moves: [M, 3] int32, canonical legal moves of all leaves, concatenated.
+        priors: [M] float32, their priors.
+        move_offsets: [B + 1] int64, leaf i owns rows move_offsets[i]:move_offsets[i + 1].
+        out_overflow: [G] int64, incremented per leaf left unexpanded for lack of capacity.
+
+    Returns:
+        STATUS_OK, or STATUS_ROOT_CAPACITY if a root's moves did not fit (nothing else changed
+        for that leaf).
+    """
+    node_capacity = tree.node_visits.shape[1]
+    edge_capacity = tree.edge_prior.shape[1]
+    for b in range(num_leaves):
+        g = leaf_game[b]
+        depth = path_lengths[b]
+        start = move_offsets[b]
+        num_moves = move_offsets[b + 1] - start
+        fits = (tree.nodes_used[g] < node_capacity
+                and tree.edges_used[g] + num_moves <= edge_capacity)
+        if depth == 0:
+            if tree.edges_used[g] + num_moves > edge_capacity:
+                return STATUS_ROOT_CAPACITY
+            node = 0
+        elif fits:
+            node = tree.nodes_used[g]
+            tree.nodes_used[g] += 1
+            last_edge = path_edges[b, depth - 1]
+            _init_node(tree, g, node, leaf_parent[b], last_edge)
+            tree.edge_child[g, last_edge] = node
+        else:
+            node = -1
+            tree.edge_child[g, path_edges[b, depth - 1]] = NO_CHILD
+            out_overflow[g] += 1
+        if node >= 0:
+            first = tree.edges_used[g]
+            last = first + num_moves
+            tree.node_first_edge[g, node] = first
+            tree.node_edge_count[g, node] = num_moves
+            tree.node_terminal[g, node] = leaf_terminal[b]
+            # One simple loop per array: each compiles to a copy or a fill.
+            for i in range(num_moves):
+                tree.edge_move[g, first + i, 0] = moves[start + i, 0]
+                tree.edge_move[g, first + i, 1] = moves[start + i, 1]
+                tree.edge_move[g, first + i, 2] = moves[start + i, 2]
+            tree.edge_prior[g, first:last] = priors[start:start + num_moves]
+            tree.edge_visits[g, first:last] = 0
+            tree.edge_value_sum[g, first:last] = 0.0
+            tree.edge_inflight[g, first:last] = 0
+            tree.edge_child[g, first:last] = NO_CHILD
+            tree.edges_used[g] = last
+        value = -1.0 if leaf_terminal[b] else leaf_values[b]
+        _backup(tree, g, path_edges[b], depth, value, True)
+    return STATUS_OK
+
+
+@njit(cache=True)
+def compact_subtree(tree, g, new_root, scratch_index, scratch_shift):
+    """Make node `new_root` of game `g` the root, keeping its subtree's statistics.
+
+    Everything outside the subtree is freed: the kept nodes and their edge blocks slide left in
+    place (indices only ever decrease, so a forward copy is safe), and child / parent links are
+    renumbered. Must not run while leaves are pending.
+
+    Args:
+        tree: TreeArrays.
+        g: int, the game.
+        new_root: int, a node of game g (0 keeps the whole tree).
+        scratch_index: [N] int32 scratch (old node -> new node or -1).
+        scratch_shift: [N] int32 scratch (old node -> how far its edge block moves).
+    """
+    used = tree.nodes_used[g]
+    for n in range(used):
+        scratch_index[n] = -1
+    scratch_index[new_root] = 0
+    kept = 1
+    for n in range(new_root + 1, used):
+        parent = tree.node_parent[g, n]
+        if parent >= 0 and scratch_index[parent] >= 0:
+            scratch_index[n] = kept
+            kept += 1
+    next_edge = 0
+    for n in range(new_root, used):
+        m = scratch_index[n]
+        if m < 0:
+            continue
+        first = tree.node_first_edge[g, n]
+        count = tree.node_edge_count[g, n]
+        scratch_shift[n] = first - next_edge
+        if count > 0:
+            for i in range(count):
+                src = first + i
+                dst = next_edge + i
+                for k in range(3):
+                    tree.edge_move[g, dst, k] = tree.edge_move[g, src, k]
+                tree.edge_prior[g, dst] = tree.edge_prior[g, src]
+                tree.edge_visits[g, dst] = tree.edge_visits[g, src]
+                tree.edge_value_sum[g, dst] = tree.edge_value_sum[g, src]
+                tree.edge_inflight[g, dst] = tree.edge_inflight[g, src]
+                child = tree.edge_child[g, src]
+                tree.edge_child[g, dst] = scratch_index[child] if child >= 0 else child
+        tree.node_visits[g, m] = tree.node_visits[g, n]
+        tree.node_value_sum[g, m] = tree.node_value_sum[g, n]
+        tree.node_inflight[g, m] = tree.node_inflight[g, n]
+        tree.node_visited_mass[g, m] = tree.node_visited_mass[g, n]
+        tree.node_first_edge[g, m] = next_edge
+        tree.node_edge_count[g, m] = count
+        tree.node_terminal[g, m] = tree.node_terminal[g, n]
+        if m == 0:
+            tree.node_parent[g, m] = NO_PARENT
+            tree.node_parent_edge[g, m] = NO_PARENT
+        else:
+            parent = tree.node_parent[g, n]
+            tree.node_parent[g, m] = scratch_index[parent]
+            tree.node_parent_edge[g, m] = tree.node_parent_edge[g, n] - scratch_shift[parent]
+        if count > 0:
+            next_edge += count
+    tree.nodes_used[g] = kept
+    tree.edges_used[g] = next_edge
+
+
+@njit(cache=True)
+def find_edge(tree, g, node, src, dst, arrow):
+    """Index of the edge of `node` (game g) playing canonical (src, dst, arrow), or -1."""
+    first = tree.node_first_edge[g, node]
+    for e in range(first, first + max(tree.node_edge_count[g, node], 0)):
+        if (tree.edge_move[g, e, 0] == src and tree.edge_move[g, e, 1] == dst
+                and tree.edge_move[g, e, 2] == arrow):
+            return e
+    return -1
+
+
+@njit(cache=True)
+def principal_variation(tree, g, out_moves):
+    """Follow the most visited edges from the root of game g (first on ties).
+
+    Args:
+        out_moves: [L, 3] int32, receives the moves, each in its own node's canonical frame.
+
+    Returns:
+        The number of moves written: the walk stops at an edge nobody visited, at an unexpanded
+        node, or after L moves.
+    """
+    node = 0
+    length = 0
+    while length < out_moves.shape[0] and tree.node_edge_count[g, node] > 0:
+        first = tree.node_first_edge[g, node]
+        best_edge = -1
+        best_visits = 0
+        for e in range(first, first + tree.node_edge_count[g, node]):
+            if tree.edge_visits[g, e] > best_visits:
+                best_visits = tree.edge_visits[g, e]
+                best_edge = e
+        if best_edge < 0:
+            break
+        for k in range(3):
+            out_moves[length, k] = tree.edge_move[g, best_edge, k]
+        length += 1
+        node = tree.edge_child[g, best_edge]
+        if node < 0:
+            break
+    return length
+
+
+@njit(cache=True)
+def recompute_visited_mass(tree, g, node):
+    """Set `node_visited_mass` of `node` (game g) from its current priors, in edge order.
+
+    Needed after the priors change (root noise); otherwise `select_leaves` keeps the mass up to
+    date as edges are first selected.
+    """
+    first = tree.node_first_edge[g, node]
+    mass = 0.0
+    for e in range(first, first + max(tree.node_edge_count[g, node], 0)):
+        if tree.edge_visits[g, e] > 0 or tree.edge_inflight[g, e] > 0:
+            mass += tree.edge_prior[g, e]
+    tree.node_visited_mass[g, node] = mass

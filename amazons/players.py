@@ -1,0 +1,287 @@
+"""Players: anything that picks a move for a `Board`, for the arena, the Botzone bot and terminal play.
+
+A player has `choose_move(board) -> Move` (a real, Botzone-frame move, legal on `board`) and two
+optional hooks: `reset()` before a new game and `observe(board, move)` after any move is chosen
+(by either side; `board` is the position *before* `move` is played), which lets `MCTSPlayer` keep
+its tree across turns. `BasePlayer` gives both hooks as no-ops.
+
+Players here: `RandomPlayer`, `GreedyPlayer` (one-ply mobility/territory heuristic),
+`MCTSPlayer` (any `Evaluator`; a simulation count or a time budget) and `HumanPlayer` (terminal).
+They never import torch: a network player is an `MCTSPlayer` given a network evaluator.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol, TextIO, runtime_checkable
+
+import numpy as np
+
+from amazons import engine
+from amazons.board import Board, Move, NotationError
+from amazons.mcts import BatchedSearch, Evaluator, SearchConfig, SearchResult
+from amazons.symmetry import canonical_to_real, real_to_canonical
+
+__all__ = [
+    "BasePlayer",
+    "GreedyPlayer",
+    "HumanPlayer",
+    "MCTSPlayer",
+    "Player",
+    "PlayerError",
+    "RandomPlayer",
+    "SearchReport",
+]
+
+
+class PlayerError(ValueError):
+    """A player was asked to move in a finished game, or was built with bad arguments."""
+
+
+@runtime_checkable
+class Player(Protocol):
+    """What the arena, the Botzone bot and terminal play need from a player."""
+
+    name: str
+
+    def choose_move(self, board: Board) -> Move:
+        """A legal move (real frame) for the side to move on `board`; `board` is not modified."""
+        ...
+
+    def reset(self) -> None:
+        """Forget the previous game."""
+        ...
+
+    def observe(self, board: Board, move: Move) -> None:
+        """`move` was chosen on `board` (the position before it) and is about to be played."""
+        ...
+
+
+class BasePlayer:
+    """No-op `reset` / `observe` hooks, and a check that the game is not over."""
+
+    name = "player"
+
+    def reset(self) -> None:
+        """Forget the previous game (nothing to forget here)."""
+
+    def observe(self, board: Board, move: Move) -> None:
+        """Ignore moves (nothing to update here)."""
+
+    @staticmethod
+    def _legal_moves(board: Board) -> np.ndarray:
+        moves = board.legal_move_array()
+        if moves.shape[0] == 0:
+            raise PlayerError("the game is over: the side to move has no legal move")
+        return moves
+
+
+class RandomPlayer(BasePlayer):
+    """Uniformly random legal moves (seeded)."""
+
+    def __init__(self, seed: int | None = None, name: str = "random") -> None:
+        self.name = name
+        self._rng = np.random.default_rng(seed)
+
+    def choose_move(self, board: Board) -> Move:
+        """A uniformly random legal move."""
+        moves = self._legal_moves(board)
+        return Move(*moves[int(self._rng.integers(moves.shape[0]))].tolist())
+
+
+class GreedyPlayer(BasePlayer):
+    """One-ply heuristic: play a winning move if any, else maximise territory and mobility.
+
+    Every legal move is tried at once (one batch call into the engine). After the move, with the
+    opponent to move, a square is *mine* if one of my amazons reaches it with one queen move and
+    no opponent amazon does, and the other way round; the score is
+    (my squares - the opponent's squares) + `mobility_weight` * (squares I reach - squares it
+    reaches). Ties are broken at random (seeded).
+    """
+
+    def __init__(self, seed: int | None = None, mobility_weight: float = 0.5,
+                 name: str = "greedy") -> None:
+        self.name = name
+        self.mobility_weight = float(mobility_weight)
+        self._rng = np.random.default_rng(seed)
+
+    def move_scores(self, board: Board) -> tuple[np.ndarray, np.ndarray]:
+        """Canonical legal moves `(K, 3) int32` and their scores `(K,) float64` (wins: +inf)."""
+        root = board.canonical_position().reshape(1, 3)
+        moves, _ = engine.legal_moves(root)
+        if moves.shape[0] == 0:
+            raise PlayerError("the game is over: the side to move has no legal move")
+        children = engine.apply_moves(np.repeat(root, moves.shape[0], axis=0), np.ascontiguousarray(moves))
+        planes = engine.features(children, num_planes=7)
+        # Children are the opponent's view: plane 3 is its one-move reach, plane 4 is mine.
+        theirs = planes[:, 3].reshape(moves.shape[0], 64) > 0
+        mine = planes[:, 4].reshape(moves.shape[0], 64) > 0
+        territory = (mine & ~theirs).sum(axis=1) - (theirs & ~mine).sum(axis=1)
+        mobility = mine.sum(axis=1) - theirs.sum(axis=1)
+        scores = territory + self.mobility_weight * mobility.astype(np.float64)
+        scores[engine.is_terminal(children)] = np.inf
+        return moves, scores
+
+    def choose_move(self, board: Board) -> Move:
+        """The best-scoring legal move (a random one among equals)."""
+        moves, scores = self.move_scores(board)
+        best = np.flatnonzero(scores == scores.max())
+        pick = int(best[self._rng.integers(best.shape[0])])
+        return Move(*canonical_to_real(moves[pick], board.turn).tolist())
+
+
+@dataclass(frozen=True)
+class SearchReport:
+    """The last search of an `MCTSPlayer`, in the real frame (for a `hint` command or logs)."""
+
+    moves: list[Move]  # root moves with visits, most visited first
+    visit_shares: np.ndarray  # (K,) float32, their share of the root visits
+    q_values: np.ndarray  # (K,) float32, mean value of each move for the side to move
+    root_value: float  # value of the position for the side to move, in [-1, 1]
+    principal_variation: list[Move]  # most visited line, alternating sides, real frame
+    simulations: int  # visits below the root (including ones kept from earlier turns)
+
+    def format(self, top: int = 5) -> str:
+        """A few lines: root value, the `top` moves with shares and values, the main line."""
+        lines = [f"value {self.root_value:+.3f} after {self.simulations} simulations"]
+        for move, share, q in zip(self.moves[:top], self.visit_shares[:top], self.q_values[:top],
+                                  strict=False):
+            lines.append(f"  {move!s:<12} {share:6.1%}  q {q:+.3f}")
+        lines.append("line: " + " ".join(str(move) for move in self.principal_variation))
+        return "\n".join(lines)
+
+
+def _report(result: SearchResult, turn: int) -> SearchReport:
+    pv = [Move(*canonical_to_real(move, turn if ply % 2 == 0 else 1 - turn).tolist())
+          for ply, move in enumerate(result.principal_variation)]
+    return SearchReport(
+        moves=[Move(*row) for row in canonical_to_real(result.moves, turn).tolist()],
+        visit_shares=result.policy,
+        q_values=result.q_values,
+        root_value=result.root_value,
+        principal_variation=pv,
+        simulations=result.simulations,
+    )
+
+
+class MCTSPlayer(BasePlayer):
+    """AlphaZero search with any evaluator; keeps its tree across turns through `observe`.
+
+    Args:
+        evaluator: an `amazons.mcts.Evaluator` (uniform, rollouts, later a network).
+        config: search parameters; `config.simulations` per move unless `simulations` is given.
+        simulations: simulations per move (overrides the config).
+        time_budget: seconds per move instead of a simulation count (searches in chunks of
+            `chunk` simulations until the time is spent; at least one chunk).
+        seed: seeds noise and temperature sampling.
+        chunk: simulations per chunk under a time budget.
+    """
+
+    def __init__(self, evaluator: Evaluator, config: SearchConfig | None = None,
+                 simulations: int | None = None, time_budget: float | None = None,
+                 seed: int | None = None, name: str = "mcts", chunk: int = 64) -> None:
+        self.name = name
+        self.config = config if config is not None else SearchConfig()
+        if simulations is not None and simulations < 1:
+            raise PlayerError(f"simulations must be >= 1, got {simulations}")
+        if time_budget is not None and not time_budget > 0:
+            raise PlayerError(f"time_budget must be > 0 seconds, got {time_budget}")
+        self.simulations = self.config.simulations if simulations is None else int(simulations)
+        self.time_budget = time_budget
+        self.chunk = int(chunk)
+        self.search = BatchedSearch(evaluator, self.config, num_games=1, seed=seed)
+        self.last_report: SearchReport | None = None
+        self._tree_valid = False
+
+    def reset(self) -> None:
+        """Drop the tree."""
+        self._tree_valid = False
+        self.last_report = None
+
+    def _sync_root(self, board: Board) -> None:
+        position = board.canonical_position()
+        if not (self._tree_valid and np.array_equal(self.search.root_positions[0], position)):
+            self.search.set_roots(position.reshape(1, 3))
+            self._tree_valid = True
+
+    def choose_move(self, board: Board) -> Move:
+        """Search from `board` (reusing the tree when it is still there) and pick a move."""
+        if board.is_game_over():
+            raise PlayerError("the game is over: the side to move has no legal move")
+        self._sync_root(board)
+        if self.time_budget is None:
+            self.search.search(self.simulations)
+        else:
+            deadline = time.perf_counter() + self.time_budget
+            self.search.search(self.chunk)
+            while time.perf_counter() < deadline:
+                self.search.search(self.chunk)
+        canonical = self.search.select_moves(board.ply)[0]
+        self.last_report = _report(self.search.root_result(0), board.turn)
+        return Move(*canonical_to_real(canonical, board.turn).tolist())
+
+    def observe(self, board: Board, move: Move) -> None:
+        """Move the tree's root along `move` (keeping the subtree) if the tree is at `board`."""
+        if not self._tree_valid:
+            return
+        if not np.array_equal(self.search.root_positions[0], board.canonical_position()):
+            self._tree_valid = False
+            return
+        canonical = real_to_canonical(np.array(move.as_tuple(), np.int32), board.turn)
+        self.search.advance(0, canonical)
+
+
+class HumanPlayer(BasePlayer):
+    """Reads moves from a terminal: algebraic `d8-d4/f6` or Botzone `3 0 3 4 5 2`.
+
+    Commands: `moves` (count and a few legal moves), `hint` (when a hint player is given: its
+    search report), `quit` (raises EOFError). Bad input is explained and asked again.
+
+    Args:
+        input_fn: reads one line given a prompt (default: `input`).
+        output: where the board and messages go (default: stdout).
+        hint_player: an `MCTSPlayer` consulted by `hint`.
+    """
+
+    def __init__(self, input_fn: Callable[[str], str] = input, output: TextIO | None = None,
+                 hint_player: MCTSPlayer | None = None, name: str = "human") -> None:
+        self.name = name
+        self._input = input_fn
+        self._output = output
+        self.hint_player = hint_player
+
+    def _say(self, text: str) -> None:
+        print(text, file=self._output if self._output is not None else sys.stdout)
+
+    def choose_move(self, board: Board) -> Move:
+        """Ask until the user types a legal move."""
+        legal = self._legal_moves(board)
+        self._say(str(board))
+        side = "black" if board.turn == 0 else "white"
+        while True:
+            text = self._input(f"{side} to move> ").strip()
+            if text in ("quit", "exit"):
+                raise EOFError("the human player quit")
+            if text == "moves":
+                sample = ", ".join(str(Move(*row)) for row in legal[:10].tolist())
+                self._say(f"{legal.shape[0]} legal moves, e.g. {sample}")
+                continue
+            if text == "hint":
+                if self.hint_player is None:
+                    self._say("no hint player configured")
+                else:
+                    self.hint_player.choose_move(board)
+                    self._say(self.hint_player.last_report.format())
+                continue
+            try:
+                move = Move.parse(text)
+            except NotationError as error:
+                self._say(f"{error}; type a move like d8-d4/f6, or 'moves', 'hint', 'quit'")
+                continue
+            if not board.is_legal(move):
+                self._say(f"{move} is not legal here")
+                continue
+            return move
