@@ -1,0 +1,346 @@
+"""Checkpoints: atomic saves, loads that can never run code, clear errors.
+
+A checkpoint is one `torch.save` file holding a dict of tensors and plain values only:
+
+    {"format": "amazons-checkpoint", "version": 1,
+     "sha256": hex digest of the payload's content,
+     "payload": {
+        "kind": "learner" | "model",
+        "net_config": NetConfig.to_dict(),
+        "optim_config": OptimConfig.to_dict() | None,   # learner checkpoints
+        "precision": "bf16" | "fp16" | "fp32" | None,    # what "auto" resolved to when saved
+        "model": state dict,
+        "optimizer", "scheduler", "scaler": state dicts | None,
+        "step": int,
+        "rng": {"python", "numpy", "torch", "cuda", "learner"} | None,
+        "extra": dict of plain values (the caller's: run id, games played, ...),
+        "torch_version": str}}
+
+* Saving writes a temporary file in the target's folder, fsyncs it and renames it over the target
+  (`os.replace`, atomic on POSIX): a crash mid-save leaves the previous checkpoint intact.
+* Loading uses `torch.load(weights_only=True)`: the unpickler accepts tensors and plain containers
+  only, so a checkpoint cannot execute code. The SHA-256 digest, recomputed over every tensor's
+  bytes and every plain value, catches a truncated, corrupted or edited file (torch's zip reader
+  does not check its CRCs). The digest is an integrity check, not a signature.
+* Every problem raises `CheckpointError` (a `ValueError`) naming the file and what is wrong:
+  not a checkpoint, truncated, refused by the safe unpickler, digest mismatch, or a config / shape
+  mismatch with the learner it should restore.
+* `load_model_for_play` builds the network from the stored config and weights only; it reads
+  learner and model-only (`save_model`) checkpoints alike.
+
+Imports torch, numpy, `amazons.net` and `amazons.learn`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+import random
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from amazons.learn import Learner, OptimConfig, OptimConfigError
+from amazons.net import NetConfig, NetConfigError, PolicyValueNet
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CheckpointError",
+    "content_digest",
+    "learner_from_checkpoint",
+    "load_checkpoint",
+    "load_model_for_play",
+    "restore_learner",
+    "save_checkpoint",
+    "save_model",
+]
+
+FORMAT = "amazons-checkpoint"
+VERSION = 1
+KINDS = ("learner", "model")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint cannot be written, read or applied; the message names the file and the reason."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Content digest
+
+
+def _feed(digest: Any, value: Any, where: str) -> None:
+    """Hash a nested structure of tensors and plain values, with type tags and lengths."""
+    if isinstance(value, torch.Tensor):
+        tensor = value.detach().cpu().contiguous()
+        digest.update(f"T{tensor.dtype}{tuple(tensor.shape)};".encode())
+        digest.update(tensor.reshape(-1).view(torch.uint8).numpy())
+    elif isinstance(value, dict):
+        digest.update(f"D{len(value)};".encode())
+        for key, item in value.items():
+            _feed(digest, key, where)
+            _feed(digest, item, f"{where}.{key}")
+    elif isinstance(value, (list, tuple)):
+        digest.update(f"{'L' if isinstance(value, list) else 'U'}{len(value)};".encode())
+        for index, item in enumerate(value):
+            _feed(digest, item, f"{where}[{index}]")
+    elif type(value) is str:
+        encoded = value.encode()
+        digest.update(f"S{len(encoded)};".encode() + encoded)
+    elif value is None or type(value) in (bool, int):  # exact types: numpy scalars do not load
+        digest.update(f"{type(value).__name__[0]}{value!r};".encode())
+    elif type(value) is float:
+        digest.update(f"F{value.hex()};".encode())
+    else:
+        raise CheckpointError(f"{where}: cannot store a {type(value).__name__} in a checkpoint")
+
+
+def content_digest(payload: dict[str, Any]) -> str:
+    """SHA-256 over the payload's tensors (dtype, shape, bytes) and plain values."""
+    digest = hashlib.sha256()
+    _feed(digest, payload, "payload")
+    return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# Saving
+
+
+def _atomic_save(document: dict[str, Any], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(handle, "wb") as stream:
+            torch.save(document, stream)
+            stream.flush()
+            os.fsync(stream.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        folder = os.open(path.parent, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(folder)
+    except OSError:
+        pass
+    finally:
+        os.close(folder)
+
+
+def _write(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
+    path = Path(path)
+    _atomic_save({"format": FORMAT, "version": VERSION, "sha256": content_digest(payload),
+                  "payload": payload}, path)
+    return path
+
+
+def _rng_states(learner: Learner) -> dict[str, Any]:
+    # The legacy global generator is saved on purpose: code we do not own may draw from it.
+    name, keys, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)  # noqa: NPY002
+    return {
+        "python": random.getstate(),
+        "numpy": (name, keys.tolist(), int(position), int(has_gauss), float(cached_gaussian)),
+        "torch": torch.get_rng_state(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
+        "learner": learner.rng.bit_generator.state,
+    }
+
+
+def save_checkpoint(path: str | os.PathLike, learner: Learner, extra: dict[str, Any] | None = None) -> Path:
+    """Write everything a restart needs, atomically.
+
+    Stores the model, optimizer, scheduler, grad scaler, step, the RNG states (python, numpy
+    global, torch CPU and CUDA, the learner's generator), the net and optim configs and `extra`
+    (plain values only).
+
+    Raises:
+        CheckpointError: `extra` holds something other than plain values, or the write failed.
+    """
+    state = learner.state_dict()
+    payload = {
+        "kind": "learner",
+        "net_config": learner.model.config.to_dict(),
+        "optim_config": learner.config.to_dict(),
+        "precision": learner.precision,
+        "model": state["model"],
+        "optimizer": state["optimizer"],
+        "scheduler": state["scheduler"],
+        "scaler": state["scaler"],
+        "step": state["step"],
+        "rng": _rng_states(learner),
+        "extra": dict(extra or {}),
+        "torch_version": str(torch.__version__),
+    }
+    try:
+        return _write(path, payload)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot write the checkpoint: {error}") from error
+
+
+def save_model(path: str | os.PathLike, model: PolicyValueNet, extra: dict[str, Any] | None = None) -> Path:
+    """Write a model-only checkpoint (config + weights), atomically; `load_model_for_play` reads it."""
+    payload = {
+        "kind": "model",
+        "net_config": model.config.to_dict(),
+        "optim_config": None,
+        "precision": None,
+        "model": model.state_dict(),
+        "optimizer": None,
+        "scheduler": None,
+        "scaler": None,
+        "step": 0,
+        "rng": None,
+        "extra": dict(extra or {}),
+        "torch_version": str(torch.__version__),
+    }
+    try:
+        return _write(path, payload)
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot write the checkpoint: {error}") from error
+
+
+# ------------------------------------------------------------------------------------------------
+# Loading
+
+
+def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
+    """Read and verify a checkpoint; returns its payload (tensors on the CPU).
+
+    Raises:
+        CheckpointError: the file is missing, unreadable, truncated, not a checkpoint of this
+            format and version, holds objects the safe unpickler refuses, or fails its digest.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: no such checkpoint file")
+    try:
+        document = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        raise CheckpointError(
+            f"{path}: refused: it holds objects other than tensors and plain values "
+            f"(torch.load weights_only=True): {error}") from None
+    except Exception as error:  # zip / stream / EOF errors of a truncated or corrupt file
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint (truncated or corrupt): "
+            f"{type(error).__name__}: {error}") from None
+    if not isinstance(document, dict) or document.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not an amazons checkpoint (no '{FORMAT}' header)")
+    if document.get("version") != VERSION:
+        raise CheckpointError(
+            f"{path}: checkpoint format version {document.get('version')!r}; this code reads {VERSION}")
+    payload = document.get("payload")
+    if not isinstance(payload, dict):
+        raise CheckpointError(f"{path}: the checkpoint has no payload")
+    try:
+        actual = content_digest(payload)
+    except CheckpointError as error:
+        raise CheckpointError(f"{path}: {error}") from None
+    if actual != document.get("sha256"):
+        raise CheckpointError(
+            f"{path}: content does not match its SHA-256 digest (stored {document.get('sha256')!r}, "
+            f"computed {actual!r}): the file was modified or corrupted")
+    if payload.get("kind") not in KINDS:
+        raise CheckpointError(f"{path}: unknown checkpoint kind {payload.get('kind')!r}")
+    return payload
+
+
+def _net_config(path: Path, payload: dict[str, Any]) -> NetConfig:
+    try:
+        return NetConfig.from_dict(payload["net_config"])
+    except (NetConfigError, TypeError, KeyError) as error:
+        raise CheckpointError(f"{path}: bad net config: {error}") from None
+
+
+def _load_weights(path: Path, model: PolicyValueNet, weights: dict[str, Any]) -> None:
+    try:
+        model.load_state_dict(weights)
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
+
+
+def load_model_for_play(path: str | os.PathLike, device: str | torch.device = "cpu") -> PolicyValueNet:
+    """The network of a learner or model checkpoint, on `device`, in eval mode.
+
+    Raises:
+        CheckpointError: see `load_checkpoint`; also a bad config or weights that do not fit it.
+    """
+    path = Path(path)
+    payload = load_checkpoint(path)
+    model = PolicyValueNet(_net_config(path, payload))
+    _load_weights(path, model, payload["model"])
+    return model.to(device).eval()
+
+
+def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    names = sorted(set(stored) | set(current))
+    return [f"{name}: checkpoint {stored.get(name, '<missing>')!r}, learner {current.get(name, '<missing>')!r}"
+            for name in names if stored.get(name, "<missing>") != current.get(name, "<missing>")]
+
+
+def _restore(path: Path, payload: dict[str, Any], learner: Learner) -> dict[str, Any]:
+    if payload["kind"] != "learner":
+        raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
+    stored_optim = dict(payload["optim_config"])
+    if "betas" in stored_optim:
+        stored_optim["betas"] = tuple(stored_optim["betas"])
+    for name, stored, current in (
+        ("net config", payload["net_config"], learner.model.config.to_dict()),
+        ("optim config", stored_optim, learner.config.to_dict()),
+    ):
+        differences = _config_differences(stored, current)
+        if differences:
+            raise CheckpointError(f"{path}: {name} mismatch: " + "; ".join(differences))
+    _load_weights(path, learner.model, payload["model"])
+    try:
+        learner.load_state_dict({
+            "model": payload["model"], "optimizer": payload["optimizer"],
+            "scheduler": payload["scheduler"], "scaler": payload["scaler"] or {},
+            "step": payload["step"], "rng": payload["rng"]["learner"]})
+    except (ValueError, KeyError, RuntimeError, TypeError) as error:
+        raise CheckpointError(f"{path}: cannot restore the training state: {error}") from None
+    rng = payload["rng"]
+    random.setstate(rng["python"])
+    name, keys, position, has_gauss, cached_gaussian = rng["numpy"]
+    np.random.set_state(  # noqa: NPY002  (the legacy global generator, see _rng_states)
+        (name, np.asarray(keys, dtype=np.uint32), position, has_gauss, cached_gaussian))
+    torch.set_rng_state(rng["torch"])
+    if rng["cuda"] and torch.cuda.is_available() and len(rng["cuda"]) == torch.cuda.device_count():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+    return payload["extra"]
+
+
+def restore_learner(path: str | os.PathLike, learner: Learner) -> dict[str, Any]:
+    """Put a learner built with the same configs back in the checkpoint's exact state.
+
+    Restores the model, optimizer, scheduler, scaler, step, the learner's generator and the
+    process-wide python / numpy / torch RNGs. Returns the checkpoint's `extra` dict.
+
+    Raises:
+        CheckpointError: see `load_checkpoint`; also a net or optim config that differs from the
+            learner's (every differing field is named) or state that does not fit.
+    """
+    path = Path(path)
+    return _restore(path, load_checkpoint(path), learner)
+
+
+def learner_from_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Learner:
+    """A learner built from the checkpoint's own configs and restored to its state (the usual
+    way to resume a run)."""
+    path = Path(path)
+    payload = load_checkpoint(path)
+    if payload["kind"] != "learner":
+        raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
+    try:
+        config = OptimConfig.from_dict(payload["optim_config"])
+    except (OptimConfigError, TypeError, KeyError) as error:
+        raise CheckpointError(f"{path}: bad optim config: {error}") from None
+    learner = Learner(PolicyValueNet(_net_config(path, payload)), config, device=device)
+    _restore(path, payload, learner)
+    return learner

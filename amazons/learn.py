@@ -1,0 +1,611 @@
+"""Training the policy-value network: sample batches, augmentation, losses, the training step.
+
+What this module owns:
+
+* `SampleBatch`: training samples in a flat CSR form, exactly as the search produced them:
+  canonical positions `(B, 3) uint64`, the sparse visit distribution over full moves
+  (`label_moves (N, 3) int32`, `label_probs (N,) float32`, `label_offsets (B + 1,) int64`) and
+  the outcome `z (B,) float32` for the side to move. The engine is never asked to decode a label:
+  labels are squares, and squares are what the network's tables are indexed by.
+* `augment_batch`: one random symmetry of the 8 per sample, applied to positions and sparse labels
+  in one vectorized call each (`amazons.symmetry`, square permutations); `sample_batch` draws a
+  batch from a pool and augments it on the fly.
+* The losses. Labels are always the soft visit distribution pi, never its argmax.
+  - joint head: -sum pi(s, d, a) [log P(s, d) + log P(a | d)], reported as two terms: the
+    cross-entropy of the (src, dst) marginal and the one of the (dst, arrow) marginal under the
+    conditional;
+  - factorized head: the three marginal cross-entropies (src, dst, arrow);
+  - value: mean squared error against z.
+* `OptimConfig` (frozen) and `Learner`: AdamW, warmup + cosine or constant learning rate, gradient
+  clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
+  optional `torch.compile`, and a metrics dict per step.
+
+Checkpoints of a `Learner` live in `amazons.checkpoint`. Imports torch, numpy, `amazons.engine`,
+`amazons.symmetry` and `amazons.net`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from amazons import engine
+from amazons.net import (
+    NUM_SQUARES,
+    FactorizedPolicy,
+    JointPolicy,
+    NetOutput,
+    PolicyValueNet,
+    policy_log_tables,
+    segment_ids,
+)
+from amazons.symmetry import NUM_SYMMETRIES, transform_moves, transform_positions
+
+__all__ = [
+    "PRECISIONS",
+    "SCHEDULES",
+    "LabelTensors",
+    "Learner",
+    "OptimConfig",
+    "OptimConfigError",
+    "SampleBatch",
+    "SampleError",
+    "augment_batch",
+    "label_tensors",
+    "learning_rate_factor",
+    "policy_loss_terms",
+    "policy_metrics",
+    "resolve_precision",
+    "sample_batch",
+    "value_loss",
+]
+
+SCHEDULES = ("constant", "cosine")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
+LABEL_SUM_TOLERANCE = 1e-3  # how far a sample's label probabilities may sum from 1
+
+
+class SampleError(ValueError):
+    """A training batch is malformed; the message names the array and the problem."""
+
+
+class OptimConfigError(ValueError):
+    """An `OptimConfig` field is invalid; the message names it."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Samples
+
+
+@dataclass(frozen=True, eq=False)
+class SampleBatch:
+    """Training samples, labels in CSR form. Validated on construction.
+
+    Sample i is `positions[i]`, its labels `label_moves[j]` / `label_probs[j]` for
+    `label_offsets[i] <= j < label_offsets[i + 1]`, and its outcome `z[i]`.
+    """
+
+    positions: np.ndarray  # (B, 3) uint64, canonical [MINE, THEIRS, ARROWS] bitboards
+    label_moves: np.ndarray  # (N, 3) int32, canonical (src, dst, arrow) moves the search visited
+    label_probs: np.ndarray  # (N,) float32, visit shares; >= 0, summing to 1 over each sample
+    label_offsets: np.ndarray  # (B + 1,) int64, CSR offsets of each sample's labels
+    z: np.ndarray  # (B,) float32, the game's outcome for the side to move, in [-1, 1]
+
+    def __post_init__(self) -> None:
+        _validate_batch(self)
+
+    @property
+    def size(self) -> int:
+        """B, the number of samples."""
+        return int(self.positions.shape[0])
+
+    def __len__(self) -> int:
+        return self.size
+
+    @classmethod
+    def from_samples(
+        cls,
+        positions: np.ndarray,
+        label_moves: Sequence[np.ndarray],
+        label_weights: Sequence[np.ndarray],
+        z: np.ndarray | Sequence[float],
+    ) -> SampleBatch:
+        """Build a batch from per-sample arrays; label weights (e.g. raw visit counts) are
+        normalized to probabilities.
+
+        Args:
+            positions: `(B, 3) uint64` canonical positions.
+            label_moves: B arrays `(K_i, 3)` of integer moves.
+            label_weights: B arrays `(K_i,)` of non-negative weights, each with a positive sum.
+            z: B outcomes in [-1, 1] for the side to move.
+
+        Raises:
+            SampleError: lengths disagree or a sample's weights are unusable.
+        """
+        count = len(label_moves)
+        if len(label_weights) != count:
+            raise SampleError(f"label_moves has {count} samples but label_weights has {len(label_weights)}")
+        moves = [np.asarray(m, dtype=np.int64).reshape(-1, 3) for m in label_moves]
+        weights = [np.asarray(w, dtype=np.float64).reshape(-1) for w in label_weights]
+        probs = []
+        for index, (move_block, weight_block) in enumerate(zip(moves, weights, strict=True)):
+            total = weight_block.sum()
+            if weight_block.shape[0] != move_block.shape[0] or not total > 0 or np.any(weight_block < 0):
+                raise SampleError(
+                    f"sample {index}: {move_block.shape[0]} moves with {weight_block.shape[0]} weights "
+                    f"summing to {total}; weights must be >= 0, one per move, with a positive sum")
+            probs.append(weight_block / total)
+        offsets = np.zeros(count + 1, np.int64)
+        np.cumsum([m.shape[0] for m in moves], out=offsets[1:])
+        return cls(
+            positions=np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 3),
+            label_moves=np.ascontiguousarray(np.concatenate(moves) if count else np.zeros((0, 3)),
+                                             dtype=np.int32),
+            label_probs=np.concatenate(probs).astype(np.float32) if count else np.zeros(0, np.float32),
+            label_offsets=offsets,
+            z=np.ascontiguousarray(z, dtype=np.float32).reshape(-1),
+        )
+
+    def select(self, indices: np.ndarray | Sequence[int]) -> SampleBatch:
+        """The samples at `indices` (repeats allowed), in that order; one vectorized gather."""
+        indices = np.asarray(indices, dtype=np.int64).reshape(-1)
+        if indices.size and (indices.min() < 0 or indices.max() >= self.size):
+            raise SampleError(f"indices must be in 0..{self.size - 1}, got {indices.min()}..{indices.max()}")
+        starts = self.label_offsets[indices]
+        counts = self.label_offsets[indices + 1] - starts
+        offsets = np.zeros(indices.shape[0] + 1, np.int64)
+        np.cumsum(counts, out=offsets[1:])
+        rows = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
+        return SampleBatch(self.positions[indices], self.label_moves[rows], self.label_probs[rows],
+                           offsets, self.z[indices])
+
+    @classmethod
+    def concatenate(cls, batches: Sequence[SampleBatch]) -> SampleBatch:
+        """One batch holding all samples of `batches`, in order."""
+        if not batches:
+            raise SampleError("concatenate needs at least one batch")
+        offsets = [np.zeros(1, np.int64)]
+        base = 0
+        for batch in batches:
+            offsets.append(batch.label_offsets[1:] + base)
+            base += int(batch.label_offsets[-1])
+        return cls(
+            np.concatenate([b.positions for b in batches]),
+            np.concatenate([b.label_moves for b in batches]),
+            np.concatenate([b.label_probs for b in batches]),
+            np.concatenate(offsets),
+            np.concatenate([b.z for b in batches]),
+        )
+
+
+def _validate_batch(batch: SampleBatch) -> None:
+    expected = (
+        ("positions", np.uint64, 2), ("label_moves", np.int32, 2), ("label_probs", np.float32, 1),
+        ("label_offsets", np.int64, 1), ("z", np.float32, 1),
+    )
+    for name, dtype, ndim in expected:
+        array = getattr(batch, name)
+        if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != ndim:
+            got = f"{array.dtype} with shape {array.shape}" if isinstance(array, np.ndarray) else type(array).__name__
+            raise SampleError(f"{name} must be a {ndim}-d {np.dtype(dtype).name} array, got {got}")
+    count = batch.positions.shape[0]
+    labels = batch.label_moves.shape[0]
+    if batch.positions.shape[1] != 3 or batch.label_moves.shape[1] != 3:
+        raise SampleError(
+            f"positions and label_moves need 3 columns, got {batch.positions.shape} and {batch.label_moves.shape}")
+    if batch.label_probs.shape != (labels,):
+        raise SampleError(f"label_probs has shape {batch.label_probs.shape}, expected ({labels},)")
+    if batch.label_offsets.shape != (count + 1,) or batch.z.shape != (count,):
+        raise SampleError(
+            f"{count} positions need label_offsets ({count + 1},) and z ({count},), "
+            f"got {batch.label_offsets.shape} and {batch.z.shape}")
+    offsets = batch.label_offsets
+    counts = np.diff(offsets)
+    if offsets[0] != 0 or offsets[-1] != labels or np.any(counts < 1):
+        raise SampleError(
+            f"label_offsets must rise strictly from 0 to {labels} (every sample needs a label), "
+            f"got {offsets[0]}..{offsets[-1]} with {int(np.sum(counts < 1))} empty samples")
+    if labels and (batch.label_moves.min() < 0 or batch.label_moves.max() >= NUM_SQUARES):
+        raise SampleError("label_moves must hold squares 0..63")
+    if not np.all(batch.label_probs >= 0):  # also rejects NaN
+        raise SampleError("label_probs must be finite and >= 0")
+    if count:
+        sums = np.add.reduceat(batch.label_probs, offsets[:-1], dtype=np.float64)
+        bad = np.flatnonzero(np.abs(sums - 1.0) > LABEL_SUM_TOLERANCE)
+        if bad.size:
+            raise SampleError(f"labels of sample {bad[0]} sum to {sums[bad[0]]:.6f}, not 1")
+    if not np.all(np.abs(batch.z) <= 1.0):
+        raise SampleError("z must be finite and in [-1, 1]")
+
+
+def augment_batch(
+    batch: SampleBatch,
+    rng: np.random.Generator | None = None,
+    symmetries: np.ndarray | None = None,
+) -> SampleBatch:
+    """Apply one of the 8 board symmetries to each sample: positions and labels together.
+
+    Args:
+        batch: the samples.
+        rng: draws a symmetry per sample (uniformly, 0 = identity included) when `symmetries` is
+            not given.
+        symmetries: `(B,)` integer symmetry index per sample (see `amazons.symmetry.SYMMETRIES`).
+
+    Returns:
+        A new batch; probabilities and outcomes are unchanged, label order is kept.
+    """
+    if symmetries is None:
+        if rng is None:
+            raise SampleError("augment_batch needs rng or symmetries")
+        symmetries = rng.integers(0, NUM_SYMMETRIES, size=batch.size)
+    symmetries = np.asarray(symmetries, dtype=np.int64)
+    if symmetries.shape != (batch.size,):
+        raise SampleError(f"symmetries must have shape ({batch.size},), got {symmetries.shape}")
+    per_label = np.repeat(symmetries, np.diff(batch.label_offsets))
+    return SampleBatch(
+        transform_positions(batch.positions, symmetries),
+        np.ascontiguousarray(transform_moves(batch.label_moves, per_label)),
+        batch.label_probs,
+        batch.label_offsets,
+        batch.z,
+    )
+
+
+def sample_batch(
+    pool: SampleBatch, batch_size: int, rng: np.random.Generator, augment: bool = True
+) -> SampleBatch:
+    """Draw `batch_size` samples uniformly from `pool` (without replacement when it is large
+    enough) and, by default, give each a random symmetry."""
+    if batch_size < 1:
+        raise SampleError(f"batch_size must be >= 1, got {batch_size}")
+    indices = rng.choice(pool.size, size=batch_size, replace=pool.size < batch_size)
+    batch = pool.select(indices)
+    return augment_batch(batch, rng) if augment else batch
+
+
+# ------------------------------------------------------------------------------------------------
+# Losses
+
+
+class LabelTensors(NamedTuple):
+    """A batch's labels as tensors on the training device."""
+
+    moves: torch.Tensor  # [N, 3] int64 (src, dst, arrow)
+    probs: torch.Tensor  # [N] float32, pi of each labelled move
+    sample_index: torch.Tensor  # [N] int64, the sample each label belongs to
+    z: torch.Tensor  # [B] float32 outcome for the side to move
+
+
+def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> LabelTensors:
+    """Move a batch's labels to `device` (no engine call: labels are squares already)."""
+    device = torch.device(device)
+    return LabelTensors(
+        torch.from_numpy(batch.label_moves).to(device).long(),
+        torch.from_numpy(batch.label_probs).to(device),
+        torch.from_numpy(segment_ids(batch.label_offsets)).to(device),
+        torch.from_numpy(batch.z).to(device),
+    )
+
+
+def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`table[sample_index, index]` for a `[B, K]` table, as one flat gather."""
+    return table.reshape(-1)[sample_index * table.shape[1] + index]
+
+
+def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
+    """The policy cross-entropy terms, each averaged over the batch (float32 scalars).
+
+    joint: `policy_move` = -sum pi log P(src, dst), `policy_arrow` = -sum pi log P(arrow | dst);
+    their sum is the cross-entropy of pi against P(src, dst) P(arrow | dst).
+    factorized: `policy_src`, `policy_dst`, `policy_arrow`, the three marginal cross-entropies
+    (-sum pi log P(src) equals the cross-entropy of pi's src marginal, and so on).
+    """
+    batch_size = labels.z.shape[0]
+    src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
+    rows = labels.sample_index
+    if isinstance(policy, JointPolicy):
+        log_move, log_arrow = policy_log_tables(policy)
+        log_p = {
+            "policy_move": _label_log_probs(log_move, rows, src * NUM_SQUARES + dst),
+            "policy_arrow": _label_log_probs(log_arrow, rows, dst * NUM_SQUARES + arrow),
+        }
+    elif isinstance(policy, FactorizedPolicy):
+        log_p = {
+            f"policy_{name}": _label_log_probs(torch.log_softmax(logits.float(), dim=-1), rows, squares)
+            for name, logits, squares in (("src", policy.src_logits, src), ("dst", policy.dst_logits, dst),
+                                          ("arrow", policy.arrow_logits, arrow))
+        }
+    else:
+        raise SampleError(f"unknown policy output {type(policy).__name__}")
+    return {name: -(labels.probs * values).sum() / batch_size for name, values in log_p.items()}
+
+
+def value_loss(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """Mean squared error between the predicted values `[B]` and the outcomes `[B]`."""
+    return torch.mean((value.float() - z) ** 2)
+
+
+@torch.no_grad()
+def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
+    """Monitoring figures over the full move distribution P(s, d) P(a | d), batch means.
+
+    * `policy_entropy`: the model's entropy, H(src, dst) + sum_d P(d) H(arrow | d);
+    * `target_entropy`: the entropy of the labels pi;
+    * `policy_kl`: KL(pi || model) = cross-entropy - target entropy (>= 0; 0 iff the model puts
+      exactly pi on the labelled moves).
+    """
+    batch_size = labels.z.shape[0]
+    log_move, log_arrow = policy_log_tables(policy)
+    p_move = log_move.exp()
+    p_dst = p_move.reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(dim=1)
+    arrow_entropy = -(log_arrow.exp() * log_arrow).reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1)
+    model_entropy = -(p_move * log_move).sum(-1) + (p_dst * arrow_entropy).sum(-1)
+    src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
+    log_q = (_label_log_probs(log_move, labels.sample_index, src * NUM_SQUARES + dst)
+             + _label_log_probs(log_arrow, labels.sample_index, dst * NUM_SQUARES + arrow))
+    cross_entropy = -(labels.probs * log_q).sum() / batch_size
+    target_entropy = -torch.special.xlogy(labels.probs, labels.probs).sum() / batch_size
+    return {
+        "policy_entropy": model_entropy.mean(),
+        "target_entropy": target_entropy,
+        "policy_kl": cross_entropy - target_entropy,
+    }
+
+
+# ------------------------------------------------------------------------------------------------
+# Optimization
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """How a `Learner` trains; frozen, plain values only (it is stored in checkpoints)."""
+
+    lr: float = 2e-4  # peak learning rate of AdamW
+    weight_decay: float = 1e-4  # AdamW's decoupled weight decay, on conv and linear weights only
+    betas: tuple[float, float] = (0.9, 0.999)  # AdamW's moment decay rates
+    eps: float = 1e-8  # AdamW's denominator epsilon
+    schedule: str = "cosine"  # "constant" or "cosine": after warmup, cosine from lr to min_lr_ratio * lr
+    warmup_steps: int = 500  # steps of linear warmup from lr / warmup_steps to lr (0 = none)
+    total_steps: int = 200_000  # the cosine schedule reaches its floor here and stays there
+    min_lr_ratio: float = 0.05  # floor of the cosine schedule, as a fraction of lr
+    grad_clip_norm: float = 1.0  # clip the global gradient L2 norm to this (0 = no clipping)
+    precision: str = "auto"  # "bf16" autocast, "fp16" autocast + GradScaler, "fp32", or "auto"
+    channels_last: bool = True  # run convolutions in NHWC memory format (faster on GPU and CPU)
+    compile: bool = False  # wrap the model's forward in torch.compile
+    policy_weight: float = 1.0  # weight of the policy cross-entropy terms in the loss
+    value_weight: float = 1.0  # weight of the value MSE in the loss
+
+    def __post_init__(self) -> None:
+        for name in ("lr", "weight_decay", "eps", "grad_clip_norm", "policy_weight", "value_weight",
+                     "min_lr_ratio"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+                    or value < 0:
+                raise OptimConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not self.lr > 0 or not self.eps > 0:
+            raise OptimConfigError(f"lr and eps must be > 0, got {self.lr!r} and {self.eps!r}")
+        if self.min_lr_ratio > 1:
+            raise OptimConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
+        if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
+            raise OptimConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
+        for name in ("warmup_steps", "total_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise OptimConfigError(f"{name} must be an int >= 0, got {value!r}")
+        if self.schedule not in SCHEDULES:
+            raise OptimConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
+        if self.precision not in PRECISIONS:
+            raise OptimConfigError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
+
+    def replace(self, **changes: Any) -> OptimConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (what checkpoints store)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> OptimConfig:
+        """Inverse of `to_dict`.
+
+        Raises:
+            OptimConfigError: a field is unknown or missing, or a value is invalid.
+        """
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        missing = sorted(known - set(fields))
+        if unknown or missing:
+            raise OptimConfigError(f"optim config fields: unknown {unknown}, missing {missing}")
+        return cls(**{**fields, "betas": tuple(fields["betas"])})
+
+
+def learning_rate_factor(step: int, config: OptimConfig) -> float:
+    """Multiplier of `config.lr` at optimizer step `step` (0-based)."""
+    if step < config.warmup_steps:
+        return (step + 1) / config.warmup_steps
+    if config.schedule == "constant":
+        return 1.0
+    span = max(config.total_steps - config.warmup_steps, 1)
+    progress = min((step - config.warmup_steps) / span, 1.0)
+    return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
+def resolve_precision(precision: str, device: torch.device) -> str:
+    """"auto" -> "bf16" on a GPU that supports it, "fp16" on other GPUs, "fp32" on CPU.
+
+    CPUs without native bf16 (most x86 before AVX-512 BF16 / AMX) run bf16 autocast many times
+    slower than fp32, so "auto" does not pick it there; ask for "bf16" explicitly where it pays.
+    """
+    if precision != "auto":
+        return precision
+    if device.type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
+
+
+_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+class Learner:
+    """One network's training state and its step.
+
+    Args:
+        model: the network to train (moved to `device`; trained in place).
+        config: optimization settings.
+        device: where to train.
+        seed: seeds `rng`, the learner's own numpy generator, for sampling and augmentation (its
+            state is saved with the checkpoint, so a restarted run draws the same batches).
+
+    Attributes:
+        step: optimizer steps taken.
+        precision: the resolved precision ("bf16", "fp16" or "fp32").
+        rng: `np.random.Generator` for `sample_batch` / `augment_batch`.
+    """
+
+    def __init__(
+        self,
+        model: PolicyValueNet,
+        config: OptimConfig | None = None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+    ) -> None:
+        self.config = config if config is not None else OptimConfig()
+        self.device = torch.device(device)
+        self.precision = resolve_precision(self.config.precision, self.device)
+        self.model = model.to(self.device)
+        if self.config.channels_last:
+            self.model = self.model.to(memory_format=torch.channels_last)
+        decay = [p for p in self.model.parameters() if p.ndim >= 2]
+        no_decay = [p for p in self.model.parameters() if p.ndim < 2]
+        self.optimizer = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": self.config.weight_decay},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=self.config.lr, betas=self.config.betas, eps=self.config.eps)
+        config_for_schedule = self.config
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: learning_rate_factor(step, config_for_schedule))
+        self.scaler = torch.amp.GradScaler(self.device.type, enabled=self.precision == "fp16")
+        self.step = 0
+        self.rng = np.random.default_rng(seed)
+        self._forward = torch.compile(self.model) if self.config.compile else self.model
+        self._host_features = torch.empty(0)
+
+    @property
+    def num_planes(self) -> int:
+        return self.model.config.num_planes
+
+    def _autocast(self) -> torch.autocast:
+        dtype = _AUTOCAST_DTYPES.get(self.precision, torch.float32)
+        return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision != "fp32")
+
+    def features(self, positions: np.ndarray) -> torch.Tensor:
+        """Feature planes of `(B, 3) uint64` positions, on the device, in the model's memory format."""
+        rows = positions.shape[0]
+        if self._host_features.shape[0] < rows:
+            self._host_features = torch.empty((rows, self.num_planes, 8, 8), dtype=torch.float32,
+                                              pin_memory=self.device.type == "cuda")
+        host = self._host_features[:rows]
+        engine.features(positions, self.num_planes, out=host.numpy())
+        features = host.to(self.device, non_blocking=True)
+        if self.config.channels_last:
+            features = features.contiguous(memory_format=torch.channels_last)
+        elif self.device.type == "cpu":
+            features = features.clone()  # the host buffer is reused by the next call
+        return features
+
+    def _losses(self, output: NetOutput, labels: LabelTensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        terms = policy_loss_terms(output.policy, labels)
+        policy_loss = sum(terms.values())
+        terms["value_mse"] = value_loss(output.value, labels.z)
+        total = self.config.policy_weight * policy_loss + self.config.value_weight * terms["value_mse"]
+        terms["policy_loss"] = policy_loss
+        terms["loss"] = total
+        return total, terms
+
+    def train_step(self, batch: SampleBatch) -> dict[str, float]:
+        """One optimizer step on `batch` (augment it before, e.g. with `sample_batch`).
+
+        Returns:
+            Metrics as floats: `loss` (weighted total), `policy_loss` and its terms
+            (`policy_move`, `policy_arrow` for the joint head; `policy_src`, `policy_dst`,
+            `policy_arrow` for the factorized one), `value_mse`, `policy_entropy`,
+            `target_entropy`, `policy_kl`, `grad_norm` (before clipping), `lr` (used for this
+            step), `skipped` (1 when a non-finite gradient made the step a no-op), and
+            `loss_scale` with fp16.
+        """
+        if batch.size == 0:
+            raise SampleError("train_step needs at least one sample")
+        features = self.features(batch.positions)
+        labels = label_tensors(batch, self.device)
+        self.model.train()
+        with self._autocast():
+            output = self._forward(features)
+        loss, terms = self._losses(output, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        self.scaler.scale(loss).backward()
+        self.scaler.unscale_(self.optimizer)
+        max_norm = self.config.grad_clip_norm if self.config.grad_clip_norm > 0 else math.inf
+        grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
+        lr = self.optimizer.param_groups[0]["lr"]
+        finite = bool(torch.isfinite(grad_norm))
+        if self.scaler.is_enabled():
+            self.scaler.step(self.optimizer)  # skips the update itself on inf/NaN gradients
+            self.scaler.update()
+        elif finite:
+            self.optimizer.step()
+        with warnings.catch_warnings():
+            # A skipped first step makes torch warn that the schedule ran ahead of the optimizer;
+            # the schedule counts steps taken, skipped or not, so that is intended.
+            warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
+            self.scheduler.step()
+        self.step += 1
+        terms.update(policy_metrics(output.policy, labels))
+        names = list(terms)
+        values = torch.stack([terms[name].detach().float() for name in names]).tolist()
+        metrics = dict(zip(names, values, strict=True))
+        metrics.update(grad_norm=float(grad_norm), lr=lr, skipped=float(not finite))
+        if self.scaler.is_enabled():
+            metrics["loss_scale"] = float(self.scaler.get_scale())
+        return metrics
+
+    @torch.no_grad()
+    def validation_metrics(self, batch: SampleBatch) -> dict[str, float]:
+        """The loss terms and policy metrics of `batch` in eval mode, without training."""
+        features = self.features(batch.positions)
+        labels = label_tensors(batch, self.device)
+        self.model.eval()
+        with self._autocast():
+            output = self.model(features)
+        _, terms = self._losses(output, labels)
+        terms.update(policy_metrics(output.policy, labels))
+        return {name: float(value) for name, value in terms.items()}
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything a restart needs besides the configs and the process-wide RNGs."""
+        return {
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": self.scaler.state_dict(),
+            "step": self.step,
+            "rng": self.rng.bit_generator.state,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Inverse of `state_dict` (strict about the model's parameter names and shapes)."""
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        if self.scaler.is_enabled() and state["scaler"]:
+            self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["step"])
+        self.rng.bit_generator.state = state["rng"]

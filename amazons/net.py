@@ -1,0 +1,626 @@
+"""The policy-value network, and the one place where its logits become priors over legal moves.
+
+What this module owns:
+
+* `NetConfig` (frozen, every field commented) and the presets `resnet40` (the design's model:
+  20 residual blocks x 256 channels), `medium`, `small` and `tiny`.
+* `PolicyValueNet`: feature planes `(B, 3 | 7, 8, 8)` from `amazons.engine.features` -> stem
+  convolution -> residual trunk -> global self-attention over the 64 squares -> a policy head and
+  a value head. It returns **logits only** (and the value, already squashed to [-1, 1], for the
+  side to move). Two policy heads:
+  - `joint` (default): move logits `[B, 64, 64]` = source queries x destination keys, i.e. the
+    joint P(src, dst); then a latent simulation: the destination keys are written into the
+    features through an update gate, `x_next = x + relu(conv1x1(concat(x, keys)))`, and the
+    arrow logits `[B, 64, 64]` = P(arrow | dst) come from `x_next`'s arrow queries (at the
+    shooter's square, the destination) x arrow keys (at the target square). One forward pass, the causal chain
+    src -> dst -> arrow kept (seeds 001 and 003).
+  - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
+    version, kept for comparison.
+* `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
+  restricted to legal moves. Both heads reduce to the same two tables, log P(src, dst) `(B, 4096)`
+  and log P(arrow | dst) `(B, 4096)`; the prior of a legal move is P(src, dst) * P(arrow | dst),
+  renormalized over the position's legal moves.
+* `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process.
+* `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
+  chosen dtype and memory format.
+
+Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
+`(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy and `amazons.engine`.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from amazons import engine
+
+__all__ = [
+    "ATTENTION_PLACEMENTS",
+    "NUM_SQUARES",
+    "POLICY_HEADS",
+    "PRESETS",
+    "FactorizedPolicy",
+    "JointPolicy",
+    "NetConfig",
+    "NetConfigError",
+    "NetInputError",
+    "NetOutput",
+    "NetworkEvaluator",
+    "PolicyValueNet",
+    "count_parameters",
+    "gather_legal_priors",
+    "move_log_probs",
+    "net_config",
+    "policy_log_tables",
+    "prepare_for_inference",
+    "segment_ids",
+]
+
+NUM_SQUARES = 64
+POLICY_HEADS = ("joint", "factorized")
+ATTENTION_PLACEMENTS = ("end", "spread")
+
+
+class NetConfigError(ValueError):
+    """A `NetConfig` field is invalid, or a preset name is unknown; the message names it."""
+
+
+class NetInputError(ValueError):
+    """An array passed to the network or an evaluator has the wrong shape, dtype or contents."""
+
+
+@dataclass(frozen=True)
+class NetConfig:
+    """Shape of a `PolicyValueNet`; frozen, plain values only, so it pickles and serializes."""
+
+    num_planes: int = 7  # input feature planes from `engine.features`: 3 (mine, theirs, arrows) or 7
+    blocks: int = 20  # residual blocks in the trunk, each conv3x3-BN-ReLU-conv3x3-BN + skip, ReLU
+    channels: int = 256  # channels of the stem and of every residual block
+    attention_blocks: int = 1  # global self-attention blocks over the 64 squares (0 = none)
+    attention_placement: str = "end"  # "end": all after the trunk; "spread": evenly among the blocks
+    attention_dim: int = 32  # query/key width of each attention block (values keep all channels)
+    policy_head: str = "joint"  # "joint" (P(src, dst) and P(arrow | dst)) or "factorized" (3 x 64)
+    head_dim: int = 64  # query/key width of the joint head's bilinear maps; hidden width (factorized)
+    value_channels: int = 4  # channels of the value head's 1x1 convolution before its MLP
+    value_hidden: int = 256  # hidden units of the value head's MLP
+
+    def __post_init__(self) -> None:
+        positive = ("blocks", "channels", "attention_dim", "head_dim", "value_channels", "value_hidden")
+        for name in positive + ("attention_blocks",):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise NetConfigError(f"{name} must be an int, got {value!r}")
+            if value < (1 if name in positive else 0):
+                raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, got {value}")
+        if self.num_planes not in engine.FEATURE_PLANES:
+            raise NetConfigError(f"num_planes must be 3 or 7, got {self.num_planes!r}")
+        if self.policy_head not in POLICY_HEADS:
+            raise NetConfigError(f"policy_head must be one of {POLICY_HEADS}, got {self.policy_head!r}")
+        if self.attention_placement not in ATTENTION_PLACEMENTS:
+            raise NetConfigError(
+                f"attention_placement must be one of {ATTENTION_PLACEMENTS}, "
+                f"got {self.attention_placement!r}"
+            )
+        if self.attention_placement == "spread" and self.attention_blocks > self.blocks:
+            raise NetConfigError(
+                f"attention_blocks ({self.attention_blocks}) cannot be spread over {self.blocks} blocks"
+            )
+
+    def replace(self, **changes: Any) -> NetConfig:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as a plain dict (what checkpoints store)."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, fields: dict[str, Any]) -> NetConfig:
+        """Inverse of `to_dict`.
+
+        Raises:
+            NetConfigError: a field is unknown or missing, or a value is invalid.
+        """
+        known = {field.name for field in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - known)
+        missing = sorted(known - set(fields))
+        if unknown or missing:
+            raise NetConfigError(f"net config fields: unknown {unknown}, missing {missing}")
+        return cls(**fields)
+
+
+PRESETS: dict[str, NetConfig] = {
+    "resnet40": NetConfig(),
+    "medium": NetConfig(blocks=10, channels=128, attention_dim=16, head_dim=32, value_hidden=128),
+    "small": NetConfig(blocks=6, channels=64, attention_dim=16, head_dim=32, value_hidden=64),
+    "tiny": NetConfig(blocks=2, channels=32, attention_dim=8, head_dim=16, value_channels=2,
+                      value_hidden=32),
+}
+
+
+def net_config(preset: str = "resnet40", **overrides: Any) -> NetConfig:
+    """The config of a preset, with some fields overridden, e.g. `net_config("tiny", num_planes=3)`.
+
+    Raises:
+        NetConfigError: unknown preset or field, or an invalid value.
+    """
+    if preset not in PRESETS:
+        raise NetConfigError(f"unknown preset {preset!r}; choose from {sorted(PRESETS)}")
+    try:
+        return PRESETS[preset].replace(**overrides)
+    except TypeError as error:  # an unknown field name
+        raise NetConfigError(f"preset {preset!r}: {error}") from None
+
+
+# ------------------------------------------------------------------------------------------------
+# Outputs
+
+
+class JointPolicy(NamedTuple):
+    """Logits of the `joint` head."""
+
+    move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
+    arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
+
+
+class FactorizedPolicy(NamedTuple):
+    """Logits of the `factorized` head: three independent 64-way distributions."""
+
+    src_logits: torch.Tensor  # [B, 64] float
+    dst_logits: torch.Tensor  # [B, 64] float
+    arrow_logits: torch.Tensor  # [B, 64] float
+
+
+class NetOutput(NamedTuple):
+    """What `PolicyValueNet.forward` returns."""
+
+    policy: JointPolicy | FactorizedPolicy  # logits only
+    value: torch.Tensor  # [B] float in [-1, 1], for the side to move
+
+
+# ------------------------------------------------------------------------------------------------
+# Layers
+
+
+class ConvBN(nn.Module):
+    """A bias-free convolution followed by batch norm ("same" padding, stride 1).
+
+    `fold()` merges the (eval-mode) batch norm into the convolution for inference.
+    """
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, padding=kernel_size // 2,
+                              bias=False)
+        self.bn: nn.Module = nn.BatchNorm2d(out_channels)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.bn(self.conv(x))
+
+    @torch.no_grad()
+    def fold(self) -> None:
+        """Fold the batch norm's running statistics and affine map into the convolution."""
+        bn = self.bn
+        if not isinstance(bn, nn.BatchNorm2d):
+            return
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        conv = self.conv
+        folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size,
+                           padding=conv.padding, bias=True).to(conv.weight.device)
+        folded.weight.copy_(conv.weight * scale.reshape(-1, 1, 1, 1))
+        folded.bias.copy_(bn.bias - bn.running_mean * scale)
+        self.conv = folded
+        self.bn = nn.Identity()
+
+
+class ResidualBlock(nn.Module):
+    """conv3x3-BN-ReLU-conv3x3-BN, plus the input, then ReLU."""
+
+    def __init__(self, channels: int) -> None:
+        super().__init__()
+        self.conv1 = ConvBN(channels, channels, 3)
+        self.conv2 = ConvBN(channels, channels, 3)
+        # Each block starts as the identity: deep towers train from the first step.
+        nn.init.zeros_(self.conv2.bn.weight)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(x + self.conv2(F.relu(self.conv1(x))))
+
+
+def _squares(maps: torch.Tensor) -> torch.Tensor:
+    """`[B, C, 8, 8]` -> `[B, 64, C]` (square-major; free for channels_last tensors)."""
+    return maps.flatten(2).transpose(1, 2)
+
+
+def _projection(channels: int, widths: tuple[int, ...], scaled: int) -> nn.Conv2d:
+    """One 1x1 convolution giving several projections stacked along channels (split them with
+    `widths`); the first `scaled` output channels (the queries) start with weights and bias times
+    1 / sqrt(scaled), the attention scale, folded in once (it is linear) instead of multiplying the
+    `[B, 64, 64]` scores at every call."""
+    projection = nn.Conv2d(channels, sum(widths), 1)
+    with torch.no_grad():
+        projection.weight[:scaled].mul_(1.0 / math.sqrt(scaled))
+        projection.bias[:scaled].mul_(1.0 / math.sqrt(scaled))
+    return projection
+
+
+class GlobalSelfAttention(nn.Module):
+    """Every square attends to all 64: softmax(q k^T / sqrt(d)) v, added through a learnable gate.
+
+    Queries, keys (width `key_dim`) and values (all channels) come from one 1x1 convolution. The
+    gate starts at 0, so the block starts as the identity and the trunk's features pass unchanged
+    until the attention has learned something worth adding.
+    """
+
+    def __init__(self, channels: int, key_dim: int) -> None:
+        super().__init__()
+        self.widths = (key_dim, key_dim, channels)
+        self.qkv = _projection(channels, self.widths, key_dim)
+        self.gate = nn.Parameter(torch.zeros(1))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        batch, channels, height, width = x.shape
+        query, key, value = self.qkv(x).split(self.widths, dim=1)
+        energy = torch.bmm(_squares(query), key.flatten(2))  # [B, 64 queries, 64 keys]
+        attended = torch.bmm(torch.softmax(energy, dim=-1), _squares(value))  # [B, 64, C]
+        attended = attended.transpose(1, 2).reshape(batch, channels, height, width)
+        return x + self.gate * attended
+
+
+class JointPolicyHead(nn.Module):
+    """P(src, dst) from source queries x destination keys, then P(arrow | dst) after a latent move.
+
+    Latent simulation (seed 001's "update gate"): the destination keys, a map of "where an amazon
+    could land", are concatenated to the features and written in by a 1x1 convolution,
+    `x_next = x + relu(update_gate(concat(x, keys)))`; the arrow is then chosen from `x_next`:
+    arrow queries at the shooter's square (the destination) x arrow keys at the target square.
+    Queries and keys of each bilinear map come from one 1x1 convolution, the 1 / sqrt(head_dim)
+    scale folded into the queries' initial weights.
+    """
+
+    def __init__(self, channels: int, head_dim: int) -> None:
+        super().__init__()
+        self.head_dim = head_dim
+        self.move_qk = _projection(channels, (head_dim, head_dim), head_dim)
+        self.update_gate = nn.Conv2d(channels + head_dim, channels, 1)
+        self.arrow_qk = _projection(channels, (head_dim, head_dim), head_dim)
+
+    def forward(self, x: torch.Tensor) -> JointPolicy:
+        src_queries, dst_keys = self.move_qk(x).split(self.head_dim, dim=1)
+        move_logits = torch.bmm(_squares(src_queries), dst_keys.flatten(2))
+        x_next = x + F.relu(self.update_gate(torch.cat([x, dst_keys], dim=1)))
+        arrow_queries, arrow_keys = self.arrow_qk(x_next).split(self.head_dim, dim=1)
+        arrow_logits = torch.bmm(_squares(arrow_queries), arrow_keys.flatten(2))
+        return JointPolicy(move_logits, arrow_logits)
+
+
+class FactorizedPolicyHead(nn.Module):
+    """Three independent per-square heatmaps: src, dst, arrow logits (the design's first version)."""
+
+    def __init__(self, channels: int, hidden: int) -> None:
+        super().__init__()
+        self.hidden = ConvBN(channels, hidden, 1)
+        self.maps = nn.Conv2d(hidden, 3, 1)
+
+    def forward(self, x: torch.Tensor) -> FactorizedPolicy:
+        maps = self.maps(F.relu(self.hidden(x))).flatten(2)
+        return FactorizedPolicy(maps[:, 0], maps[:, 1], maps[:, 2])
+
+
+class ValueHead(nn.Module):
+    """1x1 conv-BN-ReLU, then an MLP to one scalar, tanh: the value for the side to move."""
+
+    def __init__(self, channels: int, value_channels: int, hidden: int) -> None:
+        super().__init__()
+        self.reduce = ConvBN(channels, value_channels, 1)
+        self.hidden = nn.Linear(value_channels * NUM_SQUARES, hidden)
+        self.out = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        reduced = F.relu(self.reduce(x)).flatten(1)
+        return torch.tanh(self.out(F.relu(self.hidden(reduced)))).squeeze(-1)
+
+
+def _attention_after(config: NetConfig) -> set[int]:
+    """Indices of the residual blocks followed by an attention block when they are spread."""
+    count = config.attention_blocks
+    if config.attention_placement == "end" or count == 0:
+        return set()
+    return {round((i + 1) * config.blocks / count) - 1 for i in range(count)}
+
+
+class PolicyValueNet(nn.Module):
+    """Feature planes in, policy logits and a value out.
+
+    Args:
+        config: the network's shape (see `NetConfig`, `PRESETS`).
+
+    Input: `[B, num_planes, 8, 8]` float (channels_last or not). Output: `NetOutput`.
+    """
+
+    def __init__(self, config: NetConfig) -> None:
+        super().__init__()
+        if not isinstance(config, NetConfig):
+            raise NetConfigError(f"config must be a NetConfig, got {type(config).__name__}")
+        self.config = config
+        channels = config.channels
+        self.stem = ConvBN(config.num_planes, channels, 3)
+        layers: list[nn.Module] = []
+        spread = _attention_after(config)
+        for index in range(config.blocks):
+            layers.append(ResidualBlock(channels))
+            if index in spread:
+                layers.append(GlobalSelfAttention(channels, config.attention_dim))
+        if config.attention_placement == "end":
+            layers.extend(GlobalSelfAttention(channels, config.attention_dim)
+                          for _ in range(config.attention_blocks))
+        self.trunk = nn.Sequential(*layers)
+        if config.policy_head == "joint":
+            self.policy_head: nn.Module = JointPolicyHead(channels, config.head_dim)
+        else:
+            self.policy_head = FactorizedPolicyHead(channels, config.head_dim)
+        self.value_head = ValueHead(channels, config.value_channels, config.value_hidden)
+
+    def forward(self, features: torch.Tensor) -> NetOutput:
+        """Logits and value of a batch of feature planes `[B, num_planes, 8, 8]`.
+
+        Raises:
+            NetInputError: if the input is not `[B, num_planes, 8, 8]`.
+        """
+        if features.dim() != 4 or tuple(features.shape[1:]) != (self.config.num_planes, 8, 8):
+            raise NetInputError(
+                f"features must have shape [B, {self.config.num_planes}, 8, 8], "
+                f"got {list(features.shape)}"
+            )
+        x = self.trunk(F.relu(self.stem(features)))
+        return NetOutput(self.policy_head(x), self.value_head(x))
+
+
+def count_parameters(model: nn.Module) -> int:
+    """Number of trainable parameters."""
+    return sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+
+
+def prepare_for_inference(
+    model: PolicyValueNet, dtype: torch.dtype = torch.float32, channels_last: bool = True
+) -> PolicyValueNet:
+    """An eval-mode copy for inference: batch norms folded, weights in `dtype`, no gradients.
+
+    The copy's state dict differs from the original's (folded convolutions, no batch norms): it is
+    for evaluating only, never for training or saving. The original is not touched.
+    """
+    prepared = copy.deepcopy(model).eval()
+    for module in prepared.modules():
+        if isinstance(module, ConvBN):
+            module.fold()
+    prepared = prepared.to(dtype=dtype)
+    if channels_last:
+        prepared = prepared.to(memory_format=torch.channels_last)
+    prepared.requires_grad_(False)
+    return prepared
+
+
+# ------------------------------------------------------------------------------------------------
+# From logits to priors: the one place where softmax and legal-move masking happen.
+
+
+def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probability tables of a policy head's output, in float32.
+
+    * `log_move[b, src * 64 + dst]` = log P(src, dst): a log-softmax over all 4,096 pairs (legal or
+      not). For the factorized head, log P(src) + log P(dst).
+    * `log_arrow[b, dst * 64 + arrow]` = log P(arrow | dst): a log-softmax over the 64 arrows of
+      each destination row. For the factorized head the same log P(arrow) in every row.
+
+    The probability of a full move is then P(src, dst) * P(arrow | dst); over all 64**3 triples it
+    sums to 1. Training uses these tables directly (the targets sit on legal moves); the search
+    uses `gather_legal_priors`, which renormalizes them over the legal moves.
+
+    Args:
+        policy: `JointPolicy` (logits `[B, 64, 64]` twice) or `FactorizedPolicy` (`[B, 64]` x 3).
+
+    Returns:
+        `(log_move, log_arrow)`, both `[B, 4096] float32`.
+    """
+    if isinstance(policy, JointPolicy):
+        batch = policy.move_logits.shape[0]
+        log_move = F.log_softmax(policy.move_logits.float().reshape(batch, -1), dim=-1)
+        log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1).reshape(batch, -1)
+        return log_move, log_arrow
+    if isinstance(policy, FactorizedPolicy):
+        batch = policy.src_logits.shape[0]
+        log_src = F.log_softmax(policy.src_logits.float(), dim=-1)
+        log_dst = F.log_softmax(policy.dst_logits.float(), dim=-1)
+        log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
+        log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
+        return log_move, log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1)
+    raise NetInputError(f"policy must be a JointPolicy or FactorizedPolicy, got {type(policy).__name__}")
+
+
+def segment_ids(offsets: np.ndarray) -> np.ndarray:
+    """Owner of each row of a CSR layout: `(offsets[-1],) int64`, row j -> the i with
+    `offsets[i] <= j < offsets[i + 1]`.
+
+    Args:
+        offsets: `(B + 1,)` integer offsets, starting at 0, non-decreasing.
+    """
+    return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
+
+
+def move_log_probs(
+    log_move: torch.Tensor, log_arrow: torch.Tensor, moves: torch.Tensor, batch_index: torch.Tensor
+) -> torch.Tensor:
+    """log P(src, dst) + log P(arrow | dst) of full moves, one table row per move.
+
+    Args:
+        log_move: `[B, 4096] float32` from `policy_log_tables`.
+        log_arrow: `[B, 4096] float32` from `policy_log_tables`.
+        moves: `[M, 3]` integer (src, dst, arrow) squares, on the tables' device.
+        batch_index: `[M] int64`, the table row (position) of each move.
+
+    Returns:
+        `[M] float32` log-probabilities under the full (unmasked) distribution over 64**3 moves.
+    """
+    moves = moves.long()
+    src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
+    row = batch_index * (NUM_SQUARES * NUM_SQUARES)
+    return (log_move.reshape(-1)[row + src * NUM_SQUARES + dst]
+            + log_arrow.reshape(-1)[row + dst * NUM_SQUARES + arrow])
+
+
+def gather_legal_priors(
+    log_move: torch.Tensor,
+    log_arrow: torch.Tensor,
+    moves: torch.Tensor,
+    batch_index: torch.Tensor,
+) -> torch.Tensor:
+    """Priors of the legal moves: P(src, dst) * P(arrow | dst), renormalized per position.
+
+    This is the one place where the network's distribution is restricted to legal moves: one
+    vectorized gather of both tables (flat indices `src * 64 + dst` and `dst * 64 + arrow` in the
+    move's own row) and a segment softmax over each position's moves. Positions without moves
+    simply own no rows.
+
+    Args:
+        log_move: `[B, 4096] float32` log P(src, dst) (`policy_log_tables`).
+        log_arrow: `[B, 4096] float32` log P(arrow | dst) (`policy_log_tables`).
+        moves: `[M, 3]` integer legal moves (canonical), on the tables' device.
+        batch_index: `[M] int64` position of each move (`segment_ids(move_offsets)`).
+
+    Returns:
+        `[M] float32` priors; each position's priors sum to 1.
+    """
+    log_prior = move_log_probs(log_move, log_arrow, moves, batch_index)
+    positions = log_move.shape[0]
+    peak = torch.full((positions,), -math.inf, dtype=log_prior.dtype, device=log_prior.device)
+    peak = peak.scatter_reduce(0, batch_index, log_prior, reduce="amax", include_self=True)
+    weights = torch.exp(log_prior - peak[batch_index])
+    totals = torch.zeros(positions, dtype=weights.dtype, device=weights.device)
+    totals = totals.index_add(0, batch_index, weights)
+    return weights / totals[batch_index]
+
+
+# ------------------------------------------------------------------------------------------------
+# The search's Evaluator, in process.
+
+
+def _check_move_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray) -> None:
+    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
+            or moves.shape[1] != 3:
+        raise NetInputError(f"moves must be an (M, 3) int32 array, got {_describe(moves)}")
+    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
+            or move_offsets.shape != (positions.shape[0] + 1,):
+        raise NetInputError(
+            f"move_offsets must be a ({positions.shape[0] + 1},) int64 array, got {_describe(move_offsets)}")
+    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] or np.any(np.diff(move_offsets) < 0):
+        raise NetInputError(
+            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
+            f"got {move_offsets[0]}..{move_offsets[-1]}")
+    if moves.size and (moves.min() < 0 or moves.max() >= NUM_SQUARES):
+        raise NetInputError(f"moves must hold squares 0..63, got {moves.min()}..{moves.max()}")
+
+
+def _describe(array: object) -> str:
+    if isinstance(array, np.ndarray):
+        return f"shape {array.shape} dtype {array.dtype}"
+    return type(array).__name__
+
+
+class NetworkEvaluator:
+    """The search's Evaluator protocol on a `PolicyValueNet`, in this process.
+
+    `evaluate` computes the feature planes with `amazons.engine.features`, runs the network once
+    (eval mode, no autograd, autocast to `dtype` unless float32) and turns its logits into priors
+    over the legal moves with `gather_legal_priors`. The model is used live (not copied): weights
+    changed by a learner are seen by the next call. Pass `prepare_for_inference(model, ...)` for a
+    faster frozen copy.
+
+    Args:
+        model: the network.
+        num_planes: feature planes to compute; must equal `model.config.num_planes`.
+        device: where the network runs.
+        dtype: compute dtype: `torch.float32`, `torch.bfloat16` or `torch.float16`.
+
+    Raises:
+        NetInputError: `num_planes` does not match the model, or an unsupported `dtype`.
+    """
+
+    def __init__(
+        self,
+        model: PolicyValueNet,
+        num_planes: int,
+        device: str | torch.device = "cpu",
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
+        if num_planes != model.config.num_planes:
+            raise NetInputError(
+                f"num_planes={num_planes} but the model takes {model.config.num_planes} planes")
+        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
+            raise NetInputError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
+        self.device = torch.device(device)
+        self.model = model.to(self.device)
+        self.num_planes = num_planes
+        self.dtype = dtype
+        self._features = torch.empty(0)
+
+    def _feature_buffer(self, rows: int) -> torch.Tensor:
+        """A reusable `[rows, planes, 8, 8] float32` host buffer (pinned when feeding a GPU)."""
+        if self._features.shape[0] < rows:
+            capacity = max(rows, 2 * self._features.shape[0])
+            self._features = torch.empty((capacity, self.num_planes, 8, 8), dtype=torch.float32,
+                                         pin_memory=self.device.type == "cuda")
+        return self._features[:rows]
+
+    def evaluate(
+        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Priors over each position's legal moves and a value for its side to move.
+
+        Args:
+            positions: `(B, 3) uint64` canonical positions, none terminal.
+            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
+            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
+
+        Returns:
+            `(priors (M,) float32, values (B,) float32)`: priors sum to 1 over each position's
+            moves; values in [-1, 1] for the side to move.
+
+        Raises:
+            NetInputError / amazons.engine.EngineInputError (both ValueError): malformed input.
+        """
+        if not isinstance(positions, np.ndarray) or positions.ndim != 2:
+            raise NetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
+        _check_move_batch(positions, moves, move_offsets)
+        rows = positions.shape[0]
+        if rows == 0:
+            return np.zeros(0, np.float32), np.zeros(0, np.float32)
+        host = self._feature_buffer(rows)
+        engine.features(positions, self.num_planes, out=host.numpy())
+        model = self.model
+        was_training = model.training
+        model.eval()
+        stem_weight = model.stem.conv.weight
+        try:
+            with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
+                                                        enabled=self.dtype != torch.float32):
+                features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
+                if stem_weight.is_contiguous(memory_format=torch.channels_last):
+                    features = features.contiguous(memory_format=torch.channels_last)
+                output = model(features)
+                log_move, log_arrow = policy_log_tables(output.policy)
+                batch_index = torch.from_numpy(segment_ids(move_offsets)).to(self.device)
+                priors = gather_legal_priors(
+                    log_move, log_arrow, torch.from_numpy(moves).to(self.device), batch_index)
+                values = output.value.float()
+        finally:
+            model.train(was_training)
+        return priors.cpu().numpy(), values.cpu().numpy()

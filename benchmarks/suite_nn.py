@@ -1,0 +1,278 @@
+"""Benchmark suite `nn`: network inference and training throughput.
+
+Keys (all numbers):
+
+* `nn.<preset>.<dtype>.b<batch>.positions_per_s`: forward passes of `prepare_for_inference(model,
+  dtype)` (batch norms folded, channels_last, eval, no autograd) on a ready feature tensor; the
+  best of three timing windows. `dtype` is fp32 or bf16 (weights and activations in that dtype).
+  Batches 1 to 1024 (quick: 1, 16, 256). On a CPU a measurement whose single call would take
+  longer than `CPU_CALL_LIMIT_S` (extrapolated from the previous batch size) is not run; the key
+  `nn.<preset>.<dtype>.b<batch>.skipped_on_cpu` = 1 says so.
+* `nn.tiny.fp32.b256.evaluator_positions_per_s`: the whole `NetworkEvaluator.evaluate` call
+  (features from the engine, forward, priors of every legal move) on real positions.
+* `nn.tiny.fp32.b256.compiled.positions_per_s` (not with --quick): the same forward as the grid's
+  under `torch.compile` with inductor's `freezing` (weights as constants: convolutions pre-packed
+  and fused with their ReLU / residual add). The compile time (tens of seconds) is not counted.
+* `nn.<preset>.train_samples_per_s` at batch `nn.<preset>.train_batch`: `Learner.train_step`
+  (features, forward, losses, backward, clipping, AdamW), fp32 on a CPU, bf16 autocast on a GPU.
+* `nn.<preset>.flops_per_position`: multiply-adds x 2 of one forward pass (convolutions, matrix
+  products), counted by `torch.utils.flop_counter`; `nn.resnet40.trunk_flops_per_position`: the
+  40 trunk convolutions alone (3.02e9).
+* GPU only: `nn.resnet40.bf16.b{256,1024}.{eager,compiled,cudagraph,compiled_cudagraph}.positions_per_s`
+  and `.flop_fraction` = positions/s x flops_per_position / the GPU's dense bf16 peak
+  (`nn.gpu_peak_bf16_flops`; from the device name, or the `AMAZONS_GPU_PEAK_FLOPS` environment
+  variable); `nn.resnet40.bf16.b1024.flop_fraction` is the best variant.
+  `compiled` = `torch.compile` (default mode), `cudagraph` = the eager model captured in a CUDA
+  graph, `compiled_cudagraph` = `torch.compile(mode="reduce-overhead")`; both compiled variants
+  with inductor's `freezing`.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+import time
+from collections.abc import Callable
+
+import numpy as np
+import torch
+import torch._inductor.config as inductor_config
+from torch.utils.flop_counter import FlopCounterMode
+
+from amazons import engine
+from amazons.learn import Learner, OptimConfig, SampleBatch
+from amazons.net import PRESETS, NetworkEvaluator, PolicyValueNet, net_config, prepare_for_inference
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+BATCHES = (1, 4, 16, 64, 256, 1024)
+QUICK_BATCHES = (1, 16, 256)
+CPU_CALL_LIMIT_S = 2.0  # skip CPU measurements whose one call would take longer than this
+WINDOW_S = 0.25  # each timing window runs at least this long
+TRAIN_BATCH = {"tiny": 256, "small": 256, "medium": 64, "resnet40": 16}
+GPU_TRAIN_BATCH = 256
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) by device-name fragment, most specific first.
+GPU_PEAKS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800", 989e12),
+             ("A100", 312e12), ("A10G", 70e12), ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12))
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _seconds_per_call(call: Callable[[], object], device: torch.device, window_s: float) -> float:
+    """Best per-call time over three windows of n calls each, n sized from one timed call."""
+    call()  # warm-up (allocations, kernel selection)
+    _synchronize(device)
+    started = time.perf_counter()
+    call()
+    _synchronize(device)
+    single = time.perf_counter() - started
+    repeats = max(1, math.ceil(window_s / max(single, 1e-6)))
+    best = single
+    for _ in range(3):
+        _synchronize(device)
+        started = time.perf_counter()
+        for _ in range(repeats):
+            call()
+        _synchronize(device)
+        best = min(best, (time.perf_counter() - started) / repeats)
+    return best
+
+
+def random_batch(rng: np.random.Generator, count: int) -> SampleBatch:
+    """Positions from random playouts of 0..40 plies, labels on 1..8 of their legal moves."""
+    positions = np.repeat(engine.start_position()[None], count, axis=0)
+    plies = rng.integers(0, 41, size=count)
+    for ply in range(40):
+        live = np.flatnonzero(plies > ply)
+        if live.size == 0:
+            break
+        current = np.ascontiguousarray(positions[live])
+        moves, offsets = engine.legal_moves(current)
+        counts = np.diff(offsets)
+        picks = offsets[:-1] + rng.integers(0, np.maximum(counts, 1))
+        children = engine.apply_moves(current[counts > 0], np.ascontiguousarray(moves[picks[counts > 0]]))
+        keep = ~engine.is_terminal(children)
+        positions[live[counts > 0][keep]] = children[keep]
+    moves, offsets = engine.legal_moves(positions)
+    label_moves, label_weights = [], []
+    for row in range(count):
+        own = moves[offsets[row]:offsets[row + 1]]
+        picked = rng.choice(own.shape[0], size=min(own.shape[0], int(rng.integers(1, 9))), replace=False)
+        label_moves.append(own[picked])
+        label_weights.append(rng.integers(1, 50, size=picked.shape[0]))
+    return SampleBatch.from_samples(positions, label_moves, label_weights, rng.choice([-1.0, 1.0], count))
+
+
+def flops_per_position(model: PolicyValueNet) -> float:
+    """FLOPs (2 x multiply-adds) of one forward pass for one position."""
+    features = torch.zeros(1, model.config.num_planes, 8, 8)
+    counter = FlopCounterMode(display=False)
+    with torch.no_grad(), counter:
+        model.eval()(features)
+    return float(counter.get_total_flops())
+
+
+def _inference_grid(device: torch.device, batches: tuple[int, ...], window_s: float,
+                    rng: np.random.Generator) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    features = torch.from_numpy(engine.features(random_batch(rng, max(batches)).positions, 7))
+    for preset in PRESETS:
+        torch.manual_seed(0)
+        model = PolicyValueNet(net_config(preset))
+        metrics[f"nn.{preset}.flops_per_position"] = flops_per_position(model)
+        for dtype_name, dtype in DTYPES.items():
+            prepared = prepare_for_inference(model, dtype).to(device)
+            previous_rate = None
+            for batch in batches:
+                key = f"nn.{preset}.{dtype_name}.b{batch}"
+                if device.type == "cpu" and previous_rate is not None \
+                        and batch / previous_rate > CPU_CALL_LIMIT_S:
+                    metrics[f"{key}.skipped_on_cpu"] = 1.0
+                    continue
+                x = features[:batch].to(device=device, dtype=dtype).contiguous(
+                    memory_format=torch.channels_last)
+                with torch.inference_mode():
+                    seconds = _seconds_per_call(lambda m=prepared, x=x: m(x), device, window_s)
+                previous_rate = batch / seconds
+                metrics[f"{key}.positions_per_s"] = previous_rate
+    return metrics
+
+
+def _evaluator_figure(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+    torch.manual_seed(0)
+    model = prepare_for_inference(PolicyValueNet(net_config("tiny"))).to(device)
+    evaluator = NetworkEvaluator(model, 7, device=device)
+    positions = random_batch(rng, 256).positions
+    moves, offsets = engine.legal_moves(positions)
+    seconds = _seconds_per_call(lambda: evaluator.evaluate(positions, moves, offsets), device, window_s)
+    return {"nn.tiny.fp32.b256.evaluator_positions_per_s": 256 / seconds}
+
+
+def _compiled_tiny(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+    """The tiny net at batch 256 under torch.compile with inductor's freezing (weights become
+    constants, so convolutions get their fused, pre-packed form); fp32 on a CPU."""
+    torch.manual_seed(0)
+    model = prepare_for_inference(PolicyValueNet(net_config("tiny"))).to(device)
+    x = torch.from_numpy(engine.features(random_batch(rng, 256).positions, 7)).to(device).contiguous(
+        memory_format=torch.channels_last)
+    key = "nn.tiny.fp32.b256.compiled"
+    try:
+        with inductor_config.patch(freezing=True), torch.inference_mode():
+            compiled = torch.compile(model, dynamic=False)
+            seconds = _seconds_per_call(lambda: compiled(x), device, window_s)
+    except Exception as error:  # no C++ compiler, or an inductor failure: report, go on
+        print(f"suite_nn: {key} failed: {type(error).__name__}: {error}", file=sys.stderr)
+        return {f"{key}.failed": 1.0}
+    return {f"{key}.positions_per_s": 256 / seconds}
+
+
+def _training(device: torch.device, presets: tuple[str, ...], window_s: float,
+              rng: np.random.Generator) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    for preset in presets:
+        batch_size = GPU_TRAIN_BATCH if device.type == "cuda" else TRAIN_BATCH[preset]
+        batch = random_batch(rng, batch_size)
+        torch.manual_seed(0)
+        learner = Learner(PolicyValueNet(net_config(preset)), OptimConfig(), device=device, seed=0)
+        seconds = _seconds_per_call(lambda lr=learner, b=batch: lr.train_step(b), device, window_s)
+        metrics[f"nn.{preset}.train_samples_per_s"] = batch_size / seconds
+        metrics[f"nn.{preset}.train_batch"] = float(batch_size)
+    return metrics
+
+
+def gpu_peak_flops(device: torch.device) -> float | None:
+    """Dense bf16 peak of the GPU, from `AMAZONS_GPU_PEAK_FLOPS` or its name; None if unknown."""
+    if os.environ.get("AMAZONS_GPU_PEAK_FLOPS"):
+        return float(os.environ["AMAZONS_GPU_PEAK_FLOPS"])
+    name = torch.cuda.get_device_name(device)
+    for fragment, peak in GPU_PEAKS:
+        if fragment in name:
+            return peak
+    return None
+
+
+def _bound(function: Callable[[torch.Tensor], object], x: torch.Tensor) -> Callable[[], object]:
+    return lambda: function(x)
+
+
+def _cuda_graph_call(model: torch.nn.Module, example: torch.Tensor) -> Callable[[], object]:
+    """The model's forward on a fixed input buffer, captured once in a CUDA graph."""
+    static_input = example.clone()
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for _ in range(3):
+            model(static_input)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        model(static_input)
+    return graph.replay
+
+
+def _gpu_resnet40(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+    metrics: dict[str, float] = {}
+    torch.manual_seed(0)
+    model = PolicyValueNet(net_config("resnet40"))
+    flops = flops_per_position(model)
+    config = model.config
+    metrics["nn.resnet40.trunk_flops_per_position"] = float(
+        2 * config.blocks * 2 * config.channels**2 * 9 * 64)
+    peak = gpu_peak_flops(device)
+    if peak is not None:
+        metrics["nn.gpu_peak_bf16_flops"] = peak
+    prepared = prepare_for_inference(model, torch.bfloat16).to(device)
+    features = torch.from_numpy(engine.features(random_batch(rng, 1024).positions, 7))
+    variants: dict[str, Callable[[torch.Tensor], Callable[[], object]]] = {
+        "eager": lambda x: _bound(prepared, x),
+        "cudagraph": lambda x: _cuda_graph_call(prepared, x),
+        "compiled": lambda x: _bound(torch.compile(prepared, dynamic=False), x),
+        "compiled_cudagraph": lambda x: _bound(
+            torch.compile(prepared, mode="reduce-overhead", dynamic=False), x),
+    }
+    best_fraction = 0.0
+    for batch in (256, 1024):
+        x = features[:batch].to(device=device, dtype=torch.bfloat16).contiguous(
+            memory_format=torch.channels_last)
+        for name, build in variants.items():
+            key = f"nn.resnet40.bf16.b{batch}.{name}"
+            try:
+                with inductor_config.patch(freezing=True), torch.inference_mode():
+                    call = build(x)
+                    seconds = _seconds_per_call(call, device, window_s)
+            except Exception as error:  # one failing variant must not hide the others' figures
+                print(f"suite_nn: {key} failed: {type(error).__name__}: {error}", file=sys.stderr)
+                metrics[f"{key}.failed"] = 1.0
+                continue
+            rate = batch / seconds
+            metrics[f"{key}.positions_per_s"] = rate
+            if peak is not None:
+                metrics[f"{key}.flop_fraction"] = rate * flops / peak
+                if batch == 1024:
+                    best_fraction = max(best_fraction, rate * flops / peak)
+    if peak is not None:
+        metrics["nn.resnet40.bf16.b1024.flop_fraction"] = best_fraction
+    return metrics
+
+
+def run(quick: bool) -> dict[str, float]:
+    """Measure the suite; see the module docstring for the keys."""
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rng = np.random.default_rng(0)
+    window_s = WINDOW_S / 2 if quick else WINDOW_S
+    metrics = _inference_grid(device, QUICK_BATCHES if quick else BATCHES, window_s, rng)
+    metrics.update(_evaluator_figure(device, window_s, rng))
+    if not quick:
+        metrics.update(_compiled_tiny(device, window_s, rng))
+    train_presets = ("tiny", "small") if quick else tuple(PRESETS)
+    metrics.update(_training(device, train_presets, window_s, rng))
+    if device.type == "cuda":
+        metrics.update(_gpu_resnet40(device, window_s, rng))
+    else:
+        config = PRESETS["resnet40"]
+        metrics["nn.resnet40.trunk_flops_per_position"] = float(
+            2 * config.blocks * 2 * config.channels**2 * 9 * 64)
+    return metrics
