@@ -37,13 +37,13 @@ import hashlib
 import os
 import pickle
 import random
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import torch
 
+from amazons._atomic import atomic_write
 from amazons.learn import Learner, OptimConfig, OptimConfigError
 from amazons.net import NetConfig, NetConfigError, PolicyValueNet
 
@@ -110,34 +110,10 @@ def content_digest(payload: dict[str, Any]) -> str:
 # Saving
 
 
-def _atomic_save(document: dict[str, Any], path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            torch.save(document, stream)
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    try:  # make the rename itself durable
-        folder = os.open(path.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(folder)
-    except OSError:
-        pass
-    finally:
-        os.close(folder)
-
-
 def _write(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
     path = Path(path)
-    _atomic_save({"format": FORMAT, "version": VERSION, "sha256": content_digest(payload),
-                  "payload": payload}, path)
+    document = {"format": FORMAT, "version": VERSION, "sha256": content_digest(payload), "payload": payload}
+    atomic_write(path, lambda stream: torch.save(document, stream))
     return path
 
 

@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+
+from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 _CHUNK_KEYS = (
@@ -145,18 +146,8 @@ class GameSamples:
 def save_chunk(path: str | os.PathLike, samples: GameSamples) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename)."""
     samples.validate(str(path))
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=".tmp-", suffix=".npz")
-    try:
-        with os.fdopen(handle, "wb") as stream:
-            np.savez_compressed(stream, **{key: getattr(samples, key) for key in _CHUNK_KEYS})
-            stream.flush()
-            os.fsync(stream.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
+    arrays = {key: getattr(samples, key) for key in _CHUNK_KEYS}
+    atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
 
 
 def load_chunk(path: str | os.PathLike) -> GameSamples:

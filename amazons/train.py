@@ -27,7 +27,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import sys
 import time
 import typing
@@ -38,6 +37,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from amazons._atomic import atomic_write
 from amazons.arena import run_arena
 from amazons.checkpoint import learner_from_checkpoint, save_checkpoint, save_model
 from amazons.inference import InferenceConfig, InferenceServer
@@ -410,10 +410,8 @@ class Run:
 
     def checkpoint(self) -> None:
         save_checkpoint(self.checkpoint_path, self.learner, {"iteration": self.iteration})
-        state = {"iteration": self.iteration, "matches": self.matches}
-        temporary = self.run_dir / "state.json.tmp"
-        temporary.write_text(json.dumps(state) + "\n")
-        os.replace(temporary, self.run_dir / "state.json")
+        state = json.dumps({"iteration": self.iteration, "matches": self.matches}) + "\n"
+        atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()}) + "\n")
