@@ -76,7 +76,8 @@ def run(quick: bool) -> dict[str, float]:
                                             2.0 if quick else 5.0)
     round_trips = sum(stats["round_trips"] for stats in report.actor_stats)
     waited = sum(stats["round_trip_seconds"] for stats in report.actor_stats)
-    dtype = str(resolve_inference_dtype("auto", device)).replace("torch.", "")
+    print(f"selfplay: net {preset}, {resolve_inference_dtype('auto', device)}, {actors} actors x "
+          f"{games_in_parallel} games, {search.simulations} simulations, K = {leaves}")
     return {
         "selfplay.positions_per_s": report.positions_per_s,
         "selfplay.evals_per_s": report.evals_per_s,
@@ -88,5 +89,4 @@ def run(quick: bool) -> dict[str, float]:
         "selfplay.mean_batch_rows": server_stats.get("mean_batch_rows", float("nan")),
         "selfplay.games": float(report.games),
         "selfplay.actors": float(actors),
-        "selfplay.net_is_" + preset + "_" + dtype: 1.0,
     }
