@@ -71,16 +71,13 @@ class NetworkEvaluatorFactory:
         model_path: a learner or model checkpoint.
         device: "auto", "cpu", "cuda", "cuda:1", ...
         dtype: "auto", "fp32", "bf16" or "fp16".
-        threads: torch intra-op threads in the server process.
     """
 
     model_path: str
     device: str = "auto"
     dtype: str = "auto"
-    threads: int = 1
 
     def __call__(self) -> ReloadableNetworkEvaluator:
-        torch.set_num_threads(self.threads)
         device = resolve_device(self.device)
         model = load_model_for_play(self.model_path, device)
         return ReloadableNetworkEvaluator(

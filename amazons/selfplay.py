@@ -157,7 +157,7 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                results: mp.Queue) -> None:
     """Actor process entry point: play the games each task asks for, until a None task.
 
-    A task is `ActorTask`; for each, the actor sends ("game", actor_id, samples, record_text) per
+    A task is `ActorTask`; for each, the actor sends ("game", actor_id, samples, record) per
     finished game, then ("done", actor_id, stats), or ("error", actor_id, text) if it fails.
     """
     client = InferenceClient(handle)
@@ -174,7 +174,7 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                     moves, task.player_name, task.player_name, event="selfplay",
                     Actor=str(actor_id), Weights=str(client.weights_version),
                 )
-                results.put(("game", actor_id, samples, record.to_text()))
+                results.put(("game", actor_id, samples, record))
 
             trips, waited = client.round_trips, client.round_trip_seconds
             stats = play_games(search, task.num_games, send)
@@ -251,14 +251,14 @@ class SelfPlayWorkers:
     def play(
         self,
         num_games: int,
-        on_games: Callable[[list[GameSamples], list[str]], None],
+        on_games: Callable[[list[GameSamples], list[GameRecord]], None],
         iteration: int = 0,
         progress: Callable[[SelfPlayReport], None] | None = None,
         poll_s: float = 0.2,
     ) -> SelfPlayReport:
         """Play `num_games` games shared among the actors.
 
-        Finished games are handed to `on_games(samples, record_texts)` in groups, as soon as the
+        Finished games are handed to `on_games(samples, records)` in groups, as soon as the
         result queue runs dry, so a crash loses at most the games still being played.
 
         Raises:
@@ -276,7 +276,7 @@ class SelfPlayWorkers:
         started = time.perf_counter()
         suspects: dict[int, float] = {}
         pending_samples: list[GameSamples] = []
-        pending_records: list[str] = []
+        pending_records: list[GameRecord] = []
         try:
             while busy:
                 try:

@@ -45,7 +45,7 @@ from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch
 from amazons.mcts import SearchConfig
 from amazons.net import NetConfig, PolicyValueNet, count_parameters, net_config
 from amazons.netplay import NetworkEvaluatorFactory, register_network_players, resolve_device
-from amazons.records import write_records
+from amazons.records import GameRecord, write_records
 from amazons.replay import GameSamples, ReplayBuffer
 from amazons.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
 
@@ -343,11 +343,9 @@ class Run:
         bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game", progress)
         games_file = self.run_dir / "games" / "selfplay.txt"
 
-        def on_games(samples: list[GameSamples], records: list[str]) -> None:
+        def on_games(samples: list[GameSamples], records: list[GameRecord]) -> None:
             self.replay.add(GameSamples.concatenate(samples))
-            from amazons.records import parse_records
-
-            write_records(games_file, [parse_records(text)[0] for text in records], append=True)
+            write_records(games_file, records, append=True)
 
         def show(report: SelfPlayReport) -> None:
             if bar is not None:

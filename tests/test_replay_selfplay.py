@@ -124,11 +124,11 @@ def test_records_round_trip_and_reject_illegal_moves(tmp_path, finished_games):
 def test_selfplay_through_the_server_persists_every_game(tmp_path):
     config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH, start_jitter_s=0.1)
     buffer = ReplayBuffer(tmp_path / "replay", window_positions=100_000)
-    records: list[str] = []
+    records: list[GameRecord] = []
 
-    def on_games(samples, texts):
+    def on_games(samples, games):
         buffer.add(GameSamples.concatenate(samples))
-        records.extend(texts)
+        records.extend(games)
 
     with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
         with SelfPlayWorkers(server, config) as workers:
@@ -136,7 +136,7 @@ def test_selfplay_through_the_server_persists_every_game(tmp_path):
             second = workers.play(3, on_games, iteration=1)  # the same actors serve a second iteration
     assert report.games == 5 and second.games == 3 and buffer.total_games == 8
     assert report.positions + second.positions == len(buffer) and report.simulations > 0
-    parsed = [parse_records(text)[0] for text in records]
+    parsed = [parse_records(record.to_text())[0] for record in records]
     assert all(Board.from_moves(record.moves).is_game_over() for record in parsed)
     assert len(ReplayBuffer(tmp_path / "replay", window_positions=100_000)) == len(buffer)
 
