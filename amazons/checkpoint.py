@@ -111,10 +111,17 @@ def content_digest(payload: dict[str, Any]) -> str:
 
 
 def _write(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
-    path = Path(path)
+    """Stamp the torch version, digest the payload and write it atomically.
+
+    Raises:
+        CheckpointError: the payload holds something other than plain values, or the write failed.
+    """
+    payload = {**payload, "torch_version": str(torch.__version__)}
     document = {"format": FORMAT, "version": VERSION, "sha256": content_digest(payload), "payload": payload}
-    atomic_write(path, lambda stream: torch.save(document, stream))
-    return path
+    try:
+        return atomic_write(path, lambda stream: torch.save(document, stream))
+    except OSError as error:
+        raise CheckpointError(f"{path}: cannot write the checkpoint: {error}") from error
 
 
 def _rng_states(learner: Learner) -> dict[str, Any]:
@@ -140,7 +147,7 @@ def save_checkpoint(path: str | os.PathLike, learner: Learner, extra: dict[str, 
         CheckpointError: `extra` holds something other than plain values, or the write failed.
     """
     state = learner.state_dict()
-    payload = {
+    return _write(path, {
         "kind": "learner",
         "net_config": learner.model.config.to_dict(),
         "optim_config": learner.config.to_dict(),
@@ -152,17 +159,12 @@ def save_checkpoint(path: str | os.PathLike, learner: Learner, extra: dict[str, 
         "step": state["step"],
         "rng": _rng_states(learner),
         "extra": dict(extra or {}),
-        "torch_version": str(torch.__version__),
-    }
-    try:
-        return _write(path, payload)
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot write the checkpoint: {error}") from error
+    })
 
 
 def save_model(path: str | os.PathLike, model: PolicyValueNet, extra: dict[str, Any] | None = None) -> Path:
     """Write a model-only checkpoint (config + weights), atomically; `load_model_for_play` reads it."""
-    payload = {
+    return _write(path, {
         "kind": "model",
         "net_config": model.config.to_dict(),
         "optim_config": None,
@@ -174,12 +176,7 @@ def save_model(path: str | os.PathLike, model: PolicyValueNet, extra: dict[str, 
         "step": 0,
         "rng": None,
         "extra": dict(extra or {}),
-        "torch_version": str(torch.__version__),
-    }
-    try:
-        return _write(path, payload)
-    except OSError as error:
-        raise CheckpointError(f"{path}: cannot write the checkpoint: {error}") from error
+    })
 
 
 # ------------------------------------------------------------------------------------------------
