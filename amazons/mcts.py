@@ -40,6 +40,7 @@ __all__ = [
     "SearchResult",
     "SearchStats",
     "UniformEvaluator",
+    "improved_policy",
 ]
 
 
@@ -200,6 +201,32 @@ class SearchResult:
     def policy(self) -> np.ndarray:
         """(K,) float32 visit shares: the search policy over `moves`."""
         return (self.visits / max(self.simulations, 1)).astype(np.float32)
+
+
+def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1) -> np.ndarray:
+    """A policy target over `result.moves` that uses the search's values, not only its visits.
+
+    With few simulations and a thousand legal moves, most visited moves get one or two visits, so
+    visit shares mostly echo the prior that chose which moves to try. This target is the Gumbel
+    MuZero policy improvement (Danihelka et al., 2022) restricted to the visited moves:
+    `softmax(log prior + sigma(q))`, where q is each move's mean value rescaled to [0, 1] between
+    the worst and the best visited move and `sigma(q) = (c_visit + max visits) * c_scale * q`.
+    With one visited move, or equal values, it is the renormalized prior.
+
+    Args:
+        result: a root's search result (moves with at least one visit).
+        c_visit, c_scale: the sigma transform's constants; larger values trust q more.
+
+    Returns:
+        `(K,) float32` probabilities over `result.moves`, summing to 1.
+    """
+    q = result.q_values.astype(np.float64)
+    span = float(q.max() - q.min()) if q.size else 0.0
+    scaled = (q - q.min()) / span if span > 1e-9 else np.zeros_like(q)
+    sigma = (c_visit + float(result.visits.max(initial=0))) * c_scale * scaled
+    logits = np.log(np.maximum(result.priors.astype(np.float64), 1e-12)) + sigma
+    weights = np.exp(logits - logits.max(initial=0.0))
+    return (weights / weights.sum()).astype(np.float32)
 
 
 @dataclass

@@ -34,6 +34,7 @@ _CHUNK_KEYS = (
     "positions",
     "label_moves",
     "label_visits",
+    "label_policy",
     "label_offsets",
     "z",
     "played_moves",
@@ -53,6 +54,8 @@ class GameSamples:
         positions: `(T, 3) uint64` canonical positions, in play order.
         label_moves: `(N, 3) int32` canonical moves the search visited.
         label_visits: `(N,) int32` raw visit counts of those moves.
+        label_policy: `(N,) float32` the policy target over those moves (sums to 1 per position):
+            visit shares, or the improved policy of `amazons.mcts.improved_policy`.
         label_offsets: `(T + 1,) int64`; position t's label is rows `label_offsets[t]:label_offsets[t+1]`.
         z: `(T,) int8` outcome for the side to move at each position (+1 win, -1 loss).
         played_moves: `(T, 3) int32` the moves actually played, real (Botzone) frame.
@@ -62,6 +65,7 @@ class GameSamples:
     positions: np.ndarray
     label_moves: np.ndarray
     label_visits: np.ndarray
+    label_policy: np.ndarray
     label_offsets: np.ndarray
     z: np.ndarray
     played_moves: np.ndarray
@@ -85,6 +89,7 @@ class GameSamples:
             "positions": (np.uint64, 2),
             "label_moves": (np.int32, 2),
             "label_visits": (np.int32, 1),
+            "label_policy": (np.float32, 1),
             "label_offsets": (np.int64, 1),
             "z": (np.int8, 1),
             "played_moves": (np.int32, 2),
@@ -98,8 +103,10 @@ class GameSamples:
         problems = []
         if self.positions.shape[1:] != (3,) or self.played_moves.shape != (count, 3):
             problems.append("positions and played_moves must be (T, 3)")
-        if self.label_moves.shape[1:] != (3,) or self.label_visits.shape[0] != self.label_moves.shape[0]:
-            problems.append("label_moves (N, 3) and label_visits (N,) disagree")
+        if self.label_moves.shape[1:] != (3,) or not (
+            self.label_visits.shape[0] == self.label_policy.shape[0] == self.label_moves.shape[0]
+        ):
+            problems.append("label_moves (N, 3), label_visits (N,) and label_policy (N,) disagree")
         if self.label_offsets.shape[0] != count + 1 or self.z.shape[0] != count:
             problems.append("label_offsets must be (T + 1,) and z (T,)")
         elif self.label_offsets[0] != 0 or self.label_offsets[-1] != self.label_moves.shape[0] or (
@@ -114,6 +121,12 @@ class GameSamples:
             problems.append("label_moves hold squares outside 0..63")
         if self.label_visits.size and self.label_visits.min() < 0:
             problems.append("label_visits hold negative counts")
+        if self.label_policy.size and not (np.isfinite(self.label_policy).all() and self.label_policy.min() >= 0):
+            problems.append("label_policy holds negative or non-finite probabilities")
+        elif not problems and self.label_policy.size:
+            sums = np.add.reduceat(self.label_policy.astype(np.float64), self.label_offsets[:-1])
+            if np.abs(sums - 1.0).max() > 1e-3:
+                problems.append("label_policy does not sum to 1 over each position's moves")
         if not np.isin(self.z, (-1, 1)).all():
             problems.append("z holds values other than -1 and +1")
         if problems:
@@ -130,6 +143,7 @@ class GameSamples:
             positions=np.concatenate([part.positions for part in parts]),
             label_moves=np.concatenate([part.label_moves for part in parts]),
             label_visits=np.concatenate([part.label_visits for part in parts]),
+            label_policy=np.concatenate([part.label_policy for part in parts]),
             label_offsets=np.concatenate(
                 [np.zeros(1, dtype=np.int64)]
                 + [part.label_offsets[1:] + base for part, base in zip(parts, label_base, strict=True)]
@@ -252,7 +266,8 @@ class ReplayBuffer:
         Returns:
             The arrays of an `amazons.learn.SampleBatch` (which augments them with the 8
             symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
-            `label_probs (N,) float32` (visit shares), `label_offsets (B + 1,) int64`,
+            `label_probs (N,) float32` (the stored policy target, renormalized),
+            `label_offsets (B + 1,) int64`,
             `z (B,) float32`.
 
         Raises:
@@ -267,22 +282,22 @@ class ReplayBuffer:
         within = picks - (ends - sizes)[chunk_of]
         positions = np.empty((batch_size, 3), dtype=np.uint64)
         z = np.empty(batch_size, dtype=np.float32)
-        label_parts, visit_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
+        label_parts, policy_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
         for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(), strict=True)):
             chunk = self._chunks[chunk_index]
             start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
             positions[row] = chunk.positions[index]
             z[row] = chunk.z[index]
             label_parts.append(chunk.label_moves[start:stop])
-            visit_parts.append(chunk.label_visits[start:stop])
+            policy_parts.append(chunk.label_policy[start:stop])
             counts[row] = stop - start
-        visits = np.concatenate(visit_parts).astype(np.float64)
+        policy = np.concatenate(policy_parts).astype(np.float64)
         label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
-        totals = np.add.reduceat(visits, label_offsets[:-1])
+        totals = np.add.reduceat(policy, label_offsets[:-1])
         return {
             "positions": positions,
             "label_moves": np.concatenate(label_parts),
-            "label_probs": (visits / np.repeat(totals, counts)).astype(np.float32),
+            "label_probs": (policy / np.repeat(totals, counts)).astype(np.float32),
             "label_offsets": label_offsets,
             "z": z,
         }

@@ -26,7 +26,7 @@ import numpy as np
 
 from amazons.board import Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
-from amazons.mcts import BatchedSearch, SearchConfig
+from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy
 from amazons.records import GameRecord
 from amazons.replay import GameSamples
 from amazons.symmetry import canonical_to_real
@@ -34,6 +34,9 @@ from amazons.symmetry import canonical_to_real
 
 class SelfPlayError(RuntimeError):
     """An actor or the inference server failed during self-play; the message says which."""
+
+
+POLICY_TARGETS = ("completed_q", "visits")
 
 
 def self_play_search_config() -> SearchConfig:
@@ -50,10 +53,23 @@ class SelfPlayConfig:
     search: SearchConfig = field(default_factory=self_play_search_config)  # the search per move
     start_jitter_s: float = 0.5  # each actor sleeps a random 0..this before starting (desynchronizes)
     seed: int = 0  # base seed; actor i of iteration t uses a stream derived from (seed, t, i)
+    policy_target: str = "completed_q"  # "completed_q" (amazons.mcts.improved_policy) or "visits"
+    target_c_visit: float = 50.0  # improved_policy's c_visit
+    target_c_scale: float = 0.1  # improved_policy's c_scale
 
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
             raise ValueError("num_actors and games_in_parallel must be >= 1")
+        if self.policy_target not in POLICY_TARGETS:
+            raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
+        if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
+            raise ValueError("target_c_visit and target_c_scale must be >= 0")
+
+    def policy_label(self, result: SearchResult) -> np.ndarray:
+        """The training target over `result.moves`, `(K,) float32` summing to 1."""
+        if self.policy_target == "visits":
+            return result.policy
+        return improved_policy(result, self.target_c_visit, self.target_c_scale)
         if self.start_jitter_s < 0:
             raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
 
@@ -75,6 +91,7 @@ class _GameInProgress:
     positions: list[np.ndarray] = field(default_factory=list)
     label_moves: list[np.ndarray] = field(default_factory=list)
     label_visits: list[np.ndarray] = field(default_factory=list)
+    label_policy: list[np.ndarray] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
 
@@ -88,6 +105,7 @@ class _GameInProgress:
             positions=np.stack(self.positions).astype(np.uint64),
             label_moves=np.concatenate(self.label_moves).astype(np.int32),
             label_visits=np.concatenate(self.label_visits).astype(np.int32),
+            label_policy=np.concatenate(self.label_policy).astype(np.float32),
             label_offsets=np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)]),
             z=np.where(np.array(self.turns) == winner, 1, -1).astype(np.int8),
             played_moves=np.stack(self.played).astype(np.int32),
@@ -99,6 +117,7 @@ def play_games(
     search: BatchedSearch,
     num_games: int,
     on_game: Callable[[GameSamples, list[Move]], None],
+    label: Callable[[SearchResult], np.ndarray] = improved_policy,
 ) -> dict[str, float]:
     """Play `num_games` self-play games with `search` (G games at a time) and report each.
 
@@ -106,6 +125,7 @@ def play_games(
         search: a BatchedSearch over G games; its evaluator is used for every leaf.
         num_games: games to finish in total.
         on_game: called with (samples, moves) for every finished game.
+        label: the policy target of a root's search result (`SelfPlayConfig.policy_label`).
 
     Returns:
         Counters: games, positions, simulations, leaves evaluated, seconds.
@@ -128,6 +148,7 @@ def play_games(
             game.positions.append(search.root_positions[slot])
             game.label_moves.append(result.moves)
             game.label_visits.append(result.visits)
+            game.label_policy.append(label(result))
             game.turns.append(game.board.turn)
             real = canonical_to_real(move, game.board.turn)
             game.played.append(real)
@@ -177,7 +198,7 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                 results.put(("game", actor_id, samples, record))
 
             trips, waited = client.round_trips, client.round_trip_seconds
-            stats = play_games(search, task.num_games, send)
+            stats = play_games(search, task.num_games, send, task.config.policy_label)
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
             results.put(("done", actor_id, stats))

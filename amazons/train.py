@@ -108,7 +108,7 @@ def preset_config(name: str) -> TrainConfig:
             selfplay=SelfPlayConfig(
                 num_actors=2,
                 games_in_parallel=16,
-                search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True,
+                search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True, fpu_reduction=0.0,
                                     temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17),
             ),
             inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),

@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from amazons import engine
 from amazons import mcts_numba as kernels
@@ -25,7 +27,9 @@ from amazons.mcts import (
     SearchConfig,
     SearchConfigError,
     SearchInputError,
+    SearchResult,
     UniformEvaluator,
+    improved_policy,
 )
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -608,3 +612,32 @@ def test_kernel_tests_pass_without_jit():
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     assert " passed" in completed.stdout
+
+
+def _result(q: list[float], priors: list[float], visits: list[int]) -> SearchResult:
+    count = len(q)
+    return SearchResult(
+        moves=np.stack([np.zeros(count), np.ones(count), np.arange(2, 2 + count)], axis=1).astype(np.int32),
+        visits=np.array(visits, np.int32), q_values=np.array(q, np.float32),
+        priors=np.array(priors, np.float32), root_value=0.0,
+        principal_variation=np.zeros((0, 3), np.int32), num_legal_moves=count)
+
+
+@given(
+    q=st.lists(st.floats(-1, 1), min_size=1, max_size=12),
+    data=st.data(),
+)
+def test_improved_policy_is_a_distribution_ordered_by_value_at_equal_priors(q, data):
+    visits = data.draw(st.lists(st.integers(1, 50), min_size=len(q), max_size=len(q)))
+    target = improved_policy(_result(q, [1.0 / len(q)] * len(q), visits))
+    assert target.dtype == np.float32 and target.shape == (len(q),)
+    assert target.sum() == pytest.approx(1.0, abs=1e-5) and (target >= 0).all()
+    order = np.argsort(q, kind="stable")
+    assert (np.diff(target[order].astype(np.float64)) >= -1e-6).all()
+
+
+def test_improved_policy_without_value_differences_is_the_renormalized_prior():
+    target = improved_policy(_result([0.3, 0.3, 0.3], [0.1, 0.3, 0.2], [1, 5, 2]))
+    np.testing.assert_allclose(target, [1 / 6, 3 / 6, 2 / 6], rtol=1e-5)
+    sharper = improved_policy(_result([-1.0, 1.0], [0.5, 0.5], [1, 1]), c_scale=0.2)
+    assert sharper[1] / sharper[0] == pytest.approx(np.exp((50 + 1) * 0.2), rel=1e-4)

@@ -8,7 +8,7 @@ import pytest
 from amazons import engine
 from amazons.board import Board, Move
 from amazons.inference import InferenceConfig, InferenceServer
-from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
 from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
 from amazons.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
 from amazons.selfplay import SelfPlayConfig, SelfPlayError, SelfPlayWorkers, play_games
@@ -50,7 +50,23 @@ def test_labels_are_legal_canonical_moves_of_their_positions(finished_games):
         legal, _ = engine.legal_moves(samples.positions[index])
         label = samples.label_moves[samples.label_offsets[index] : samples.label_offsets[index + 1]]
         assert {tuple(row) for row in label.tolist()} <= {tuple(row) for row in legal.tolist()}
-        assert samples.label_visits[samples.label_offsets[index] : samples.label_offsets[index + 1]].sum() > 0
+        block = slice(samples.label_offsets[index], samples.label_offsets[index + 1])
+        assert samples.label_visits[block].sum() > 0
+        assert samples.label_policy[block].sum() == pytest.approx(1.0, abs=1e-5)
+
+
+def test_policy_target_follows_the_config():
+    visits_config = SelfPlayConfig(policy_target="visits")
+    improved_config = SelfPlayConfig()
+    result = SearchResult(
+        moves=np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3]], np.int32), visits=np.array([2, 1, 1], np.int32),
+        q_values=np.array([-0.5, 0.5, 0.0], np.float32), priors=np.full(3, 1 / 3, np.float32),
+        root_value=0.0, principal_variation=np.zeros((0, 3), np.int32), num_legal_moves=3)
+    np.testing.assert_allclose(visits_config.policy_label(result), [0.5, 0.25, 0.25])
+    improved = improved_config.policy_label(result)
+    assert improved.argmax() == 1 and improved.argmin() == 0
+    with pytest.raises(ValueError, match="policy_target"):
+        SelfPlayConfig(policy_target="argmax")
 
 
 def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games):
@@ -58,7 +74,8 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
     path = tmp_path / "chunk-00000000.npz"
     save_chunk(path, samples)
     loaded = load_chunk(path)
-    for key in ("positions", "label_moves", "label_visits", "label_offsets", "z", "played_moves", "game_offsets"):
+    for key in ("positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
+                "played_moves", "game_offsets"):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(samples, key))
     truncated = tmp_path / "chunk-00000001.npz"
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
@@ -68,6 +85,10 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
     bad.z[0] = 0
     with pytest.raises(ReplayChunkError, match="z holds"):
         save_chunk(tmp_path / "chunk-00000002.npz", bad)
+    unnormalized = GameSamples.concatenate([game[0] for game in finished_games])
+    unnormalized.label_policy[0] += 0.5
+    with pytest.raises(ReplayChunkError, match="label_policy does not sum to 1"):
+        save_chunk(tmp_path / "chunk-00000003.npz", unnormalized)
 
 
 def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finished_games):
