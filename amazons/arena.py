@@ -10,7 +10,8 @@ A match plays games in pairs: both games of a pair start from the same seeded sh
 opening, with colours swapped, so deterministic players do not replay one game and neither side
 profits from a lucky opening. Games run in parallel worker processes (spawn or forkserver;
 bounded; one process when that fails). The result gives wins, the win rate of A and the Elo
-difference A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo).
+difference A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo),
+and every game as an `amazons.records.GameRecord` (`--record FILE` writes them).
 """
 
 from __future__ import annotations
@@ -27,16 +28,17 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from amazons.board import BLACK, Board, Move
 from amazons.mcts import RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.players import GreedyPlayer, HumanPlayer, MCTSPlayer, Player, RandomPlayer
+from amazons.records import GameRecord, write_records
 
 __all__ = [
     "ArenaResult",
-    "GameRecord",
     "PlayerOptions",
     "PlayerSpecError",
     "elo_from_score",
@@ -193,18 +195,6 @@ def random_opening(plies: int, seed: int) -> list[Move]:
     return opening
 
 
-@dataclass(frozen=True)
-class GameRecord:
-    """One finished game."""
-
-    index: int  # game number in the match
-    black: str  # spec of the player with Black
-    white: str  # spec of the player with White
-    winner: int  # BLACK (0) or WHITE (1)
-    opening_plies: int  # plies of the random opening (part of `moves`)
-    moves: list[str] = field(default_factory=list)  # every move, Botzone notation
-
-
 def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tuple[int, list[Move]]:
     """Play one game from the start after `opening`; returns (winner, all moves).
 
@@ -243,17 +233,19 @@ class _GameTask:
 
 
 def _play_task(task: _GameTask) -> GameRecord:
+    """One game of the match as a record: Round is the game number (from 1), Opening the plies
+    of the random opening (part of the moves)."""
     player_a = make_player(task.spec_a, task.seed * 2, task.simulations, task.time_budget)
     player_b = make_player(task.spec_b, task.seed * 2 + 1, task.simulations, task.time_budget)
     black, white = (player_a, player_b) if task.a_is_black else (player_b, player_a)
-    winner, moves = play_game(black, white, task.opening)
-    return GameRecord(
-        index=task.index,
+    _, moves = play_game(black, white, task.opening)
+    return GameRecord.from_game(
+        moves,
         black=task.spec_a if task.a_is_black else task.spec_b,
         white=task.spec_b if task.a_is_black else task.spec_a,
-        winner=winner,
-        opening_plies=len(task.opening),
-        moves=[move.to_botzone() for move in moves],
+        event="arena",
+        Round=str(task.index + 1),
+        Opening=str(len(task.opening)),
     )
 
 
@@ -315,7 +307,7 @@ class ArenaResult:
     elo_low: float  # 95% interval
     elo_high: float
     seconds: float
-    records: list[GameRecord] = field(default_factory=list)
+    records: list[GameRecord] = field(default_factory=list)  # game i; A has Black in even games
 
     def summary(self) -> str:
         """Two lines for the terminal."""
@@ -326,6 +318,15 @@ class ArenaResult:
             f"win rate of {self.player_a}: {self.win_rate:.3f}; Elo difference "
             f"{self.elo:+.0f} (95% interval {self.elo_low:+.0f} .. {self.elo_high:+.0f})"
         )
+
+    def to_json(self) -> dict[str, Any]:
+        """The result as JSON-ready values; each game as its headers and Botzone moves."""
+        fields = {key: value for key, value in asdict(self).items() if key != "records"}
+        fields["records"] = [
+            {"headers": dict(record.headers), "moves": [move.to_botzone() for move in record.moves]}
+            for record in self.records
+        ]
+        return fields
 
 
 def _context() -> multiprocessing.context.BaseContext:
@@ -368,9 +369,9 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     started = time.perf_counter()
     records = _run_tasks(tasks, processes, {name: _REGISTRY[name] for name in names})
     seconds = time.perf_counter() - started
-    a_wins = [(record.winner == BLACK) == (record.index % 2 == 0) for record in records]
+    a_wins = [(record.winner == BLACK) == (index % 2 == 0) for index, record in enumerate(records)]
     wins_a = sum(a_wins)
-    as_black = sum(won for won, record in zip(a_wins, records, strict=True) if record.index % 2 == 0)
+    as_black = sum(a_wins[0::2])
     elo, low, high = elo_interval(wins_a, games)
     return ArenaResult(spec_a, spec_b, games, wins_a, games - wins_a, as_black, wins_a - as_black,
                        wins_a / games, elo, low, high, seconds, records)
@@ -383,7 +384,7 @@ def _run_tasks(tasks: list[_GameTask], processes: int,
             pickle.dumps(factories)
             with _context().Pool(processes, initializer=_init_worker,
                                  initargs=(factories,)) as pool:
-                return sorted(pool.map(_play_task, tasks, chunksize=1), key=lambda r: r.index)
+                return pool.map(_play_task, tasks, chunksize=1)  # in task order
         except (OSError, pickle.PicklingError, AttributeError, TypeError) as error:
             print(f"arena: parallel games unavailable ({error}); using one process", file=sys.stderr)
     return [_play_task(task) for task in tasks]
@@ -405,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="seed of openings and players")
     parser.add_argument("--opening-plies", type=int, default=4, help="random opening plies (default 4)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
+    parser.add_argument("--record", type=Path, default=None,
+                        help="also write every game to this file (game record format, docs/play.md)")
     args = parser.parse_args(argv)
     try:
         result = run_arena(args.player_a, args.player_b, args.games, args.simulations,
@@ -412,9 +415,16 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     print(result.summary())
-    if args.json is not None:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    try:
+        if args.json is not None:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")
+        if args.record is not None:
+            write_records(args.record, result.records)
+            print(f"{len(result.records)} games written to {args.record}")
+    except OSError as error:
+        print(f"arena: cannot write the results: {error}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,22 +1,29 @@
-"""Game records: a small text format for finished (or unfinished) games.
+"""Game records: the one text format for games, written by self-play, the arena and terminal play.
 
 A file holds one or more games separated by blank lines. Each game is header lines, then one move
 per line in Botzone coordinates (`x0 y0 x1 y1 x2 y2`), from the start position, Black first:
 
-    [Event "selfplay"]
-    [Black "net-v3"]
-    [White "net-v3"]
+    [Event "play"]
+    [Black "human"]
+    [White "mcts-rollout"]
     [Date "2026-11-21"]
-    [Result "1-0"]
+    [Result "0-1"]
     2 0 2 3 5 6
     5 7 5 3 5 2
     ...
 
-`Result` is `1-0` (Black won), `0-1` (White won) or `*` (unfinished). Lines starting with `#` are
-comments. Reading replays every move on a `Board`, so an illegal or malformed move is reported
-with its line number.
+* Header lines are `[Key "value"]`: a key of letters, digits and `_`; a one-line value in which
+  `\\` and `"` are written `\\\\` and `\\"`. Keys keep their order and appear once per game.
+* `Result` is `1-0` (Black won), `0-1` (White won) or `*` (unfinished). When the moves end the
+  game, the result must name the side that made the last move; a decided result on an unfinished
+  game (a resignation, a time loss) is allowed.
+* Lines starting with `#` are comments (not kept). Several blank lines count as one.
 
-Imports `amazons.board` only.
+Reading replays every move on a `Board`; a malformed header, a bad move line or an illegal move
+raises `RecordError` naming the file, the line number, the line and the game. Writing and reading
+back gives the same records (headers in order, moves), and the same text.
+
+Imports `amazons.board` and `amazons._atomic` only.
 """
 
 from __future__ import annotations
@@ -28,19 +35,47 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amazons.board import BLACK, WHITE, Board, IllegalMoveError, Move, NotationError
+from amazons._atomic import atomic_write
+from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move, NotationError
+
+__all__ = [
+    "GameRecord",
+    "RESULT_TEXT",
+    "RecordError",
+    "parse_records",
+    "read_records",
+    "write_records",
+]
 
 RESULT_TEXT = {BLACK: "1-0", WHITE: "0-1", None: "*"}
-_HEADER = re.compile(r'^\[(\w+)\s+"(.*)"\]$')
+_RESULT_WINNER = {text: winner for winner, text in RESULT_TEXT.items()}
+_KEY = re.compile(r"[A-Za-z0-9_]+")
+_HEADER = re.compile(r'\[([A-Za-z0-9_]+)\s+"((?:[^"\\]|\\.)*)"\]')
+_ESCAPE = re.compile(r"\\(.)")
 
 
 class RecordError(ValueError):
-    """A game record is malformed or holds an illegal move; the message names file and line."""
+    """A record is malformed or holds an illegal move; the message names file, line and game."""
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _unescape(value: str) -> str:
+    """Undo `_escape`. Raises ValueError naming an escape other than `\\\\` and `\\"`."""
+
+    def replace(match: re.Match[str]) -> str:
+        if match.group(1) not in '\\"':
+            raise ValueError(f"unknown escape {match.group(0)!r} (only \\\\ and \\\" are escapes)")
+        return match.group(1)
+
+    return _ESCAPE.sub(replace, value)
 
 
 @dataclass
 class GameRecord:
-    """One game: headers (ordered) and moves in the real (Botzone) frame."""
+    """One game: headers (ordered) and moves in the real (Botzone) frame, from the start."""
 
     moves: list[Move]
     headers: dict[str, str] = field(default_factory=dict)
@@ -55,7 +90,13 @@ class GameRecord:
         date: str | None = None,
         **extra: str,
     ) -> GameRecord:
-        """A record with standard headers; the result is computed by replaying the moves."""
+        """A record with the standard headers (Event, Black, White, Date, Result) and `extra` ones.
+
+        The result is computed by replaying the moves (`*` when the game is not over).
+
+        Raises:
+            IllegalMoveError, NotationError: a move that cannot be played (names it).
+        """
         moves = list(moves)
         board = Board.from_moves(moves)
         headers = {
@@ -69,73 +110,173 @@ class GameRecord:
         return cls(moves, headers)
 
     @property
+    def black(self) -> str:
+        """The Black player's name ("?" when the header is missing)."""
+        return self.headers.get("Black", "?")
+
+    @property
+    def white(self) -> str:
+        """The White player's name ("?" when the header is missing)."""
+        return self.headers.get("White", "?")
+
+    @property
+    def result(self) -> str:
+        """The Result header: "1-0", "0-1" or "*" (also when missing)."""
+        return self.headers.get("Result", "*")
+
+    @property
     def winner(self) -> int | None:
         """BLACK or WHITE from the Result header, None when unfinished."""
-        return {"1-0": BLACK, "0-1": WHITE}.get(self.headers.get("Result", "*"))
+        return _RESULT_WINNER.get(self.result)
 
     def board(self) -> Board:
         """The position after all moves."""
         return Board.from_moves(self.moves)
 
     def to_text(self) -> str:
-        """The record in the file format (no trailing blank line)."""
-        lines = [f'[{key} "{value}"]' for key, value in self.headers.items()]
+        """The record in the file format (no trailing newline).
+
+        Raises:
+            RecordError: a header key that is not letters, digits and `_`, or a value holding a
+                line break.
+        """
+        lines = []
+        for key, value in self.headers.items():
+            if not _KEY.fullmatch(key):
+                raise RecordError(f"header key {key!r}: use letters, digits and '_' only")
+            if "".join(value.splitlines()) != value:
+                raise RecordError(f"header {key}: value {value!r} holds a line break")
+            lines.append(f'[{key} "{_escape(value)}"]')
         lines += [move.to_botzone() for move in self.moves]
         return "\n".join(lines)
+
+
+class _GameReader:
+    """Collects one game's lines, replaying moves as they come."""
+
+    def __init__(self, number: int, source: str) -> None:
+        self.number = number
+        self.source = source
+        self.headers: dict[str, str] = {}
+        self.moves: list[Move] = []
+        self.board = Board()
+        self.last_line = 0
+
+    def error(self, line_number: int, line: str, problem: str) -> RecordError:
+        return RecordError(f"{self.source}:{line_number}: {line!r} (game {self.number}): {problem}")
+
+    def header(self, line_number: int, line: str) -> None:
+        match = _HEADER.fullmatch(line)
+        if match is None:
+            raise self.error(line_number, line, 'malformed header: expected [Key "value"]')
+        key = match.group(1)
+        if key in self.headers:
+            raise self.error(line_number, line, f"duplicate header {key}")
+        try:
+            value = _unescape(match.group(2))
+        except ValueError as error:
+            raise self.error(line_number, line, str(error)) from None
+        if key == "Result" and value not in _RESULT_WINNER:
+            raise self.error(line_number, line, 'Result must be "1-0", "0-1" or "*"')
+        self.headers[key] = value
+        self.last_line = line_number
+
+    def move(self, line_number: int, line: str) -> None:
+        ply = len(self.moves) + 1
+        try:
+            move = Move.from_botzone(line)
+        except NotationError as error:
+            raise self.error(line_number, line, f"move {ply}: {error}") from None
+        if self.board.is_game_over():
+            loser = COLOR_NAMES[self.board.turn]
+            raise self.error(line_number, line,
+                             f"move {ply}: the game is over ({loser} has no move)")
+        try:
+            self.board.push(move)
+        except IllegalMoveError as error:
+            raise self.error(line_number, line, f"move {ply}: {error}") from None
+        self.moves.append(move)
+        self.last_line = line_number
+
+    def finish(self) -> GameRecord:
+        record = GameRecord(self.moves, self.headers)
+        winner = self.board.winner()
+        if winner is not None and record.result != RESULT_TEXT[winner]:
+            line = self.moves[-1].to_botzone()
+            raise self.error(self.last_line, line,
+                             f"Result is {record.result!r} but this move ends the game: "
+                             f"{COLOR_NAMES[winner]} won ({RESULT_TEXT[winner]})")
+        return record
 
 
 def parse_records(text: str, source: str = "<text>") -> list[GameRecord]:
     """Parse every game in `text`; each is replayed to check legality.
 
+    A header line after moves, without a blank line between, starts a new game.
+
     Raises:
-        RecordError: naming `source`, the line number and the bad line.
+        RecordError: naming `source`, the line number, the line and the game number: a malformed
+            or duplicate header, an unknown Result, a line that is not a Botzone move, an illegal
+            move, a move after the end, or a Result that contradicts a finished game.
     """
     records: list[GameRecord] = []
-    headers: dict[str, str] = {}
-    moves: list[Move] = []
-    board = Board()
-
-    def finish() -> None:
-        nonlocal headers, moves, board
-        if headers or moves:
-            records.append(GameRecord(moves, headers))
-        headers, moves, board = {}, [], Board()
-
-    for number, raw in enumerate(text.splitlines(), start=1):
+    game: _GameReader | None = None
+    for line_number, raw in enumerate(text.split("\n"), start=1):
         line = raw.strip()
-        if not line:
-            finish()
-            continue
         if line.startswith("#"):
             continue
-        header = _HEADER.match(line)
-        if header:
-            if moves:
-                finish()
-            headers[header.group(1)] = header.group(2)
-            continue
-        try:
-            move = Move.from_botzone(line)
-            board.push(move)
-        except (NotationError, IllegalMoveError) as error:
-            raise RecordError(f"{source}:{number}: {line!r}: {error}") from None
-        moves.append(move)
-    finish()
+        if not line or (line.startswith("[") and game is not None and game.moves):
+            if game is not None:
+                records.append(game.finish())
+                game = None
+            if not line:
+                continue
+        if game is None:
+            game = _GameReader(len(records) + 1, source)
+        if line.startswith("["):
+            game.header(line_number, line)
+        else:
+            game.move(line_number, line)
+    if game is not None:
+        records.append(game.finish())
     return records
 
 
 def read_records(path: str | os.PathLike) -> list[GameRecord]:
-    """Read all games of a record file (see `parse_records`)."""
-    return parse_records(Path(path).read_text(), str(path))
+    """Read all games of a record file (see `parse_records`).
+
+    Raises:
+        RecordError: a malformed record, or a file that is not UTF-8 text (names the file).
+        OSError: the file cannot be read.
+    """
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise RecordError(
+            f"{path}: not a UTF-8 text file ({error.reason} at byte {error.start})") from None
+    return parse_records(text, str(path))
 
 
-def write_records(path: str | os.PathLike, records: Iterable[GameRecord], append: bool = False) -> None:
-    """Write games to `path`, blank-line separated (appending keeps earlier games)."""
+def write_records(path: str | os.PathLike, records: Iterable[GameRecord],
+                  append: bool = False) -> None:
+    """Write games to `path`, blank-line separated, creating its folder.
+
+    Without `append` the file is replaced atomically; with it the games are added after the
+    earlier ones. Records with neither headers nor moves have no text and are left out; nothing
+    is written when no record is left.
+
+    Raises:
+        RecordError: a header that cannot be written (see `GameRecord.to_text`).
+        OSError: the file cannot be written.
+    """
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    body = "\n\n".join(record.to_text() for record in records)
+    body = "\n\n".join(text for text in (record.to_text() for record in records) if text)
     if not body:
         return
-    prefix = "\n" if append and path.exists() and path.stat().st_size else ""
-    with open(path, "a" if append else "w") as stream:
+    if not append:
+        atomic_write(path, lambda stream: stream.write((body + "\n").encode("utf-8")))
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    prefix = "\n" if path.exists() and path.stat().st_size else ""
+    with open(path, "a", encoding="utf-8") as stream:
         stream.write(prefix + body + "\n")
