@@ -174,10 +174,12 @@ class MCTSPlayer(BasePlayer):
         evaluator: an `amazons.mcts.Evaluator` (uniform, rollouts, later a network).
         config: search parameters; `config.simulations` per move unless `simulations` is given.
         simulations: simulations per move (overrides the config).
-        time_budget: seconds per move instead of a simulation count (searches in chunks of
-            `chunk` simulations until the time is spent; at least one chunk).
+        time_budget: seconds per move instead of a simulation count. The search runs in chunks
+            sized from the speed of the chunk before, so that it ends at the deadline rather
+            than past it: one evaluator round (`config.leaves_per_game` simulations) at least,
+            then whole rounds while one more is expected to fit.
         seed: seeds noise and temperature sampling.
-        chunk: simulations per chunk under a time budget.
+        chunk: the most simulations per chunk under a time budget.
     """
 
     def __init__(self, evaluator: Evaluator, config: SearchConfig | None = None,
@@ -215,13 +217,32 @@ class MCTSPlayer(BasePlayer):
         if self.time_budget is None:
             self.search.search(self.simulations)
         else:
-            deadline = time.perf_counter() + self.time_budget
-            self.search.search(self.chunk)
-            while time.perf_counter() < deadline:
-                self.search.search(self.chunk)
+            self._search_until(time.perf_counter() + self.time_budget)
         canonical = self.search.select_moves(board.ply)[0]
         self.last_report = _report(self.search.root_result(0), board.turn)
         return Move(*canonical_to_real(canonical, board.turn).tolist())
+
+    def _search_until(self, deadline: float) -> None:
+        """Search in chunks of whole evaluator rounds until the next round would end past `deadline`.
+
+        A round (one evaluator batch) costs about the same whatever its number of leaves, so
+        chunks are multiples of `leaves_per_game` simulations. Each chunk is sized from the
+        seconds per simulation of the chunk before it (the first one also pays for the root's
+        expansion and any kernel compilation, which only makes the next chunk smaller) to fit
+        the time left with a quarter to spare: the search stops at most about a round and a
+        quarter before `deadline`, and passes it only when a chunk runs more than 25% slower
+        than the one before.
+        """
+        round_size = self.config.leaves_per_game
+        largest = max(round_size, self.chunk // round_size * round_size)
+        simulations = min(round_size, self.chunk)
+        while simulations > 0:
+            started = time.perf_counter()
+            self.search.search(simulations)
+            now = time.perf_counter()
+            seconds_per_simulation = max(now - started, 1e-9) / simulations
+            affordable = int((deadline - now) / (1.25 * seconds_per_simulation))
+            simulations = min(largest, affordable // round_size * round_size)
 
     def observe(self, board: Board, move: Move) -> None:
         """Move the tree's root along `move` (keeping the subtree) if the tree is at `board`."""

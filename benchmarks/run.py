@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-SUITES = ("engine", "mcts", "nn", "selfplay")
+SUITES = ("engine", "mcts", "nn", "selfplay", "botzone")
 
 
 def machine_facts() -> dict[str, object]:

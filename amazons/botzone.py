@@ -1,0 +1,584 @@
+"""The Botzone bot: `python -m amazons.botzone [--model PATH|default|none] [--time S] ...`.
+
+Speaks Botzone's protocol on stdin/stdout (see `docs/botzone.md`):
+
+* simple interaction: a turn number `n`, then `2n - 1` lines `x0 y0 x1 y1 x2 y2` alternating the
+  opponent's moves (requests) and this bot's earlier replies (responses), ending with the newest
+  request; Black's first request is `-1 -1 -1 -1 -1 -1`. The reply is one such line.
+* JSON interaction (the input's first non-blank character is `{`): one line
+  `{"requests": [...], "responses": [...], "time_limit": ...}`, answered by one line
+  `{"response": {"x0": ..., ...}, "debug": "..."}`.
+* keep-running (`--keep-running`): after each reply the bot prints
+  `>>>BOTZONE_REQUEST_KEEP_RUNNING<<<` and waits for the next input, which holds only the newest
+  request; the search tree is kept between turns. End of input ends the process (exit 0).
+
+Every move of the history is checked on a `Board`; malformed input, an illegal move or a model
+that cannot be loaded ends the process with a message on stderr and exit status 2, and nothing is
+written to stdout for that turn. The protocol parsing (`parse_simple`, `parse_json`,
+`parse_update`), the turn logic (`Bot`) and the clock (`TimeControl`) are plain functions and
+classes; `main` wires them to the streams.
+
+Imports `amazons.board`, `amazons.mcts`, `amazons.models`, `amazons.players` and `amazons.arena`;
+torch (through `amazons.netplay`) only when a network model is asked for, so `--model none`
+starts without it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, NoReturn, TextIO
+
+from amazons.arena import ROLLOUT_CONFIG
+from amazons.board import Board, IllegalMoveError, Move, NotationError
+from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig
+from amazons.models import default_model_path
+from amazons.players import MCTSPlayer
+
+__all__ = [
+    "KEEP_RUNNING_MARKER",
+    "NO_MOVE",
+    "Bot",
+    "BotzoneInput",
+    "ProtocolError",
+    "TREE_LIMITS",
+    "TimeControl",
+    "build_player",
+    "format_json_reply",
+    "format_simple_reply",
+    "main",
+    "parse_json",
+    "parse_move_line",
+    "parse_simple",
+    "parse_update",
+    "process_start_time",
+]
+
+KEEP_RUNNING_MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
+NO_MOVE = "-1 -1 -1 -1 -1 -1"  # Black's first request; also the reply when no move is left
+MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+MIN_SEARCH_SECONDS = 1e-3  # a turn whose time is already spent still searches one round
+# Tree limits that keep the process inside Botzone's 256 MB with room for the interpreter, the
+# engine and Numba (about 100 MB): edges take 23 bytes, nodes 41, and growing doubles the
+# arrays while the old ones are copied. A full tree stops expanding new leaves (the search
+# still refines the statistics of the nodes it has).
+TREE_LIMITS = {"edge_capacity_max": 1 << 21, "node_capacity_max": 1 << 16}
+
+
+class ProtocolError(ValueError):
+    """The input breaks Botzone's protocol or the rules; the message names the line or move."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def parse_move_line(text: str, where: str, allow_no_move: bool = False) -> Move | None:
+    """A move line `x0 y0 x1 y1 x2 y2`; None for `-1 -1 -1 -1 -1 -1` when `allow_no_move`.
+
+    Args:
+        text: the line.
+        where: how error messages name the line, e.g. "line 3".
+        allow_no_move: accept Black's first request (all six values -1) and return None.
+
+    Raises:
+        ProtocolError: naming `where` and the bad token (not six integers, off the board, or
+            the all -1 request where it is not allowed).
+    """
+    if text.split() == ["-1"] * 6:
+        if allow_no_move:
+            return None
+        raise ProtocolError(f"{where}: {text.strip()!r} is only valid as Black's first request")
+    try:
+        return Move.from_botzone(text)
+    except NotationError as error:
+        raise ProtocolError(f"{where}: {error}") from None
+
+
+def parse_simple(lines: Sequence[str]) -> list[Move]:
+    """The moves played so far, oldest first, from a simple-interaction transcript.
+
+    Args:
+        lines: the turn number `n`, then exactly `2n - 1` move lines (requests and responses
+            alternating, the newest request last). Blank lines before the turn number are
+            skipped; a blank line after it counts as a bad move line.
+
+    Returns:
+        The moves of both sides in the order they were played; Black's first request
+        (`-1 -1 -1 -1 -1 -1`) is not a move and is left out.
+
+    Raises:
+        ProtocolError: naming the line (counted from 1 at the turn number) that is not a turn
+            number or not a move, or saying how many move lines were expected and found.
+    """
+    lines = [line.rstrip("\r\n") for line in lines]
+    while lines and not lines[0].strip():
+        lines = lines[1:]
+    if not lines:
+        raise ProtocolError("empty input: expected a turn number")
+    turn = _parse_turn_number(lines[0], "line 1")
+    expected = 2 * turn - 1
+    move_lines = lines[1:]
+    while move_lines and len(move_lines) > expected and not move_lines[-1].strip():
+        move_lines = move_lines[:-1]
+    if len(move_lines) != expected:
+        raise ProtocolError(
+            f"turn {turn} needs 2n-1 = {expected} move lines after the turn number, got {len(move_lines)}")
+    moves = []
+    for index, text in enumerate(move_lines):
+        move = parse_move_line(text, f"line {index + 2}", allow_no_move=index == 0)
+        if move is not None:
+            moves.append(move)
+    return moves
+
+
+def _parse_turn_number(text: str, where: str) -> int:
+    token = text.strip()
+    try:
+        turn = int(token)
+    except ValueError:
+        raise ProtocolError(f"{where}: {token!r} is not a turn number (a positive integer)") from None
+    if turn < 1:
+        raise ProtocolError(f"{where}: turn number {turn} must be >= 1")
+    return turn
+
+
+@dataclass(frozen=True)
+class BotzoneInput:
+    """One JSON input, decoded.
+
+    Attributes:
+        history: the moves played so far, oldest first (requests and responses interleaved,
+            Black's `-1` first request left out); for a bare move object, just that move.
+        complete: True when `history` is the whole game so far (a `requests` object), False for
+            a bare move object (keep-running: only the newest request).
+        time_limit: the `time_limit` field in seconds, None when absent.
+    """
+
+    history: list[Move]
+    complete: bool
+    time_limit: float | None
+
+
+def _move_from_object(value: Any, where: str, allow_no_move: bool) -> Move | None:
+    if not isinstance(value, dict):
+        raise ProtocolError(f"{where}: expected a move object {{\"x0\": .., ..., \"y2\": ..}}, got {value!r}")
+    missing = [key for key in MOVE_KEYS if key not in value]
+    if missing:
+        raise ProtocolError(f"{where}: move object {value!r} lacks {', '.join(missing)}")
+    numbers = [value[key] for key in MOVE_KEYS]
+    for key, number in zip(MOVE_KEYS, numbers, strict=True):
+        if not isinstance(number, int) or isinstance(number, bool):
+            raise ProtocolError(f"{where}: {key} = {number!r} is not an integer")
+    return parse_move_line(" ".join(str(number) for number in numbers), where, allow_no_move)
+
+
+def parse_json(text: str) -> BotzoneInput:
+    """Decode one JSON input line.
+
+    Accepts the full form `{"requests": [...], "responses": [...], "time_limit": ...}` (with
+    `len(requests) == len(responses) + 1`; `data`, `globaldata` and other fields are ignored)
+    and, for keep-running turns, a bare move object `{"x0": .., ..., "y2": ..}`.
+
+    Raises:
+        ProtocolError: bad JSON, a field of the wrong type or count, or a bad move, naming it
+            (e.g. `requests[2]`).
+    """
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise ProtocolError(f"bad JSON input: {error.msg} at column {error.colno}: {text.strip()[:80]!r}") from None
+    if not isinstance(value, dict):
+        raise ProtocolError(f"JSON input must be an object, got {type(value).__name__}")
+    if "requests" not in value:
+        if all(key in value for key in MOVE_KEYS):
+            move = _move_from_object(value, "move object", allow_no_move=False)
+            return BotzoneInput([move], complete=False, time_limit=None)
+        raise ProtocolError("JSON input has neither a 'requests' list nor the fields of a move")
+    requests, responses = value["requests"], value.get("responses", [])
+    if not isinstance(requests, list) or not requests:
+        raise ProtocolError("'requests' must be a non-empty list")
+    if not isinstance(responses, list):
+        raise ProtocolError("'responses' must be a list")
+    if len(requests) != len(responses) + 1:
+        raise ProtocolError(
+            f"{len(requests)} requests and {len(responses)} responses: expected one request more")
+    history: list[Move] = []
+    for index, request in enumerate(requests):
+        move = _move_from_object(request, f"requests[{index}]", allow_no_move=index == 0)
+        if move is not None:
+            history.append(move)
+        if index < len(responses):
+            history.append(_move_from_object(responses[index], f"responses[{index}]", False))
+    return BotzoneInput(history, complete=True, time_limit=_time_limit(value))
+
+
+def _time_limit(value: dict[str, Any]) -> float | None:
+    limit = value.get("time_limit")
+    if limit is None:
+        return None
+    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
+        raise ProtocolError(f"'time_limit' must be a positive number of seconds, got {limit!r}")
+    return float(limit)
+
+
+def parse_update(lines: Sequence[str]) -> Move:
+    """The newest request of a keep-running turn, from its simple-interaction lines.
+
+    Blank lines and a lone turn-number line before the move line are tolerated.
+
+    Raises:
+        ProtocolError: naming the bad line, or when no move line is there.
+    """
+    for index, text in enumerate(lines):
+        tokens = text.split()
+        if not tokens or (len(tokens) == 1 and tokens[0].isdigit()):
+            continue
+        return parse_move_line(text, f"line {index + 1}")
+    raise ProtocolError("the input holds no move line")
+
+
+# ------------------------------------------------------------------------------------------------
+# Turn logic
+
+
+@dataclass(frozen=True)
+class TimeControl:
+    """How long each reply may take, in wall-clock seconds.
+
+    A turn's clock starts when the process starts (its first turn) or when the turn's input has
+    been read (later keep-running turns: Botzone charges CPU used between turns to the next
+    one). The search stops `reply_margin` seconds before the allowance is spent.
+    """
+
+    turn_seconds: float = 4.0  # per reply, from the input being read; Botzone allows 6 s to Python
+    first_turn_seconds: float = 8.0  # the bot's first reply, counted from process start; Botzone: 12 s
+    reply_margin: float = 0.2  # kept back for picking the move and writing the reply
+    time_limit_share: float = 0.75  # the most of a JSON `time_limit` a reply may use
+
+    def __post_init__(self) -> None:
+        for name in ("turn_seconds", "first_turn_seconds"):
+            if not getattr(self, name) > 0:
+                raise ValueError(f"{name} must be > 0 seconds, got {getattr(self, name)!r}")
+        if not self.reply_margin >= 0:
+            raise ValueError(f"reply_margin must be >= 0 seconds, got {self.reply_margin!r}")
+
+    def deadline(self, clock_start: float, first_turn: bool, time_limit: float | None = None) -> float:
+        """The `time.perf_counter()` reading at which the search must stop.
+
+        Args:
+            clock_start: when the turn's clock started (`perf_counter()` reading).
+            first_turn: the bot's first move of the game (it gets `first_turn_seconds`).
+            time_limit: a JSON input's `time_limit` in seconds, which caps the allowance.
+        """
+        allowance = self.first_turn_seconds if first_turn else self.turn_seconds
+        if time_limit is not None:
+            allowance = min(allowance, self.time_limit_share * time_limit)
+        return clock_start + allowance - self.reply_margin
+
+
+class Bot:
+    """Keeps the game on a `Board` and picks replies with an `MCTSPlayer`, reusing its tree.
+
+    Args:
+        player: the searcher; with a time budget the bot sets `player.time_budget` each turn
+            from the deadline it is given, with a fixed simulation count it searches that many.
+    """
+
+    def __init__(self, player: MCTSPlayer) -> None:
+        self.player = player
+        self.board = Board()
+        self.last_search_seconds = 0.0
+
+    def sync(self, history: Sequence[Move]) -> None:
+        """Bring the board to the position after `history` (all moves so far, oldest first).
+
+        When `history` extends the game the bot already holds, only the new moves are played and
+        the search tree follows them; otherwise the game is replayed from the start.
+
+        Raises:
+            ProtocolError: naming the first illegal move (its number, Botzone text and side).
+        """
+        known = self.board.move_stack
+        if list(history[: len(known)]) != known:
+            self.board = Board()
+            self.player.reset()
+            known = []
+        for move in history[len(known):]:
+            self.play(move)
+
+    def play(self, move: Move) -> None:
+        """Play `move` (either side's) on the board, moving the search tree along.
+
+        Raises:
+            ProtocolError: `move` is illegal (naming it, its number and the reason); the board
+                is unchanged.
+        """
+        try:
+            self.board.push(move)  # checks the move; the tree must see the board before it
+        except IllegalMoveError as error:
+            raise ProtocolError(f"move {self.board.ply + 1} of the game, {move.to_botzone()!r}: "
+                                f"{error}") from None
+        self.board.pop()
+        self.player.observe(self.board, move)
+        self.board.push(move)
+
+    def reply(self, history: Sequence[Move], deadline: float | None = None) -> Move | None:
+        """The bot's move after `history`, already played on its board; None if it has no move.
+
+        Args:
+            history: every move played so far, oldest first, ending with the opponent's newest.
+            deadline: `time.perf_counter()` reading at which the search stops (time-budget
+                players only; None keeps the player's own budget).
+
+        Raises:
+            ProtocolError: an illegal move in `history`.
+        """
+        self.sync(history)
+        if self.board.is_game_over():
+            return None
+        if deadline is not None and self.player.time_budget is not None:
+            self.player.time_budget = max(deadline - time.perf_counter(), MIN_SEARCH_SECONDS)
+        started = time.perf_counter()
+        move = self.player.choose_move(self.board)
+        self.last_search_seconds = time.perf_counter() - started
+        self.play(move)
+        return move
+
+    def debug_text(self) -> str:
+        """`"<simulations> simulations, value <v>, <seconds> s"` about the last search."""
+        report = self.player.last_report
+        if report is None:
+            return "no search"
+        return (f"{report.simulations} simulations, value {report.root_value:+.3f}, "
+                f"{self.last_search_seconds:.2f} s")
+
+
+def build_player(model: str, simulations: int | None, time_budget: float, seed: int | None) -> MCTSPlayer:
+    """The bot's searcher for `--model` (`"none"`, `"default"` or a checkpoint path).
+
+    `"none"` searches with random playouts (the arena's `mcts-rollout` settings); a network model
+    uses `amazons.netplay.NET_SEARCH` on one CPU thread; both with the tree kept within
+    `TREE_LIMITS`. Torch is imported only for a network.
+
+    Raises:
+        FileNotFoundError: the model file (or the shipped default) does not exist.
+        amazons.checkpoint.CheckpointError: the file is not a usable checkpoint.
+    """
+    evaluator: Evaluator
+    config: SearchConfig
+    if model == "none":
+        evaluator, config = RolloutEvaluator(seed=seed), ROLLOUT_CONFIG
+    else:
+        path = default_model_path() if model == "default" else Path(model)
+        if not path.is_file():  # before importing torch, which takes seconds
+            raise FileNotFoundError(f"model file {path} does not exist (use a checkpoint path, "
+                                    "'default' or 'none')")
+        import torch
+
+        torch.set_num_threads(1)
+        from amazons.netplay import NET_SEARCH, evaluator_from_spec
+
+        evaluator, config = evaluator_from_spec(model, seed), NET_SEARCH
+    config = config.replace(**TREE_LIMITS)
+    return MCTSPlayer(evaluator, config, simulations=simulations,
+                      time_budget=None if simulations is not None else time_budget,
+                      seed=seed, name=f"botzone:{model}")
+
+
+# ------------------------------------------------------------------------------------------------
+# Output
+
+
+def format_simple_reply(move: Move | None) -> str:
+    """The reply line `x0 y0 x1 y1 x2 y2` (`-1 -1 -1 -1 -1 -1` when there is no move)."""
+    return NO_MOVE if move is None else move.to_botzone()
+
+
+def format_json_reply(move: Move | None, debug: str) -> str:
+    """One JSON line `{"response": {"x0": .., ..., "y2": ..}, "debug": ...}`."""
+    values = [-1] * 6 if move is None else [int(token) for token in move.to_botzone().split()]
+    return json.dumps({"response": dict(zip(MOVE_KEYS, values, strict=True)), "debug": debug})
+
+
+# ------------------------------------------------------------------------------------------------
+# Process
+
+
+def process_start_time() -> float:
+    """The `time.perf_counter()` reading of this process's start (Linux), else of now.
+
+    Botzone's clock for a bot's first turn runs from the launch of the process, so interpreter
+    start-up and imports count; `/proc/self/stat` says when the process started.
+    """
+    now = time.perf_counter()
+    try:
+        with open("/proc/self/stat", encoding="ascii") as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+        with open("/proc/uptime", encoding="ascii") as handle:
+            uptime = float(handle.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime
+    except (OSError, ValueError, IndexError):
+        return now
+    return now - max(age, 0.0)
+
+
+class _InputEnded(Exception):
+    """End of input where a turn was expected to begin (not an error in keep-running mode)."""
+
+
+def _read_line(stream: TextIO) -> str:
+    line = stream.readline()
+    if not line:
+        raise EOFError
+    return line
+
+
+@dataclass(frozen=True)
+class _Turn:
+    history: list[Move]  # every move so far, the newest request last
+    time_limit: float | None  # seconds, from a JSON input
+    json: bool  # the input was JSON, so the reply is too
+
+
+def _read_first_input(stream: TextIO) -> _Turn:
+    """Read one whole first input of the process (a simple transcript or a JSON line)."""
+    try:
+        first = _read_line(stream)
+        while not first.strip():
+            first = _read_line(stream)
+    except EOFError:
+        raise ProtocolError("input ended before the turn number (or JSON object)") from None
+    if first.lstrip().startswith("{"):
+        request = parse_json(first)
+        if not request.complete:
+            raise ProtocolError("the first JSON input must hold 'requests' (and 'responses')")
+        return _Turn(request.history, request.time_limit, json=True)
+    turn = _parse_turn_number(first, "line 1")
+    lines = [first]
+    for _ in range(2 * turn - 1):
+        try:
+            lines.append(_read_line(stream))
+        except EOFError:
+            raise ProtocolError(
+                f"input ended after {len(lines) - 1} of the {2 * turn - 1} move lines that turn "
+                f"{turn} needs") from None
+    return _Turn(parse_simple(lines), None, json=False)
+
+
+def _read_update(stream: TextIO, history: list[Move]) -> _Turn:
+    """Read a later keep-running input: the newest request, appended to `history`."""
+    lines: list[str] = []
+    while True:
+        try:
+            line = _read_line(stream)
+        except EOFError:
+            if any(text.strip() for text in lines):
+                raise ProtocolError(
+                    f"input ended after {lines[-1].strip()!r} without a move line") from None
+            raise _InputEnded from None
+        if line.lstrip().startswith("{"):
+            request = parse_json(line)
+            if not request.history:
+                raise ProtocolError("a later turn's JSON input holds no move (only Black's first request)")
+            return _Turn(history + request.history[-1:], request.time_limit, json=True)
+        lines.append(line)
+        tokens = line.split()
+        if tokens and not (len(tokens) == 1 and tokens[0].isdigit()):
+            return _Turn(history + [parse_update(lines)], None, json=False)
+
+
+class _UsageError(Exception):
+    """Bad command-line options (argparse's `error`, without exiting)."""
+
+
+class _ArgumentParser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        raise _UsageError(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _ArgumentParser(
+        prog="python -m amazons.botzone",
+        description="Game of the Amazons bot for Botzone (simple or JSON interaction).")
+    parser.add_argument("--model", default="default",
+                        help="'default' (the shipped model), 'none' (random playouts) or a checkpoint path")
+    parser.add_argument("--time", type=float, default=TimeControl.turn_seconds,
+                        help="seconds per reply, from reading the input (from process start for a "
+                             f"process's first input; default {TimeControl.turn_seconds})")
+    parser.add_argument("--first-time", type=float, default=None,
+                        help="seconds from process start to the bot's first reply (default: twice "
+                             f"--time, as Botzone doubles the first turn: {TimeControl.first_turn_seconds})")
+    parser.add_argument("--simulations", type=int, default=None,
+                        help="search this many simulations per move instead of a time budget")
+    parser.add_argument("--keep-running", action="store_true",
+                        help="stay alive between turns (Botzone's keep-running mode), keeping the tree")
+    parser.add_argument("--seed", type=int, default=None, help="seed of playouts and root noise")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None, started: float | None = None) -> int:
+    """Run the bot until its turn is answered (or, keep-running, until the input ends).
+
+    Args:
+        argv: command-line arguments (default `sys.argv[1:]`).
+        stdin, stdout, stderr: the streams (default the process's).
+        started: `time.perf_counter()` reading from which the first turn is timed (default:
+            this process's start).
+
+    Returns:
+        0 after a normal end; 2 for bad options, a model that cannot be loaded, malformed input
+        or an illegal move (with a message on `stderr` and nothing more on `stdout`).
+    """
+    stdin = sys.stdin if stdin is None else stdin
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    clock_start = process_start_time() if started is None else started
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        for option, value in (("--time", args.time), ("--first-time", args.first_time),
+                              ("--simulations", args.simulations)):
+            if value is not None and not (value > 0 and math.isfinite(value)):
+                raise _UsageError(f"{option} must be > 0, got {value}")
+        first_time = 2 * args.time if args.first_time is None else args.first_time
+        clock = TimeControl(turn_seconds=args.time, first_turn_seconds=first_time)
+    except _UsageError as error:
+        print(f"{parser.prog}: error: {error}", file=stderr)
+        return EXIT_BAD_INPUT
+    try:
+        player = build_player(args.model, args.simulations, clock.turn_seconds, args.seed)
+    except (FileNotFoundError, ValueError, OSError) as error:
+        print(f"{parser.prog}: cannot load model {args.model!r}: {error}", file=stderr)
+        return EXIT_BAD_INPUT
+    bot = Bot(player)
+    try:
+        turn = _read_first_input(stdin)
+        while True:
+            first_turn = len(turn.history) <= 1
+            move = bot.reply(turn.history, clock.deadline(clock_start, first_turn, turn.time_limit))
+            reply = format_json_reply(move, bot.debug_text()) if turn.json else format_simple_reply(move)
+            print(reply, file=stdout, flush=True)
+            if not args.keep_running:
+                return EXIT_OK
+            print(KEEP_RUNNING_MARKER, file=stdout, flush=True)
+            turn = _read_update(stdin, bot.board.move_stack)
+            clock_start = time.perf_counter()
+    except _InputEnded:
+        return EXIT_OK
+    except ProtocolError as error:
+        print(f"{parser.prog}: bad input: {error}", file=stderr)
+        return EXIT_BAD_INPUT
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

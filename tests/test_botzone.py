@@ -1,0 +1,462 @@
+"""Tests of the Botzone bot: protocol parsing, turn logic, and real bot processes end to end.
+
+Bot processes run `python -m amazons.botzone` with the real engine and search; games between two
+of them are relayed line by line through Botzone's protocol and checked on a `Board`.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import queue
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from amazons.board import BLACK, Board, Move
+from amazons.botzone import (
+    KEEP_RUNNING_MARKER,
+    NO_MOVE,
+    Bot,
+    ProtocolError,
+    TimeControl,
+    build_player,
+    format_json_reply,
+    main,
+    parse_json,
+    parse_simple,
+    parse_update,
+)
+from amazons.players import RandomPlayer
+
+REPO = Path(__file__).resolve().parents[1]
+BOT = [sys.executable, "-m", "amazons.botzone"]
+BOT_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+# Black's third turn in the Botzone wiki's sample match (shared/reference/AMAZONS.md).
+WIKI_TURN_3 = """3
+-1 -1 -1 -1 -1 -1
+5 0 3 2 6 5
+0 5 4 5 3 4
+0 2 0 3 3 0
+2 7 2 5 1 4
+"""
+WIKI_MOVES = ["5 0 3 2 6 5", "0 5 4 5 3 4", "0 2 0 3 3 0", "2 7 2 5 1 4"]
+
+
+def move_object(text: str) -> dict[str, int]:
+    return dict(zip(("x0", "y0", "x1", "y1", "x2", "y2"), map(int, text.split()), strict=True))
+
+
+def response_text(response: dict[str, int]) -> str:
+    """The Botzone move text of a JSON reply's `response` object."""
+    return " ".join(str(response[key]) for key in ("x0", "y0", "x1", "y1", "x2", "y2"))
+
+
+def json_input(history: list[str], black: bool, time_limit: float | None = None) -> str:
+    """A Botzone JSON request for the side to move after `history` (Botzone move texts)."""
+    turns = ([NO_MOVE] if black else []) + history
+    value: dict = {"requests": [move_object(text) for text in turns[0::2]],
+                   "responses": [move_object(text) for text in turns[1::2]],
+                   "data": "", "globaldata": ""}
+    if time_limit is not None:
+        value["time_limit"] = time_limit
+    return json.dumps(value)
+
+
+def simple_input(history: list[str]) -> str:
+    """A simple-interaction transcript for the side to move after `history`."""
+    lines = ([NO_MOVE] if len(history) % 2 == 0 else []) + history
+    return f"{(len(lines) + 1) // 2}\n" + "\n".join(lines) + "\n"
+
+
+def finished_game(seed: int) -> list[str]:
+    """A whole random game (Botzone texts); the side to move after it has no legal move."""
+    board, player = Board(), RandomPlayer(seed=seed)
+    moves = []
+    while not board.is_game_over():
+        move = player.choose_move(board)
+        board.push(move)
+        moves.append(move.to_botzone())
+    return moves
+
+
+def run_main(args: list[str], text: str) -> tuple[int, str, str]:
+    stdout, stderr = io.StringIO(), io.StringIO()
+    code = main(args, io.StringIO(text), stdout, stderr, started=time.perf_counter())
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def run_bot(args: list[str], text: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
+    return subprocess.run(BOT + args, input=text, capture_output=True, text=True, cwd=REPO,
+                          env=BOT_ENV, timeout=timeout, check=False)
+
+
+def reply_is_legal_after(history: list[str], reply: str) -> bool:
+    board = Board.from_moves([Move.from_botzone(text) for text in history])
+    return board.is_legal(Move.from_botzone(reply))
+
+
+class BotProcess:
+    """A bot process in keep-running mode, its output read line by line with timeouts."""
+
+    def __init__(self, args: list[str]) -> None:
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(
+            BOT + ["--keep-running", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, bufsize=1, cwd=REPO, env=BOT_ENV)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def send(self, text: str) -> float:
+        self.process.stdin.write(text if text.endswith("\n") else text + "\n")
+        self.process.stdin.flush()
+        return time.perf_counter()
+
+    def read(self, timeout: float = 30.0) -> str:
+        line = self.lines.get(timeout=timeout)
+        assert line is not None, f"bot exited early: {self.process.stderr.read()}"
+        return line
+
+    def reply(self, timeout: float = 30.0) -> str:
+        """The next reply line, checking the keep-running marker after it."""
+        line = self.read(timeout)
+        assert self.read(timeout) == KEEP_RUNNING_MARKER
+        return line
+
+    def close(self, timeout: float = 30.0) -> tuple[int, str]:
+        self.process.stdin.close()
+        code = self.process.wait(timeout)
+        return code, self.process.stderr.read()
+
+    def kill(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+
+
+# ------------------------------------------------------------------------------------------------
+# Parsing
+
+
+def test_parse_simple_reads_the_wiki_example():
+    moves = parse_simple(WIKI_TURN_3.splitlines())
+    assert [move.to_botzone() for move in moves] == WIKI_MOVES
+    board = Board.from_moves(moves)  # every move legal in sequence
+    assert board.turn == BLACK
+
+
+def test_parse_simple_for_white_and_for_blacks_first_turn():
+    assert parse_simple(["1", NO_MOVE]) == []
+    assert parse_simple(["", "1", "5 0 3 2 6 5"]) == [Move.from_botzone("5 0 3 2 6 5")]
+
+
+@pytest.mark.parametrize("lines, named", [
+    (["3", NO_MOVE, "5 0 3 2 6 5"], "needs 2n-1 = 5 move lines"),
+    (["2", NO_MOVE, "5 0 3 2 6 5", "0 5 4 5 3 4", "0 2 0 3 3 0"], "got 4"),
+    (["two", NO_MOVE], "line 1: 'two' is not a turn number"),
+    (["0"], "turn number 0"),
+    (["1", "5 0 3 2 6"], "line 2"),
+    (["2", NO_MOVE, "5 0 3 2 6 x", "0 5 4 5 3 4"], "'x' is not an integer"),
+    (["2", NO_MOVE, "5 0 3 2 6 5", "0 5 4 5 3 9"], "line 4: square (3, 9) is off the 8x8 board"),
+    (["2", NO_MOVE, "5 0 3 2 6 5", NO_MOVE], "line 4: '-1 -1 -1 -1 -1 -1' is only valid"),
+    (["2", NO_MOVE, "", "0 5 4 5 3 4"], "line 3"),
+    ([], "empty input"),
+])
+def test_parse_simple_names_the_bad_line(lines, named):
+    with pytest.raises(ProtocolError) as caught:
+        parse_simple(lines)
+    assert named in str(caught.value)
+
+
+def test_parse_json_full_and_bare():
+    request = parse_json(json_input(WIKI_MOVES, black=True, time_limit=6))
+    assert [move.to_botzone() for move in request.history] == WIKI_MOVES
+    assert request.complete and request.time_limit == 6.0
+    bare = parse_json(json.dumps(move_object("2 7 2 5 1 4")))
+    assert not bare.complete and bare.history == [Move.from_botzone("2 7 2 5 1 4")]
+    white = parse_json(json_input(WIKI_MOVES[:1], black=False))
+    assert white.history == [Move.from_botzone(WIKI_MOVES[0])] and white.time_limit is None
+
+
+@pytest.mark.parametrize("text, named", [
+    ('{"requests": [', "bad JSON input"),
+    ("[1, 2]", "must be an object"),
+    ('{"requests": []}', "non-empty list"),
+    ('{"requests": [{"x0": -1, "y0": -1, "x1": -1, "y1": -1, "x2": -1, "y2": -1}], "responses": [{}]}',
+     "one request more"),
+    ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6}]}', "requests[0]: move object"),
+    ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": true}]}', "y2 = True"),
+    ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 8}]}', "off the 8x8 board"),
+    ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 5}], "time_limit": "6"}',
+     "time_limit"),
+    ('{"hello": 1}', "neither"),
+])
+def test_parse_json_names_the_problem(text, named):
+    with pytest.raises(ProtocolError) as caught:
+        parse_json(text)
+    assert named in str(caught.value)
+
+
+def test_parse_update_tolerates_blank_and_turn_number_lines():
+    assert parse_update(["\n", "4\n", "2 7 2 5 1 4\n"]) == Move.from_botzone("2 7 2 5 1 4")
+    with pytest.raises(ProtocolError, match="line 2"):
+        parse_update(["4", "2 7 2 5"])
+    with pytest.raises(ProtocolError, match="no move line"):
+        parse_update(["", "4"])
+
+
+def test_json_reply_format():
+    reply = json.loads(format_json_reply(Move.from_botzone("2 0 2 2 3 1"), "8 simulations"))
+    assert reply == {"response": move_object("2 0 2 2 3 1"), "debug": "8 simulations"}
+    assert json.loads(format_json_reply(None, ""))["response"] == move_object(NO_MOVE)
+
+
+def test_time_control_deadlines():
+    clock = TimeControl(turn_seconds=4.0, first_turn_seconds=8.0, reply_margin=0.2)
+    assert clock.deadline(100.0, first_turn=True) == pytest.approx(107.8)
+    assert clock.deadline(100.0, first_turn=False) == pytest.approx(103.8)
+    assert clock.deadline(100.0, first_turn=False, time_limit=2.0) == pytest.approx(101.3)
+    with pytest.raises(ValueError, match="turn_seconds"):
+        TimeControl(turn_seconds=0.0)
+
+
+# ------------------------------------------------------------------------------------------------
+# Turn logic, in this process
+
+
+def test_bot_replies_legally_and_keeps_its_tree_across_turns():
+    bot = Bot(build_player("none", simulations=64, time_budget=1.0, seed=0))
+    history = [Move.from_botzone(text) for text in WIKI_MOVES]
+    move = bot.reply(history)
+    assert bot.board.move_stack == history + [move]
+    opponent = RandomPlayer(seed=1).choose_move(bot.board)
+    kept = np.array_equal(bot.player.search.root_positions[0], bot.board.canonical_position())
+    assert kept  # the tree followed the bot's own move
+    second = bot.reply(history + [move, opponent])
+    assert bot.board.move_stack == history + [move, opponent, second]
+    assert "simulations" in bot.debug_text()
+
+
+def test_bot_rejects_an_illegal_history_naming_the_move():
+    bot = Bot(build_player("none", simulations=8, time_budget=1.0, seed=0))
+    history = [Move.from_botzone(text) for text in WIKI_MOVES]
+    history[2] = Move.from_botzone("0 5 0 4 0 3")  # a White amazon, on Black's move
+    with pytest.raises(ProtocolError, match="move 3 of the game, '0 5 0 4 0 3'.*black"):
+        bot.reply(history)
+
+
+def test_bot_with_a_time_budget_stops_near_its_deadline():
+    bot = Bot(build_player("none", simulations=None, time_budget=1.0, seed=0))
+    bot.reply([], deadline=time.perf_counter() + 0.05)  # Numba kernels load here
+    started = time.perf_counter()
+    bot.reply([bot.board.move_stack[0], RandomPlayer(seed=2).choose_move(bot.board)],
+              deadline=started + 0.6)
+    assert 0.3 < time.perf_counter() - started < 0.8
+    assert bot.player.last_report.simulations > 50
+
+
+# ------------------------------------------------------------------------------------------------
+# main() in this process
+
+
+def test_main_simple_and_json_transcripts():
+    code, out, err = run_main(["--model", "none", "--simulations", "32", "--seed", "1"], WIKI_TURN_3)
+    assert code == 0 and err == ""
+    assert out.endswith("\n") and len(out.splitlines()) == 1
+    assert reply_is_legal_after(WIKI_MOVES, out.strip())
+
+    code, out, err = run_main(["--model", "none", "--simulations", "32"],
+                              json_input(WIKI_MOVES[:3], black=False, time_limit=6))
+    assert code == 0 and err == ""
+    reply = json.loads(out)
+    assert "simulations" in reply["debug"]
+    assert reply_is_legal_after(WIKI_MOVES[:3], response_text(reply["response"]))
+
+
+def test_main_blacks_first_request():
+    code, out, _ = run_main(["--model", "none", "--simulations", "16"], "1\n-1 -1 -1 -1 -1 -1\n")
+    assert code == 0 and Board().is_legal(Move.from_botzone(out))
+    code, out, _ = run_main(["--model", "none", "--simulations", "16"], json_input([], black=True))
+    assert Board().is_legal(Move.from_botzone(response_text(json.loads(out)["response"])))
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_main_without_a_legal_move_replies_minus_ones(seed):
+    moves = finished_game(seed)
+    code, out, err = run_main(["--model", "none", "--simulations", "8"], simple_input(moves))
+    assert (code, out, err) == (0, NO_MOVE + "\n", "")
+    code, out, _ = run_main(["--model", "none", "--simulations", "8"],
+                            json_input(moves, black=len(moves) % 2 == 0))
+    assert code == 0 and json.loads(out)["response"] == move_object(NO_MOVE)
+
+
+@pytest.mark.parametrize("text, named", [
+    ("", "input ended before the turn number"),
+    ("3\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6 5\n", "input ended after 2 of the 5 move lines"),
+    ("2\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6 5\n0 5 4 5 3\n", "line 4"),
+    ("2\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6 5\n0 5 4 5 7 5\n", "move 2 of the game, '0 5 4 5 7 5'"),
+    ("x\n", "'x' is not a turn number"),
+    ('{"requests": [{"x0": 1}]}\n', "requests[0]"),
+    ('{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 5}\n', "must hold 'requests'"),
+])
+def test_main_rejects_bad_input_with_exit_2(text, named):
+    code, out, err = run_main(["--model", "none", "--simulations", "8"], text)
+    assert code == 2 and out == ""
+    assert named in err
+
+
+@pytest.mark.parametrize("args, named", [
+    (["--model", "none", "--time", "0"], "--time must be > 0"),
+    (["--model", "none", "--first-time", "inf"], "--first-time must be > 0"),
+    (["--model", "none", "--simulations", "0"], "--simulations must be > 0"),
+    (["--model", "none", "--colour", "black"], "unrecognized arguments"),
+])
+def test_main_rejects_bad_options_with_exit_2(args, named):
+    code, out, err = run_main(args, WIKI_TURN_3)
+    assert code == 2 and out == "" and named in err
+
+
+# ------------------------------------------------------------------------------------------------
+# Bot processes
+
+
+def test_process_answers_the_wiki_example_and_json():
+    result = run_bot(["--model", "none", "--simulations", "32"], WIKI_TURN_3)
+    assert result.returncode == 0, result.stderr
+    assert reply_is_legal_after(WIKI_MOVES, result.stdout.strip())
+    result = run_bot(["--model", "none", "--time", "0.5"], json_input(WIKI_MOVES, True, 6) + "\n")
+    assert result.returncode == 0, result.stderr
+    assert reply_is_legal_after(WIKI_MOVES, response_text(json.loads(result.stdout)["response"]))
+
+
+@pytest.mark.parametrize("args, text, named", [
+    (["--model", "none"], "3\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6 5\n", "input ended after 2 of the 5"),
+    (["--model", "none"], "2\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6 5\n0 5 4 5 7 5\n", "'0 5 4 5 7 5'"),
+    (["--model", "none"], '{"requests": [{"x0": -1, "y0": -1, ', "bad JSON input"),
+    (["--model", "no/such/model.pt"], WIKI_TURN_3, "no/such/model.pt does not exist"),
+])
+def test_process_exits_2_on_bad_input_or_options(args, text, named):
+    result = run_bot(args, text)
+    assert result.returncode == 2 and result.stdout == ""
+    assert named in result.stderr
+
+
+def test_process_rejects_a_corrupt_checkpoint(tmp_path):
+    path = tmp_path / "broken.pt"
+    path.write_bytes(b"not a checkpoint")
+    result = run_bot(["--model", str(path)], WIKI_TURN_3)
+    assert result.returncode == 2 and result.stdout == ""
+    assert "cannot load model" in result.stderr and str(path) in result.stderr
+
+
+def test_keep_running_game_between_two_bot_processes():
+    """Black talks simple interaction, White JSON; the test relays every move and checks it."""
+    black = BotProcess(["--model", "none", "--simulations", "32", "--seed", "1"])
+    white = BotProcess(["--model", "none", "--simulations", "32", "--seed", "2"])
+    try:
+        board, history = Board(), []
+        black.send("1\n" + NO_MOVE)
+        reply = black.reply()
+        while True:
+            if reply == NO_MOVE:
+                assert board.is_game_over()
+                break
+            move = Move.from_botzone(reply)
+            assert board.is_legal(move), (board, reply)
+            board.push(move)
+            history.append(reply)
+            mover = white if board.turn == 1 else black
+            ply = len(history)
+            if ply == 1:
+                white.send(json_input(history, black=False))
+            elif mover is white and ply % 4 == 1:
+                white.send(json_input(history, black=False))  # a whole requests object again
+            elif mover is white:
+                white.send(json.dumps(move_object(reply)))
+            elif ply % 4 == 0:
+                black.send(f"\n{ply // 2 + 1}\n{reply}")  # a blank and a turn-number line first
+            else:
+                black.send(reply)
+            answer = mover.reply()
+            reply = response_text(json.loads(answer)["response"]) if mover is white else answer
+        assert board.winner() is not None and len(history) > 20
+        for process in (black, white):
+            assert process.close() == (0, "")
+    finally:
+        black.kill()
+        white.kill()
+
+
+def test_replies_arrive_within_the_time_budget():
+    budget = 1.0
+    bot = BotProcess(["--model", "none", "--time", str(budget)])
+    try:
+        bot.send("1\n" + NO_MOVE)
+        reply = bot.reply()
+        assert time.perf_counter() - bot.started < 2 * budget + 1.0  # the first turn gets twice --time
+        board = Board()
+        opponent = RandomPlayer(seed=5)
+        for _ in range(2):
+            board.push(Move.from_botzone(reply))
+            move = opponent.choose_move(board)
+            board.push(move)
+            sent = bot.send(move.to_botzone())
+            reply = bot.reply()
+            elapsed = time.perf_counter() - sent
+            assert budget - 0.5 < elapsed < budget + 1.0
+            assert board.is_legal(Move.from_botzone(reply))
+        assert bot.close() == (0, "")
+    finally:
+        bot.kill()
+
+
+@pytest.mark.slow
+def test_network_model_from_a_checkpoint(tmp_path):
+    import torch
+
+    from amazons.checkpoint import save_model
+    from amazons.net import PolicyValueNet, net_config
+
+    torch.set_num_threads(1)
+    torch.manual_seed(0)
+    path = tmp_path / "tiny.pt"
+    save_model(path, PolicyValueNet(net_config("tiny")))
+    budget = 0.5
+    bot = BotProcess(["--model", str(path), "--time", str(budget), "--first-time", "4"])
+    try:
+        bot.send(json_input(WIKI_MOVES, black=True, time_limit=12))
+        first = json.loads(bot.reply(timeout=60))
+        response = response_text(first["response"])
+        assert reply_is_legal_after(WIKI_MOVES, response)
+        board = Board.from_moves([Move.from_botzone(text) for text in WIKI_MOVES + [response]])
+        move = RandomPlayer(seed=6).choose_move(board)
+        sent = bot.send(json.dumps(move_object(move.to_botzone())))
+        second = json.loads(bot.reply())
+        assert time.perf_counter() - sent < budget + 1.0
+        board.push(move)
+        assert board.is_legal(Move.from_botzone(response_text(second["response"])))
+        assert bot.close() == (0, "")
+    finally:
+        bot.kill()
+
+
+def test_keep_running_in_process_ends_cleanly_at_the_end_of_input():
+    args = ["--model", "none", "--simulations", "8", "--keep-running"]
+    code, out, err = run_main(args, "1\n" + NO_MOVE + "\n\n")
+    lines = out.splitlines()
+    assert (code, err, len(lines), lines[1]) == (0, "", 2, KEEP_RUNNING_MARKER)
+    assert Board().is_legal(Move.from_botzone(lines[0]))
+    code, out, err = run_main(args, "1\n" + NO_MOVE + "\n\n5\n")
+    assert code == 2 and len(out.splitlines()) == 2 and "'5' without a move line" in err
