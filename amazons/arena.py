@@ -101,15 +101,20 @@ def player_names() -> list[str]:
     return sorted(set(_REGISTRY) | set(_PLUGIN_MODULES))
 
 
-# Players whose factories live in torch-using modules: imported only when such a player is asked
-# for, so the arena itself never imports torch.
-_PLUGIN_MODULES = {"mcts-net": "amazons.netplay", "policy-net": "amazons.netplay"}
+# Players whose factories live in modules with heavy imports (torch, pyspiel): imported only when
+# such a player is asked for, so the arena itself never imports them.
+_PLUGIN_MODULES = {
+    "mcts-net": ("amazons.netplay", "register_network_players"),
+    "policy-net": ("amazons.netplay", "register_network_players"),
+    "openspiel-mcts": ("amazons.openspiel_player", "register_openspiel_players"),
+}
 
 
 def _split_spec(spec: str) -> tuple[str, str | None]:
     name, _, argument = spec.strip().partition(":")
     if name not in _REGISTRY and name in _PLUGIN_MODULES:
-        importlib.import_module(_PLUGIN_MODULES[name]).register_network_players()
+        module, register = _PLUGIN_MODULES[name]
+        getattr(importlib.import_module(module), register)()
     if name not in _REGISTRY:
         raise PlayerSpecError(f"unknown player {spec!r}; known: {', '.join(player_names())}")
     return name, (argument or None)

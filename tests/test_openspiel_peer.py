@@ -78,3 +78,16 @@ def test_legal_move_sets_agree_along_random_games(game, seed: int) -> None:
             state.apply_action(cell_of(square))
     winner = board.winner()
     assert state.returns()[winner] == 1 and state.returns()[1 - winner] == -1
+
+
+def test_openspiel_mcts_player_plays_legal_games_in_the_arena() -> None:
+    from amazons.arena import run_arena
+    from amazons.openspiel_player import cell_of as player_cell_of
+    from amazons.openspiel_player import square_of as player_square_of
+
+    assert all(player_square_of(player_cell_of(square)) == square for square in range(64))
+    result = run_arena("openspiel-mcts", "random", games=2, simulations=30, processes=1, seed=3)
+    for record in result.records:
+        board = Board.from_moves(record.moves)  # replays and checks every move
+        assert board.is_game_over()
+    assert result.wins_a + result.wins_b == 2
