@@ -114,8 +114,8 @@ def preset_config(name: str) -> TrainConfig:
             inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),
             games_per_iteration=64,
             train_batch_size=256,
-            sample_reuse=6.0,
-            eval=EvalConfig(every=1, games=10, simulations=48, processes=2),
+            sample_reuse=12.0,
+            eval=EvalConfig(every=2, games=10, simulations=48, processes=2),
         )
     if name == "gpu":
         return TrainConfig(
