@@ -26,6 +26,7 @@ $(STAMP): pyproject.toml
 
 $(ENGINE_SO): $(STAMP) $(ENGINE_SRC)
 	$(BIN)/python setup.py -q build_ext --inplace
+	$(BIN)/python -c "import amazons.mcts as m; print(f'search kernels compiled in {m.warm_up():.1f} s')"
 	touch $@
 
 build: $(ENGINE_SO)

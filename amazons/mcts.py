@@ -41,6 +41,7 @@ __all__ = [
     "SearchStats",
     "UniformEvaluator",
     "improved_policy",
+    "warm_up",
 ]
 
 
@@ -626,3 +627,23 @@ class BatchedSearch:
             missing = int(games[~self._has_root[games]][0])
             raise SearchInputError(f"game {missing} has no root position: call set_roots first")
         return games
+
+
+def warm_up() -> float:
+    """Compile every search kernel (or load it from Numba's on-disk cache) with a small search.
+
+    `make build` runs this once, so the first search of a later process (the Botzone bot's first
+    turn above all) loads the kernels instead of compiling them. Returns the seconds it took.
+    """
+    import time
+
+    started = time.perf_counter()
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=16, leaves_per_game=4, root_noise=True,
+                                                            temperature_moves=1), num_games=2, seed=0)
+    search.set_roots(np.repeat(engine.start_position().reshape(1, 3), 2, axis=0))
+    search.search()
+    move = search.select_moves(0)
+    search.root_result(0)
+    search.advance(0, move[0])
+    search.search(games=[0])
+    return time.perf_counter() - started
