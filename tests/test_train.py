@@ -98,6 +98,12 @@ def test_two_iterations_end_to_end_then_resume(tmp_path):
     assert shm_segments() <= before
 
 
+def _default_sigint() -> None:
+    """Give the child Python's Ctrl-C handling even when pytest runs as a background job (whose
+    shell starts it with SIGINT ignored, a disposition every child would inherit)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 @pytest.mark.slow
 def test_ctrl_c_stops_every_process_and_resume_continues(tmp_path):
     run_dir = tmp_path / "run"
@@ -106,7 +112,7 @@ def test_ctrl_c_stops_every_process_and_resume_continues(tmp_path):
                "--iterations", "50", "--no-progress", *SMOKE]
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                               start_new_session=True)
+                               start_new_session=True, preexec_fn=_default_sigint)
     deadline = time.monotonic() + 240
     while not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").read_text():
         assert time.monotonic() < deadline and process.poll() is None, "no iteration finished"
