@@ -33,7 +33,8 @@ from typing import Any
 import numpy as np
 
 from amazons.board import BLACK, Board, Move
-from amazons.mcts import RolloutEvaluator, SearchConfig, UniformEvaluator
+from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
+from amazons.models import default_model_path
 from amazons.players import GreedyPlayer, HumanPlayer, MCTSPlayer, Player, RandomPlayer
 from amazons.records import GameRecord, write_records
 
@@ -44,6 +45,7 @@ __all__ = [
     "elo_from_score",
     "elo_interval",
     "make_player",
+    "model_search",
     "play_game",
     "player_names",
     "random_opening",
@@ -79,6 +81,27 @@ DEFAULT_SIMULATIONS = 200
 UNIFORM_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0)
 ROLLOUT_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0, c_puct=2.0,
                               root_noise=True)
+
+
+def model_search(model: str, seed: int | None = None) -> tuple[Evaluator, SearchConfig]:
+    """The evaluator and search settings a `--model` option names (the bot and terminal play).
+
+    `"none"`: random playouts with the `mcts-rollout` settings (`ROLLOUT_CONFIG`), no torch.
+    `"default"` (the model shipped in `amazons/models`) or a checkpoint path: the network on the
+    CPU with `amazons.netplay.NET_SEARCH`; torch is imported only then, after the file is found.
+
+    Raises:
+        FileNotFoundError: the model file (or the shipped default) does not exist.
+        amazons.checkpoint.CheckpointError: the file is not a usable checkpoint.
+    """
+    if model == "none":
+        return RolloutEvaluator(seed=seed), ROLLOUT_CONFIG
+    path = default_model_path() if model == "default" else Path(model)
+    if not path.is_file():  # before importing torch, which takes seconds
+        raise FileNotFoundError(f"model file {path} does not exist (use a checkpoint path, 'default' or 'none')")
+    from amazons.netplay import NET_SEARCH, cpu_network_evaluator
+
+    return cpu_network_evaluator(path), NET_SEARCH
 
 
 def register_player(name: str, factory: PlayerFactory, *, replace: bool = False) -> None:

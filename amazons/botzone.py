@@ -33,13 +33,10 @@ import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
-from amazons.arena import ROLLOUT_CONFIG
+from amazons.arena import model_search
 from amazons.board import Board, IllegalMoveError, Move, NotationError
-from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig
-from amazons.models import default_model_path
 from amazons.players import MCTSPlayer
 
 __all__ = [
@@ -373,21 +370,11 @@ def build_player(model: str, simulations: int | None, time_budget: float, seed: 
         FileNotFoundError: the model file (or the shipped default) does not exist.
         amazons.checkpoint.CheckpointError: the file is not a usable checkpoint.
     """
-    evaluator: Evaluator
-    config: SearchConfig
-    if model == "none":
-        evaluator, config = RolloutEvaluator(seed=seed), ROLLOUT_CONFIG
-    else:
-        path = default_model_path() if model == "default" else Path(model)
-        if not path.is_file():  # before importing torch, which takes seconds
-            raise FileNotFoundError(f"model file {path} does not exist (use a checkpoint path, "
-                                    "'default' or 'none')")
+    evaluator, config = model_search(model, seed)
+    if model != "none":
         import torch
 
         torch.set_num_threads(1)
-        from amazons.netplay import NET_SEARCH, evaluator_from_spec
-
-        evaluator, config = evaluator_from_spec(model, seed), NET_SEARCH
     config = config.replace(**TREE_LIMITS)
     return MCTSPlayer(evaluator, config, simulations=simulations,
                       time_budget=None if simulations is not None else time_budget,

@@ -20,6 +20,7 @@ engine only; it never imports torch (network evaluators implement the same proto
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
@@ -635,8 +636,6 @@ def warm_up() -> float:
     `make build` runs this once, so the first search of a later process (the Botzone bot's first
     turn above all) loads the kernels instead of compiling them. Returns the seconds it took.
     """
-    import time
-
     started = time.perf_counter()
     search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=16, leaves_per_game=4, root_noise=True,
                                                             temperature_moves=1), num_games=2, seed=0)

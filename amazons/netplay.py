@@ -3,7 +3,8 @@
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
   build its evaluator from a model file, with `load_weights(path)` for weights the learner
   publishes later.
-* `evaluator_from_spec`: what `--model PATH|default|none` means for the bot and terminal play.
+* `cpu_network_evaluator`: a checkpoint as an in-process CPU evaluator, for the arena's network
+  players and for `--model` in the bot and terminal play (`amazons.arena.model_search`).
 * Arena players `mcts-net:PATH` (MCTS with the network's priors and values) and `policy-net:PATH`
   (the raw policy: the legal move with the highest prior, no search), registered with
   `amazons.arena` by `register_network_players()`; the arena calls it itself when it meets one
@@ -24,8 +25,7 @@ from amazons import engine
 from amazons.arena import PlayerOptions, PlayerSpecError, register_player
 from amazons.board import Board, Move
 from amazons.checkpoint import load_checkpoint, load_model_for_play
-from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig
-from amazons.models import default_model_path
+from amazons.mcts import SearchConfig
 from amazons.net import NetworkEvaluator
 from amazons.players import BasePlayer, MCTSPlayer, Player
 
@@ -87,23 +87,12 @@ class NetworkEvaluatorFactory:
         )
 
 
-def evaluator_from_spec(spec: str, seed: int | None = None) -> Evaluator:
-    """The evaluator a `--model` option names, on the CPU in this process.
-
-    Args:
-        spec: "default" (the model shipped in `amazons/models`), "none" (random rollouts, no
-            network), or the path of a learner or model checkpoint.
-        seed: seeds the rollouts of "none".
+def cpu_network_evaluator(path: str | os.PathLike) -> NetworkEvaluator:
+    """The network of a learner or model checkpoint as an fp32 evaluator on the CPU, in this process.
 
     Raises:
-        FileNotFoundError: "default" without a shipped model, or a path that does not exist.
-        amazons.checkpoint.CheckpointError: the file is not a usable checkpoint.
+        amazons.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
     """
-    if spec == "none":
-        return RolloutEvaluator(seed=seed)
-    path = default_model_path() if spec == "default" else spec
-    if not os.path.isfile(path):
-        raise FileNotFoundError(f"model file {path} does not exist (use a checkpoint path, 'default' or 'none')")
     model = load_model_for_play(path, "cpu")
     return NetworkEvaluator(model, model.config.num_planes, "cpu", torch.float32)
 
@@ -112,8 +101,7 @@ def _evaluator_for(path: str | None, name: str) -> NetworkEvaluator:
     if not path:
         raise PlayerSpecError(f"{name} needs a model path, e.g. {name}:runs/cpu/models/latest.pt")
     torch.set_num_threads(1)
-    model = load_model_for_play(path, "cpu")
-    return NetworkEvaluator(model, model.config.num_planes, "cpu", torch.float32)
+    return cpu_network_evaluator(path)
 
 
 class PolicyPlayer(BasePlayer):

@@ -30,7 +30,7 @@ from typing import TextIO
 
 import numpy as np
 
-from amazons.arena import ROLLOUT_CONFIG
+from amazons.arena import model_search
 from amazons.board import (
     BLACK,
     COLOR_NAMES,
@@ -41,7 +41,6 @@ from amazons.board import (
     Move,
     NotationError,
 )
-from amazons.mcts import RolloutEvaluator
 from amazons.players import MCTSPlayer
 from amazons.records import RESULT_TEXT, GameRecord, RecordError, read_records, write_records
 
@@ -397,13 +396,10 @@ def build_ai(model: str, simulations: int | None = None, time_budget: float | No
         amazons.checkpoint.CheckpointError: the file is not a usable model checkpoint.
         amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
     """
-    if model == "none":
-        return MCTSPlayer(RolloutEvaluator(seed=seed), ROLLOUT_CONFIG, simulations=simulations,
-                          time_budget=time_budget, seed=seed, name="mcts-rollout")
-    from amazons.netplay import NET_SEARCH, evaluator_from_spec
-
-    return MCTSPlayer(evaluator_from_spec(model, seed), NET_SEARCH, simulations=simulations,
-                      time_budget=time_budget, seed=seed, name=f"mcts-net:{model}")
+    evaluator, config = model_search(model, seed)
+    name = "mcts-rollout" if model == "none" else f"mcts-net:{model}"
+    return MCTSPlayer(evaluator, config, simulations=simulations, time_budget=time_budget, seed=seed,
+                      name=name)
 
 
 def _parser() -> argparse.ArgumentParser:
