@@ -64,14 +64,14 @@ class SelfPlayConfig:
             raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
         if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
             raise ValueError("target_c_visit and target_c_scale must be >= 0")
+        if self.start_jitter_s < 0:
+            raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
 
     def policy_label(self, result: SearchResult) -> np.ndarray:
         """The training target over `result.moves`, `(K,) float32` summing to 1."""
         if self.policy_target == "visits":
             return result.policy
         return improved_policy(result, self.target_c_visit, self.target_c_scale)
-        if self.start_jitter_s < 0:
-            raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
 
 
 @dataclass(frozen=True)

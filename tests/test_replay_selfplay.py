@@ -69,6 +69,13 @@ def test_policy_target_follows_the_config():
         SelfPlayConfig(policy_target="argmax")
 
 
+@pytest.mark.parametrize("field, value", [("start_jitter_s", -0.1), ("target_c_scale", -1.0),
+                                          ("num_actors", 0)])
+def test_self_play_config_rejects_bad_values(field, value):
+    with pytest.raises(ValueError, match=field):
+        SelfPlayConfig(**{field: value})
+
+
 def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games):
     samples = GameSamples.concatenate([game[0] for game in finished_games])
     path = tmp_path / "chunk-00000000.npz"
