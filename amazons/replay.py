@@ -186,13 +186,22 @@ def load_chunk(path: str | os.PathLike) -> GameSamples:
     return samples
 
 
+# Tags the sampling generator's stream. Seeded with the bare run seed, the buffer and the learner
+# would draw the same numbers in lockstep, so the symmetry a sample gets would be a function of
+# where it sits in the buffer: each position would always be seen in one orientation, and the
+# network would memorize positions instead of learning from the 8-fold augmentation.
+SAMPLING_STREAM = 0x5A3B1E
+
+
 class ReplayBuffer:
     """The newest `window_positions` samples, persisted as chunks under `directory`.
 
     Args:
         directory: where chunks live; existing chunks are loaded (newest first, up to the window).
         window_positions: how many of the newest positions are kept for sampling.
-        seed: seed of the sampling generator.
+        seed: seed of the sampling generator. The generator is a stream of its own
+            (`SAMPLING_STREAM`), so it never repeats the draws of another generator seeded
+            with the same integer, such as the learner's symmetry draws.
 
     Attributes:
         skipped_chunks: (path, reason) of chunks that could not be loaded.
@@ -204,7 +213,7 @@ class ReplayBuffer:
         self.directory = Path(directory)
         self.directory.mkdir(parents=True, exist_ok=True)
         self.window_positions = window_positions
-        self.rng = np.random.default_rng(seed)
+        self.rng = np.random.default_rng([seed, SAMPLING_STREAM])
         self.skipped_chunks: list[tuple[str, str]] = []
         self._chunks: list[GameSamples] = []
         self._next_index = 0

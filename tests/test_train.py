@@ -10,9 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from amazons.learn import SampleBatch, augment_batch
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+from amazons.replay import GameSamples
+from amazons.selfplay import play_games
 from amazons.train import (
+    Run,
     TrainConfig,
     apply_overrides,
     config_from_dict,
@@ -59,6 +65,27 @@ def test_config_round_trips_through_json_and_overrides_follow_types():
 def test_bad_overrides_name_the_problem(override, message):
     with pytest.raises(ValueError, match=message):
         apply_overrides(preset_config("cpu"), [override])
+
+
+def test_training_batches_show_each_position_in_many_orientations(tmp_path):
+    # The run seeds the replay buffer and the learner with the same integer; their generators must
+    # still be independent, or each position would always get the symmetry its buffer index implies.
+    run = Run(preset_config("cpu"), tmp_path / "run", resume=False)
+    try:
+        games: list[GameSamples] = []
+        search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=4, node_capacity=64,
+                                                                edge_capacity=1 << 15), num_games=2)
+        play_games(search, 2, lambda samples, moves: games.append(samples))
+        run.replay.add(GameSamples.concatenate(games))
+        orientations: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
+        for _ in range(60):  # the draws of `Run.train`
+            drawn = SampleBatch(**run.replay.sample(64))
+            turned = augment_batch(drawn, run.learner.rng)
+            for original, shown in zip(drawn.positions.tolist(), turned.positions.tolist(), strict=True):
+                orientations.setdefault(tuple(original), set()).add(tuple(shown))
+    finally:
+        run.close()
+    assert np.mean([len(shown) for shown in orientations.values()]) > 4
 
 
 def test_elo_ladder_recovers_known_differences():
