@@ -15,12 +15,14 @@ Imports the engine, board, symmetry, mcts, inference, replay and records modules
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import queue
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 
 import numpy as np
 
@@ -174,17 +176,19 @@ def play_games(
     }
 
 
-def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, tasks: mp.SimpleQueue,
+def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, tasks: Connection,
                results: mp.Queue) -> None:
     """Actor process entry point: play the games each task asks for, until a None task.
 
     A task is `ActorTask`; for each, the actor sends ("game", actor_id, samples, record) per
-    finished game, then ("done", actor_id, stats), or ("error", actor_id, text) if it fails.
+    finished game, then ("done", actor_id, stats), or ("error", actor_id, text) if it fails and
+    then exits. `tasks` is the receiving end of a pipe whose only sending end the owner holds, so
+    an owner that dies (killed, or stopped by a signal without cleaning up) ends the actor too.
     """
     client = InferenceClient(handle)
     search: BatchedSearch | None = None
     try:
-        while (task := tasks.get()) is not None:
+        while (task := _next_task(tasks)) is not None:
             rng = np.random.default_rng(task.seed)
             time.sleep(float(rng.uniform(0, config.start_jitter_s)))
             if search is None:
@@ -208,6 +212,17 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
         results.put(("error", actor_id, traceback.format_exc()))
     finally:
         client.close()
+        owner = mp.parent_process()
+        if owner is not None and not owner.is_alive():
+            results.cancel_join_thread()  # nobody reads the queue any more: do not wait to flush it
+
+
+def _next_task(tasks: Connection) -> ActorTask | None:
+    """The next task, or None when asked to stop or when the owner's end of the pipe is gone."""
+    try:
+        return tasks.recv()
+    except (EOFError, OSError):
+        return None
 
 
 @dataclass
@@ -263,11 +278,14 @@ class SelfPlayWorkers:
         self.config = config
         context = context or mp.get_context("spawn")
         self._results: mp.Queue = context.Queue()
-        self._tasks = [context.SimpleQueue() for _ in range(config.num_actors)]
-        self._actors = [
-            server.start_actor(actor_id, actor_main, (actor_id, config, self._tasks[actor_id], self._results))
-            for actor_id in range(config.num_actors)
-        ]
+        self._tasks: list[Connection] = []
+        self._actors = []
+        for actor_id in range(config.num_actors):
+            receiver, sender = context.Pipe(duplex=False)
+            self._actors.append(server.start_actor(actor_id, actor_main,
+                                                   (actor_id, config, receiver, self._results)))
+            receiver.close()  # the actor holds its own copy; the sending end stays here alone
+            self._tasks.append(sender)
 
     def play(
         self,
@@ -290,7 +308,7 @@ class SelfPlayWorkers:
         busy: set[int] = set()
         for actor_id, share in enumerate(split_games(num_games, self.config.num_actors)):
             if share:
-                self._tasks[actor_id].put(ActorTask(actor_id, share, self.config,
+                self._tasks[actor_id].send(ActorTask(actor_id, share, self.config,
                                                     int(seeds[actor_id].generate_state(1)[0])))
                 busy.add(actor_id)
         report = SelfPlayReport()
@@ -340,10 +358,13 @@ class SelfPlayWorkers:
         """Ask every actor to finish, then wait for them (terminating any that hang)."""
         for tasks, process in zip(self._tasks, self._actors, strict=True):
             if process.is_alive():
-                tasks.put(None)
+                with contextlib.suppress(OSError):
+                    tasks.send(None)
         for process in self._actors:
             process.join(timeout)
         self.terminate()
+        for tasks in self._tasks:
+            tasks.close()
 
     def terminate(self) -> None:
         """Stop every actor process now."""

@@ -27,7 +27,9 @@ import argparse
 import dataclasses
 import json
 import math
+import signal
 import sys
+import threading
 import time
 import typing
 from dataclasses import dataclass, field
@@ -454,8 +456,24 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     return config
 
 
+def _stop_on_sigterm(stopped_by: list[int]) -> typing.Any:
+    """Make SIGTERM (`kill PID`, a scheduler's stop) shut the run down like Ctrl-C: actors, server
+    and shared memory cleaned up, finished iterations kept for `--resume`. Further SIGTERMs are
+    ignored while that happens. Returns the previous handler (None off the main thread, where
+    handlers cannot be set)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def stop(signum: int, frame: object) -> None:
+        stopped_by.append(signum)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        raise KeyboardInterrupt
+
+    return signal.signal(signal.SIGTERM, stop)
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry point."""
+    """Command line entry point (exit status 0, or 130 / 143 after SIGINT / SIGTERM)."""
     parser = argparse.ArgumentParser(prog="python -m amazons.train", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--preset", choices=("cpu", "gpu"), default=None,
@@ -475,14 +493,19 @@ def main(argv: list[str] | None = None) -> int:
     args.run_dir.mkdir(parents=True, exist_ok=True)
     (args.run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2) + "\n")
     run = Run(config, args.run_dir, args.resume)
+    stopped_by: list[int] = []
+    previous_handler = _stop_on_sigterm(stopped_by)
     try:
         run.run(progress=not args.no_progress)
     except KeyboardInterrupt:
-        print(f"\ninterrupted after iteration {run.iteration}; continue with: "
+        signum = stopped_by[0] if stopped_by else signal.SIGINT
+        print(f"\n{signal.Signals(signum).name}: stopped after iteration {run.iteration}; continue with: "
               f"python -m amazons.train --run-dir {args.run_dir} --resume", file=sys.stderr)
-        return 130
+        return 128 + signum
     finally:
         run.close()
+        if previous_handler is not None:
+            signal.signal(signal.SIGTERM, previous_handler)
     print(f"finished {run.iteration} iterations in {args.run_dir}")
     return 0
 
