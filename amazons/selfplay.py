@@ -309,7 +309,7 @@ class SelfPlayWorkers:
         for actor_id, share in enumerate(split_games(num_games, self.config.num_actors)):
             if share:
                 self._tasks[actor_id].send(ActorTask(actor_id, share, self.config,
-                                                    int(seeds[actor_id].generate_state(1)[0])))
+                                                     int(seeds[actor_id].generate_state(1)[0])))
                 busy.add(actor_id)
         report = SelfPlayReport()
         started = time.perf_counter()
