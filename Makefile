@@ -6,13 +6,15 @@ PYTHON ?= python3
 VENV ?= .venv
 TORCH ?= torch==2.13.0
 ARGS ?=
+# Debian's Chromium, which the browser tests (tests/test_web_browser.py) drive through Playwright.
+CHROMIUM ?= /usr/bin/chromium
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 ENGINE_SRC := amazons/_engine.pyx amazons/_engine.pxd setup.py
 ENGINE_SO := amazons/.engine-built
 
-.PHONY: install build test test-fast lint train bench clean
+.PHONY: install build browser test test-fast lint train bench clean
 
 install: $(STAMP)
 
@@ -21,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install $(TORCH)
 	$(BIN)/pip install "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.24"
-	$(BIN)/pip install --no-build-isolation -e ".[test,bench]"
+	$(BIN)/pip install --no-build-isolation -e ".[test,bench,web]"
 	touch $@
 
 $(ENGINE_SO): $(STAMP) $(ENGINE_SRC)
@@ -31,12 +33,20 @@ $(ENGINE_SO): $(STAMP) $(ENGINE_SRC)
 
 build: $(ENGINE_SO)
 
-test: build
-	$(BIN)/ruff check .
-	$(BIN)/python -m pytest -q $(ARGS)
+# Installed from the distribution's packages when missing (as root, or through sudo).
+$(CHROMIUM):
+	@echo "$(CHROMIUM) is missing: installing Debian's chromium for the browser tests"
+	if [ "$$(id -u)" = 0 ]; then apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+	else sudo apt-get update && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; fi
 
-test-fast: build
-	$(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+browser: $(CHROMIUM)
+
+test: build browser
+	$(BIN)/ruff check .
+	AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q $(ARGS)
+
+test-fast: build browser
+	AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -m "not slow" $(ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -1,0 +1,19 @@
+"""The local web board: `python -m amazons.web` (play, analyse, replay, watch a training run).
+
+A command module at the top of the import chain: nothing in the package imports it, and the
+package root does not re-export it. It needs the `web` extra (`pip install -e ".[web]"`:
+Starlette, uvicorn, websockets).
+
+* `app`: the Starlette app, its routes and websockets (`create_app`, `WebConfig`).
+* `games`: game sessions and the store that runs their searches on worker threads.
+* `views`: the JSON the page draws (boards, legal moves, analyses, records).
+* `library`: record files for replay. `runs`: following a training run directory.
+* `inputs`: request errors (each with its HTTP status) and JSON field checks.
+* `static/`: the page (plain HTML, CSS and JavaScript modules, no build step).
+
+See `docs/web.md`.
+"""
+
+from amazons.web.app import STATIC_DIR, WebConfig, create_app
+
+__all__ = ["STATIC_DIR", "WebConfig", "create_app"]

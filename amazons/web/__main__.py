@@ -1,0 +1,88 @@
+"""Command line of the web board.
+
+    python -m amazons.web [--host 127.0.0.1] [--port 8000] [--model default|none|PATH]
+                          [--time SECONDS] [--games-dir DIR | --no-save] [--run RUN_DIR]
+                          [--replay FILE] [--log-level LEVEL]
+
+Serves the page and its API with uvicorn until Ctrl-C. Exit status 2 for bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ipaddress
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from amazons.web.app import WebConfig, create_app
+from amazons.web.games import MAX_TIME
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m amazons.web",
+        description="A local web board: play the AI, analyse, replay records, watch training.")
+    parser.add_argument("--host", default="127.0.0.1",
+                        help="address to listen on (default 127.0.0.1: this machine only)")
+    parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    parser.add_argument("--model", default="default",
+                        help="the AI of a new game unless the page picks another: 'default' (the "
+                             "shipped network), 'none' (rollout MCTS) or a checkpoint path")
+    parser.add_argument("--time", type=float, default=1.0, metavar="SECONDS",
+                        help="AI seconds per move unless the page picks another (default 1)")
+    saving = parser.add_mutually_exclusive_group()
+    saving.add_argument("--games-dir", type=Path, default=Path("games"), metavar="DIR",
+                        help="folder for the record files of played games (default games/)")
+    saving.add_argument("--no-save", action="store_true", help="do not write record files")
+    parser.add_argument("--run", default=None, metavar="RUN_DIR",
+                        help="open the page on this training run directory (watch view)")
+    parser.add_argument("--replay", default=None, metavar="FILE",
+                        help="open the page on this record file (replay view)")
+    parser.add_argument("--search-threads", type=int, default=2,
+                        help="worker threads for searches (default 2)")
+    parser.add_argument("--log-level", default="info",
+                        choices=("critical", "error", "warning", "info", "debug"),
+                        help="uvicorn's log level (default info)")
+    return parser
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Parse the arguments and serve until interrupted; returns the exit status."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if not 0 < args.port < 65536:
+        parser.error(f"--port must be in 1..65535, got {args.port}")
+    if not 0 < args.time <= MAX_TIME:
+        parser.error(f"--time must be in (0, {MAX_TIME:g}] seconds, got {args.time}")
+    if args.search_threads < 1:
+        parser.error(f"--search-threads must be at least 1, got {args.search_threads}")
+    if args.run is not None and not Path(args.run).is_dir():
+        parser.error(f"--run {args.run}: no such folder")
+    if args.replay is not None and not Path(args.replay).is_file():
+        parser.error(f"--replay {args.replay}: no such file")
+    import uvicorn  # after the checks: a bad argument answers at once
+
+    config = WebConfig(model=args.model, time_per_move=args.time,
+                       games_dir=None if args.no_save else args.games_dir,
+                       search_threads=args.search_threads, run_dir=args.run, replay=args.replay)
+    if not _is_loopback(args.host):
+        print(f"warning: listening on {args.host}: anyone who can reach it can play, and read "
+              "the record files and run directories they name", file=sys.stderr)
+    host = f"[{args.host}]" if ":" in args.host else args.host
+    print(f"amazons web board: http://{host}:{args.port}/  (Ctrl-C stops)", flush=True)
+    uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,132 @@
+// The board as SVG: 64 squares (square = y * 8 + x, a8 first), pieces, highlights, a territory
+// overlay and move arrows. It draws what it is given and reports clicks; it knows no rules.
+
+const SVG = "http://www.w3.org/2000/svg";
+const FILES = "abcdefgh";
+
+function svg(tag, attributes = {}) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, value);
+  return node;
+}
+
+function centre(square) {
+  return [(square % 8) + 0.5, Math.floor(square / 8) + 0.5];
+}
+
+export function squareName(square) {
+  return `${FILES[square % 8]}${8 - Math.floor(square / 8)}`;
+}
+
+export class BoardView {
+  // `container`: the element the SVG goes into; `onSquare(square)` is called on clicks.
+  constructor(container, { onSquare = null } = {}) {
+    this.onSquare = onSquare;
+    this.root = svg("svg", { viewBox: "-0.42 -0.06 8.5 8.5", class: "board-svg", role: "img" });
+    this.squares = [];
+    const squareLayer = svg("g");
+    for (let square = 0; square < 64; square++) {
+      const x = square % 8;
+      const y = Math.floor(square / 8);
+      const group = svg("g", {
+        class: `sq ${(x + y) % 2 ? "dark" : "light"}`,
+        "data-square": square,
+        "data-name": squareName(square),
+      });
+      group.append(svg("rect", { class: "base", x, y, width: 1, height: 1 }));
+      group.append(svg("rect", { class: "territory", x, y, width: 1, height: 1 }));
+      group.append(svg("rect", { class: "mark", x: x + 0.03, y: y + 0.03, width: 0.94, height: 0.94 }));
+      group.append(svg("circle", { class: "target", cx: x + 0.5, cy: y + 0.5, r: 0.14 }));
+      const piece = svg("g", { class: "piece", transform: `translate(${x + 0.5} ${y + 0.5})` });
+      group.append(piece);
+      if (onSquare) group.addEventListener("click", () => this.onSquare(square));
+      squareLayer.append(group);
+      this.squares.push({ group, piece, content: "" });
+    }
+    const labels = svg("g", { class: "coords" });
+    for (let i = 0; i < 8; i++) {
+      const file = svg("text", { x: i + 0.5, y: 8.3 });
+      file.textContent = FILES[i];
+      const rank = svg("text", { x: -0.21, y: i + 0.58 });
+      rank.textContent = String(8 - i);
+      labels.append(file, rank);
+    }
+    this.arrowLayer = svg("g", { class: "move-arrows" });
+    const defs = svg("defs");
+    for (const kind of ["hint", "last", "pv"]) {
+      const marker = svg("marker", {
+        id: `head-${kind}-${BoardView.count = (BoardView.count || 0) + 1}`,
+        viewBox: "0 0 10 10", refX: 5, refY: 5, markerWidth: 3.2, markerHeight: 3.2,
+        orient: "auto-start-reverse", class: `head ${kind}`,
+      });
+      marker.append(svg("path", { d: "M 0 0 L 10 5 L 0 10 z" }));
+      defs.append(marker);
+      this[`marker_${kind}`] = marker.id;
+    }
+    this.root.append(defs, squareLayer, labels, this.arrowLayer);
+    container.replaceChildren(this.root);
+  }
+
+  // Draw a position: `squares` is 64 characters (B, W, x, .).
+  // `marks`: Map square -> class names for highlights (legal targets, selection, last move).
+  // `territory`: 64 numbers (+1 Black, -1 White, 0 none) or null to hide the overlay.
+  // `arrows`: [{from, to, kind, shot}] lines drawn over the board (kind: hint, last or pv;
+  // `shot`: an arrow's flight, drawn dashed).
+  draw({ squares, marks = new Map(), territory = null, arrows = [] }) {
+    this.root.dataset.squares = squares;
+    for (let square = 0; square < 64; square++) {
+      const entry = this.squares[square];
+      const content = squares[square];
+      if (entry.content !== content) {
+        entry.content = content;
+        entry.piece.replaceChildren(...pieceShapes(content));
+      }
+      const classes = ["sq", (square % 8 + Math.floor(square / 8)) % 2 ? "dark" : "light"];
+      if (content === "B") classes.push("black-amazon");
+      if (content === "W") classes.push("white-amazon");
+      if (content === "x") classes.push("arrow");
+      if (marks.has(square)) classes.push(marks.get(square));
+      if (territory) {
+        if (territory[square] > 0) classes.push("owned-black");
+        else if (territory[square] < 0) classes.push("owned-white");
+      }
+      entry.group.setAttribute("class", classes.join(" "));
+    }
+    this.arrowLayer.replaceChildren();
+    for (const { from, to, kind, shot = false } of arrows) {
+      const [x1, y1] = centre(from);
+      const [x2, y2] = centre(to);
+      const length = Math.hypot(x2 - x1, y2 - y1) || 1;
+      const shorten = 0.28 / length;
+      this.arrowLayer.append(svg("line", {
+        x1, y1, x2: x2 - (x2 - x1) * shorten, y2: y2 - (y2 - y1) * shorten,
+        class: `move-arrow ${kind}${shot ? " shot" : ""}`, "marker-end": `url(#${this[`marker_${kind}`]})`,
+      }));
+    }
+  }
+}
+
+// A move's two lines: the amazon's path and its arrow's flight.
+export function moveArrows(squares, kind) {
+  const [src, dst, arrow] = squares;
+  return [{ from: src, to: dst, kind }, { from: dst, to: arrow, kind, shot: true }];
+}
+
+function pieceShapes(content) {
+  if (content === "B" || content === "W") {
+    const body = svg("circle", { r: 0.36, class: "amazon-body" });
+    const crown = svg("path", {
+      class: "amazon-crown",
+      d: "M -0.2 0.1 L -0.22 -0.14 L -0.11 -0.03 L 0 -0.2 L 0.11 -0.03 L 0.22 -0.14 L 0.2 0.1 Z",
+    });
+    const band = svg("rect", { class: "amazon-crown", x: -0.2, y: 0.13, width: 0.4, height: 0.07 });
+    return [body, crown, band];
+  }
+  if (content === "x") {
+    return [
+      svg("rect", { class: "arrow-block", x: -0.42, y: -0.42, width: 0.84, height: 0.84, rx: 0.06 }),
+      svg("path", { class: "arrow-cross", d: "M -0.2 -0.2 L 0.2 0.2 M 0.2 -0.2 L -0.2 0.2" }),
+    ];
+  }
+  return [];
+}

@@ -1,0 +1,344 @@
+"""The web board's HTTP and websocket API (`amazons.web`), through Starlette's TestClient.
+
+Real engine, real searches on the app's worker threads (rollout MCTS: no torch), real record
+files. Bad requests must get a 4xx with a message naming the problem and leave the game as it was.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from starlette.testclient import TestClient
+
+from amazons.arena import play_game
+from amazons.board import Board, Move
+from amazons.players import RandomPlayer
+from amazons.records import GameRecord, read_records, write_records
+from amazons.web import WebConfig, create_app
+from amazons.web.__main__ import main as web_main
+from amazons.web.views import board_squares
+
+FAST = {"model": "none", "simulations": 24, "seed": 1}
+
+
+@pytest.fixture()
+def client(tmp_path):
+    app = create_app(WebConfig(model="none", games_dir=tmp_path / "games", poll_seconds=0.05))
+    with TestClient(app) as test_client:
+        yield test_client
+
+
+def random_game(seed: int) -> list[Move]:
+    _, moves = play_game(RandomPlayer(seed), RandomPlayer(seed + 1))
+    return moves
+
+
+def wait_idle(client: TestClient, game_id: str, timeout: float = 30.0) -> dict:
+    deadline = time.monotonic() + timeout
+    while True:
+        state = client.get(f"/api/games/{game_id}").json()
+        if state["busy"] is None:
+            return state
+        assert time.monotonic() < deadline, f"game {game_id} still {state['busy']}"
+        time.sleep(0.02)
+
+
+def legal_set(state: dict) -> set[tuple[int, int, int]]:
+    return {(int(src), int(dst), arrow) for src, dsts in state["legal"].items()
+            for dst, arrows in dsts.items() for arrow in arrows}
+
+
+def test_a_game_against_the_ai_with_live_updates_and_a_saved_record(client, tmp_path):
+    state = client.post("/api/games", json={"side": "black", **FAST}).json()
+    game_id = state["id"]
+    assert (state["ply"], state["turn"], state["busy"], state["human"]) == (0, "black", None, ["black"])
+    assert state["squares"] == board_squares(Board())
+    assert legal_set(state) == {tuple(row) for row in Board().legal_move_array().tolist()}
+    with client.websocket_connect(f"/api/games/{game_id}/ws") as socket:
+        assert socket.receive_json()["state"]["version"] == state["version"]
+        answer = client.post(f"/api/games/{game_id}/move", json={"move": "c8-c6/d7"})
+        assert answer.status_code == 200
+        assert answer.json()["moves"][0]["algebraic"] == "c8-c6/d7"
+        assert answer.json()["legal"] is None  # the AI's turn: nothing to click
+        seen = []
+        while not seen or seen[-1]["saved_plies"] != 2:  # the reply, then its record written
+            seen.append(socket.receive_json()["state"])
+    versions = [pushed["version"] for pushed in seen]
+    assert versions == sorted(versions)
+    assert "thinking" in [pushed["busy"] for pushed in seen]
+    final = seen[-1]
+    board = Board.from_moves([move["algebraic"] for move in final["moves"]])  # the AI moved legally
+    assert final["squares"] == board_squares(board) and final["turn"] == "black"
+    analysis = final["analysis"]
+    assert analysis["kind"] == "ai-move" and analysis["ply"] == 1 and analysis["turn"] == "white"
+    assert analysis["black_value"] == pytest.approx(-analysis["value"])
+    assert analysis["top"][0]["algebraic"] == final["moves"][1]["algebraic"]
+    visits = [entry["visits"] for entry in analysis["top"]]
+    assert visits == sorted(visits, reverse=True) and analysis["simulations"] >= 24
+    shares = [entry["share"] for entry in analysis["top"]]
+    assert all(0 < share <= 1 for share in shares) and sum(shares) <= 1.0 + 1e-6
+    records = read_records(final["saved"])
+    assert final["busy"] is None and len(records) == 1
+    assert [str(move) for move in records[0].moves] == ["c8-c6/d7", final["moves"][1]["algebraic"]]
+    assert records[0].headers["Event"] == "web" and records[0].black == "human"
+    assert records[0].white == "mcts-rollout" and records[0].headers["Model"] == "none"
+    text = client.get(f"/api/games/{game_id}/record")
+    assert text.headers["content-type"].startswith("text/plain")
+    assert text.text == records[0].to_text() + "\n"
+    assert Path(final["saved"]).parent == tmp_path / "games"
+
+
+def test_the_ai_opens_for_a_human_playing_white(client):
+    state = client.post("/api/games", json={"side": "white", **FAST}).json()
+    assert state["busy"] == "thinking"  # the answer already says the AI has started
+    state = wait_idle(client, state["id"])
+    assert state["ply"] == 1 and state["turn"] == "white" and state["legal"]
+
+
+BAD_GAMES = [
+    ({"side": "red"}, "'side' must be one of black, white, both"),
+    ({"sides": "black"}, "unknown field 'sides'"),
+    ({"time": -1, "simulations": None}, "'time' must be a positive number"),
+    ({"time": 1e9, "simulations": None}, "'time' must be at most 60"),
+    ({"time": 1, "simulations": 10}, "either 'time' or 'simulations'"),
+    ({"simulations": 0}, "'simulations' must be in 1.."),
+    ({"simulations": "many"}, "'simulations' must be an integer"),
+    ({"seed": True}, "'seed' must be an integer"),
+    ({"model": "/no/such/model.pt"}, "model file /no/such/model.pt does not exist"),
+    ({"moves": "c8-c6/d7"}, "'moves' must be a list of move strings"),
+    ({"moves": ["c8-c6/d7", "c8-c1/c2"]}, "moves[1]' ... "),
+    ({"moves": ["c8-c6/d7", "z9"]}, "field 'moves[1]': bad move 'z9'"),
+]
+
+
+@pytest.mark.parametrize(("body", "message"), BAD_GAMES)
+def test_bad_new_games_are_refused_with_the_reason(client, body, message):
+    answer = client.post("/api/games", json={**FAST, **body})
+    assert answer.status_code == 400
+    error = answer.json()["error"]
+    if message.endswith(" ... "):  # an illegal move in `moves`: the engine's reason
+        assert "illegal move c8-c1/c2 for white" in error and "'moves'" in error
+    else:
+        assert message in error
+    assert client.get("/api/games").json() == []
+
+
+@pytest.mark.parametrize(("body", "status", "message"), [
+    (b"{bad", 400, "malformed JSON"),
+    (b"[1, 2]", 400, "must be a JSON object, got list"),
+    (b"\xff\xfe", 400, "not UTF-8"),
+    (json.dumps({"mvoe": "c8-c6/d7"}).encode(), 400, "unknown field 'mvoe'"),
+    (b"{}", 400, "field 'move' is missing"),
+    (json.dumps({"move": 42}).encode(), 400, "must be a move string"),
+    (json.dumps({"move": "c8-c6"}).encode(), 400, "expected three squares"),
+    (json.dumps({"move": "c8-c1/c2"}).encode(), 400, "the amazon on c8 cannot reach c1"),
+    (json.dumps({"move": "c1-c2/c3"}).encode(), 400, "c1 holds no black amazon"),
+    (json.dumps({"move": "2 0 2 2 3 9"}).encode(), 400, "off the 8x8 board"),
+])
+def test_bad_moves_get_a_4xx_and_change_nothing(client, body, status, message):
+    state = client.post("/api/games", json={"side": "black", **FAST}).json()
+    game_id = state["id"]
+    answer = client.post(f"/api/games/{game_id}/move", content=body)
+    assert answer.status_code == status and message in answer.json()["error"]
+    after = client.get(f"/api/games/{game_id}").json()
+    assert {key: after[key] for key in ("squares", "ply", "moves", "legal", "busy")} == \
+           {key: state[key] for key in ("squares", "ply", "moves", "legal", "busy")}
+    assert not Path(state["saved"]).exists()  # nothing was played, nothing written
+
+
+def test_unknown_games_and_routes_are_404_with_a_message(client):
+    for method, path in [("GET", "/api/games/nope"), ("POST", "/api/games/nope/move"),
+                         ("POST", "/api/games/nope/undo"), ("POST", "/api/games/nope/analyse"),
+                         ("GET", "/api/games/nope/record"), ("DELETE", "/api/games/nope"),
+                         ("GET", "/api/nothing")]:
+        answer = client.request(method, path, json={"move": "c8-c6/d7"})
+        assert answer.status_code == 404, (method, path)
+        assert answer.json()["error"] in ("unknown game 'nope'", "Not Found")
+    assert client.get("/api/games/x/move").status_code == 405
+    with client.websocket_connect("/api/games/nope/ws") as socket:
+        assert socket.receive_json() == {"type": "error", "error": "unknown game 'nope'", "status": 404}
+
+
+def test_one_search_per_game_and_the_server_answers_meanwhile(client):
+    state = client.post("/api/games", json={"side": "white", "model": "none", "time": 1.5}).json()
+    game_id = state["id"]
+    assert state["busy"] == "thinking"
+    started = time.monotonic()
+    latencies = []
+    refused = []
+    while time.monotonic() - started < 0.9:
+        before = time.perf_counter()
+        assert client.get(f"/api/games/{game_id}").json()["busy"] == "thinking"
+        latencies.append(time.perf_counter() - before)
+        for path, body in [("move", {"move": "c1-c2/c3"}), ("undo", {}), ("analyse", {})]:
+            answer = client.post(f"/api/games/{game_id}/{path}", json=body)
+            refused.append((answer.status_code, answer.json()["error"]))
+        time.sleep(0.05)
+    assert len(latencies) >= 5 and max(latencies) < 0.5  # the event loop is not blocked
+    assert {status for status, _ in refused} == {409}
+    assert all("the AI is thinking" in error for _, error in refused)
+    state = wait_idle(client, game_id)
+    assert state["ply"] == 1 and 1.0 <= state["analysis"]["seconds"] <= 3.0
+
+
+def test_undo_takes_back_the_human_move_and_the_reply(client):
+    game_id = client.post("/api/games", json={"side": "black", **FAST}).json()["id"]
+    assert client.post(f"/api/games/{game_id}/undo").status_code == 409
+    client.post(f"/api/games/{game_id}/move", json={"move": "2 0 2 2 3 1"})
+    assert wait_idle(client, game_id)["ply"] == 2
+    state = client.post(f"/api/games/{game_id}/undo").json()
+    assert state["ply"] == 0 and state["squares"] == board_squares(Board()) and state["legal"]
+    assert state["analysis"] is None  # it was about a position no longer on the board
+    assert read_records(state["saved"])[0].moves == []  # the file follows the board
+    answer = client.post(f"/api/games/{game_id}/undo", json={"steps": 2})
+    assert answer.status_code == 400 and "unknown field 'steps'" in answer.json()["error"]
+
+    board_id = client.post("/api/games", json={"side": "both", **FAST}).json()["id"]
+    for move in ("c8-c6/d7", "h3-c3/b3"):
+        state = client.post(f"/api/games/{board_id}/move", json={"move": move}).json()
+        assert state["busy"] is None  # an analysis board: the AI never moves
+    state = client.post(f"/api/games/{board_id}/undo").json()
+    assert [move["algebraic"] for move in state["moves"]] == ["c8-c6/d7"]
+
+
+def test_analysis_of_the_current_position(client):
+    game_id = client.post("/api/games", json={"side": "both", **FAST}).json()["id"]
+    analysis = client.post(f"/api/games/{game_id}/analyse", json={"simulations": 200}).json()
+    assert analysis["kind"] == "analysis" and analysis["ply"] == 0 and analysis["turn"] == "black"
+    assert analysis["simulations"] >= 200 and analysis["legal_moves"] == Board().count_legal_moves()
+    legal = {tuple(row) for row in Board().legal_move_array().tolist()}
+    assert all(tuple(entry["squares"]) in legal for entry in analysis["top"])
+    assert analysis["pv"][0] == {key: analysis["top"][0][key] for key in ("algebraic", "botzone", "squares")}
+    board = Board()
+    for move in analysis["pv"]:  # the line alternates sides and stays legal
+        board.push(Move.parse(move["algebraic"]))
+    state = client.get(f"/api/games/{game_id}").json()
+    assert state["analysis"] == analysis and state["busy"] is None
+    for body, message in [({"time": 0}, "'time' must be a positive number"),
+                          ({"depth": 3}, "unknown field 'depth'")]:
+        answer = client.post(f"/api/games/{game_id}/analyse", json=body)
+        assert answer.status_code == 400 and message in answer.json()["error"]
+
+
+def test_continuing_a_recorded_game_to_its_end(client):
+    moves = random_game(3)
+    opening = [str(move) for move in moves[:-3]]
+    state = client.post("/api/games", json={"side": "both", "moves": opening, **FAST}).json()
+    assert state["ply"] == len(opening) and state["opening"] == len(opening)
+    for move in moves[-3:]:
+        state = client.post(f"/api/games/{state['id']}/move", json={"move": move.to_botzone()}).json()
+    assert state["over"] and state["legal"] is None
+    assert state["winner"] == ("black", "white")[(len(moves) - 1) % 2]
+    answer = client.post(f"/api/games/{state['id']}/move", json={"move": "c8-c6/d7"})
+    assert answer.status_code == 409 and "the game is over" in answer.json()["error"]
+    answer = client.post(f"/api/games/{state['id']}/analyse", json={})
+    assert answer.status_code == 409 and "nothing to analyse" in answer.json()["error"]
+    state = wait_idle(client, state["id"])
+    record = read_records(state["saved"])[0]
+    assert record.moves == moves and record.headers["Opening"] == str(len(opening))
+    assert record.result == state["result"] != "*"
+
+
+def test_record_files_for_replay(client, tmp_path):
+    games = [random_game(5), random_game(6)]
+    path = tmp_path / "two.txt"
+    write_records(path, [GameRecord.from_game(moves, "random", "random", event="test") for moves in games])
+    listing = client.post("/api/records", json={"path": str(path)}).json()
+    assert listing["count"] == 2
+    assert [(game["game"], game["plies"]) for game in listing["games"]] == [(1, len(games[0])), (2, len(games[1]))]
+    view = client.post("/api/records", json={"path": str(path), "game": 2}).json()["game"]
+    board = Board()
+    assert view["boards"][0] == board_squares(board)
+    for ply, move in enumerate(games[1], start=1):
+        board.push(move)
+        assert view["boards"][ply] == board_squares(board)
+        assert view["moves"][ply - 1]["botzone"] == move.to_botzone()
+    assert view["over"] and view["result"] == ("1-0", "0-1")[(len(games[1]) - 1) % 2]
+    uploaded = client.post("/api/records", json={"text": path.read_text(), "game": 2}).json()
+    assert uploaded["game"] == view and uploaded["source"] == "<uploaded text>"
+
+    corrupt = tmp_path / "corrupt.txt"
+    corrupt.write_text('[Event "x"]\n2 0 2 2 3 1\n2 0 2 2 3 1\n')
+    for body, status, message in [
+        ({"path": str(tmp_path / "missing.txt")}, 404, "does not exist"),
+        ({"path": str(tmp_path)}, 400, "is not a file"),
+        ({"path": str(corrupt)}, 400, "corrupt.txt:3: '2 0 2 2 3 1' (game 1): move 2: illegal move"),
+        ({"path": str(path), "game": 3}, 400, "game 3 is not in"),
+        ({"path": str(path), "text": "x"}, 400, "either 'path'"),
+        ({}, 400, "either 'path'"),
+        ({"text": "[Result \"2-0\"]"}, 400, 'Result must be "1-0", "0-1" or "*"'),
+    ]:
+        answer = client.post("/api/records", json=body)
+        assert answer.status_code == status and message in answer.json()["error"], body
+
+
+def _write_run(run_dir: Path, games: list[list[Move]], iterations: int) -> None:
+    """A run directory as `amazons.train` lays it out, with real games and metrics lines."""
+    (run_dir / "games").mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps({"preset": "cpu", "iterations": 9}))
+    records = [GameRecord.from_game(moves, "selfplay", "selfplay", event="selfplay", Actor="0")
+               for moves in games]
+    write_records(run_dir / "games" / "selfplay.txt", records, append=True)
+    with (run_dir / "metrics.jsonl").open("a") as stream:
+        for iteration in range(1, iterations + 1):
+            stream.write(json.dumps({"iteration": iteration, "train/loss": 9.0 / iteration,
+                                     "eval/elo": 50.0 * iteration}) + "\n")
+
+
+def test_watching_a_run_directory_pushes_new_games_and_metrics(client, tmp_path):
+    run_dir = tmp_path / "run"
+    games = [random_game(seed) for seed in range(10, 20)]
+    _write_run(run_dir, games[:9], iterations=1)
+    snapshot = client.get("/api/runs", params={"dir": str(run_dir)}).json()
+    assert snapshot["games_total"] == 9 and snapshot["preset"] == "cpu" and snapshot["iteration"] == 1
+    assert [game["game"] for game in snapshot["games"]] == [9, 8, 7, 6, 5, 4, 3, 2]  # newest first
+    assert snapshot["games"][0]["moves"][0]["botzone"] == games[8][0].to_botzone()
+    assert snapshot["metrics"] == [{"iteration": 1.0, "train/loss": 9.0, "eval/elo": 50.0}]
+    with client.websocket_connect(f"/api/runs/ws?dir={run_dir}") as socket:
+        first = socket.receive_json()["run"]
+        assert first["games_total"] == 9
+        with (run_dir / "metrics.jsonl").open("a") as stream:
+            stream.write('{"iteration": 2, "train/lo')  # a line still being written
+        write_records(run_dir / "games" / "selfplay.txt",
+                      [GameRecord.from_game(games[9], "selfplay", "selfplay", event="selfplay")],
+                      append=True)
+        update = socket.receive_json()["run"]
+        assert update["games_total"] == 10 and update["games"][0]["game"] == 10
+        assert len(update["games"][0]["boards"]) == len(games[9]) + 1
+        assert len(update["metrics"]) == 1  # the unfinished line waits
+        with (run_dir / "metrics.jsonl").open("a") as stream:
+            stream.write('ss": 4.5}\n')
+        update = socket.receive_json()["run"]
+        assert [row["iteration"] for row in update["metrics"]] == [1.0, 2.0]
+    for params, status, message in [({"dir": str(tmp_path / "none")}, 404, "does not exist"),
+                                    ({}, 400, "'dir'")]:
+        answer = client.get("/api/runs", params=params)
+        assert answer.status_code == status and message in answer.json()["error"]
+    with client.websocket_connect(f"/api/runs/ws?dir={tmp_path / 'none'}") as socket:
+        assert "does not exist" in socket.receive_json()["error"]
+
+
+def test_the_page_and_its_files_are_served(client):
+    page = client.get("/")
+    assert page.status_code == 200 and '<script type="module" src="/static/main.js">' in page.text
+    for name in ("main.js", "play.js", "board.js", "replay.js", "watch.js", "plot.js", "api.js",
+                 "style.css", "icon.svg"):
+        assert client.get(f"/static/{name}").status_code == 200, name
+    info = client.get("/api/info").json()
+    assert info["model"] == "none" and info["time_per_move"] == 1.0
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--port", "0"], "--port must be in 1..65535"),
+    (["--time", "-2"], "--time must be in"),
+    (["--run", "/no/such/run"], "--run /no/such/run: no such folder"),
+    (["--replay", "/no/such/file.txt"], "no such file"),
+    (["--games-dir", "g", "--no-save"], "not allowed with argument"),
+])
+def test_bad_command_lines_exit_2(argv, message, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        web_main(argv)
+    assert exit_.value.code == 2 and message in capsys.readouterr().err
