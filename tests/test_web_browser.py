@@ -1,0 +1,255 @@
+"""The web board in a real browser: headless Chromium (Debian's) driven by Playwright, against
+a real uvicorn server (`python -m amazons.web`) on a free loopback port, started and stopped here.
+
+`make test` installs Chromium when it is missing (the Makefile's `browser` target); without it
+these tests fail and say how to get it. `AMAZONS_CHROMIUM` names another Chromium binary.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from playwright.sync_api import Page, sync_playwright
+
+from amazons.arena import play_game
+from amazons.board import Board, Move
+from amazons.players import RandomPlayer
+from amazons.records import GameRecord, read_records, write_records
+from amazons.web.views import board_squares
+
+CHROMIUM = os.environ.get("AMAZONS_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    """`python -m amazons.web` with rollout MCTS at 0.05 s a move; yields (url, games folder)."""
+    folder = tmp_path_factory.mktemp("web")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "amazons.web", "--port", str(port), "--model", "none",
+         "--time", "0.05", "--games-dir", str(folder / "games"), "--log-level", "warning"],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/api/info", timeout=1) as answer:
+                assert json.load(answer)["model"] == "none"
+            break
+        except OSError:
+            if process.poll() is not None or time.monotonic() > deadline:
+                process.kill()
+                pytest.fail(f"the server did not start:\n{process.stdout.read()}")
+            time.sleep(0.2)
+    try:
+        yield url, folder / "games"
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+@pytest.fixture(scope="module")
+def browser(tmp_path_factory):
+    """A persistent Chromium context with a fresh profile folder."""
+    if not Path(CHROMIUM).is_file():
+        pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium) or "
+                    "set AMAZONS_CHROMIUM to a Chromium binary")
+    with sync_playwright() as playwright:
+        context = playwright.chromium.launch_persistent_context(
+            str(tmp_path_factory.mktemp("profile")), executable_path=CHROMIUM, headless=True,
+            args=CHROMIUM_FLAGS, viewport={"width": 1280, "height": 900})
+        try:
+            yield context
+        finally:
+            context.close()
+
+
+@pytest.fixture()
+def page(browser):
+    page = browser.new_page()
+    errors: list[str] = []
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    yield page
+    page.close()
+    assert not errors, errors
+
+
+def random_game(seed: int) -> list[Move]:
+    _, moves = play_game(RandomPlayer(seed), RandomPlayer(seed + 1))
+    return moves
+
+
+def shown_squares(page: Page, board: str) -> str:
+    return page.get_attribute(f"{board} svg", "data-squares")
+
+
+def load_record(page: Page, url: str, path: Path) -> None:
+    page.goto(f"{url}/#replay")
+    page.fill("#replay-source input[name=path]", str(path))
+    page.click("#replay-source button[type=submit]")
+    page.wait_for_selector("#replay-message[data-state=loaded]")
+
+
+def click_move(page: Page) -> Move:
+    """Click the first highlighted amazon, destination and arrow square; return that move."""
+    squares = []
+    for kind in ("legal-src", "legal-dst", "legal-arrow"):
+        target = page.locator(f"#play-board .sq.{kind}").first
+        squares.append(int(target.get_attribute("data-square")))
+        target.click()
+    return Move(*squares)
+
+
+def test_a_whole_game_by_clicks_against_the_ai(server, page, tmp_path):
+    url, games_dir = server
+    moves = random_game(21)
+    start = len(moves) - 9  # a few moves from the end of a random game
+    source = tmp_path / "source.txt"
+    write_records(source, [GameRecord.from_game(moves, "random", "random", event="test")])
+    load_record(page, url, source)
+    page.click("#replay-controls button:text('End')")
+    for _ in range(len(moves) - start):
+        page.keyboard.press("ArrowLeft")
+    assert page.get_attribute("#replay-controls .viewer", "data-ply") == str(start)
+    page.click("#replay-controls button:text('Play on from here')")
+    human = ("black", "white")[start % 2]
+    status = page.locator("#play-status")
+    page.wait_for_function(f"document.querySelector('#play-status').dataset.state === 'your-move'"
+                           f" && document.querySelector('#play-status').dataset.ply === '{start}'")
+    assert page.url.endswith("#play")
+    assert shown_squares(page, "#play-board") == board_squares(Board.from_moves(moves[:start]))
+
+    clicked = []
+    for _ in range(40):
+        if status.get_attribute("data-state") == "over":
+            break
+        ply = int(status.get_attribute("data-ply"))
+        clicked.append((ply, click_move(page)))
+        page.wait_for_function(
+            "(ply) => { const s = document.querySelector('#play-status').dataset;"
+            " return Number(s.ply) > ply && (s.state === 'your-move' || s.state === 'over'); }",
+            arg=ply)
+    assert status.get_attribute("data-state") == "over" and clicked
+    final_ply = int(status.get_attribute("data-ply"))
+    page.wait_for_selector(f"#play-saved[data-plies='{final_ply}']")
+    [saved] = games_dir.glob("web-*.txt")
+    [record] = read_records(saved)
+    assert record.moves[:start] == moves[:start] and len(record.moves) == final_ply
+    for ply, move in clicked:
+        assert record.moves[ply] == move and ply % 2 == start % 2  # the human's moves, clicked
+    final = record.board()
+    assert final.is_game_over() and record.winner == 1 - final.turn
+    assert record.headers["Opening"] == str(start)
+    assert record.headers[human.capitalize()] == "human"
+    assert shown_squares(page, "#play-board") == board_squares(final)
+    assert f"({record.result})" in status.inner_text()
+    listed = page.locator("#play-moves li").all_inner_texts()
+    assert listed == [str(move) for move in record.moves]
+
+
+def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):
+    url, _ = server
+    games = [random_game(31), random_game(32)]
+    path = tmp_path / "games.txt"
+    write_records(path, [GameRecord.from_game(moves, "random", "random", event="test") for moves in games])
+    moves = games[1]
+    boards = [Board()]
+    for move in moves:
+        boards.append(boards[-1].copy())
+        boards[-1].push(move)
+    load_record(page, url, path)
+    assert "2 games" in page.inner_text("#replay-message")
+    page.click("#replay-games tr[data-game='2']")
+    viewer = "#replay-controls .viewer"
+    page.wait_for_selector(f"{viewer}[data-game='2'][data-ply='0']")
+
+    def expect(ply: int) -> None:
+        page.wait_for_selector(f"{viewer}[data-ply='{ply}']")
+        assert shown_squares(page, "#replay-board") == board_squares(boards[ply])
+
+    expect(0)
+    for _ in range(3):
+        page.click(f"{viewer} button:text('Forward')")
+    expect(3)
+    last = page.locator("#replay-board .sq.last")
+    assert sorted(int(square) for square in last.evaluate_all(
+        "nodes => nodes.map(node => node.dataset.square)")) == sorted(set(moves[2].as_tuple()))
+    page.keyboard.press("ArrowLeft")
+    expect(2)
+    page.eval_on_selector(f"{viewer} .ply-slider",
+                          "(slider) => { slider.value = 17; slider.dispatchEvent(new Event('input')); }")
+    expect(17)
+    page.click(f"{viewer} .move-list li >> nth=9")
+    expect(10)
+    page.click(f"{viewer} button:text('End')")
+    expect(len(moves))
+    assert f"has no move: {('1-0', '0-1')[(len(moves) - 1) % 2]}" in page.inner_text(f"{viewer} .ply-label")
+    page.click(f"{viewer} button:text('Start')")
+    expect(0)
+    page.select_option(f"{viewer} select.speed", "0.1")
+    page.eval_on_selector(f"{viewer} .ply-slider", f"(slider) => {{ slider.value = {len(moves) - 6};"
+                          " slider.dispatchEvent(new Event('input')); }")
+    page.click(f"{viewer} button:text-is('Play')")
+    page.wait_for_selector(f"{viewer}[data-playing='false'][data-ply='{len(moves)}']", timeout=10_000)
+    expect(len(moves))
+    assert page.locator(f"{viewer} .move-list li").count() == len(moves)
+
+    page.set_input_files("#replay-source input[name=upload]", str(path))
+    page.wait_for_selector(f"{viewer}[data-game='1'][data-ply='0']")
+    assert "games.txt: 2 games" in page.inner_text("#replay-message")
+
+
+def test_watching_a_run_shows_new_games_and_plots(server, page, tmp_path):
+    url, _ = server
+    run_dir = tmp_path / "run"
+    (run_dir / "games").mkdir(parents=True)
+    (run_dir / "config.json").write_text(json.dumps({"preset": "cpu", "iterations": 5}))
+    (run_dir / "elo.json").write_text(json.dumps({"ratings": {"random": 0, "iter-0001": 120.5}}))
+    lines = [{"iteration": 1, "train/loss": 8.0, "train/policy_loss": 7.0, "train/value_mse": 1.0,
+              "eval/elo": 120.5}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
+    games = [random_game(41), random_game(42)]
+    games_file = run_dir / "games" / "selfplay.txt"
+    write_records(games_file, [GameRecord.from_game(games[0], "selfplay", "selfplay", event="selfplay")])
+    page.goto(f"{url}/#watch")
+    page.fill("#watch-source input[name=dir]", str(run_dir))
+    page.click("#watch-source button[type=submit]")
+    page.wait_for_selector("#watch-status[data-games='1']")
+    assert page.get_attribute("#plot-elo svg", "data-series") == "new model:1"
+    assert page.get_attribute("#plot-loss svg", "data-series") == "loss:1,policy_loss:1,value_mse:1"
+    assert page.locator("#watch-ladder td").all_inner_texts() == ["iter-0001", "121", "random", "0"]
+    page.wait_for_selector("#watch-controls .viewer[data-game='1']")
+    write_records(games_file, [GameRecord.from_game(games[1], "selfplay", "selfplay", event="selfplay")],
+                  append=True)
+    with (run_dir / "metrics.jsonl").open("a") as stream:
+        stream.write(json.dumps({"iteration": 2, "train/loss": 6.0, "eval/elo": 150.0}) + "\n")
+    page.wait_for_selector("#watch-status[data-games='2']")
+    assert page.get_attribute("#plot-elo svg", "data-series") == "new model:2"
+    assert page.locator("#watch-games tbody tr").count() == 2
+    page.click("#watch-games tr[data-game='2']")  # the newest, shown on the board
+    viewer = "#watch-controls .viewer"
+    page.wait_for_selector(f"{viewer}[data-game='2']")
+    page.click(f"{viewer} button:text('End')")
+    page.wait_for_selector(f"{viewer}[data-ply='{len(games[1])}']")
+    assert shown_squares(page, "#watch-board") == board_squares(Board.from_moves(games[1]))
