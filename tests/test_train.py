@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -10,14 +11,19 @@ import sys
 import time
 from pathlib import Path
 
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
 
 from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
-from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch, learning_rate_factor, sample_batch
+from amazons.learn import (
+    Learner,
+    OptimConfig,
+    SampleBatch,
+    augment_batch,
+    learning_rate_factor,
+    sample_batch,
+)
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.net import PolicyValueNet, net_config
 from amazons.replay import GameSamples
