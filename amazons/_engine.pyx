@@ -422,6 +422,55 @@ def terminal_batch(const uint64_t[:, ::1] positions, uint8_t[::1] out_terminal):
             out_terminal[row] = not has_move(pos.mine, pos.mine | pos.theirs | pos.arrows)
 
 
+def winning_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] moves,
+                        const int64_t[::1] offsets, uint8_t[::1] out_wins):
+    """Mark the moves after which the opponent has no legal move (the mover has won).
+
+    An amazon can move iff one of its neighbours is empty, and a move empties only its source and
+    fills only its destination and arrow. So a position whose opponent has more than two empty
+    squares around its amazons has no winning move, and otherwise a move wins iff no square
+    around the opponent's amazons is empty after it: a few bit operations per move.
+
+    Args:
+        positions: [B, 3] uint64, canonical positions.
+        moves: [M, 3] int32, their legal moves (as `legal_moves_batch` lists them).
+        offsets: [B + 1] int64, position i owns rows offsets[i]:offsets[i + 1].
+        out_wins: [M] uint8, receives 1 for a winning move, else 0.
+
+    Returns:
+        The number of winning moves.
+    """
+    if positions.shape[1] != 3 or moves.shape[1] != 3:
+        raise ValueError("positions and moves must have 3 columns")
+    _check_rows("offsets", offsets.shape[0], positions.shape[0] + 1)
+    _check_rows("out_wins", out_wins.shape[0], moves.shape[0])
+    if offsets[0] != 0 or offsets[positions.shape[0]] > moves.shape[0]:
+        raise ValueError("offsets must run from 0 to at most the number of moves")
+    cdef Py_ssize_t row, i
+    cdef int64_t wins = 0
+    cdef uint64_t around, empty, after, theirs
+    cdef CPos pos
+    with nogil:
+        for row in range(positions.shape[0]):
+            pos = load(positions, row)
+            empty = ~(pos.mine | pos.theirs | pos.arrows)
+            around = 0
+            theirs = pos.theirs
+            while theirs:
+                around |= NEIGHBOURS[amz_ctz(theirs)]
+                theirs &= theirs - 1
+            for i in range(offsets[row], offsets[row + 1]):
+                out_wins[i] = 0
+            if amz_popcount(around & empty) > 2:
+                continue
+            for i in range(offsets[row], offsets[row + 1]):
+                after = (empty | (ONE << moves[i, 0])) & ~(ONE << moves[i, 1]) & ~(ONE << moves[i, 2])
+                if (around & after) == 0:
+                    out_wins[i] = 1
+                    wins += 1
+    return wins
+
+
 def apply_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] moves,
                       uint64_t[:, ::1] out_positions, bint check_legal=True):
     """Children of `positions` [B, 3] after `moves` [B, 3] (canonical), into `out_positions`.

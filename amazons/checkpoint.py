@@ -257,16 +257,16 @@ def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list
             for name in names if stored.get(name, "<missing>") != current.get(name, "<missing>")]
 
 
-def _restore(path: Path, payload: dict[str, Any], learner: Learner) -> dict[str, Any]:
+def _restore(path: Path, payload: dict[str, Any], learner: Learner, same_optim: bool = True) -> dict[str, Any]:
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
     stored_optim = dict(payload["optim_config"])
     if "betas" in stored_optim:
         stored_optim["betas"] = tuple(stored_optim["betas"])
-    for name, stored, current in (
-        ("net config", payload["net_config"], learner.model.config.to_dict()),
-        ("optim config", stored_optim, learner.config.to_dict()),
-    ):
+    checks = [("net config", payload["net_config"], learner.model.config.to_dict())]
+    if same_optim:
+        checks.append(("optim config", stored_optim, learner.config.to_dict()))
+    for name, stored, current in checks:
         differences = _config_differences(stored, current)
         if differences:
             raise CheckpointError(f"{path}: {name} mismatch: " + "; ".join(differences))
@@ -301,6 +301,35 @@ def restore_learner(path: str | os.PathLike, learner: Learner) -> dict[str, Any]
     """
     path = Path(path)
     return _restore(path, load_checkpoint(path), learner)
+
+
+def resume_learner(
+    path: str | os.PathLike, net: NetConfig, optim: OptimConfig, device: str | torch.device = "cpu"
+) -> Learner:
+    """The learner of a learner checkpoint, continued with a run's current optimizer settings.
+
+    The network must be the checkpoint's: a resumed run cannot change its shape or head. The
+    optimizer and schedule settings may change (a resumed run with `optim.lr=...`): the model,
+    optimizer moments, step and RNG states are restored, then `optim`'s hyperparameters replace
+    the stored ones (`Learner.apply_optim_config`).
+
+    Raises:
+        CheckpointError: see `load_checkpoint`; also a `net` that differs from the checkpoint's
+            (every differing field is named, as `net.FIELD`) or state that does not fit.
+    """
+    path = Path(path)
+    payload = load_checkpoint(path)
+    if payload["kind"] != "learner":
+        raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
+    differences = _config_differences(_net_config(path, payload).to_dict(), net.to_dict())
+    if differences:
+        raise CheckpointError(
+            f"{path}: a resumed run cannot change its network's shape or head: "
+            + "; ".join(f"net.{difference}".replace(", learner ", ", requested ") for difference in differences))
+    learner = Learner(PolicyValueNet(net), optim, device=device)
+    _restore(path, payload, learner, same_optim=False)
+    learner.apply_optim_config()
+    return learner
 
 
 def learner_from_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Learner:

@@ -120,6 +120,31 @@ def is_terminal(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndar
     return out
 
 
+def winning_moves(
+    positions: np.ndarray, moves: np.ndarray, offsets: np.ndarray, out: np.ndarray | None = None
+) -> np.ndarray:
+    """Which legal moves leave the opponent without a move (immediate wins), `(M,) bool`.
+
+    Args:
+        positions: `(B, 3) uint64` canonical positions.
+        moves: `(M, 3) int32` their legal moves, concatenated as `legal_moves` returns them.
+        offsets: `(B + 1,) int64` CSR offsets: position `i` owns rows `offsets[i]:offsets[i + 1]`.
+        out: optional `(M,) bool` buffer.
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape, or offsets that do not fit the moves.
+    """
+    positions = _positions(positions)
+    _require(moves, "moves", MOVE_DTYPE, 2, (None, 3))
+    _require(offsets, "offsets", OFFSET_DTYPE, 1, (positions.shape[0] + 1,))
+    out = _output(out, "out", np.bool_, (moves.shape[0],))
+    try:
+        _engine.winning_moves_batch(positions, moves, offsets, out.view(np.uint8))
+    except ValueError as error:
+        raise EngineInputError(str(error)) from None
+    return out
+
+
 def apply_moves(
     positions: np.ndarray, moves: np.ndarray, out: np.ndarray | None = None
 ) -> np.ndarray:

@@ -609,3 +609,20 @@ class Learner:
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]
+
+    def apply_optim_config(self) -> None:
+        """Put `self.config`'s hyperparameters into the optimizer and the schedule.
+
+        Restoring an optimizer also restores the hyperparameters it was saved with; a run resumed
+        with other settings calls this afterwards, so the learning rate, weight decay, betas, eps
+        and schedule are the config's from the restored step on.
+        """
+        config = self.config
+        decay, no_decay = self.optimizer.param_groups
+        decay["weight_decay"], no_decay["weight_decay"] = config.weight_decay, 0.0
+        for group in self.optimizer.param_groups:
+            group["betas"], group["eps"], group["initial_lr"] = config.betas, config.eps, config.lr
+        self.scheduler.base_lrs = [config.lr] * len(self.optimizer.param_groups)
+        factor = learning_rate_factor(self.scheduler.last_epoch, config)
+        for group in self.optimizer.param_groups:
+            group["lr"] = config.lr * factor

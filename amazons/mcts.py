@@ -74,6 +74,7 @@ class SearchConfig:
     temperature_moves: int = 0  # plies (from the game start) whose move is sampled from the visits
     temperature: float = 1.0  # sample proportional to visits ** (1 / temperature) in those plies
     reuse_tree: bool = True  # keep the played move's subtree (and its statistics) as the next root
+    solver: bool = True  # MCTS-solver: prove wins and losses in the tree, play proven wins at once
     node_capacity: int = 4096  # nodes per game allocated up front
     edge_capacity: int = 1 << 18  # edges (moves) per game allocated up front, 23 bytes each
     node_capacity_max: int = 1 << 17  # nodes per game the arrays may grow to (doubling), never more
@@ -184,14 +185,25 @@ class RolloutEvaluator:
 
 @dataclass(frozen=True)
 class SearchResult:
-    """What a search found at one game's root; moves are canonical, in the root's frame."""
+    """What a search found at one game's root: every legal move, canonical, in the root's frame.
 
-    moves: np.ndarray  # (K, 3) int32, root moves with at least one visit, most visited first
-    visits: np.ndarray  # (K,) int32, their visit counts (the soft training label, unnormalized)
-    q_values: np.ndarray  # (K,) float32, mean value of each move for the side to move at the root
-    priors: np.ndarray  # (K,) float32, their priors at the root (noise included when it was on)
+    Moves come in the order a player should prefer them: proven wins (shortest first), then
+    unproven moves by visits (most first; unvisited ones by prior), then proven losses (the
+    longest resistance first). So `moves[0]` is the move to play after a deterministic search.
+    """
+
+    moves: np.ndarray  # (L,) x 3 int32, every legal root move, in the order above
+    visits: np.ndarray  # (L,) int32, visit counts (the soft training label, unnormalized)
+    q_values: np.ndarray  # (L,) float32, mean value for the root's side to move; exact +-1 if
+    #                      proven; NaN for a move neither visited nor proven
+    priors: np.ndarray  # (L,) float32, the evaluator's priors (noise-free even when noise was on)
+    move_proofs: np.ndarray  # (L,) int8, +1 proven win for the root's side to move, -1 loss, 0 unknown
+    move_proof_plies: np.ndarray  # (L,) int16, plies from the move to the end when proven
     root_value: float  # mean value of the root for its side to move, in [-1, 1]
-    principal_variation: np.ndarray  # (L, 3) int32, most-visited line; move i in the frame of ply i
+    raw_value: float  # the evaluator's value of the root position (exact if the root is proven)
+    proven: int  # +1: the side to move has a proven win, -1: a proven loss, 0: unknown
+    proof_plies: int  # plies to the end under best play when proven (a bound when adjudicated)
+    principal_variation: np.ndarray  # (P, 3) int32, best line; move i in the frame of ply i
     num_legal_moves: int  # legal moves at the root
 
     @property
@@ -201,33 +213,52 @@ class SearchResult:
 
     @property
     def policy(self) -> np.ndarray:
-        """(K,) float32 visit shares: the search policy over `moves`."""
+        """(L,) float32 visit shares: the search policy over `moves`."""
         return (self.visits / max(self.simulations, 1)).astype(np.float32)
 
 
 def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1) -> np.ndarray:
-    """A policy target over `result.moves` that uses the search's values, not only its visits.
+    """The Gumbel MuZero policy improvement over every legal move (completed Q with v_mix).
 
-    With few simulations and a thousand legal moves, most visited moves get one or two visits, so
-    visit shares mostly echo the prior that chose which moves to try. This target is the Gumbel
-    MuZero policy improvement (Danihelka et al., 2022) restricted to the visited moves:
-    `softmax(log prior + sigma(q))`, where q is each move's mean value rescaled to [0, 1] between
-    the worst and the best visited move and `sigma(q) = (c_visit + max visits) * c_scale * q`.
-    With one visited move, or equal values, it is the renormalized prior.
+    From "Policy improvement by planning with Gumbel" (Danihelka et al., ICLR 2022), as DeepMind's
+    `mctx` implements it (`qtransform_completed_by_mix_value`):
+
+    * a move is *known* if it was visited (its Q is its mean value) or proven (its Q is the exact
+      +-1 the solver found);
+    * v_mix = (v_raw + N * sum_known(p q) / sum_known(p)) / (1 + N), with v_raw the evaluator's
+      value of the root, N the root's visits, p the noise-free priors;
+    * completed Q = q for known moves, v_mix for the others;
+    * completed Q is rescaled to [0, 1] by its min and max over the legal moves (epsilon 1e-8),
+      and sigma = (c_visit + max visits) * c_scale * rescaled;
+    * the target is softmax(log p + sigma) over every legal move.
+
+    Unvisited moves keep their share of the prior, shifted as a group by v_mix, so the target does
+    not collapse onto a few noisy single-visit values.
 
     Args:
-        result: a root's search result (moves with at least one visit).
-        c_visit, c_scale: the sigma transform's constants; larger values trust q more.
+        result: a root's search result.
+        c_visit, c_scale: the sigma transform's constants; larger values trust Q more.
 
     Returns:
-        `(K,) float32` probabilities over `result.moves`, summing to 1.
+        `(L,) float32` probabilities over `result.moves`, summing to 1.
     """
-    q = result.q_values.astype(np.float64)
-    span = float(q.max() - q.min()) if q.size else 0.0
-    scaled = (q - q.min()) / span if span > 1e-9 else np.zeros_like(q)
-    sigma = (c_visit + float(result.visits.max(initial=0))) * c_scale * scaled
-    logits = np.log(np.maximum(result.priors.astype(np.float64), 1e-12)) + sigma
-    weights = np.exp(logits - logits.max(initial=0.0))
+    priors = np.maximum(result.priors.astype(np.float64), np.finfo(np.float32).tiny)
+    visits = result.visits.astype(np.float64)
+    known = (result.visits > 0) | (result.move_proofs != 0)
+    q = np.where(result.move_proofs != 0, result.move_proofs.astype(np.float64),
+                 np.nan_to_num(result.q_values.astype(np.float64)))
+    total_visits = float(visits.sum())
+    if known.any():
+        weighted_q = float((priors[known] * q[known]).sum() / priors[known].sum())
+        mixed_value = (result.raw_value + total_visits * weighted_q) / (total_visits + 1.0)
+    else:
+        mixed_value = float(result.raw_value)
+    completed = np.where(known, q, mixed_value)
+    low, high = float(completed.min()), float(completed.max())
+    rescaled = (completed - low) / max(high - low, 1e-8)
+    sigma = (c_visit + float(visits.max(initial=0.0))) * c_scale * rescaled
+    logits = np.log(priors) + sigma
+    weights = np.exp(logits - logits.max())
     return (weights / weights.sum()).astype(np.float32)
 
 
@@ -237,7 +268,7 @@ class SearchStats:
 
     simulations: int = 0  # completed simulations
     leaves_evaluated: int = 0  # positions sent to the evaluator (root expansions included)
-    terminal_hits: int = 0  # simulations that ended at a known terminal node
+    terminal_hits: int = 0  # simulations that ended at a known terminal or proven node
     collisions: int = 0  # descents discarded because their leaf was already pending
     overflows: int = 0  # leaves left unexpanded because the tree was full at its maximum
     batches: int = 0  # evaluator calls
@@ -299,6 +330,7 @@ class BatchedSearch:
         self._roots = np.zeros((self.num_games, 3), POSITION_DTYPE)
         self._has_root = np.zeros(self.num_games, np.bool_)
         self._noised = np.zeros(self.num_games, np.bool_)
+        self._clean_root_priors: list[np.ndarray | None] = [None] * self.num_games
         batch = self.num_games * self.config.leaves_per_game
         self._leaf_game = np.zeros(batch, np.int32)
         self._leaf_parent = np.zeros(batch, np.int32)
@@ -308,6 +340,9 @@ class BatchedSearch:
         self._leaf_positions = np.zeros((batch, 3), POSITION_DTYPE)
         self._moves = np.empty((batch * MAX_MOVES, 3), MOVE_DTYPE)
         self._offsets = np.zeros(batch + 1, OFFSET_DTYPE)
+        self._wins = np.zeros(batch * MAX_MOVES, np.bool_)
+        self._leaf_proof = np.zeros(batch, np.int8)
+        self._leaf_proof_plies = np.zeros(batch, np.int16)
         self._remaining = np.zeros(self.num_games, np.int32)
         self._stats = np.zeros((self.num_games, kernels.NUM_STATS), np.int64)
         self._overflow = np.zeros(self.num_games, np.int64)
@@ -381,7 +416,8 @@ class BatchedSearch:
 
         Unexpanded roots are expanded first (one batch, not counted as simulations); with
         `config.root_noise`, Dirichlet noise is mixed into each root's priors once per root.
-        Afterwards each game's root visits have grown by exactly `num_simulations`.
+        Afterwards each game's root visits have grown by exactly `num_simulations`, except in a
+        game whose root is proven (with `config.solver`): it stops as soon as the proof is known.
 
         Raises:
             SearchInputError: a game has no root, or its root is terminal (the game is over).
@@ -424,6 +460,8 @@ class BatchedSearch:
             self._evaluate_and_expand(count, stats)
         if self.config.root_noise:
             self._add_root_noise(games[~self._noised[games]])
+        for game in games.tolist():
+            kernels.refresh_root_proof(self.tree, game)
         self._remaining[:] = 0
         self._remaining[games] = simulations
         cfg = self.config
@@ -445,31 +483,46 @@ class BatchedSearch:
             self._evaluate_and_expand(count, stats)
 
     def _evaluate_and_expand(self, count: int, stats: SearchStats) -> None:
-        """Evaluate leaves 0..count-1 of the batch buffers, grow the arrays if needed, expand."""
+        """Evaluate leaves 0..count-1 of the batch buffers, grow the arrays if needed, expand.
+
+        Leaves whose result is already exact never reach the evaluator: terminal ones, and with
+        the solver, non-root leaves with a winning move (their moves get uniform priors, which
+        matter only if the leaf later becomes a root whose win is then played at once).
+        """
         positions = self._leaf_positions[:count]
         moves, offsets = engine.legal_moves(positions, out_moves=self._moves,
                                             out_offsets=self._offsets[: count + 1])
         counts = np.diff(offsets)
-        terminal = counts == 0
-        values = np.full(count, -1.0, np.float32)
-        if moves.shape[0] > 0:
-            if terminal.any():
-                live = ~terminal
-                eval_positions = np.ascontiguousarray(positions[live])
-                eval_offsets = np.append(offsets[:-1][live], offsets[-1])
-            else:
-                live = slice(None)
-                eval_positions, eval_offsets = positions, offsets
-            priors, live_values = self._call_evaluator(eval_positions, moves, eval_offsets)
-            values[live] = live_values
-            stats.leaves_evaluated += eval_positions.shape[0]
+        exact = counts == 0
+        wins = self._wins[: moves.shape[0]]
+        self._leaf_proof[:count] = 0
+        if self.config.solver and moves.shape[0] > 0:
+            engine.winning_moves(positions, moves, offsets, out=wins)
+            cumulative = np.concatenate(([0], np.cumsum(wins, dtype=np.int64)))
+            has_win = cumulative[offsets[1:]] > cumulative[offsets[:-1]]
+            exact |= has_win & (self._path_lengths[:count] > 0)
+        values = np.zeros(count, np.float32)
+        if exact.all():
+            priors = uniform_priors(offsets)
+        elif exact.any():
+            priors = uniform_priors(offsets)
+            live = np.flatnonzero(~exact)
+            live_moves = np.repeat(~exact, counts)
+            live_offsets = np.concatenate(([0], np.cumsum(counts[live]))).astype(OFFSET_DTYPE)
+            live_priors, values[live] = self._call_evaluator(
+                np.ascontiguousarray(positions[live]), np.ascontiguousarray(moves[live_moves]), live_offsets)
+            priors[live_moves] = live_priors
+            stats.leaves_evaluated += live.shape[0]
             stats.batches += 1
         else:
-            priors = np.zeros(0, np.float32)
+            priors, values = self._call_evaluator(positions, moves, offsets)
+            stats.leaves_evaluated += count
+            stats.batches += 1
         self._ensure_capacity(self._leaf_game[:count], counts)
         status = kernels.expand_and_backup(
             self.tree, count, self._leaf_game, self._leaf_parent, self._path_edges,
-            self._path_lengths, terminal, values, moves, priors, offsets, self._overflow)
+            self._path_lengths, counts == 0, values, moves, priors, offsets, self.config.solver,
+            wins.view(np.uint8), self._leaf_proof, self._leaf_proof_plies, self._overflow)
         if status != kernels.STATUS_OK:
             raise RuntimeError(f"expand_and_backup failed with status {status}")
 
@@ -537,6 +590,7 @@ class BatchedSearch:
             total = noise.sum()
             noise = noise / total if total > 0 else np.full(count, 1.0 / count)
             priors = tree.edge_prior[game, first : first + count]
+            self._clean_root_priors[game] = priors.copy()
             priors[:] = (1.0 - cfg.dirichlet_fraction) * priors + cfg.dirichlet_fraction * noise
             kernels.recompute_visited_mass(tree, game, 0)
             self._noised[game] = True
@@ -545,7 +599,11 @@ class BatchedSearch:
     # Results
 
     def root_result(self, game: int) -> SearchResult:
-        """The root statistics of `game` after a search (moves canonical, root frame)."""
+        """The root statistics of `game` after a search (moves canonical, root frame).
+
+        Priors are the evaluator's, without the root noise that steered the selection: the noise
+        explores, it is not something the search found.
+        """
         game = int(self._check_games([game])[0])
         tree = self.tree
         count = int(tree.node_edge_count[game, 0])
@@ -553,20 +611,31 @@ class BatchedSearch:
         if count <= 0:
             raise SearchInputError(f"game {game} has not been searched (its root is not expanded)")
         block = slice(first, first + count)
-        visits = tree.edge_visits[game, block]
-        order = np.argsort(-visits, kind="stable")
-        order = order[visits[order] > 0]
-        picked_visits = visits[order].astype(np.int32)
-        q_values = tree.edge_value_sum[game, block][order] / np.maximum(picked_visits, 1)
+        visits = tree.edge_visits[game, block].astype(np.int32)
+        proofs = tree.edge_proof[game, block].copy()
+        plies = tree.edge_proof_plies[game, block].copy()
+        clean = self._clean_root_priors[game]
+        priors = clean.copy() if self._noised[game] and clean is not None else tree.edge_prior[game, block].copy()
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q_values = (tree.edge_value_sum[game, block] / visits).astype(np.float32)
+        q_values = np.where(proofs != 0, proofs.astype(np.float32), q_values)
+        rank = np.where(proofs > 0, 0, np.where(proofs < 0, 2, 1))
+        plies_key = np.where(proofs > 0, plies, np.where(proofs < 0, -plies.astype(np.int32), 0))
+        order = np.lexsort((-priors, -visits, plies_key, rank))
         pv = np.zeros((kernels.MAX_DEPTH, 3), MOVE_DTYPE)
         length = kernels.principal_variation(tree, game, pv)
         root_visits = max(int(tree.node_visits[game, 0]), 1)
         return SearchResult(
             moves=tree.edge_move[game, block][order].astype(MOVE_DTYPE),
-            visits=picked_visits,
-            q_values=q_values.astype(np.float32),
-            priors=tree.edge_prior[game, block][order].copy(),
+            visits=visits[order],
+            q_values=q_values[order],
+            priors=priors[order],
+            move_proofs=proofs[order],
+            move_proof_plies=plies[order],
             root_value=float(tree.node_value_sum[game, 0] / root_visits),
+            raw_value=float(tree.node_raw_value[game, 0]),
+            proven=int(tree.node_proof[game, 0]),
+            proof_plies=int(tree.node_proof_plies[game, 0]),
             principal_variation=pv[:length].copy(),
             num_legal_moves=count,
         )
@@ -574,14 +643,19 @@ class BatchedSearch:
     def select_moves(
         self, plies: int | np.ndarray, games: np.ndarray | list[int] | None = None
     ) -> np.ndarray:
-        """Choose each game's move from its root visits, `(n, 3) int32` canonical.
+        """Choose each game's move from its root, `(n, 3) int32` canonical.
 
-        Games at ply < `config.temperature_moves` sample a move with probability proportional to
-        visits ** (1 / temperature); later plies take the most visited move (the first on ties).
+        A root with a proven win plays its shortest win. Otherwise, games at ply <
+        `config.temperature_moves` sample a move with probability proportional to
+        visits ** (1 / temperature) among the moves not proven lost; later plies take the most
+        visited such move (the first on ties); a root proven lost plays its longest resistance.
 
         Args:
             plies: the ply (moves played since the game start) of each game, or one int for all.
             games: which games (default: all G, in order).
+
+        Raises:
+            SearchInputError: a game has neither root visits nor a proof (search it first).
         """
         games = self._check_games(games)
         plies = np.broadcast_to(np.asarray(plies, dtype=np.int64), games.shape)
@@ -589,15 +663,16 @@ class BatchedSearch:
         tree = self.tree
         for row, (game, ply) in enumerate(zip(games.tolist(), plies.tolist(), strict=True)):
             first, count = int(tree.node_first_edge[game, 0]), int(tree.node_edge_count[game, 0])
-            visits = tree.edge_visits[game, first : first + max(count, 0)].astype(np.float64)
-            if count <= 0 or visits.sum() == 0:
+            pick = int(kernels.best_edge(tree, game, 0)) if count > 0 else -1
+            if pick < 0:
                 raise SearchInputError(f"game {game} has no root visits: search it first")
-            if ply < self.config.temperature_moves:
+            if ply < self.config.temperature_moves and tree.node_proof[game, 0] == kernels.PROOF_NONE:
+                block = slice(first, first + count)
+                visits = tree.edge_visits[game, block].astype(np.float64)
+                visits[tree.edge_proof[game, block] == kernels.PROOF_LOSS] = 0.0
                 weights = visits ** (1.0 / self.config.temperature)
-                pick = int(self._rng.choice(count, p=weights / weights.sum()))
-            else:
-                pick = int(np.argmax(visits))
-            chosen[row] = tree.edge_move[game, first + pick]
+                pick = first + int(self._rng.choice(count, p=weights / weights.sum()))
+            chosen[row] = tree.edge_move[game, pick]
         return chosen
 
     def tree_usage(self) -> dict[str, np.ndarray | int]:

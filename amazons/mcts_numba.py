@@ -22,6 +22,19 @@ Invariants the kernels rely on and keep:
   its evaluation it is `PENDING`, so a second selection of it in the same batch is a collision.
 * Virtual loss lives in separate integer counters (`*_inflight`), so backing a leaf up removes
   it exactly, leaving no floating-point residue in the statistics.
+
+The MCTS-solver (Winands, Bjornsson and Saito, "Monte-Carlo Tree Search Solver", 2008) keeps
+proofs beside the statistics when it is on. `edge_proof` is the proven result of a move for the
+side choosing it (PROOF_WIN, PROOF_LOSS or PROOF_NONE) and `edge_proof_plies` the plies from that
+move to the end of the game under best play (the winner hurries, the loser resists); a node's
+proof is for its side to move. Expansion proves a node at once when one of its moves leaves the
+opponent without a move (the engine marks those moves), when it is terminal (a loss in 0), or when
+the caller adjudicated it. A proof climbs the path: a child proven lost for its side to move
+proves its edge a win and the parent a win (the shortest win counts); a parent all of whose edges
+are proven losses is a proven loss (the longest resistance counts). Selection never enters a
+proven node: reaching one backs up its exact value at once, and proven-lost edges are never
+chosen. A root is proven only by its edges (never by adjudication alone), so a search always has
+moves to compare; a proven root needs no more simulations.
 """
 
 from __future__ import annotations
@@ -37,6 +50,10 @@ PENDING = -2  # edge_child: the edge's leaf was selected in this batch and await
 NOT_EXPANDED = -1  # node_edge_count of a root that has not been expanded yet
 NO_PARENT = -1  # node_parent / node_parent_edge of the root
 
+PROOF_WIN = 1  # *_proof: proven win for the side to move at the node (or choosing the edge)
+PROOF_LOSS = -1  # *_proof: proven loss
+PROOF_NONE = 0  # *_proof: not proven
+
 MAX_DEPTH = 64  # path buffer length; an 8x8 game has at most 56 plies, so no path is longer
 
 # Status codes returned by kernels (0 = fine).
@@ -46,7 +63,7 @@ STATUS_ROOT_CAPACITY = 2  # a root's moves do not fit in the edge arrays
 
 # Outcomes of one descent (select_leaves' per-game statistics columns).
 STAT_LEAVES = 0  # leaves gathered for evaluation
-STAT_TERMINALS = 1  # simulations ended at a known terminal node and backed up at once
+STAT_TERMINALS = 1  # simulations ended at a known terminal or proven node, backed up at once
 STAT_COLLISIONS = 2  # descents that hit a leaf already pending in this batch (discarded)
 NUM_STATS = 3
 
@@ -63,8 +80,13 @@ class TreeArrays(NamedTuple):
     node_parent: np.ndarray  # [G, N] int32, parent node; NO_PARENT at the root
     node_parent_edge: np.ndarray  # [G, N] int32, edge from the parent; NO_PARENT at the root
     node_terminal: np.ndarray  # [G, N] bool, the side to move has no legal move (it has lost)
+    node_raw_value: np.ndarray  # [G, N] float32, the evaluator's value at expansion (exact if proven)
+    node_proof: np.ndarray  # [G, N] int8, PROOF_* for the side to move at the node
+    node_proof_plies: np.ndarray  # [G, N] int16, plies to the end under best play when proven
     edge_move: np.ndarray  # [G, E, 3] int8, canonical (src, dst, arrow) in the owning node's frame
     edge_prior: np.ndarray  # [G, E] float32, prior of the move (root: with Dirichlet noise mixed in)
+    edge_proof: np.ndarray  # [G, E] int8, PROOF_* of the move for the side choosing it
+    edge_proof_plies: np.ndarray  # [G, E] int16, plies from the move to the end when proven
     edge_visits: np.ndarray  # [G, E] int32, completed simulations through the edge
     edge_value_sum: np.ndarray  # [G, E] float32, sum of values for the side choosing the edge
     edge_inflight: np.ndarray  # [G, E] int32, selections through the edge awaiting backup
@@ -86,8 +108,13 @@ def allocate_tree(num_games: int, node_capacity: int, edge_capacity: int) -> Tre
         node_parent=np.zeros((g, n), np.int32),
         node_parent_edge=np.zeros((g, n), np.int32),
         node_terminal=np.zeros((g, n), np.bool_),
+        node_raw_value=np.zeros((g, n), np.float32),
+        node_proof=np.zeros((g, n), np.int8),
+        node_proof_plies=np.zeros((g, n), np.int16),
         edge_move=np.zeros((g, e, 3), np.int8),
         edge_prior=np.zeros((g, e), np.float32),
+        edge_proof=np.zeros((g, e), np.int8),
+        edge_proof_plies=np.zeros((g, e), np.int16),
         edge_visits=np.zeros((g, e), np.int32),
         edge_value_sum=np.zeros((g, e), np.float32),
         edge_inflight=np.zeros((g, e), np.int32),
@@ -125,6 +152,9 @@ def _init_node(tree, g, node, parent, parent_edge):
     tree.node_parent[g, node] = parent
     tree.node_parent_edge[g, node] = parent_edge
     tree.node_terminal[g, node] = False
+    tree.node_raw_value[g, node] = 0.0
+    tree.node_proof[g, node] = PROOF_NONE
+    tree.node_proof_plies[g, node] = 0
 
 
 @njit(cache=True)
@@ -145,7 +175,8 @@ def _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss
     `virtual_loss` lost visits. Edges with N = 0 take the first-play urgency value
     Q_parent - fpu_reduction * sqrt(node_visited_mass), the prior mass of the edges selected so
     far. With c_puct_base > 0 the exploration constant grows as
-    c = c_puct + log((1 + N_parent + base) / base).
+    c = c_puct + log((1 + N_parent + base) / base). Edges proven lost for the side choosing them
+    are never chosen (the node is not a proven loss, so some other edge is open).
     """
     first = tree.node_first_edge[g, node]
     last = first + tree.node_edge_count[g, node]
@@ -161,6 +192,8 @@ def _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss
     if tree.node_inflight[g, node] == 0:
         # No selection in flight below this node, so no edge has any: the same scores, faster.
         for e in range(first, last):
+            if tree.edge_proof[g, e] == PROOF_LOSS:
+                continue
             visits = tree.edge_visits[g, e]
             if visits > 0:
                 score = (tree.edge_value_sum[g, e] / visits
@@ -172,6 +205,8 @@ def _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss
                 best_edge = e
         return best_edge
     for e in range(first, last):
+        if tree.edge_proof[g, e] == PROOF_LOSS:
+            continue
         inflight = virtual_loss * tree.edge_inflight[g, e]
         visits = tree.edge_visits[g, e] + inflight
         if visits > 0.0:
@@ -219,8 +254,9 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
 
     For each game in `games` (in order), descends from the root by PUCT until it leaves the tree.
     A descent that ends on an unexpanded edge yields a leaf: its path gets virtual loss and the
-    edge becomes PENDING. A descent that ends on a known terminal node is backed up at once with
-    the exact value -1 (no evaluation needed). A descent that reaches a PENDING edge is a
+    edge becomes PENDING. A descent that ends on a known terminal node or a proven node is backed
+    up at once with its exact value (-1 terminal, +-1 proven; no evaluation needed). A game whose
+    root is proven needs nothing more: its `remaining` drops to 0. A descent that reaches a PENDING edge is a
     collision: it is discarded (nothing was changed) and the game gathers no more leaves in this
     batch. Every leaf and every terminal descent uses up one unit of `remaining[g]`.
 
@@ -246,12 +282,14 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
     for i in range(games.shape[0]):
         g = games[i]
         gathered = 0
+        if tree.node_proof[g, 0] != PROOF_NONE:
+            remaining[g] = 0
         while gathered < leaves_per_game and remaining[g] > 0 and count < capacity:
             node = 0
             depth = 0
-            outcome = -1  # 0 leaf, 1 terminal, 2 collision
+            outcome = -1  # 0 leaf, 1 terminal or proven, 2 collision
             while outcome < 0:
-                if tree.node_terminal[g, node]:
+                if tree.node_terminal[g, node] or (depth > 0 and tree.node_proof[g, node] != PROOF_NONE):
                     outcome = 1
                     break
                 if depth >= max_depth:
@@ -274,7 +312,8 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
                 break
             remaining[g] -= 1
             if outcome == 1:
-                _backup(tree, g, out_path_edges[count], depth, -1.0, False)
+                exact = -1.0 if tree.node_terminal[g, node] else float(tree.node_proof[g, node])
+                _backup(tree, g, out_path_edges[count], depth, exact, False)
                 out_stats[g, STAT_TERMINALS] += 1
                 continue
             node = 0
@@ -296,14 +335,81 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
 
 
 @njit(cache=True)
+def _propagate_proof(tree, g, node):
+    """Carry the proof of `node` (game g) up towards the root while it proves its ancestors.
+
+    The edge into a proven node gets the opposite result, one ply longer. Its parent is then a
+    proven win if that edge wins (the shortest winning edge sets the plies), or a proven loss if
+    every one of its edges is a proven loss (the longest one sets the plies); otherwise the climb
+    stops.
+    """
+    while node != 0 and tree.node_proof[g, node] != PROOF_NONE:
+        parent = tree.node_parent[g, node]
+        e = tree.node_parent_edge[g, node]
+        tree.edge_proof[g, e] = -tree.node_proof[g, node]
+        tree.edge_proof_plies[g, e] = tree.node_proof_plies[g, node] + 1
+        if tree.edge_proof[g, e] == PROOF_WIN:
+            plies = tree.edge_proof_plies[g, e]
+            if tree.node_proof[g, parent] == PROOF_WIN and tree.node_proof_plies[g, parent] <= plies:
+                return
+            tree.node_proof[g, parent] = PROOF_WIN
+            tree.node_proof_plies[g, parent] = plies
+        else:
+            first = tree.node_first_edge[g, parent]
+            longest = 0
+            for other in range(first, first + tree.node_edge_count[g, parent]):
+                if tree.edge_proof[g, other] != PROOF_LOSS:
+                    return
+                longest = max(longest, np.int64(tree.edge_proof_plies[g, other]))
+            tree.node_proof[g, parent] = PROOF_LOSS
+            tree.node_proof_plies[g, parent] = longest
+        node = parent
+
+
+@njit(cache=True)
+def refresh_root_proof(tree, g):
+    """Set the root's proof of game g from its edges alone (adjudication never proves a root).
+
+    Returns the root's proof (PROOF_*).
+    """
+    count = tree.node_edge_count[g, 0]
+    proof = PROOF_NONE
+    plies = 0
+    if count > 0:
+        first = tree.node_first_edge[g, 0]
+        shortest_win = 1 << 30
+        longest_loss = 0
+        losses = 0
+        for e in range(first, first + count):
+            if tree.edge_proof[g, e] == PROOF_WIN:
+                shortest_win = min(shortest_win, np.int64(tree.edge_proof_plies[g, e]))
+            elif tree.edge_proof[g, e] == PROOF_LOSS:
+                losses += 1
+                longest_loss = max(longest_loss, np.int64(tree.edge_proof_plies[g, e]))
+        if shortest_win < 1 << 30:
+            proof, plies = PROOF_WIN, shortest_win
+        elif losses == count:
+            proof, plies = PROOF_LOSS, longest_loss
+    tree.node_proof[g, 0] = proof
+    tree.node_proof_plies[g, 0] = plies
+    return proof
+
+
+@njit(cache=True)
 def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path_lengths,
-                      leaf_terminal, leaf_values, moves, priors, move_offsets, out_overflow):
+                      leaf_terminal, leaf_values, moves, priors, move_offsets, solver, move_wins,
+                      leaf_proof, leaf_proof_plies, out_overflow):
     """Expand evaluated leaves (in batch order) and back their values up.
 
     A leaf with path length 0 is its game's root (expanded in place). Any other leaf gets a new
     node after its parent's last one and an edge block after the game's last edge; if either does
     not fit, the leaf is not expanded (its edge stays a leaf, `out_overflow[g]` counts it) but its
     value is still backed up, so the simulation counts and nothing is corrupted.
+
+    With `solver`, expansion also proves what it can: a terminal leaf is a loss in 0, a leaf with
+    a move in `move_wins` is a win in 1 (that edge is marked), and otherwise `leaf_proof` (the
+    caller's adjudication; ignored at a root) stands. A proven leaf backs up its exact value and
+    its proof climbs towards the root (`_propagate_proof`).
 
     Args:
         tree: TreeArrays.
@@ -314,6 +420,11 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
         moves: [M, 3] int32, canonical legal moves of all leaves, concatenated.
         priors: [M] float32, their priors.
         move_offsets: [B + 1] int64, leaf i owns rows move_offsets[i]:move_offsets[i + 1].
+        solver: bool, prove and propagate results (the MCTS-solver).
+        move_wins: [M] uint8, 1 where the move leaves the opponent without a move (read only
+            with `solver`).
+        leaf_proof: [B] int8, PROOF_* of each leaf's side to move from adjudication.
+        leaf_proof_plies: [B] int16, plies to the end for adjudicated leaves.
         out_overflow: [G] int64, incremented per leaf left unexpanded for lack of capacity.
 
     Returns:
@@ -343,12 +454,29 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
             node = -1
             tree.edge_child[g, path_edges[b, depth - 1]] = NO_CHILD
             out_overflow[g] += 1
+        value = -1.0 if leaf_terminal[b] else leaf_values[b]
+        proof = PROOF_NONE
+        plies = 0
+        if solver:
+            if leaf_terminal[b]:
+                proof = PROOF_LOSS
+            elif depth > 0 and leaf_proof[b] != PROOF_NONE:
+                proof = leaf_proof[b]
+                plies = leaf_proof_plies[b]
+            for i in range(num_moves):
+                if move_wins[start + i]:
+                    proof = PROOF_WIN
+                    plies = 1
+                    break
+            if proof != PROOF_NONE:
+                value = float(proof)
         if node >= 0:
             first = tree.edges_used[g]
             last = first + num_moves
             tree.node_first_edge[g, node] = first
             tree.node_edge_count[g, node] = num_moves
             tree.node_terminal[g, node] = leaf_terminal[b]
+            tree.node_raw_value[g, node] = value
             # One simple loop per array: each compiles to a copy or a fill.
             for i in range(num_moves):
                 tree.edge_move[g, first + i, 0] = moves[start + i, 0]
@@ -359,9 +487,19 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
             tree.edge_value_sum[g, first:last] = 0.0
             tree.edge_inflight[g, first:last] = 0
             tree.edge_child[g, first:last] = NO_CHILD
+            tree.edge_proof[g, first:last] = PROOF_NONE
+            tree.edge_proof_plies[g, first:last] = 0
+            if solver and proof == PROOF_WIN and plies == 1:
+                for i in range(num_moves):
+                    if move_wins[start + i]:
+                        tree.edge_proof[g, first + i] = PROOF_WIN
+                        tree.edge_proof_plies[g, first + i] = 1
             tree.edges_used[g] = last
-        value = -1.0 if leaf_terminal[b] else leaf_values[b]
+            tree.node_proof[g, node] = proof
+            tree.node_proof_plies[g, node] = plies
         _backup(tree, g, path_edges[b], depth, value, True)
+        if node > 0 and proof != PROOF_NONE:
+            _propagate_proof(tree, g, node)
     return STATUS_OK
 
 
@@ -405,6 +543,8 @@ def compact_subtree(tree, g, new_root, scratch_index, scratch_shift):
                 for k in range(3):
                     tree.edge_move[g, dst, k] = tree.edge_move[g, src, k]
                 tree.edge_prior[g, dst] = tree.edge_prior[g, src]
+                tree.edge_proof[g, dst] = tree.edge_proof[g, src]
+                tree.edge_proof_plies[g, dst] = tree.edge_proof_plies[g, src]
                 tree.edge_visits[g, dst] = tree.edge_visits[g, src]
                 tree.edge_value_sum[g, dst] = tree.edge_value_sum[g, src]
                 tree.edge_inflight[g, dst] = tree.edge_inflight[g, src]
@@ -417,6 +557,9 @@ def compact_subtree(tree, g, new_root, scratch_index, scratch_shift):
         tree.node_first_edge[g, m] = next_edge
         tree.node_edge_count[g, m] = count
         tree.node_terminal[g, m] = tree.node_terminal[g, n]
+        tree.node_raw_value[g, m] = tree.node_raw_value[g, n]
+        tree.node_proof[g, m] = tree.node_proof[g, n]
+        tree.node_proof_plies[g, m] = tree.node_proof_plies[g, n]
         if m == 0:
             tree.node_parent[g, m] = NO_PARENT
             tree.node_parent_edge[g, m] = NO_PARENT
@@ -442,32 +585,60 @@ def find_edge(tree, g, node, src, dst, arrow):
 
 
 @njit(cache=True)
+def best_edge(tree, g, node):
+    """The edge a player should choose at an expanded `node` of game g, or -1 if none.
+
+    A proven win first (the shortest; the most visited among equals); otherwise the most visited
+    edge that is not a proven loss (the first on ties); if every edge is a proven loss, the
+    longest one. Returns -1 when no edge qualifies (nothing visited and nothing proven).
+    """
+    first = tree.node_first_edge[g, node]
+    last = first + max(tree.node_edge_count[g, node], 0)
+    chosen = -1
+    if tree.node_proof[g, node] == PROOF_WIN:
+        for e in range(first, last):
+            if tree.edge_proof[g, e] == PROOF_WIN and (
+                    chosen < 0 or tree.edge_proof_plies[g, e] < tree.edge_proof_plies[g, chosen]
+                    or (tree.edge_proof_plies[g, e] == tree.edge_proof_plies[g, chosen]
+                        and tree.edge_visits[g, e] > tree.edge_visits[g, chosen])):
+                chosen = e
+        return chosen
+    if tree.node_proof[g, node] == PROOF_LOSS:
+        for e in range(first, last):
+            if chosen < 0 or tree.edge_proof_plies[g, e] > tree.edge_proof_plies[g, chosen] or (
+                    tree.edge_proof_plies[g, e] == tree.edge_proof_plies[g, chosen]
+                    and tree.edge_visits[g, e] > tree.edge_visits[g, chosen]):
+                chosen = e
+        return chosen
+    best_visits = 0
+    for e in range(first, last):
+        if tree.edge_proof[g, e] != PROOF_LOSS and tree.edge_visits[g, e] > best_visits:
+            best_visits = tree.edge_visits[g, e]
+            chosen = e
+    return chosen
+
+
+@njit(cache=True)
 def principal_variation(tree, g, out_moves):
-    """Follow the most visited edges from the root of game g (first on ties).
+    """Follow `best_edge` from the root of game g: proven wins, else the most visited moves.
 
     Args:
         out_moves: [L, 3] int32, receives the moves, each in its own node's canonical frame.
 
     Returns:
-        The number of moves written: the walk stops at an edge nobody visited, at an unexpanded
-        node, or after L moves.
+        The number of moves written: the walk stops where `best_edge` finds nothing, at an
+        unexpanded node, or after L moves.
     """
     node = 0
     length = 0
     while length < out_moves.shape[0] and tree.node_edge_count[g, node] > 0:
-        first = tree.node_first_edge[g, node]
-        best_edge = -1
-        best_visits = 0
-        for e in range(first, first + tree.node_edge_count[g, node]):
-            if tree.edge_visits[g, e] > best_visits:
-                best_visits = tree.edge_visits[g, e]
-                best_edge = e
-        if best_edge < 0:
+        edge = best_edge(tree, g, node)
+        if edge < 0:
             break
         for k in range(3):
-            out_moves[length, k] = tree.edge_move[g, best_edge, k]
+            out_moves[length, k] = tree.edge_move[g, edge, k]
         length += 1
-        node = tree.edge_child[g, best_edge]
+        node = tree.edge_child[g, edge]
         if node < 0:
             break
     return length

@@ -137,19 +137,34 @@ class GreedyPlayer(BasePlayer):
 class SearchReport:
     """The last search of an `MCTSPlayer`, in the real frame (for a `hint` command or logs)."""
 
-    moves: list[Move]  # root moves with visits, most visited first
+    moves: list[Move]  # root moves visited or proven, in the search's order of preference
     visit_shares: np.ndarray  # (K,) float32, their share of the root visits
-    q_values: np.ndarray  # (K,) float32, mean value of each move for the side to move
+    q_values: np.ndarray  # (K,) float32, mean value of each move for the side to move (exact if proven)
+    move_proofs: np.ndarray  # (K,) int8, +1 proven win, -1 proven loss, 0 unknown
+    move_proof_plies: np.ndarray  # (K,) int16, plies to the end of proven moves
     root_value: float  # value of the position for the side to move, in [-1, 1]
-    principal_variation: list[Move]  # most visited line, alternating sides, real frame
+    proven: int  # +1 the side to move has a proven win, -1 a proven loss, 0 unknown
+    proof_plies: int  # plies to the end under best play when proven
+    principal_variation: list[Move]  # best line, alternating sides, real frame
     simulations: int  # visits below the root (including ones kept from earlier turns)
 
+    def verdict(self) -> str:
+        """`"proven win in N plies"`, `"proven loss in N plies"`, or `""` when unproven."""
+        if self.proven == 0:
+            return ""
+        return f"proven {'win' if self.proven > 0 else 'loss'} in {self.proof_plies} plies"
+
     def format(self, top: int = 5) -> str:
-        """A few lines: root value, the `top` moves with shares and values, the main line."""
-        lines = [f"value {self.root_value:+.3f} after {self.simulations} simulations"]
-        for move, share, q in zip(self.moves[:top], self.visit_shares[:top], self.q_values[:top],
-                                  strict=False):
-            lines.append(f"  {move!s:<12} {share:6.1%}  q {q:+.3f}")
+        """A few lines: root value (or proof), the `top` moves with shares and values, the main line."""
+        headline = f"value {self.root_value:+.3f} after {self.simulations} simulations"
+        if self.proven:
+            headline += f"; {self.verdict()} for the side to move"
+        lines = [headline]
+        for move, share, q, proof, plies in zip(self.moves[:top], self.visit_shares[:top],
+                                                self.q_values[:top], self.move_proofs[:top],
+                                                self.move_proof_plies[:top], strict=False):
+            note = f"  {'wins' if proof > 0 else 'loses'} in {plies}" if proof else ""
+            lines.append(f"  {move!s:<12} {share:6.1%}  q {q:+.3f}{note}")
         lines.append("line: " + " ".join(str(move) for move in self.principal_variation))
         return "\n".join(lines)
 
@@ -157,11 +172,16 @@ class SearchReport:
 def _report(result: SearchResult, turn: int) -> SearchReport:
     pv = [Move(*canonical_to_real(move, turn if ply % 2 == 0 else 1 - turn).tolist())
           for ply, move in enumerate(result.principal_variation)]
+    shown = (result.visits > 0) | (result.move_proofs != 0)
     return SearchReport(
-        moves=[Move(*row) for row in canonical_to_real(result.moves, turn).tolist()],
-        visit_shares=result.policy,
-        q_values=result.q_values,
+        moves=[Move(*row) for row in canonical_to_real(result.moves[shown], turn).tolist()],
+        visit_shares=result.policy[shown],
+        q_values=result.q_values[shown],
+        move_proofs=result.move_proofs[shown],
+        move_proof_plies=result.move_proof_plies[shown],
         root_value=result.root_value,
+        proven=result.proven,
+        proof_plies=result.proof_plies,
         principal_variation=pv,
         simulations=result.simulations,
     )
@@ -231,14 +251,15 @@ class MCTSPlayer(BasePlayer):
         expansion and any kernel compilation, which only makes the next chunk smaller) to fit
         the time left with a quarter to spare: the search stops at most about a round and a
         quarter before `deadline`, and passes it only when a chunk runs more than 25% slower
-        than the one before.
+        than the one before. A root that becomes proven ends the search at once.
         """
         round_size = self.config.leaves_per_game
         largest = max(round_size, self.chunk // round_size * round_size)
         simulations = min(round_size, self.chunk)
         while simulations > 0:
             started = time.perf_counter()
-            self.search.search(simulations)
+            if self.search.search(simulations).simulations < simulations:
+                return  # the root is proven: more simulations would add nothing
             now = time.perf_counter()
             seconds_per_simulation = max(now - started, 1e-9) / simulations
             affordable = int((deadline - now) / (1.25 * seconds_per_simulation))

@@ -70,7 +70,11 @@ class SelfPlayConfig:
             raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
 
     def policy_label(self, result: SearchResult) -> np.ndarray:
-        """The training target over `result.moves`, `(K,) float32` summing to 1."""
+        """The training target over `result.moves` (every legal move), `(L,) float32` summing to 1.
+
+        `completed_q` covers every legal move (unvisited ones through the mixed value);
+        `visits` is zero on the moves the search did not visit.
+        """
         if self.policy_target == "visits":
             return result.policy
         return improved_policy(result, self.target_c_visit, self.target_c_scale)
@@ -147,10 +151,12 @@ def play_games(
         for slot, move in zip(active.tolist(), chosen, strict=True):
             game = games[slot]
             result = search.root_result(slot)
+            probabilities = label(result)
+            kept = probabilities > 0  # the visits target leaves unvisited moves out
             game.positions.append(search.root_positions[slot])
-            game.label_moves.append(result.moves)
-            game.label_visits.append(result.visits)
-            game.label_policy.append(label(result))
+            game.label_moves.append(result.moves[kept])
+            game.label_visits.append(result.visits[kept])
+            game.label_policy.append(probabilities[kept])
             game.turns.append(game.board.turn)
             real = canonical_to_real(move, game.board.turn)
             game.played.append(real)

@@ -41,7 +41,7 @@ import torch
 
 from amazons._atomic import atomic_write
 from amazons.arena import run_arena
-from amazons.checkpoint import learner_from_checkpoint, save_checkpoint, save_model
+from amazons.checkpoint import resume_learner, save_checkpoint, save_model
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch
 from amazons.mcts import SearchConfig
@@ -197,20 +197,27 @@ def _parse_value(text: str, current: Any, path: str) -> Any:
 
 
 def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
-    """Apply `a.b.c=value` overrides (types follow the current values).
+    """Apply `a.b.c=value` overrides (types follow the current values), then validate once.
+
+    Every override is parsed against the current config first, and the new config is built and
+    checked only after all of them are in, so checks that tie fields together (e.g.
+    `min_steps <= max_steps`) see the final values whatever the order of the overrides.
 
     Raises:
-        ValueError: naming a malformed override or an unknown field.
+        ValueError: naming a malformed override, an unknown field, or a resulting value that the
+            config refuses.
     """
+    data = config_to_dict(config)
     for override in overrides:
         path, equals, text = override.partition("=")
         if not equals or not path:
             raise ValueError(f"bad override {override!r}: expected KEY=VALUE, e.g. selfplay.num_actors=2")
-        config = _replace_path(config, path.split("."), text, path)
-    return config
+        _set_path(config, data, path.split("."), text, path)
+    return config_from_dict(type(config), data)
 
 
-def _replace_path(node: Any, keys: list[str], text: str, path: str) -> Any:
+def _set_path(node: Any, data: dict[str, Any], keys: list[str], text: str, path: str) -> None:
+    """Parse `text` against the field `keys` of the dataclass `node` and store it into `data`."""
     names = {item.name for item in dataclasses.fields(node)}
     if keys[0] not in names:
         raise ValueError(f"override {path}: {type(node).__name__} has no field {keys[0]!r}; fields: {sorted(names)}")
@@ -218,12 +225,11 @@ def _replace_path(node: Any, keys: list[str], text: str, path: str) -> Any:
     if len(keys) == 1:
         if dataclasses.is_dataclass(current):
             raise ValueError(f"override {path}: {keys[0]} is a group; name one of its fields")
-        value = _parse_value(text, current, path)
+        data[keys[0]] = config_to_dict(_parse_value(text, current, path))
     else:
         if not dataclasses.is_dataclass(current):
             raise ValueError(f"override {path}: {keys[0]} is not a group")
-        value = _replace_path(current, keys[1:], text, path)
-    return dataclasses.replace(node, **{keys[0]: value})
+        _set_path(current, data[keys[0]], keys[1:], text, path)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -281,7 +287,7 @@ class Run:
         self.iteration = 0
         self.matches: list[dict[str, Any]] = []
         if resume:
-            self.learner = learner_from_checkpoint(self.checkpoint_path, self.device)
+            self.learner = resume_learner(self.checkpoint_path, config.net, config.optim, self.device)
             state = json.loads((run_dir / "state.json").read_text())
             self.iteration = int(state["iteration"])
             self.matches = state["matches"]
@@ -439,7 +445,11 @@ def _progress_bar(total: int, description: str, unit: str, enabled: bool) -> Any
 
 def resolve_config(args: argparse.Namespace) -> TrainConfig:
     """The run's config: from `run_dir/config.json` when resuming, else from the preset; then
-    `--iterations` and the KEY=VALUE overrides."""
+    `--iterations` and the KEY=VALUE overrides.
+
+    A resumed run takes every override (optimizer, schedule, self-play, search, evaluation,
+    replay) except a change of the network, which it refuses naming the field.
+    """
     config_path = args.run_dir / "config.json"
     if args.resume:
         if not (args.run_dir / "checkpoints" / "latest.pt").exists() or not config_path.exists():
@@ -450,7 +460,14 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
             raise SystemExit(f"{args.run_dir} already holds a run: pass --resume, or another --run-dir")
         preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
         config = preset_config(preset)
+    stored = config
     config = apply_overrides(config, args.overrides)
+    if args.resume and config.net != stored.net:
+        changed = [f"net.{name}: {getattr(stored.net, name)!r} -> {getattr(config.net, name)!r}"
+                   for name in (item.name for item in dataclasses.fields(config.net))
+                   if getattr(stored.net, name) != getattr(config.net, name)]
+        raise SystemExit(f"--resume cannot change the network's shape or head ({'; '.join(changed)}): "
+                         "start a new run in another --run-dir")
     if args.iterations is not None:
         config = dataclasses.replace(config, iterations=args.iterations)
     return config

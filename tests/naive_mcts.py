@@ -9,6 +9,12 @@ choice the search makes (documented in `amazons/mcts_numba.py`):
 * a round gathers up to K leaves with virtual loss (in-flight counters); a descent that reaches a
   pending leaf is a collision: discarded, and the round stops gathering;
 * a descent that reaches a known terminal node backs up -1 at once;
+* with `config.solver`, the MCTS-solver: a terminal leaf is a proven loss in 0, a leaf with a move
+  after which the opponent has no move (found here by playing each move and counting the
+  opponent's replies) is a proven win in 1 and skips the evaluator, proofs climb the path (a win
+  if some edge wins, shortest first; a loss if every edge loses, longest first), proven-lost
+  edges are never selected, a descent into a proven node backs up its exact value, and a search
+  whose root is proven (by its edges) stops;
 * first-play urgency: Q_parent - fpu_reduction * sqrt(prior mass of the edges selected so far,
   summed in the order they were first selected);
 * PUCT: Q + c * P * sqrt(N_parent) / (1 + N), c = c_puct + log((1 + N_parent + base) / base);
@@ -36,7 +42,8 @@ def float32(value: float) -> float:
 class NaiveEdge:
     """One legal move of a node, with its statistics (for the side choosing it)."""
 
-    __slots__ = ("move", "prior", "visits", "value_sum", "inflight", "child", "pending")
+    __slots__ = ("move", "prior", "visits", "value_sum", "inflight", "child", "pending", "proof",
+                 "proof_plies")
 
     def __init__(self, move: tuple[int, int, int], prior: float) -> None:
         self.move = move
@@ -46,12 +53,15 @@ class NaiveEdge:
         self.inflight = 0
         self.child: NaiveNode | None = None
         self.pending = False
+        self.proof = 0  # +1 the move wins for the side choosing it, -1 it loses, 0 unknown
+        self.proof_plies = 0
 
 
 class NaiveNode:
     """A position in the tree; `edges` is None until it is expanded."""
 
-    __slots__ = ("position", "visits", "value_sum", "inflight", "visited_mass", "edges", "terminal")
+    __slots__ = ("position", "visits", "value_sum", "inflight", "visited_mass", "edges", "terminal",
+                 "proof", "proof_plies")
 
     def __init__(self, position: np.ndarray) -> None:
         self.position = position
@@ -61,6 +71,8 @@ class NaiveNode:
         self.visited_mass = 0.0  # priors of edges selected so far, summed in order of selection
         self.edges: list[NaiveEdge] | None = None
         self.terminal = False
+        self.proof = 0  # for the side to move here
+        self.proof_plies = 0
 
 
 class NaiveMCTS:
@@ -86,6 +98,8 @@ class NaiveMCTS:
         fpu = node.value_sum / node.visits - cfg.fpu_reduction * math.sqrt(node.visited_mass)
         best, best_score = node.edges[0], -math.inf
         for edge in node.edges:
+            if edge.proof == -1:
+                continue
             visits = edge.visits + vl * edge.inflight
             q = (edge.value_sum - vl * edge.inflight) / visits if visits > 0.0 else fpu
             score = q + scale * edge.prior / (1.0 + visits)
@@ -110,11 +124,29 @@ class NaiveMCTS:
             leaf.visits += 1
             leaf.value_sum += value
 
-    def evaluate(self, nodes: list[NaiveNode]) -> list[tuple[list, list, float]]:
-        """Legal moves, priors and value of each node's position (terminal: no moves, -1)."""
+    @staticmethod
+    def winning_moves(position: np.ndarray, moves: np.ndarray) -> list[bool]:
+        """For each move, whether the opponent has no legal reply after it."""
+        if len(moves) == 0:
+            return []
+        children = engine.apply_moves(np.repeat(position.reshape(1, 3), len(moves), axis=0), moves)
+        return (engine.count_legal_moves(children) == 0).tolist()
+
+    def evaluate(self, nodes: list[NaiveNode], at_root: bool = False) -> list[tuple[list, list, float, list]]:
+        """Legal moves, priors, value and winning-move marks of each node's position.
+
+        Terminal positions have no moves and value -1; with the solver, a non-root position with
+        a winning move skips the evaluator (uniform priors, value +1).
+        """
         move_lists = [engine.legal_moves(node.position)[0].copy() for node in nodes]
-        live = [i for i, moves in enumerate(move_lists) if len(moves) > 0]
-        results = [([], [], -1.0) for _ in nodes]
+        solver = self.config.solver
+        wins = [self.winning_moves(node.position, moves) if solver else [False] * len(moves)
+                for node, moves in zip(nodes, move_lists, strict=True)]
+        live = [i for i, moves in enumerate(move_lists)
+                if len(moves) > 0 and (at_root or not any(wins[i]))]
+        results = [([tuple(m) for m in moves.tolist()], [float(np.float32(1.0 / len(moves)))] * len(moves),
+                    1.0, wins[i]) if len(moves) else ([], [], -1.0, [])
+                   for i, moves in enumerate(move_lists)]
         if live:
             positions = np.stack([nodes[i].position for i in live])
             moves = np.concatenate([move_lists[i] for i in live]).astype(np.int32)
@@ -126,13 +158,49 @@ class NaiveMCTS:
             for row, i in enumerate(live):
                 block = slice(offsets[row], offsets[row + 1])
                 results[i] = ([tuple(m) for m in moves[block].tolist()],
-                              [float(p) for p in priors[block]], float(values[row]))
+                              [float(p) for p in priors[block]], float(values[row]), wins[i])
         return results
 
-    @staticmethod
-    def expand(node: NaiveNode, moves: list, priors: list) -> None:
+    def expand(self, node: NaiveNode, moves: list, priors: list, wins: list) -> None:
         node.edges = [NaiveEdge(move, prior) for move, prior in zip(moves, priors, strict=True)]
         node.terminal = not moves
+        if not self.config.solver:
+            return
+        if node.terminal:
+            node.proof, node.proof_plies = -1, 0
+        for edge, win in zip(node.edges, wins, strict=True):
+            if win:
+                edge.proof, edge.proof_plies = 1, 1
+                node.proof, node.proof_plies = 1, 1
+
+    @staticmethod
+    def propagate(path: list[tuple[NaiveNode, NaiveEdge]], leaf: NaiveNode) -> None:
+        """Carry the leaf's proof up the path while it proves the nodes above."""
+        child = leaf
+        for node, edge in reversed(path):
+            if child.proof == 0:
+                return
+            edge.proof, edge.proof_plies = -child.proof, child.proof_plies + 1
+            if edge.proof == 1:
+                if node.proof == 1 and node.proof_plies <= edge.proof_plies:
+                    return
+                node.proof, node.proof_plies = 1, edge.proof_plies
+            elif all(other.proof == -1 for other in node.edges):
+                node.proof, node.proof_plies = -1, max(other.proof_plies for other in node.edges)
+            else:
+                return
+            child = node
+
+    def refresh_root_proof(self) -> None:
+        """The root's proof from its edges alone."""
+        root = self.root
+        wins = [edge.proof_plies for edge in root.edges if edge.proof == 1]
+        if wins:
+            root.proof, root.proof_plies = 1, min(wins)
+        elif all(edge.proof == -1 for edge in root.edges):
+            root.proof, root.proof_plies = -1, max(edge.proof_plies for edge in root.edges)
+        else:
+            root.proof, root.proof_plies = 0, 0
 
     # -- the search --------------------------------------------------------------------------
 
@@ -140,17 +208,20 @@ class NaiveMCTS:
         cfg = self.config
         remaining = cfg.simulations if num_simulations is None else num_simulations
         if self.root.edges is None:
-            ((moves, priors, value),) = self.evaluate([self.root])
+            ((moves, priors, value, wins),) = self.evaluate([self.root], at_root=True)
             if not moves:
                 raise ValueError("the root is terminal")
-            self.expand(self.root, moves, priors)
-            self.backup([], self.root, value, True)
+            self.expand(self.root, moves, priors, wins)
+            self.backup([], self.root, float(self.root.proof) if self.root.proof else value, True)
+        self.refresh_root_proof()
         while remaining > 0:
+            if self.root.proof != 0:
+                break
             leaves: list[list[tuple[NaiveNode, NaiveEdge]]] = []
             while len(leaves) < cfg.leaves_per_game and remaining > 0:
                 node, path, outcome = self.root, [], None
                 while outcome is None:
-                    if node.terminal:
+                    if node.terminal or (path and node.proof != 0):
                         outcome = "terminal"
                         break
                     edge = self.select_edge(node)
@@ -167,7 +238,7 @@ class NaiveMCTS:
                 remaining -= 1
                 if outcome == "terminal":
                     self.terminal_hits += 1
-                    self.backup(path, node, -1.0, False)
+                    self.backup(path, node, -1.0 if node.terminal else float(node.proof), False)
                     continue
                 for path_node, path_edge in path:
                     if path_edge.visits == 0 and path_edge.inflight == 0:
@@ -183,13 +254,14 @@ class NaiveMCTS:
                 parent, edge = path[-1]
                 move = np.array([edge.move], np.int32)
                 children.append(NaiveNode(engine.apply_moves(parent.position.reshape(1, 3), move)[0]))
-            for path, child, (moves, priors, value) in zip(
+            for path, child, (moves, priors, value, wins) in zip(
                     leaves, children, self.evaluate(children), strict=True):
                 edge = path[-1][1]
                 edge.pending = False
                 edge.child = child
-                self.expand(child, moves, priors)
-                self.backup(path, child, value, True)
+                self.expand(child, moves, priors, wins)
+                self.backup(path, child, float(child.proof) if child.proof else value, True)
+                self.propagate(path, child)
 
     def advance(self, move: tuple[int, int, int]) -> None:
         """Play `move` at the root, keeping its subtree when it exists (and reuse is on)."""

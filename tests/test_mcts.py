@@ -249,7 +249,8 @@ def test_kernel_root_visits_sum_to_simulations_and_no_virtual_loss_remains():
 def test_kernel_terminal_leaves_back_up_exact_values():
     board = Board(IMMEDIATE_WIN)
     position = board.canonical_position()
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=200))
+    # Without the solver (which proves the root at once and plays no simulation: test_solver.py).
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=200, solver=False))
     search.set_roots(position)
     stats = search.search()
     tree = search.tree
@@ -270,10 +271,11 @@ def test_kernel_terminal_leaves_back_up_exact_values():
 
 @pytest.mark.parametrize("leaves_per_game", [1, 8])
 def test_immediate_win_gets_most_simulations(leaves_per_game):
-    """A sign error in backup sends the search away from the winning moves."""
+    """A sign error in backup sends the search away from the winning moves (solver off: with it
+    the root is proven before any simulation)."""
     for text in (IMMEDIATE_WIN, _rotated(IMMEDIATE_WIN)):
         position = Board(text).canonical_position()
-        search = BatchedSearch(UniformEvaluator(), SearchConfig(leaves_per_game=leaves_per_game))
+        search = BatchedSearch(UniformEvaluator(), SearchConfig(leaves_per_game=leaves_per_game, solver=False))
         search.set_roots(position)
         search.search(800)
         result = search.root_result(0)
@@ -482,7 +484,12 @@ def test_result_fields():
     assert np.all(np.diff(result.visits) <= 0)
     assert result.num_legal_moves == engine.count_legal_moves(position)[0]
     assert -1.0 <= result.root_value <= 1.0
-    assert np.all(np.abs(result.q_values) <= 1.0)
+    visited = result.visits > 0
+    assert np.all(np.abs(result.q_values[visited]) <= 1.0)
+    assert np.isnan(result.q_values[~visited & (result.move_proofs == 0)]).all()
+    assert result.moves.shape == (result.num_legal_moves, 3)  # every legal move, visited first
+    assert visited[: int(visited.sum())].all()
+    assert result.proven == 0 and -1.0 <= result.raw_value <= 1.0
     pv = result.principal_variation
     assert pv.shape[0] >= 1 and pv[0].tolist() == result.moves[0].tolist()
     engine.play_paths(position.reshape(1, 3), np.zeros(1, np.int32),
@@ -614,13 +621,16 @@ def test_kernel_tests_pass_without_jit():
     assert " passed" in completed.stdout
 
 
-def _result(q: list[float], priors: list[float], visits: list[int]) -> SearchResult:
+def _result(q: list[float], priors: list[float], visits: list[int], raw_value: float = 0.0,
+            proofs: list[int] | None = None) -> SearchResult:
     count = len(q)
     return SearchResult(
         moves=np.stack([np.zeros(count), np.ones(count), np.arange(2, 2 + count)], axis=1).astype(np.int32),
         visits=np.array(visits, np.int32), q_values=np.array(q, np.float32),
-        priors=np.array(priors, np.float32), root_value=0.0,
-        principal_variation=np.zeros((0, 3), np.int32), num_legal_moves=count)
+        priors=np.array(priors, np.float32),
+        move_proofs=np.array(proofs if proofs is not None else [0] * count, np.int8),
+        move_proof_plies=np.zeros(count, np.int16), root_value=0.0, raw_value=raw_value, proven=0,
+        proof_plies=0, principal_variation=np.zeros((0, 3), np.int32), num_legal_moves=count)
 
 
 @given(
@@ -641,3 +651,50 @@ def test_improved_policy_without_value_differences_is_the_renormalized_prior():
     np.testing.assert_allclose(target, [1 / 6, 3 / 6, 2 / 6], rtol=1e-5)
     sharper = improved_policy(_result([-1.0, 1.0], [0.5, 0.5], [1, 1]), c_scale=0.2)
     assert sharper[1] / sharper[0] == pytest.approx(np.exp((50 + 1) * 0.2), rel=1e-4)
+
+
+def test_improved_policy_completes_unvisited_moves_with_the_mixed_value():
+    """A hand computation of Gumbel MuZero's completed-Q target (mctx's mix-value transform).
+
+    priors p = (0.5, 0.3, 0.2), visits (3, 1, 0), Q = (0.2, -0.4, unvisited), raw value 0.1:
+    sum_visited(p q) / sum_visited(p) = (0.1 - 0.12) / 0.8 = -0.025;
+    v_mix = (0.1 + 4 * -0.025) / (1 + 4) = 0.0;
+    completed Q = (0.2, -0.4, 0.0), rescaled by min -0.4 and span 0.6: (1, 0, 2/3);
+    sigma = (50 + 3) * 0.1 * rescaled = (5.3, 0, 3.5333);
+    target = p * exp(sigma) / Z = (100.168, 0.3, 6.8476) / 107.316.
+    """
+    target = improved_policy(_result([0.2, -0.4, float("nan")], [0.5, 0.3, 0.2], [3, 1, 0], raw_value=0.1))
+    np.testing.assert_allclose(target, [0.933397, 0.0027955, 0.0638076], rtol=1e-4)
+    # Only visited moves: the unvisited move's mass would vanish (the defect this replaces).
+    assert target[2] > 0.05
+
+
+def test_improved_policy_uses_exact_values_of_proven_moves():
+    # The third move is a proven win it never had to visit; the first is a proven loss.
+    target = improved_policy(_result([0.5, 0.1, float("nan")], [0.4, 0.4, 0.2], [6, 2, 0],
+                                     proofs=[-1, 0, 1]))
+    assert np.argmax(target) == 2 and target[0] < target[1]
+
+
+def test_noise_does_not_reach_the_policy_label():
+    """Root noise steers selection only: with the same visits and Q, the label is the same."""
+    position = random_position(3, 12)
+    noisy = BatchedSearch(HashEvaluator(), SearchConfig(simulations=64, root_noise=True,
+                                                        dirichlet_fraction=0.5), seed=1)
+    noisy.set_roots(position)
+    noisy.search()
+    clean = BatchedSearch(HashEvaluator(), SearchConfig(simulations=64), seed=1)
+    clean.set_roots(position)
+    clean.search(0)
+    # Give the noise-free search exactly the noisy search's statistics.
+    for name in ("edge_visits", "edge_value_sum", "node_visits", "node_value_sum", "edge_child",
+                 "nodes_used", "edges_used"):
+        getattr(clean.tree, name)[:] = getattr(noisy.tree, name)
+    noisy_result, clean_result = noisy.root_result(0), clean.root_result(0)
+    np.testing.assert_array_equal(noisy_result.moves, clean_result.moves)
+    np.testing.assert_array_equal(noisy_result.visits, clean_result.visits)
+    np.testing.assert_array_equal(noisy_result.priors, clean_result.priors)
+    np.testing.assert_array_equal(improved_policy(noisy_result), improved_policy(clean_result))
+    # The noise really changed what the selection saw.
+    block = root_edges(noisy)
+    assert not np.allclose(noisy.tree.edge_prior[0, block], clean.tree.edge_prior[0, block])

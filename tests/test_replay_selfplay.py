@@ -49,9 +49,12 @@ def test_labels_are_legal_canonical_moves_of_their_positions(finished_games):
     for index in range(samples.num_positions):
         legal, _ = engine.legal_moves(samples.positions[index])
         label = samples.label_moves[samples.label_offsets[index] : samples.label_offsets[index + 1]]
-        assert {tuple(row) for row in label.tolist()} <= {tuple(row) for row in legal.tolist()}
+        # The completed-Q target covers every legal move, unvisited ones included.
+        assert sorted(map(tuple, label.tolist())) == sorted(map(tuple, legal.tolist()))
         block = slice(samples.label_offsets[index], samples.label_offsets[index + 1])
-        assert samples.label_visits[block].sum() > 0
+        proven_at_once = engine.winning_moves(samples.positions[index][None], legal,
+                                              np.array([0, legal.shape[0]], np.int64)).any()
+        assert samples.label_visits[block].sum() > 0 or proven_at_once
         assert samples.label_policy[block].sum() == pytest.approx(1.0, abs=1e-5)
 
 
@@ -61,7 +64,9 @@ def test_policy_target_follows_the_config():
     result = SearchResult(
         moves=np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3]], np.int32), visits=np.array([2, 1, 1], np.int32),
         q_values=np.array([-0.5, 0.5, 0.0], np.float32), priors=np.full(3, 1 / 3, np.float32),
-        root_value=0.0, principal_variation=np.zeros((0, 3), np.int32), num_legal_moves=3)
+        move_proofs=np.zeros(3, np.int8), move_proof_plies=np.zeros(3, np.int16), root_value=0.0,
+        raw_value=0.0, proven=0, proof_plies=0, principal_variation=np.zeros((0, 3), np.int32),
+        num_legal_moves=3)
     np.testing.assert_allclose(visits_config.policy_label(result), [0.5, 0.25, 0.25])
     improved = improved_config.policy_label(result)
     assert improved.argmax() == 1 and improved.argmin() == 0

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -12,9 +13,19 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
-from amazons.learn import SampleBatch, augment_batch
+from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
+from amazons.learn import (
+    Learner,
+    OptimConfig,
+    SampleBatch,
+    augment_batch,
+    learning_rate_factor,
+    sample_batch,
+)
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+from amazons.net import PolicyValueNet, net_config
 from amazons.replay import GameSamples
 from amazons.selfplay import play_games
 from amazons.train import (
@@ -67,6 +78,76 @@ def test_bad_overrides_name_the_problem(override, message):
         apply_overrides(preset_config("cpu"), [override])
 
 
+def test_overrides_are_validated_once_after_all_are_applied():
+    base = preset_config("cpu")  # min_steps 20, max_steps 2000
+    for order in (["max_steps=2", "min_steps=1"], ["min_steps=1", "max_steps=2"]):
+        config = apply_overrides(base, order)
+        assert (config.min_steps, config.max_steps) == (1, 2)
+    with pytest.raises(ValueError, match="min_steps <= max_steps"):
+        apply_overrides(base, ["max_steps=5"])
+    with pytest.raises(ValueError, match="simulations"):
+        apply_overrides(base, ["selfplay.search.simulations=0"])
+
+
+def _saved_learner(tmp_path, net_config, optim_config):
+    learner = Learner(PolicyValueNet(net_config), optim_config, seed=0)
+    rng = np.random.default_rng(0)
+    batch = SampleBatch.concatenate([play_uniform_samples(seed) for seed in range(2)])
+    for _ in range(3):
+        learner.train_step(sample_batch(batch, 16, rng))
+    path = tmp_path / "latest.pt"
+    save_checkpoint(path, learner)
+    return learner, path
+
+
+def play_uniform_samples(seed: int) -> SampleBatch:
+    """One short uniform-search game as training samples."""
+    games = []
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, leaves_per_game=4), seed=seed)
+    play_games(search, 1, lambda samples, moves: games.append(samples))
+    samples = games[0]
+    return SampleBatch(samples.positions, samples.label_moves, samples.label_policy,
+                       samples.label_offsets, samples.z.astype(np.float32))
+
+
+def test_resume_applies_optimizer_and_schedule_overrides(tmp_path):
+    net = net_config("tiny")
+    old = OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant", weight_decay=1e-4)
+    learner, path = _saved_learner(tmp_path, net, old)
+    new = dataclasses.replace(old, lr=5e-4, weight_decay=3e-4, schedule="cosine", total_steps=10, min_lr_ratio=0.5)
+    resumed = resume_learner(path, net, new)
+    assert resumed.step == learner.step == 3 and resumed.config == new
+    for have, want in zip(resumed.model.state_dict().values(), learner.model.state_dict().values(), strict=True):
+        assert torch.equal(have, want)
+    decay, no_decay = resumed.optimizer.param_groups
+    assert decay["weight_decay"] == 3e-4 and no_decay["weight_decay"] == 0.0
+    assert decay["lr"] == pytest.approx(5e-4 * learning_rate_factor(3, new))
+    resumed.train_step(sample_batch(play_uniform_samples(5), 8, np.random.default_rng(1)))
+    assert decay["lr"] == pytest.approx(5e-4 * learning_rate_factor(4, new))
+    # The optimizer's moments came back: the first step after resuming is not a fresh AdamW step.
+    assert resumed.optimizer.state_dict()["state"][0]["step"] == 4
+
+
+def test_resume_refuses_a_new_network_shape_naming_the_field(tmp_path):
+    net = net_config("tiny")
+    _, path = _saved_learner(tmp_path, net, OptimConfig())
+    with pytest.raises(CheckpointError, match="net.blocks"):
+        resume_learner(path, dataclasses.replace(net, blocks=net.blocks + 1), OptimConfig())
+    with pytest.raises(CheckpointError, match="net.policy_head"):
+        resume_learner(path, dataclasses.replace(net, policy_head="factorized"), OptimConfig())
+
+
+def test_resume_command_refuses_a_network_change_before_touching_the_run(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    (run_dir / "checkpoints" / "latest.pt").write_bytes(b"not read before the config check")
+    text = json.dumps(config_to_dict(preset_config("cpu")), indent=2) + "\n"
+    (run_dir / "config.json").write_text(text)
+    with pytest.raises(SystemExit, match="net.blocks: 2 -> 3"):
+        main(["--run-dir", str(run_dir), "--resume", "net.blocks=3", "optim.lr=0.01"])
+    assert (run_dir / "config.json").read_text() == text
+
+
 def test_training_batches_show_each_position_in_many_orientations(tmp_path):
     # The run seeds the replay buffer and the learner with the same integer; their generators must
     # still be independent, or each position would always get the symmetry its buffer index implies.
@@ -117,9 +198,13 @@ def test_two_iterations_end_to_end_then_resume(tmp_path):
     assert chunks and any((run_dir / "tensorboard").iterdir())
     assert json.loads((run_dir / "elo.json").read_text())["ratings"]["random"] == 0
     assert (run_dir / "games" / "selfplay.txt").read_text().count("[Event ") == 8
-    assert main(["--run-dir", str(run_dir), "--iterations", "3", "--resume", "--no-progress"]) == 0
+    # Resumed with a new learning rate and schedule: the learner trains with them.
+    assert main(["--run-dir", str(run_dir), "--iterations", "3", "--resume", "--no-progress",
+                 "optim.lr=0.0007", "optim.warmup_steps=0", "optim.schedule=constant"]) == 0
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2, 3]
+    assert json.loads(lines[-1])["train/lr"] == pytest.approx(0.0007)
+    assert json.loads((run_dir / "config.json").read_text())["optim"]["lr"] == 0.0007
     assert len(list((run_dir / "replay").glob("chunk-*.npz"))) > len(chunks)
     assert json.loads(lines[-1])["train/learner_step"] == 9
     assert shm_segments() <= before

@@ -1,0 +1,232 @@
+"""Tests of the MCTS-solver: immediate wins marked by the engine, proofs in the tree, the root's
+choice, the naive oracle in step, and tree reuse keeping proofs.
+
+Positions with wins at depth 1 and 3 are checked here by brute force over the engine's moves.
+Tests whose name contains `kernel` also run without the JIT (see tests/test_mcts.py).
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from amazons import engine
+from amazons import mcts_numba as kernels
+from amazons.board import Board, Move
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from naive_mcts import NaiveMCTS  # noqa: E402
+from test_mcts import IMMEDIATE_WIN, HashEvaluator, assert_same_tree, random_position  # noqa: E402
+
+# White's four amazons sit in corners walled by arrows but for b7; Black's four are free in the
+# middle: 1,003 legal moves, of which the 25 that land on or shoot at b7 win at once.
+WIN_AMONG_A_THOUSAND = "Wx4xW/x5xx/2B2B2/8/8/2B2B2/xx4xx/Wx4xW b 20"
+# Late positions from random games (found by brute force) with a forced win in 3 plies and none in 1.
+WIN_IN_THREE = (
+    "xBxxx1xW/Bxx1xxWx/1xxxxBx1/BxxWxxxx/xxxxxxxx/x1xxx2x/1xx1xxxW/x3xxx1 w 43",
+    "Bx2xx1x/xx1xxxBx/xxxxBxxB/2xxxxxx/xxW1xxWx/W1x2x1x/xxxxxx2/xxWxxxxx w 43",
+)
+
+
+def children(position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Legal moves of a canonical position and the canonical positions after each."""
+    moves, _ = engine.legal_moves(position.reshape(1, 3))
+    kids = engine.apply_moves(np.repeat(position.reshape(1, 3), moves.shape[0], axis=0),
+                              np.ascontiguousarray(moves))
+    return moves, kids
+
+
+def wins_in_one(position: np.ndarray) -> np.ndarray:
+    """Brute force: which moves leave the opponent without a legal reply."""
+    _, kids = children(position)
+    return engine.count_legal_moves(kids) == 0
+
+
+def wins_in_three(position: np.ndarray) -> np.ndarray:
+    """Brute force: which moves win by the third ply whatever the opponent replies."""
+    moves, kids = children(position)
+    result = np.zeros(moves.shape[0], bool)
+    for row, kid in enumerate(kids):
+        if engine.count_legal_moves(kid.reshape(1, 3))[0] == 0:
+            result[row] = True
+            continue
+        _, grandchildren = children(kid)
+        result[row] = all(wins_in_one(grandchild).any() for grandchild in grandchildren)
+    return result
+
+
+@settings(max_examples=25, deadline=None)
+@given(seed=st.integers(0, 10_000), plies=st.integers(20, 44))
+def test_engine_marks_exactly_the_immediate_wins(seed, plies):
+    position = random_position(seed, plies)
+    moves, offsets = engine.legal_moves(position.reshape(1, 3))
+    marked = engine.winning_moves(position.reshape(1, 3), moves, offsets)
+    np.testing.assert_array_equal(marked, wins_in_one(position))
+
+
+def test_engine_marks_wins_over_a_batch():
+    positions = np.stack([Board(WIN_AMONG_A_THOUSAND).canonical_position(),
+                          Board(IMMEDIATE_WIN).canonical_position(), random_position(1, 30)])
+    moves, offsets = engine.legal_moves(positions)
+    marked = engine.winning_moves(positions, moves, offsets)
+    expected = np.concatenate([wins_in_one(position) for position in positions])
+    np.testing.assert_array_equal(marked, expected)
+    assert marked[offsets[0]:offsets[1]].sum() == 25 and offsets[1] == 1003
+
+
+def test_a_win_among_a_thousand_moves_is_proven_at_expansion():
+    board = Board(WIN_AMONG_A_THOUSAND)
+    position = board.canonical_position()
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=800))
+    search.set_roots(position)
+    stats = search.search()
+    result = search.root_result(0)
+    assert stats.simulations == 0 and result.proven == 1 and result.proof_plies == 1
+    wins = wins_in_one(position)
+    index = {tuple(move): row for row, move in enumerate(children(position)[0].tolist())}
+    proven = [index[tuple(move)] for move in result.moves[result.move_proofs == 1].tolist()]
+    assert sorted(proven) == sorted(np.flatnonzero(wins).tolist())
+    assert wins[index[tuple(search.select_moves(board.ply)[0].tolist())]]
+    assert wins[index[tuple(result.moves[0].tolist())]]
+    assert result.principal_variation.shape[0] == 1
+
+
+def test_without_the_solver_a_uniform_search_can_miss_the_win():
+    """The motivating failure: visits spread over a thousand moves; the solver needs none."""
+    board = Board(WIN_AMONG_A_THOUSAND)
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=200, solver=False))
+    search.set_roots(board.canonical_position())
+    search.search()
+    result = search.root_result(0)
+    assert result.proven == 0 and result.simulations == 200
+
+
+@pytest.mark.parametrize("text", WIN_IN_THREE)
+def test_search_proves_and_plays_a_win_in_three(text):
+    board = Board(text)
+    position = board.canonical_position()
+    assert not wins_in_one(position).any()
+    winning = wins_in_three(position)
+    assert winning.any()
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, leaves_per_game=4))
+    search.set_roots(position)
+    stats = search.search()
+    result = search.root_result(0)
+    assert result.proven == 1 and result.proof_plies == 3
+    assert stats.simulations < 300  # it stopped once the root was proven
+    index = {tuple(move): row for row, move in enumerate(children(position)[0].tolist())}
+    chosen = search.select_moves(board.ply)[0]
+    assert winning[index[tuple(chosen.tolist())]]
+    assert chosen.tolist() == result.moves[0].tolist()
+    # Every move the tree calls a win in 3 is one by brute force.
+    for move in result.moves[(result.move_proofs == 1) & (result.move_proof_plies == 3)].tolist():
+        assert winning[index[tuple(move)]]
+    # The loser's side of it: after the winning move, every reply is proven lost in 2.
+    loser = engine.apply_moves(position.reshape(1, 3), chosen.reshape(1, 3).astype(np.int32))[0]
+    reply_search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=2000))
+    reply_search.set_roots(loser)
+    reply_search.search()
+    reply = reply_search.root_result(0)
+    assert reply.proven == -1 and reply.proof_plies == 2
+    assert np.all(reply.move_proofs == -1)
+
+
+def test_proven_losing_moves_get_no_more_visits():
+    board = Board(WIN_IN_THREE[0])
+    position = engine.apply_moves(board.canonical_position().reshape(1, 3),
+                                  np.array([[8, 0, 8]], np.int32))[0]
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, leaves_per_game=1))
+    search.set_roots(position)
+    search.search()
+    block = slice(int(search.tree.node_first_edge[0, 0]),
+                  int(search.tree.node_first_edge[0, 0] + search.tree.node_edge_count[0, 0]))
+    for _ in range(40):
+        lost = search.tree.edge_proof[0, block] == kernels.PROOF_LOSS
+        before = search.tree.edge_visits[0, block].copy()
+        search.search(4)
+        after = search.tree.edge_visits[0, block]
+        assert np.array_equal(after[lost], before[lost])
+        if search.tree.node_proof[0, 0] != kernels.PROOF_NONE:
+            break
+
+
+def test_kernel_solver_matches_naive_on_late_positions():
+    """The naive oracle mirrors the solver: same trees, proofs included, on positions with proofs."""
+    config = SearchConfig(leaves_per_game=4, simulations=60)
+    proofs_seen = 0
+    for seed in range(4):
+        position = random_position(seed, 40)
+        if engine.is_terminal(position.reshape(1, 3))[0]:
+            continue
+        search = BatchedSearch(HashEvaluator(), config)
+        search.set_roots(position)
+        search.search()
+        naive = NaiveMCTS(HashEvaluator(), config, position)
+        naive.search()
+        assert_same_tree(search.tree, 0, naive.root)
+        assert_same_proofs(search.tree, naive.root)
+        proofs_seen += int(np.count_nonzero(search.tree.node_proof[0, : search.tree.nodes_used[0]]))
+    assert proofs_seen > 0
+
+
+def assert_same_proofs(tree: kernels.TreeArrays, naive_root) -> None:
+    """Node and edge proofs of game 0 equal the naive tree's."""
+    stack = [(0, naive_root)]
+    while stack:
+        node, naive = stack.pop()
+        assert tree.node_proof[0, node] == naive.proof
+        assert tree.node_proof_plies[0, node] == naive.proof_plies
+        first = tree.node_first_edge[0, node]
+        for offset, edge in enumerate(naive.edges or []):
+            e = first + offset
+            assert (tree.edge_proof[0, e], tree.edge_proof_plies[0, e]) == (edge.proof, edge.proof_plies)
+            if edge.child is not None:
+                stack.append((int(tree.edge_child[0, e]), edge.child))
+
+
+def test_kernel_tree_reuse_keeps_proofs():
+    board = Board(WIN_IN_THREE[1])
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, leaves_per_game=4))
+    search.set_roots(board.canonical_position())
+    search.search()
+    move = search.select_moves(board.ply)[0]
+    search.advance(0, move)
+    # The opponent's root is proven lost in 2 from the kept subtree, before any new search.
+    assert search.tree.node_proof[0, 0] == kernels.PROOF_LOSS
+    assert search.tree.node_proof_plies[0, 0] == 2
+    stats = search.search()
+    assert stats.simulations == 0 and search.root_result(0).proven == -1
+
+
+def test_solver_off_keeps_the_tree_free_of_proofs():
+    board = Board(WIN_IN_THREE[1])
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, solver=False))
+    search.set_roots(board.canonical_position())
+    search.search()
+    assert not search.tree.node_proof.any() and not search.tree.edge_proof.any()
+    assert search.root_result(0).simulations == 300
+
+
+def test_players_play_the_proven_win_at_once():
+    from amazons.players import MCTSPlayer
+
+    board = Board(WIN_IN_THREE[0])
+    winning = wins_in_three(board.canonical_position())
+    player = MCTSPlayer(UniformEvaluator(), SearchConfig(simulations=400), time_budget=5.0)
+    started = time.perf_counter()
+    move = player.choose_move(board)
+    assert time.perf_counter() - started < 2.5  # it stopped at the proof, not at the budget
+    canonical = board.real_to_canonical(np.array([move.as_tuple()], np.int32))[0]
+    index = {tuple(m): row for row, m in enumerate(children(board.canonical_position())[0].tolist())}
+    assert winning[index[tuple(canonical.tolist())]]
+    report = player.last_report
+    assert report.proven == 1 and report.verdict() == "proven win in 3 plies"
+    assert "wins in 3" in report.format()
+    board.push(Move(*move.as_tuple()))
