@@ -223,6 +223,28 @@ def test_analysis_of_the_current_position(client):
         assert answer.status_code == 400 and message in answer.json()["error"]
 
 
+def test_a_proven_position_is_shown_as_decided(client):
+    moves = random_game(5)[:-6]  # Black to move, a proven win for Black (the solver finds it)
+    body = {"moves": [str(move) for move in moves], "model": "none", "simulations": 400}
+    board_id = client.post("/api/games", json={"side": "both", **body}).json()["id"]
+    assert client.get(f"/api/games/{board_id}").json()["decided"] is None  # nothing proven yet
+    analysis = client.post(f"/api/games/{board_id}/analyse", json={}).json()
+    assert (analysis["proven"], analysis["winner"], analysis["turn"]) == (1, "black", "black")
+    assert analysis["top"][0]["proof"] == 1
+    assert analysis["top"][0]["proof_plies"] == analysis["proof_plies"] > 0
+    state = client.get(f"/api/games/{board_id}").json()
+    assert state["decided"] == {"winner": "black", "by": "search", "plies": analysis["proof_plies"]}
+    state = client.post(f"/api/games/{board_id}/move", json={"move": analysis["top"][0]["algebraic"]}).json()
+    assert state["decided"] is None  # the analysis was of the position before; nothing claimed
+
+    game = client.post("/api/games", json={"side": "white", **body}).json()  # the AI is Black
+    state = wait_idle(client, game["id"])
+    assert state["ply"] == len(moves) + 1 and state["analysis"]["proven"] == 1
+    assert state["moves"][-1]["algebraic"] == state["analysis"]["top"][0]["algebraic"]
+    assert state["decided"] == {"winner": "black", "by": "search",
+                                "plies": state["analysis"]["proof_plies"] - 1}
+
+
 def test_continuing_a_recorded_game_to_its_end(client):
     moves = random_game(3)
     opening = [str(move) for move in moves[:-3]]

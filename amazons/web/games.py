@@ -228,7 +228,7 @@ class GameSession:
         finally:
             ai.time_budget, ai.simulations = saved
         result = ai.search.root_result(0)
-        return move, analysis_view(ai.last_report, result, board, kind, seconds)
+        return move, analysis_view(result, ai.last_report, board, kind, seconds)
 
     # -- the record --------------------------------------------------------------------------------
 
@@ -264,6 +264,33 @@ class GameSession:
                 self.saved_plies = plies
         self.changed()
 
+    def decided(self) -> dict[str, Any] | None:
+        """Who wins, when the unfinished game is provably decided; else None.
+
+        A search proves a position when it has searched every line to the end
+        (`SearchResult.proven`). The proof holds for the current position when the analysis is
+        of this position, or is the AI's search for the move it has just played: the AI plays a
+        proven win's shortest line, and after a proven loss every move still loses.
+
+        Returns:
+            `{"winner": "black" | "white", "by": "search", "plies": plies to the end with best
+            play}`, or None.
+        """
+        analysis = self.analysis
+        if self.is_over() or analysis is None or not analysis["proven"]:
+            return None
+        board = self.board
+        behind = board.ply - analysis["ply"]
+        if behind == 1 and analysis["kind"] == "ai-move":
+            board = board.copy()
+            board.pop()
+        elif behind != 0:
+            return None
+        if board_squares(board) != analysis["squares"] or COLOR_NAMES[board.turn] != analysis["turn"]:
+            return None
+        return {"winner": analysis["winner"], "by": "search",
+                "plies": analysis["proof_plies"] - behind}
+
     def state(self) -> dict[str, Any]:
         """Everything the page shows about the game, as JSON-ready values."""
         board = self.board
@@ -287,6 +314,7 @@ class GameSession:
             "result": RESULT_TEXT[board.winner()],
             "legal": legal_move_tree(board) if human_turn and self.busy is None else None,
             "analysis": self.analysis,
+            "decided": self.decided(),
             "error": self.error,
             "saved": None if self.save_path is None else str(self.save_path),
             "saved_plies": self.saved_plies,

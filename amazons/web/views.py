@@ -17,6 +17,7 @@ from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.mcts import SearchResult
 from amazons.players import SearchReport
 from amazons.records import GameRecord
+from amazons.symmetry import canonical_to_real
 
 __all__ = [
     "analysis_view",
@@ -53,44 +54,56 @@ def legal_move_tree(board: Board) -> dict[str, dict[str, list[int]]]:
     return tree
 
 
-def analysis_view(report: SearchReport, result: SearchResult, board: Board, kind: str,
+def analysis_view(result: SearchResult, report: SearchReport, board: Board, kind: str,
                   seconds: float) -> dict[str, Any]:
     """What one search found at `board`, for the analysis panel.
 
     Args:
-        report: the searching player's report (real-frame moves, shares, values, main line).
-        result: the same search's root statistics (visits, priors, legal move count).
+        result: the search's root statistics (canonical moves, in the search's order of
+            preference: proven wins, then by visits, then proven losses).
+        report: the searching player's report of the same search (its real-frame main line).
         board: the searched position.
         kind: `"ai-move"` (the search behind an AI move) or `"analysis"` (asked for).
         seconds: how long the search took.
 
     Returns:
-        ply, turn, value for the side to move and for Black, the top moves (share of visits,
-        visits, Q for the side to move, prior), the principal variation, simulations, seconds,
-        and the proof status of the root when the search reports one.
+        ply, turn, value for the side to move and for Black, the proof status of the root
+        (`proven`: +1 the side to move wins, -1 it loses, 0 unknown; `proof_plies`; `winner`
+        when proven), the top moves that were visited or proven (share of visits, visits, Q for
+        the side to move, prior, `proof` and `proof_plies`), the principal variation,
+        simulations, seconds and the number of legal moves.
     """
+    shown = np.flatnonzero((result.visits > 0) | (result.move_proofs != 0))[:TOP_MOVES]
+    real_moves = canonical_to_real(result.moves[shown], board.turn) if shown.size else []
+    shares = result.policy
     top = []
-    count = min(TOP_MOVES, len(report.moves))
-    for index in range(count):
-        entry = move_view(report.moves[index])
-        entry.update(share=float(report.visit_shares[index]), visits=int(result.visits[index]),
-                     q=float(report.q_values[index]), prior=float(result.priors[index]))
+    for index, squares in zip(shown.tolist(), np.asarray(real_moves).tolist(), strict=True):
+        entry = move_view(Move(*squares))
+        q = float(result.q_values[index])
+        entry.update(share=float(shares[index]), visits=int(result.visits[index]),
+                     q=q if np.isfinite(q) else None, prior=float(result.priors[index]),
+                     proof=int(result.move_proofs[index]),
+                     proof_plies=int(result.move_proof_plies[index]))
         top.append(entry)
-    value = float(np.clip(report.root_value, -1.0, 1.0))
-    view: dict[str, Any] = {
+    value = float(np.clip(result.root_value, -1.0, 1.0))
+    proven = int(result.proven)
+    winner = None if not proven else COLOR_NAMES[board.turn if proven > 0 else 1 - board.turn]
+    return {
         "kind": kind,
         "ply": board.ply,
         "turn": COLOR_NAMES[board.turn],
         "squares": board_squares(board),
         "value": value,
         "black_value": value if board.turn == BLACK else -value,
-        "simulations": report.simulations,
+        "proven": proven,
+        "proof_plies": int(result.proof_plies) if proven else None,
+        "winner": winner,
+        "simulations": result.simulations,
         "seconds": round(seconds, 3),
         "legal_moves": int(result.num_legal_moves),
         "top": top,
         "pv": [move_view(move) for move in report.principal_variation],
     }
-    return view
 
 
 def record_summary(record: GameRecord, number: int) -> dict[str, Any]:

@@ -157,6 +157,7 @@ export class PlayView {
     this.renderBoard(state);
     this.renderAnalysis(state.analysis, state);
     this.renderMoves(state);
+    this.renderDecided(state.decided);
     const humanMoved = state.moves.some((_, ply) => state.human.includes(COLORS[ply % 2]));
     this.undoButton.disabled = Boolean(state.busy) || this.pending || !humanMoved;
     this.analyseButton.disabled = Boolean(state.busy) || state.over;
@@ -248,10 +249,14 @@ export class PlayView {
       this.evalBar.dataset.value = "";
       return;
     }
-    fill.style.height = `${((1 + analysis.black_value) / 2) * 100}%`;
-    label.textContent = signed(analysis.black_value);
-    this.evalBar.dataset.value = analysis.black_value;
-    this.evalBar.title = `value ${signed(analysis.black_value)} for Black (search at ply ${analysis.ply})`;
+    const proven = analysis.proven !== 0;
+    const black = proven ? (analysis.winner === "black" ? 1 : -1) : analysis.black_value;
+    fill.style.height = `${((1 + black) / 2) * 100}%`;
+    label.textContent = proven ? (black > 0 ? "1-0" : "0-1") : signed(black);
+    this.evalBar.dataset.value = black;
+    this.evalBar.title = proven
+      ? `${analysis.winner} wins: proven by the search at ply ${analysis.ply}`
+      : `value ${signed(black)} for Black (search at ply ${analysis.ply})`;
   }
 
   renderAnalysis(analysis, state) {
@@ -262,8 +267,11 @@ export class PlayView {
       ? `(the AI's search for ply ${analysis.ply + 1})`
       : `(the position at ply ${analysis.ply})`;
     panel.querySelector(".analysis-about").textContent = about;
+    const verdict = analysis.proven
+      ? `proven ${analysis.proven > 0 ? "win" : "loss"} for ${analysis.turn} in ${analysis.proof_plies} plies`
+      : `value ${signed(analysis.value)} for ${analysis.turn}`;
     panel.querySelector(".analysis-summary").textContent =
-      `${capitalize(analysis.turn)} to move: value ${signed(analysis.value)} for ${analysis.turn} ` +
+      `${capitalize(analysis.turn)} to move: ${verdict} ` +
       `\u00b7 ${analysis.simulations.toLocaleString()} simulations in ${analysis.seconds.toFixed(2)} s ` +
       `\u00b7 ${analysis.legal_moves.toLocaleString()} legal moves`;
     const rows = analysis.top.map((entry) => {
@@ -273,7 +281,8 @@ export class PlayView {
         element("td", { class: "move", text: entry.algebraic, title: entry.botzone }),
         element("td", { text: entry.visits.toLocaleString() }),
         element("td", { class: "share" }, bar, element("span", { text: `${(entry.share * 100).toFixed(1)}%` })),
-        element("td", { text: signed(entry.q, 3) }),
+        element("td", { text: entry.proof ? `${entry.proof > 0 ? "win" : "loss"} in ${entry.proof_plies}`
+                                          : entry.q === null ? "\u2013" : signed(entry.q, 3) }),
         element("td", { text: `${(entry.prior * 100).toFixed(1)}%` }));
       row.addEventListener("mouseenter", () => {
         if (analysis.ply !== this.state.ply) return;
@@ -289,6 +298,16 @@ export class PlayView {
     panel.querySelector(".top-moves tbody").replaceChildren(...rows);
     const line = analysis.pv.map((move, index) => `${analysis.ply + index + 1}. ${move.algebraic}`);
     panel.querySelector(".pv").textContent = line.length ? `Principal variation: ${line.join("  ")}` : "";
+  }
+
+  renderDecided(decided) {
+    this.decided.hidden = !decided;
+    this.decided.dataset.winner = decided ? decided.winner : "";
+    if (!decided) return;
+    const how = decided.by === "search"
+      ? `proven by the search: ${decided.plies} more plies with best play`
+      : `the amazons are walled off: ${decided.winner} has ${decided.margin} more moves`;
+    this.decided.textContent = `Decided: ${capitalize(decided.winner)} wins (${how}).`;
   }
 
   renderMoves(state) {
