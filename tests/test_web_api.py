@@ -7,6 +7,9 @@ files. Bad requests must get a 4xx with a message naming the problem and leave t
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -22,6 +25,7 @@ from amazons.web.__main__ import main as web_main
 from amazons.web.views import board_squares
 
 FAST = {"model": "none", "simulations": 24, "seed": 1}
+ROOT = Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture()
@@ -341,6 +345,43 @@ def test_watching_a_run_directory_pushes_new_games_and_metrics(client, tmp_path)
         assert answer.status_code == status and message in answer.json()["error"]
     with client.websocket_connect(f"/api/runs/ws?dir={tmp_path / 'none'}") as socket:
         assert "does not exist" in socket.receive_json()["error"]
+
+
+@pytest.mark.slow
+def test_watching_a_real_training_run(client, tmp_path):
+    """`python -m amazons.train` (two tiny iterations) writes the run the watch view follows."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    smoke = ["games_per_iteration=4", "selfplay.num_actors=2", "selfplay.games_in_parallel=2",
+             "selfplay.search.simulations=8", "selfplay.start_jitter_s=0", "min_steps=3",
+             "max_steps=3", "train_batch_size=32", "eval.games=2", "eval.simulations=4",
+             "eval.processes=1", "eval.opponents=previous,random"]
+    command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
+               "--iterations", "2", "--no-progress", *smoke]
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    process = subprocess.Popen(command, cwd=ROOT, env=environment, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    seen_totals = set()
+    try:
+        while process.poll() is None:
+            snapshot = client.get("/api/runs", params={"dir": str(run_dir)}).json()
+            seen_totals.add(snapshot["games_total"])
+            time.sleep(0.3)
+        output = process.stdout.read()
+    finally:
+        process.kill()
+        process.wait()
+    assert process.returncode == 0, output
+    snapshot = client.get("/api/runs", params={"dir": str(run_dir)}).json()
+    assert snapshot["games_total"] == 8 and snapshot["iteration"] == 2 and snapshot["iterations"] == 2
+    assert {0, 4, 8} <= seen_totals  # the games of each iteration showed up as they came
+    assert [row["iteration"] for row in snapshot["metrics"]] == [1.0, 2.0]
+    assert "train/loss" in snapshot["metrics"][0] and "eval/elo" in snapshot["metrics"][1]
+    assert snapshot["ratings"]["random"] == 0 and snapshot["models"] == 3
+    newest = read_records(run_dir / "games" / "selfplay.txt")[-1]
+    assert snapshot["games"][0]["game"] == 8
+    assert [move["botzone"] for move in snapshot["games"][0]["moves"]] == \
+           [move.to_botzone() for move in newest.moves]
 
 
 def test_the_page_and_its_files_are_served(client):
