@@ -95,6 +95,19 @@ def test_a_game_against_the_ai_with_live_updates_and_a_saved_record(client, tmp_
     assert Path(final["saved"]).parent == tmp_path / "games"
 
 
+def test_a_game_against_the_shipped_network(client):
+    state = client.post("/api/games", json={"side": "white", "model": "default", "simulations": 32,
+                                            "seed": 0}).json()
+    assert state["ai"] == {"name": "mcts-net:default", "model": "default", "search": "32 simulations"}
+    state = wait_idle(client, state["id"])
+    assert state["ply"] == 1 and state["error"] is None
+    Board.from_moves([state["moves"][0]["algebraic"]])
+    assert state["analysis"]["simulations"] >= 32 and -1 <= state["analysis"]["value"] <= 1
+    import torch  # loaded by the network AI, set to one thread per search by the server
+
+    assert torch.get_num_threads() == 1
+
+
 def test_the_ai_opens_for_a_human_playing_white(client):
     state = client.post("/api/games", json={"side": "white", **FAST}).json()
     assert state["busy"] == "thinking"  # the answer already says the AI has started
@@ -392,6 +405,19 @@ def test_the_page_and_its_files_are_served(client):
         assert client.get(f"/static/{name}").status_code == 200, name
     info = client.get("/api/info").json()
     assert info["model"] == "none" and info["time_per_move"] == 1.0
+
+
+def test_the_web_board_sits_on_top_of_the_import_chain():
+    """Nothing in the package imports `amazons.web`; importing the package loads no web stack."""
+    for path in (ROOT / "amazons").rglob("*.py"):
+        if "web" not in path.relative_to(ROOT / "amazons").parts:
+            text = path.read_text()
+            assert "amazons.web" not in text and "from amazons import web" not in text, path
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, amazons; print(sorted(name for name in sys.modules "
+         "if name.split('.')[0] in ('starlette', 'uvicorn') or name == 'amazons.web'))"],
+        cwd=ROOT, capture_output=True, text=True, check=True)
+    assert loaded.stdout.strip() == "[]"
 
 
 @pytest.mark.parametrize(("argv", "message"), [

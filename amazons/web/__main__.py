@@ -2,7 +2,8 @@
 
     python -m amazons.web [--host 127.0.0.1] [--port 8000] [--model default|none|PATH]
                           [--time SECONDS] [--games-dir DIR | --no-save] [--run RUN_DIR]
-                          [--replay FILE] [--log-level LEVEL]
+                          [--replay FILE] [--search-threads N] [--torch-threads N]
+                          [--log-level LEVEL]
 
 Serves the page and its API with uvicorn until Ctrl-C. Exit status 2 for bad arguments.
 """
@@ -41,6 +42,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="open the page on this record file (replay view)")
     parser.add_argument("--search-threads", type=int, default=2,
                         help="worker threads for searches (default 2)")
+    parser.add_argument("--torch-threads", type=int, default=1,
+                        help="torch's threads for a network model (default 1: games search in "
+                             "parallel on the worker threads)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),
                         help="uvicorn's log level (default info)")
@@ -66,6 +70,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--time must be in (0, {MAX_TIME:g}] seconds, got {args.time}")
     if args.search_threads < 1:
         parser.error(f"--search-threads must be at least 1, got {args.search_threads}")
+    if args.torch_threads < 1:
+        parser.error(f"--torch-threads must be at least 1, got {args.torch_threads}")
     if args.run is not None and not Path(args.run).is_dir():
         parser.error(f"--run {args.run}: no such folder")
     if args.replay is not None and not Path(args.replay).is_file():
@@ -74,7 +80,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     config = WebConfig(model=args.model, time_per_move=args.time,
                        games_dir=None if args.no_save else args.games_dir,
-                       search_threads=args.search_threads, run_dir=args.run, replay=args.replay)
+                       search_threads=args.search_threads, torch_threads=args.torch_threads,
+                       run_dir=args.run, replay=args.replay)
     if not _is_loopback(args.host):
         print(f"warning: listening on {args.host}: anyone who can reach it can play, and read "
               "the record files and run directories they name", file=sys.stderr)

@@ -59,6 +59,7 @@ class WebConfig:
     games_dir: Path | None = Path("games")  # where each game's record file goes (None: not saved)
     max_games: int = 16  # games held; a new one drops the least recently used idle game
     search_threads: int = 2  # worker threads for searches (games search in parallel up to this)
+    torch_threads: int = 1  # torch's intra-op threads once a network model is loaded
     poll_seconds: float = 1.0  # how often a watched run directory is looked at
     run_dir: str | None = None  # a run directory the page opens in the watch view
     replay: str | None = None  # a record file the page opens in the replay view
@@ -119,7 +120,7 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     executor = ThreadPoolExecutor(max_workers=config.search_threads,
                                   thread_name_prefix="amazons-search")
     store = GameStore(executor, config.games_dir, config.max_games, config.model,
-                      config.time_per_move)
+                      config.time_per_move, config.torch_threads)
     library = RecordLibrary()
 
     @contextlib.asynccontextmanager

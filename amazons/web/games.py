@@ -330,20 +330,34 @@ class GameStore:
         games_dir: folder for the record files (`web-YYYYMMDD-HHMMSS-ID.txt`); None: no saving.
         max_games: games kept; creating one more drops the least recently used idle game.
         default_model, default_time: what a new game uses when its request does not say.
+        torch_threads: torch's intra-op threads once a network model is loaded. Several games
+            search at once on the worker threads, so one each is the default (docs/web.md has
+            the measurement).
     """
 
     def __init__(self, executor: Executor, games_dir: Path | None, max_games: int = 16,
-                 default_model: str = "default", default_time: float = 1.0) -> None:
+                 default_model: str = "default", default_time: float = 1.0,
+                 torch_threads: int = 1) -> None:
         self.executor = executor
         self.games_dir = games_dir
         self.max_games = max_games
         self.default_model = default_model
         self.default_time = default_time
+        self.torch_threads = torch_threads
         self.games: dict[str, GameSession] = {}
         self._tasks: set[asyncio.Task] = set()
 
     async def _in_worker(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
+
+    def _build_ai(self, settings: GameSettings) -> MCTSPlayer:
+        """The game's AI through `build_ai`; runs on a worker thread (a network imports torch)."""
+        ai = build_ai(settings.model, settings.simulations, settings.time_budget, settings.seed)
+        if settings.model != "none":
+            import torch  # loaded by build_ai already; torch's thread count is process-wide
+
+            torch.set_num_threads(self.torch_threads)
+        return ai
 
     def get(self, game_id: str) -> GameSession:
         """The game named `game_id`.
@@ -364,8 +378,7 @@ class GameStore:
         """
         settings = game_settings(body, self.default_model, self.default_time)
         try:
-            ai = await self._in_worker(build_ai, settings.model, settings.simulations,
-                                       settings.time_budget, settings.seed)
+            ai = await self._in_worker(self._build_ai, settings)
         except (OSError, ValueError, ImportError) as error:
             raise BadRequestError(f"cannot load the model {settings.model!r}: {error}") from None
         game_id = secrets.token_hex(6)
