@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 from starlette.testclient import TestClient
+from starlette.websockets import WebSocketDisconnect
 
 from amazons.arena import play_game
 from amazons.board import Board, Move
@@ -22,6 +23,7 @@ from amazons.players import RandomPlayer
 from amazons.records import GameRecord, read_records, write_records
 from amazons.web import WebConfig, create_app
 from amazons.web.__main__ import main as web_main
+from amazons.web.app import LOOPBACK_HOSTS
 from amazons.web.views import board_squares
 
 FAST = {"model": "none", "simulations": 24, "seed": 1}
@@ -177,6 +179,23 @@ def test_unknown_games_and_routes_are_404_with_a_message(client):
     assert client.get("/api/games/x/move").status_code == 405
     with client.websocket_connect("/api/games/nope/ws") as socket:
         assert socket.receive_json() == {"type": "error", "error": "unknown game 'nope'", "status": 404}
+
+
+def test_other_sites_cannot_drive_the_board(client, tmp_path):
+    answer = client.post("/api/games", json=FAST, headers={"Origin": "http://evil.example"})
+    assert answer.status_code == 403 and "cross-site request from http://evil.example" in answer.json()["error"]
+    assert client.get("/api/games").json() == []
+    game = client.post("/api/games", json=FAST, headers={"Origin": "http://testserver"}).json()
+    assert client.get(f"/api/games/{game['id']}", headers={"Origin": "http://evil.example"}).status_code == 200
+    with pytest.raises(WebSocketDisconnect) as closed:
+        with client.websocket_connect(f"/api/games/{game['id']}/ws", headers={"Origin": "http://evil.example"}):
+            pass
+    assert closed.value.code == 4403
+    loopback = create_app(WebConfig(model="none", games_dir=None, warm_up=False,
+                                    allowed_hosts=LOOPBACK_HOSTS))
+    with TestClient(loopback, base_url="http://127.0.0.1:8000") as local:
+        assert local.get("/api/info").status_code == 200
+        assert local.get("/api/info", headers={"Host": "rebound.example:8000"}).status_code == 400
 
 
 def test_one_search_per_game_and_the_server_answers_meanwhile(client):

@@ -16,7 +16,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from amazons.web.app import WebConfig, create_app
+from amazons.web.app import LOOPBACK_HOSTS, WebConfig, create_app
 from amazons.web.games import MAX_TIME
 
 
@@ -81,7 +81,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     config = WebConfig(model=args.model, time_per_move=args.time,
                        games_dir=None if args.no_save else args.games_dir,
                        search_threads=args.search_threads, torch_threads=args.torch_threads,
-                       run_dir=args.run, replay=args.replay)
+                       run_dir=args.run, replay=args.replay,
+                       allowed_hosts=LOOPBACK_HOSTS if _is_loopback(args.host) else None)
     if not _is_loopback(args.host):
         print(f"warning: listening on {args.host}: anyone who can reach it can play, and read "
               "the record files and run directories they name", file=sys.stderr)

@@ -29,13 +29,18 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from starlette.applications import Starlette
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
 from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
 from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
+from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from amazons import __version__
@@ -45,9 +50,10 @@ from amazons.web.inputs import BadRequestError, JsonFields, WebError, parse_json
 from amazons.web.library import RecordLibrary
 from amazons.web.runs import RunWatcher
 
-__all__ = ["STATIC_DIR", "WebConfig", "create_app"]
+__all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "WebConfig", "create_app"]
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1", "[::1]")
 
 
 @dataclass(frozen=True)
@@ -64,6 +70,33 @@ class WebConfig:
     run_dir: str | None = None  # a run directory the page opens in the watch view
     replay: str | None = None  # a record file the page opens in the replay view
     warm_up: bool = True  # compile (or load) the search kernels before serving
+    allowed_hosts: tuple[str, ...] | None = None  # Host headers served (None: any); the command
+    #   line gives a loopback server LOOPBACK_HOSTS, so a web page cannot rebind a name onto it
+
+
+class SameOriginOnly:
+    """Refuses what another web site's page could send: a request that changes something, or a
+    websocket, whose `Origin` is not this server (403, or a websocket closed with 4403).
+
+    Requests without `Origin` (curl, scripts) and reads (GET, HEAD) pass.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            headers = Headers(scope=scope)
+            origin = headers.get("origin")
+            changes = scope["type"] == "websocket" or scope["method"] not in ("GET", "HEAD")
+            if origin and changes and urlsplit(origin).netloc != headers.get("host"):
+                message = f"cross-site request from {origin} refused"
+                if scope["type"] == "http":
+                    await JSONResponse({"error": message}, status_code=403)(scope, receive, send)
+                else:
+                    await WebSocket(scope, receive, send).close(code=4403, reason=message)
+                return
+        await self.app(scope, receive, send)
 
 
 async def _body(request: Request) -> dict[str, Any]:
@@ -262,7 +295,10 @@ def create_app(config: WebConfig | None = None) -> Starlette:
         WebSocketRoute("/api/runs/ws", run_socket),
         Mount("/static", StaticFiles(directory=STATIC_DIR), name="static"),
     ]
-    app = Starlette(routes=routes, lifespan=lifespan,
+    middleware = [Middleware(SameOriginOnly)]
+    if config.allowed_hosts is not None:
+        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)))
+    app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={WebError: _error, HTTPException: _error, Exception: _error})
     app.state.store = store
     app.state.config = config
