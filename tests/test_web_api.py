@@ -95,6 +95,11 @@ def test_a_game_against_the_ai_with_live_updates_and_a_saved_record(client, tmp_
     assert text.headers["content-type"].startswith("text/plain")
     assert text.text == records[0].to_text() + "\n"
     assert Path(final["saved"]).parent == tmp_path / "games"
+    assert client.get("/api/games").json() == [
+        {"id": game_id, "ply": 2, "over": False, "busy": None, "human": ["black"]}]
+    assert client.delete(f"/api/games/{game_id}").status_code == 204
+    assert client.get(f"/api/games/{game_id}").status_code == 404
+    assert read_records(final["saved"]) == records  # the record file stays
 
 
 def test_a_game_against_the_shipped_network(client):

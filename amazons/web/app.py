@@ -44,6 +44,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from amazons import __version__
+from amazons.board import COLOR_NAMES
 from amazons.mcts import warm_up
 from amazons.web.games import GameStore
 from amazons.web.inputs import BadRequestError, JsonFields, WebError, parse_json_object, parse_move
@@ -186,7 +187,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     async def list_games(request: Request) -> Response:
         return JSONResponse([
             {"id": session.game_id, "ply": session.board.ply, "over": session.is_over(),
-             "busy": session.busy, "human": session.state()["human"]}
+             "busy": session.busy,
+             "human": [COLOR_NAMES[color] for color in session.settings.human_colors]}
             for session in store.games.values()
         ])
 

@@ -448,13 +448,13 @@ class GameStore:
             _, analysis = await self._in_worker(session.search, session.board.copy(), "analysis",
                                                 time_budget, simulations)
         except Exception as error:
-            session.error = f"the analysis failed: {error}"
+            session.error = f"the analysis failed: {type(error).__name__}: {error}"
             raise
+        else:
+            session.analysis = analysis
         finally:
             session.busy = None
             session.changed()
-        session.analysis = analysis
-        session.changed()
         return analysis
 
     def _start_ai(self, session: GameSession) -> None:
