@@ -444,6 +444,17 @@ def test_the_web_board_sits_on_top_of_the_import_chain():
     assert loaded.stdout.strip() == "[]"
 
 
+def test_the_oldest_idle_game_makes_room(tmp_path):
+    app = create_app(WebConfig(model="none", games_dir=None, warm_up=False, max_games=2))
+    with TestClient(app) as client:
+        games = [client.post("/api/games", json={"side": "both", **FAST}).json()["id"]
+                 for _ in range(2)]
+        client.post(f"/api/games/{games[0]}/move", json={"move": "c8-c6/d7"})  # used last
+        newest = client.post("/api/games", json={"side": "both", **FAST}).json()["id"]
+        assert sorted(game["id"] for game in client.get("/api/games").json()) == sorted([games[0], newest])
+        assert client.get(f"/api/games/{games[1]}").json() == {"error": f"unknown game {games[1]!r}"}
+
+
 @pytest.mark.parametrize(("argv", "message"), [
     (["--port", "0"], "--port must be in 1..65535"),
     (["--time", "-2"], "--time must be in"),

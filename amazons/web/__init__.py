@@ -14,6 +14,14 @@ Starlette, uvicorn, websockets).
 See `docs/web.md`.
 """
 
-from amazons.web.app import STATIC_DIR, WebConfig, create_app
+try:
+    import starlette  # noqa: F401  (checked first, to name the missing extra)
+    import uvicorn  # noqa: F401
+except ModuleNotFoundError as missing:
+    raise ModuleNotFoundError(
+        f"the web board needs the 'web' extra ({missing.name} is not installed): "
+        "pip install -e '.[web]', or make install", name=missing.name) from missing
+
+from amazons.web.app import STATIC_DIR, WebConfig, create_app  # noqa: E402
 
 __all__ = ["STATIC_DIR", "WebConfig", "create_app"]
