@@ -82,9 +82,6 @@ def main() -> None:
                 page.click("#analyse-button")
                 page.wait_for_selector(f"#analysis:not([hidden]) .analysis-about:text('ply {PLIES})')")
                 page.wait_for_selector("#play-status[data-state=your-move]")
-                toggle = page.locator("#territory-toggle")
-                if toggle.is_visible():
-                    toggle.check()
                 page.mouse.move(0, 0)
                 page.screenshot(path=str(args.out))
                 context.close()

@@ -168,6 +168,31 @@ def test_a_whole_game_by_clicks_against_the_ai(server, page, tmp_path):
     assert listed == [str(move) for move in record.moves]
 
 
+def test_analysis_panel_and_a_decided_position(server, page, tmp_path):
+    url, _ = server
+    moves = random_game(5)  # 6 plies before its end, Black to move has a proven win
+    source = tmp_path / "proven.txt"
+    write_records(source, [GameRecord.from_game(moves, "random", "random", event="test")])
+    page.goto(f"{url}/#play")
+    page.wait_for_selector("body[data-ready=true]")
+    page.fill("#new-game input[name=time]", "1")  # time enough for the proof on a busy machine
+    load_record(page, url, source)
+    page.click("#replay-controls button:text('End')")
+    for _ in range(6):
+        page.keyboard.press("ArrowLeft")
+    page.click("#replay-controls button:text('Play on from here')")
+    page.wait_for_selector(f"#play-status[data-state=your-move][data-ply='{len(moves) - 6}']")
+    assert page.is_hidden("#play-decided") and page.is_hidden("#analysis")
+    page.click("#analyse-button")
+    page.wait_for_selector("#play-decided:not([hidden])")
+    assert page.inner_text("#play-decided").startswith("Decided: Black wins (proven by the search")
+    assert page.inner_text("#play-eval .eval-label") == "1-0"
+    assert "proven win for black" in page.inner_text("#analysis .analysis-summary")
+    rows = page.locator("#analysis .top-moves tbody tr")
+    assert rows.count() >= 1 and "win in" in rows.first.inner_text()
+    assert page.locator("#play-board line.move-arrow.hint").count() == 2  # the best move, drawn
+
+
 def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):
     url, _ = server
     games = [random_game(31), random_game(32)]

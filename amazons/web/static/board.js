@@ -1,5 +1,5 @@
-// The board as SVG: 64 squares (square = y * 8 + x, a8 first), pieces, highlights, a territory
-// overlay and move arrows. It draws what it is given and reports clicks; it knows no rules.
+// The board as SVG: 64 squares (square = y * 8 + x, a8 first), pieces, highlights and move
+// arrows. It draws what it is given and reports clicks; it knows no rules.
 
 const SVG = "http://www.w3.org/2000/svg";
 const FILES = "abcdefgh";
@@ -34,7 +34,6 @@ export class BoardView {
         "data-name": squareName(square),
       });
       group.append(svg("rect", { class: "base", x, y, width: 1, height: 1 }));
-      group.append(svg("rect", { class: "territory", x, y, width: 1, height: 1 }));
       group.append(svg("rect", { class: "mark", x: x + 0.03, y: y + 0.03, width: 0.94, height: 0.94 }));
       group.append(svg("circle", { class: "target", cx: x + 0.5, cy: y + 0.5, r: 0.14 }));
       const piece = svg("g", { class: "piece", transform: `translate(${x + 0.5} ${y + 0.5})` });
@@ -69,10 +68,9 @@ export class BoardView {
 
   // Draw a position: `squares` is 64 characters (B, W, x, .).
   // `marks`: Map square -> class names for highlights (legal targets, selection, last move).
-  // `territory`: 64 numbers (+1 Black, -1 White, 0 none) or null to hide the overlay.
   // `arrows`: [{from, to, kind, shot}] lines drawn over the board (kind: hint, last or pv;
   // `shot`: an arrow's flight, drawn dashed).
-  draw({ squares, marks = new Map(), territory = null, arrows = [] }) {
+  draw({ squares, marks = new Map(), arrows = [] }) {
     this.root.dataset.squares = squares;
     for (let square = 0; square < 64; square++) {
       const entry = this.squares[square];
@@ -86,10 +84,6 @@ export class BoardView {
       if (content === "W") classes.push("white-amazon");
       if (content === "x") classes.push("arrow");
       if (marks.has(square)) classes.push(marks.get(square));
-      if (territory) {
-        if (territory[square] > 0) classes.push("owned-black");
-        else if (territory[square] < 0) classes.push("owned-white");
-      }
       entry.group.setAttribute("class", classes.join(" "));
     }
     this.arrowLayer.replaceChildren();

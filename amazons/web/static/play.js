@@ -19,7 +19,6 @@ export class PlayView {
     this.undoButton = document.getElementById("undo-button");
     this.analyseButton = document.getElementById("analyse-button");
     this.recordLink = document.getElementById("record-link");
-    this.territoryToggle = document.getElementById("territory-toggle");
     this.state = null;
     this.socket = null;
     this.selection = [];  // [] or [src] or [src, dst]
@@ -44,7 +43,6 @@ export class PlayView {
     });
     this.undoButton.addEventListener("click", () => this.undo());
     this.analyseButton.addEventListener("click", () => this.analyse());
-    this.territoryToggle.addEventListener("change", () => this.render());
     this.board.draw({ squares: ".".repeat(64) });
     this.start();
   }
@@ -234,8 +232,7 @@ export class PlayView {
                && this.selection.length === 0) {
       arrows.push(...moveArrows(analysis.top[0].squares, "hint"));
     }
-    const territory = this.territoryToggle.checked ? state.territory ?? null : null;
-    this.board.draw({ squares, marks, arrows, territory });
+    this.board.draw({ squares, marks, arrows });
     this.board.root.dataset.ply = state.ply;
     this.renderEval(analysis);
   }
@@ -304,10 +301,8 @@ export class PlayView {
     this.decided.hidden = !decided;
     this.decided.dataset.winner = decided ? decided.winner : "";
     if (!decided) return;
-    const how = decided.by === "search"
-      ? `proven by the search: ${decided.plies} more plies with best play`
-      : `the amazons are walled off: ${decided.winner} has ${decided.margin} more moves`;
-    this.decided.textContent = `Decided: ${capitalize(decided.winner)} wins (${how}).`;
+    this.decided.textContent = `Decided: ${capitalize(decided.winner)} wins (proven by the ` +
+      `search: ${decided.plies} more plies with best play).`;
   }
 
   renderMoves(state) {
