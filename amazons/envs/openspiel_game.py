@@ -65,6 +65,7 @@ GAME_NAME = "python_amazons"
 CPP_GAME_PARAMETERS = {"board_size": 8}  # OpenSpiel's own `amazons`, on Botzone's board
 MAX_GAME_LENGTH = 56  # every move fills one of the 56 empty squares with an arrow
 DECISIONS_PER_MOVE = 3  # in the C++ game: amazon, landing cell, arrow
+DEFAULT_NUM_PLANES = 7
 
 _GAME_TYPE = pyspiel.GameType(
     short_name=GAME_NAME,
@@ -80,7 +81,7 @@ _GAME_TYPE = pyspiel.GameType(
     provides_information_state_tensor=False,
     provides_observation_string=True,
     provides_observation_tensor=True,
-    parameter_specification={"num_planes": 7},
+    parameter_specification={"num_planes": DEFAULT_NUM_PLANES},
 )
 _GAME_INFO = pyspiel.GameInfo(
     num_distinct_actions=NUM_ACTIONS,
@@ -106,7 +107,7 @@ class AmazonsGame(pyspiel.Game):
 
     def __init__(self, params: dict[str, Any] | None = None) -> None:
         super().__init__(_GAME_TYPE, _GAME_INFO, params or {})
-        self.num_planes = int(self.get_parameters()["num_planes"])
+        self.num_planes = int(self.get_parameters().get("num_planes", DEFAULT_NUM_PLANES))
         if self.num_planes not in FEATURE_PLANES:
             raise ValueError(f"num_planes must be 3 or 7, got {self.num_planes}")
 
@@ -275,7 +276,7 @@ def from_openspiel_amazons(cpp_state: pyspiel.State, game: AmazonsGame | None = 
             f"the OpenSpiel state is in the middle of a move ({pending} of its 3 actions made: "
             f"cells {history[-pending:]}); convert at a move boundary"
         )
-    game = game if game is not None else AmazonsGame()
+    game = game if game is not None else pyspiel.load_game(GAME_NAME)
     state = game.new_initial_state()
     for start in range(0, len(history), DECISIONS_PER_MOVE):
         move = openspiel_actions_to_move(history[start:start + DECISIONS_PER_MOVE])
