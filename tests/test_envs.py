@@ -266,6 +266,8 @@ def test_gymnasium_make_builds_the_registered_env(gymnasium_env) -> None:
                                                        ("mcts-rollout", "random")])
 def test_gymnasium_random_game_ends_with_the_winners_reward(gymnasium_env, opponent: str,
                                                             agent_color: str) -> None:
+    import gymnasium
+
     env = gymnasium_env.AmazonsEnv(opponent, agent_color=agent_color, opponent_simulations=16)
     observation, info = env.reset(seed=5)
     rng = np.random.default_rng(5)
@@ -283,8 +285,6 @@ def test_gymnasium_random_game_ends_with_the_winners_reward(gymnasium_env, oppon
     assert rewards[-1] == (1.0 if board.winner() == color else -1.0)
     assert set(rewards[:-1]) <= {0.0}
     assert not observation["action_mask"].any()
-    import gymnasium
-
     with pytest.raises(gymnasium.error.ResetNeeded):
         env.step(0)
 
@@ -301,17 +301,23 @@ def test_gymnasium_seeded_episodes_repeat(gymnasium_env) -> None:
         return trace
 
     env = gymnasium_env.AmazonsEnv("random", agent_color="random")
-    first, second = episode(env, 11), episode(env, 11)
+    first = [episode(env, 11), episode(env, None), episode(env, None)]
+    second = [episode(env, 11), episode(env, None), episode(env, None)]
     assert first == second
-    assert any(episode(env, seed) != first for seed in (12, 13, 14))
+    assert len({str(trace) for trace in first}) == 3  # unseeded resets go on with new games
+    assert any(episode(env, seed) != first[0] for seed in (12, 13, 14))
 
 
 def test_gymnasium_illegal_actions_lose_or_raise(gymnasium_env) -> None:
+    import gymnasium
+
     env = gymnasium_env.AmazonsEnv("random")
     env.reset(seed=0)
     observation, reward, terminated, truncated, info = env.step(0)  # a8-b8/a8
     assert (reward, terminated, truncated, info["illegal_action"]) == (-1.0, True, False, 0)
     assert env.board == Board()
+    with pytest.raises(gymnasium.error.ResetNeeded):
+        env.step(int(np.flatnonzero(observation["action_mask"])[0]))
     strict = gymnasium_env.AmazonsEnv("random", illegal_action="raise")
     strict.reset(seed=0)
     with pytest.raises(IllegalActionError, match=r"action 0 is not a legal move here: .*a8-b8/a8"):

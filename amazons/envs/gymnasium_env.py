@@ -19,9 +19,11 @@ agent that ignores the mask learns to avoid such moves, and `gymnasium.utils.env
 as booleans (the method sb3-contrib's `MaskablePPO` calls).
 
 Seeding: `reset(seed=...)` seeds the environment's generator, which draws the agent's colour
-(`agent_color="random"`) and a fresh seed for an opponent built from a spec on every reset, so a
-seeded episode repeats exactly (with deterministic players and simulation counts, not time
-budgets). An opponent passed as a `Player` object is only `reset()`.
+(`agent_color="random"`) and, at the first reset and at every seeded one, a seed with which an
+opponent given as a spec is built again; other resets only `reset()` the opponent, whose random
+stream goes on (a network player is not reloaded every episode). So a seeded reset and the same
+actions repeat the same episodes (with simulation counts, not time budgets). An opponent passed
+as a `Player` object is only ever `reset()`.
 
 Importing this module registers the id `amazons/Amazons-v0` with Gymnasium:
 
@@ -63,8 +65,9 @@ class AmazonsEnv(gymnasium.Env):
     """Amazons (Botzone 8x8 rules) for one agent against an `amazons` player.
 
     Args:
-        opponent: a player spec for `amazons.arena.make_player` (rebuilt with a new seed on every
-            reset) or a `Player` object (only `reset()` between episodes).
+        opponent: a player spec for `amazons.arena.make_player` (built again with a seed from
+            the environment's generator at the first reset and at seeded resets) or a `Player`
+            object (only `reset()` between episodes).
         agent_color: `"black"` (moves first), `"white"`, or `"random"` (drawn on every reset).
         num_planes: feature planes per observation, 3 or 7.
         illegal_action: `"lose"` (an illegal action ends the episode with reward -1) or
@@ -101,6 +104,7 @@ class AmazonsEnv(gymnasium.Env):
         self.opponent_time_budget = opponent_time_budget
         # Built now so that a bad spec fails at construction, not at the first reset.
         self.opponent = self._build_opponent(seed=0) if self.opponent_spec else opponent
+        self._opponent_seeded = False  # built from the environment's generator yet?
         self.agent_color = agent_color
         self.num_planes = num_planes
         self.illegal_action = illegal_action
@@ -112,6 +116,7 @@ class AmazonsEnv(gymnasium.Env):
         self.action_space = gymnasium.spaces.Discrete(NUM_ACTIONS)
         self.color = BLACK
         self._board = Board()
+        self._episode_over = True  # until the first reset
 
     def _build_opponent(self, seed: int) -> Player:
         return make_player(self.opponent_spec, seed=seed, simulations=self.opponent_simulations,
@@ -135,10 +140,12 @@ class AmazonsEnv(gymnasium.Env):
             self.color = int(self.np_random.integers(2))
         else:
             self.color = BLACK if self.agent_color == "black" else WHITE
-        if self.opponent_spec is not None:
+        if self.opponent_spec is not None and (seed is not None or not self._opponent_seeded):
             self.opponent = self._build_opponent(int(self.np_random.integers(SEED_BOUND)))
+            self._opponent_seeded = True
         self.opponent.reset()
         self._board = Board()
+        self._episode_over = False
         opponent_move = self._opponent_moves() if self.color == WHITE else None
         if self.render_mode == "human":
             self.render()
@@ -155,10 +162,10 @@ class AmazonsEnv(gymnasium.Env):
         Raises:
             IllegalActionError: with `illegal_action="raise"`, when `action` is not a legal move
                 here (named with the move it encodes); nothing changes.
-            gymnasium.error.ResetNeeded: when the game is over.
+            gymnasium.error.ResetNeeded: before the first reset, or once the episode has ended.
         """
-        if self._board.is_game_over():
-            raise gymnasium.error.ResetNeeded("the game is over: call reset() before step()")
+        if self._episode_over:
+            raise gymnasium.error.ResetNeeded("the episode is over (or not started): call reset() first")
         if isinstance(action, np.ndarray) and action.shape == ():
             action = action.item()
         try:
@@ -170,6 +177,7 @@ class AmazonsEnv(gymnasium.Env):
                 raise IllegalActionError(f"action {action!r} is not a legal move here: {error}") from None
             info = self._info(None)
             info["illegal_action"] = action
+            self._episode_over = True
             return self._observation(), -1.0, True, False, info
         self.opponent.observe(self._board, move)
         self._board.push(move)
@@ -177,6 +185,7 @@ class AmazonsEnv(gymnasium.Env):
         if self.render_mode == "human":
             self.render()
         winner = self._board.winner()
+        self._episode_over = winner is not None
         reward = 0.0 if winner is None else (1.0 if winner == self.color else -1.0)
         return self._observation(), reward, winner is not None, False, self._info(opponent_move)
 
