@@ -352,20 +352,6 @@ def openspiel_game():
     return openspiel_game
 
 
-def cpp_full_moves(state) -> set[tuple[int, int, int]]:
-    """All moves of a C++ `amazons` state at a move boundary, as Botzone squares."""
-    from amazons.openspiel_player import square_of
-
-    moves = set()
-    for source in state.legal_actions():
-        picked = state.child(source)
-        for destination in picked.legal_actions():
-            moved = picked.child(destination)
-            moves.update((square_of(source), square_of(destination), square_of(arrow))
-                         for arrow in moved.legal_actions())
-    return moves
-
-
 def test_openspiel_random_simulation_test_passes(openspiel_game) -> None:
     import pyspiel
 
@@ -424,6 +410,7 @@ def test_openspiel_mcts_bot_plays_on_the_game(openspiel_game) -> None:
 @pytest.mark.parametrize("seed", range(4))
 def test_openspiel_states_convert_both_ways_along_random_games(openspiel_game, seed: int) -> None:
     import pyspiel
+    from test_openspiel_peer import openspiel_moves  # full moves of a C++ state, Botzone squares
 
     game = pyspiel.load_game(openspiel_game.GAME_NAME)
     cpp_game = pyspiel.load_game("amazons", openspiel_game.CPP_GAME_PARAMETERS)
@@ -441,7 +428,7 @@ def test_openspiel_states_convert_both_ways_along_random_games(openspiel_game, s
         assert cpp_state.current_player() == state.current_player()
         if state.move_number() % 5 == 0:
             ours = {action_to_move(state.board, action).as_tuple() for action in state.legal_actions()}
-            assert cpp_full_moves(cpp_state) == ours, f"ply {state.move_number()}"
+            assert openspiel_moves(cpp_state) == ours, f"ply {state.move_number()}"
         state.apply_action(int(rng.choice(state.legal_actions())))
     # And from OpenSpiel's side: a C++ game played by its own random choices converts back.
     cpp_state = cpp_game.new_initial_state()
