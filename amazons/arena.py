@@ -67,6 +67,42 @@ class PlayerOptions:
     seed: int = 0  # seeds the player's random choices
     simulations: int | None = None  # MCTS simulations per move (None: the player's default)
     time_budget: float | None = None  # MCTS seconds per move instead of a simulation count
+    search: tuple[tuple[str, str], ...] = ()  # SearchConfig overrides (field, value text) for MCTS players
+
+    def search_config(self, base: SearchConfig) -> SearchConfig:
+        """`base` with the `search` overrides applied (values parsed by the field's type).
+
+        Raises:
+            PlayerSpecError: an unknown field or a value of the wrong type.
+        """
+        return apply_search_overrides(base, self.search)
+
+
+def apply_search_overrides(base: SearchConfig, overrides: Sequence[tuple[str, str]]) -> SearchConfig:
+    """`base` with `(field, value text)` overrides, e.g. `[("solver", "false")]`.
+
+    Raises:
+        PlayerSpecError: an unknown field, or a value that is not of the field's type or that
+            `SearchConfig` refuses.
+    """
+    changes: dict[str, Any] = {}
+    for name, text in overrides:
+        if not hasattr(base, name) or name.startswith("_"):
+            raise PlayerSpecError(f"SearchConfig has no field {name!r}")
+        current = getattr(base, name)
+        try:
+            if isinstance(current, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                changes[name] = text.lower() in ("true", "1")
+            else:
+                changes[name] = type(current)(text)
+        except ValueError:
+            raise PlayerSpecError(f"search override {name}={text!r}: expected a {type(current).__name__}") from None
+    try:
+        return base.replace(**changes)
+    except ValueError as error:
+        raise PlayerSpecError(f"search overrides: {error}") from None
 
 
 PlayerFactory = Callable[[str | None, PlayerOptions], Player]
@@ -144,14 +180,20 @@ def _split_spec(spec: str) -> tuple[str, str | None]:
 
 
 def make_player(spec: str, seed: int = 0, simulations: int | None = None,
-                time_budget: float | None = None) -> Player:
+                time_budget: float | None = None, search: Sequence[tuple[str, str]] = ()) -> Player:
     """Build the player named by `spec` (`NAME` or `NAME:ARGUMENT`).
 
+    Args:
+        spec: the player's name and argument.
+        seed, simulations, time_budget: see `PlayerOptions`.
+        search: `SearchConfig` overrides for MCTS players, e.g. `[("solver", "false")]`.
+
     Raises:
-        PlayerSpecError: for an unknown name or an argument the player does not take.
+        PlayerSpecError: for an unknown name, an argument the player does not take, or a bad
+            search override.
     """
     name, argument = _split_spec(spec)
-    return _REGISTRY[name](argument, PlayerOptions(seed, simulations, time_budget))
+    return _REGISTRY[name](argument, PlayerOptions(seed, simulations, time_budget, tuple(search)))
 
 
 def _no_argument(name: str, argument: str | None) -> None:
@@ -171,7 +213,7 @@ def _make_greedy(argument: str | None, options: PlayerOptions) -> Player:
 
 def _make_mcts_uniform(argument: str | None, options: PlayerOptions) -> Player:
     _no_argument("mcts-uniform", argument)
-    return MCTSPlayer(UniformEvaluator(), UNIFORM_CONFIG, simulations=options.simulations,
+    return MCTSPlayer(UniformEvaluator(), options.search_config(UNIFORM_CONFIG), simulations=options.simulations,
                       time_budget=options.time_budget, seed=options.seed, name="mcts-uniform")
 
 
@@ -184,7 +226,7 @@ def _make_mcts_rollout(argument: str | None, options: PlayerOptions) -> Player:
         except ValueError:
             raise PlayerSpecError(f"mcts-rollout:N needs an integer N, got {argument!r}") from None
     return MCTSPlayer(RolloutEvaluator(rollouts_per_leaf=rollouts, seed=options.seed),
-                      ROLLOUT_CONFIG, simulations=options.simulations,
+                      options.search_config(ROLLOUT_CONFIG), simulations=options.simulations,
                       time_budget=options.time_budget, seed=options.seed, name="mcts-rollout")
 
 
@@ -258,13 +300,15 @@ class _GameTask:
     seed: int
     simulations: int | None
     time_budget: float | None
+    search_a: tuple[tuple[str, str], ...] = ()
+    search_b: tuple[tuple[str, str], ...] = ()
 
 
 def _play_task(task: _GameTask) -> GameRecord:
     """One game of the match as a record: Round is the game number (from 1), Opening the plies
     of the random opening (part of the moves)."""
-    player_a = make_player(task.spec_a, task.seed * 2, task.simulations, task.time_budget)
-    player_b = make_player(task.spec_b, task.seed * 2 + 1, task.simulations, task.time_budget)
+    player_a = make_player(task.spec_a, task.seed * 2, task.simulations, task.time_budget, task.search_a)
+    player_b = make_player(task.spec_b, task.seed * 2 + 1, task.simulations, task.time_budget, task.search_b)
     black, white = (player_a, player_b) if task.a_is_black else (player_b, player_a)
     _, moves = play_game(black, white, task.opening)
     return GameRecord.from_game(
@@ -364,7 +408,8 @@ def _context() -> multiprocessing.context.BaseContext:
 
 def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = None,
               processes: int | None = None, seed: int = 0, opening_plies: int = 4,
-              time_budget: float | None = None) -> ArenaResult:
+              time_budget: float | None = None, search_a: Sequence[tuple[str, str]] = (),
+              search_b: Sequence[tuple[str, str]] = ()) -> ArenaResult:
     """Play `games` games of A against B, colours alternating (A has Black in even games).
 
     Args:
@@ -375,9 +420,12 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
         seed: seeds openings and players; the same seed replays the same match.
         opening_plies: random plies before the players take over.
         time_budget: seconds per move for MCTS players instead of simulations.
+        search_a, search_b: `SearchConfig` overrides for A's and B's MCTS search, e.g.
+            `[("solver", "false"), ("adjudicate", "false")]`.
 
     Raises:
-        PlayerSpecError: for an unknown player (checked before any game starts).
+        PlayerSpecError: for an unknown player or a bad search override (checked before any
+            game starts).
         ValueError: for games < 1 or opening_plies < 0.
     """
     if games < 1:
@@ -385,6 +433,9 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     if opening_plies < 0:
         raise ValueError(f"opening_plies must be >= 0, got {opening_plies}")
     names = {_split_spec(spec_a)[0], _split_spec(spec_b)[0]}
+    search_a, search_b = tuple(search_a), tuple(search_b)
+    for overrides in (search_a, search_b):
+        apply_search_overrides(SearchConfig(), overrides)
     if "human" in names:
         processes = 1
     tasks = []
@@ -392,7 +443,7 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
         pair = index // 2
         opening = tuple(random_opening(opening_plies, seed * 1_000_003 + pair))
         tasks.append(_GameTask(index, spec_a, spec_b, index % 2 == 0, opening,
-                               seed * 1_000_003 + index, simulations, time_budget))
+                               seed * 1_000_003 + index, simulations, time_budget, search_a, search_b))
     processes = min(games, processes or os.cpu_count() or 1)
     started = time.perf_counter()
     records = _run_tasks(tasks, processes, {name: _REGISTRY[name] for name in names})
@@ -433,13 +484,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--processes", type=int, default=None, help="worker processes (default: CPUs)")
     parser.add_argument("--seed", type=int, default=0, help="seed of openings and players")
     parser.add_argument("--opening-plies", type=int, default=4, help="random opening plies (default 4)")
+    parser.add_argument("--search-a", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a SearchConfig override for A's search, e.g. solver=false (repeatable)")
+    parser.add_argument("--search-b", action="append", default=[], metavar="FIELD=VALUE",
+                        help="a SearchConfig override for B's search (repeatable)")
     parser.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     parser.add_argument("--record", type=Path, default=None,
                         help="also write every game to this file (game record format, docs/play.md)")
     args = parser.parse_args(argv)
     try:
+        overrides = []
+        for texts in (args.search_a, args.search_b):
+            pairs = [text.partition("=") for text in texts]
+            bad = [text for text, (_, equals, _) in zip(texts, pairs, strict=True) if not equals]
+            if bad:
+                raise ValueError(f"bad search override {bad[0]!r}: expected FIELD=VALUE, e.g. solver=false")
+            overrides.append(tuple((name.strip(), value.strip()) for name, _, value in pairs))
         result = run_arena(args.player_a, args.player_b, args.games, args.simulations,
-                           args.processes, args.seed, args.opening_plies, args.time_budget)
+                           args.processes, args.seed, args.opening_plies, args.time_budget,
+                           overrides[0], overrides[1])
     except ValueError as error:
         parser.error(str(error))
     print(result.summary())

@@ -186,6 +186,20 @@ class Board:
         other._state = self._state.copy()
         return other
 
+    def __copy__(self) -> Board:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict) -> Board:
+        return self.copy()
+
+    def __reduce__(self) -> tuple:
+        """Pickle as the position before the move history plus the moves (history kept)."""
+        moves = self.move_stack
+        root = self.copy()
+        for _ in moves:
+            root.pop()
+        return (_board_from_history, (root.position_string(), [move.as_tuple() for move in moves]))
+
     @property
     def turn(self) -> int:
         """Side to move: `BLACK` (0) or `WHITE` (1)."""
@@ -365,6 +379,14 @@ class Board:
 
     def __hash__(self) -> int:
         return self.zobrist_hash
+
+
+def _board_from_history(position: str, moves: list[tuple[int, int, int]]) -> Board:
+    """The board `position` after `moves` (unpickling a `Board`)."""
+    board = Board(position)
+    for move in moves:
+        board.push(Move(*move))
+    return board
 
 
 def perft(board: Board, depth: int) -> int:

@@ -123,7 +123,7 @@ class PolicyPlayer(BasePlayer):
 
 def _make_mcts_net(argument: str | None, options: PlayerOptions) -> Player:
     evaluator = _evaluator_for(argument, "mcts-net")
-    return MCTSPlayer(evaluator, NET_SEARCH, simulations=options.simulations,
+    return MCTSPlayer(evaluator, options.search_config(NET_SEARCH), simulations=options.simulations,
                       time_budget=options.time_budget, seed=options.seed, name=f"mcts-net:{argument}")
 
 

@@ -368,6 +368,22 @@ def test_copy_is_independent_and_equality_ignores_history() -> None:
     assert Board(board.position_string()) == board  # same position, no history
 
 
+def test_copy_module_and_pickle_keep_the_position_and_its_history() -> None:
+    import copy
+    import pickle
+
+    midgame = Board("2B2B2/8/B6B/8/8/W6W/8/2W2W2 b 6")  # a position string starts the history
+    for move in BOTZONE_WIKI_MOVES[:3]:
+        midgame.push_str(move)
+    for board in (Board(), Board.from_moves(BOTZONE_WIKI_MOVES), midgame):
+        for clone in (copy.copy(board), copy.deepcopy(board), pickle.loads(pickle.dumps(board))):
+            assert clone == board and clone is not board
+            assert (clone.ply, clone.zobrist_hash) == (board.ply, board.zobrist_hash)
+            assert clone.move_stack == board.move_stack
+            clone.push(clone.legal_moves()[0])  # independent of the original
+            assert clone != board and board.ply == clone.ply - 1
+
+
 def test_perft_of_boards_matches_published_counts() -> None:
     assert perft(Board(), 1) == 1_232
     assert perft(Board(), 2) == 1_331_198

@@ -260,3 +260,15 @@ def test_registry_mcts_player_plays_a_whole_game():
     winner, moves = play_game(make_player("mcts-uniform", simulations=16),
                               make_player("random", seed=2), random_opening(2, seed=1))
     assert Board.from_moves(moves).winner() == winner
+
+
+def test_search_overrides_reach_the_players_search():
+    player = make_player("mcts-uniform", search=[("solver", "false"), ("c_puct", "3")])
+    assert player.config.solver is False and player.config.c_puct == 3.0
+    with pytest.raises(PlayerSpecError, match="no field 'solvr'"):
+        make_player("mcts-uniform", search=[("solvr", "false")])
+    with pytest.raises(PlayerSpecError, match="expected a bool"):
+        make_player("mcts-uniform", search=[("solver", "maybe")])
+    result = run_arena("mcts-uniform", "random", games=2, simulations=8, processes=1,
+                       search_a=[("solver", "false")])
+    assert result.games == 2
