@@ -72,6 +72,8 @@ def main(argv: list[str] | None = None) -> int:
         module = importlib.import_module(f"suite_{name}")
         started = time.perf_counter()
         suite_metrics = module.run(quick=args.quick)
+        if not suite_metrics:
+            raise RuntimeError(f"suite {name} measured nothing")
         metrics.update(suite_metrics)
         print(f"\n== suite {name} ({time.perf_counter() - started:.1f} s)")
         width = max((len(key) for key in suite_metrics), default=10)
