@@ -271,7 +271,7 @@ class TimeControl:
 
     turn_seconds: float = 4.0  # per reply, from the input being read; Botzone allows 6 s to Python
     first_turn_seconds: float = 8.0  # the bot's first reply, counted from process start; Botzone: 12 s
-    reply_margin: float = 0.2  # kept back for picking the move and writing the reply
+    reply_margin: float = 0.3  # kept back for picking the move, writing the reply, and a busy machine
     time_limit_share: float = 0.75  # the most of a JSON `time_limit` a reply may use
 
     def __post_init__(self) -> None:

@@ -66,7 +66,7 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
     The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded), on the
     CPU, in torch's layouts; `model` itself is not changed.
     """
-    prepared = prepare_for_inference(model.cpu(), torch.float32, channels_last=False)
+    prepared = prepare_for_inference(model, torch.float32, channels_last=False).cpu()
     trunk = []
     for layer in prepared.trunk:
         if isinstance(layer, ResidualBlock):
@@ -103,19 +103,21 @@ def random_positions(count: int, seed: int = 0, max_plies: int = 40) -> np.ndarr
 @torch.no_grad()
 def torch_outputs(model: PolicyValueNet, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The torch model's legal-move priors `(M,) float32` and values `(B,) float32` (eval mode,
-    float32, unfolded batch norms), the moves being `engine.legal_moves(positions)`'s."""
+    float32, unfolded batch norms, on the model's device), the moves being
+    `engine.legal_moves(positions)`'s."""
     was_training = model.training
+    device = next(model.parameters()).device
     model.eval()
     try:
-        features = torch.from_numpy(engine.features(positions, model.config.num_planes))
+        features = torch.from_numpy(engine.features(positions, model.config.num_planes)).to(device)
         output = model(features)
         log_move, log_arrow = policy_log_tables(output.policy)
         moves, offsets = engine.legal_moves(positions)
-        priors = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves),
-                                     torch.from_numpy(segment_ids(offsets)))
+        priors = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves).to(device),
+                                     torch.from_numpy(segment_ids(offsets)).to(device))
     finally:
         model.train(was_training)
-    return priors.numpy(), output.value.float().numpy()
+    return priors.cpu().numpy(), output.value.float().cpu().numpy()
 
 
 def verify_export(model: PolicyValueNet, net: npnet.NumpyNet, positions: np.ndarray) -> dict[str, float]:

@@ -15,6 +15,7 @@ Keys, for the shipped model `amazons/models/default.npz` (bare `botzone.*`) and 
   default budget is 8 s);
 * `reply_s_median`, `reply_s_max`: the later replies (Botzone: 6 s; the bot's budget: 4 s);
 * `max_rss_mb`: peak resident memory of the process over the game, in MiB (2**20 bytes);
+  `end_rss_mb`: its resident memory after the last reply;
 * `turns`, `tree_full_turns`, `simulations_median`: the bot's replies, how many of them ended
   because the tree had filled its `--tree-mb` share, and the median simulations per reply.
 `botzone.budget_s` and `botzone.first_budget_s` record the time control. Full runs use the bot's
@@ -33,7 +34,7 @@ import threading
 import time
 from pathlib import Path
 
-from amazons._memory import peak_rss_mb
+from amazons._memory import peak_rss_mb, rss_mb
 from amazons.board import Board, Move
 from amazons.botzone import KEEP_RUNNING_MARKER, MOVE_KEYS, TimeControl
 from amazons.models import default_model_path
@@ -113,7 +114,7 @@ def play_game(model: str, turn_seconds: float, first_seconds: float, seed: int =
                                               strict=True)))
             later.append(arrived - sent)
             debugs.append(reply["debug"])
-        peak = peak_rss_mb(bot.process.pid)
+        peak, end = peak_rss_mb(bot.process.pid), rss_mb(bot.process.pid)
         if "torch" in Path(f"/proc/{bot.process.pid}/maps").read_text():
             raise RuntimeError(f"torch is loaded in the bot process ({model})")
         bot.close()
@@ -121,9 +122,9 @@ def play_game(model: str, turn_seconds: float, first_seconds: float, seed: int =
         if bot.process.poll() is None:
             bot.process.kill()
             bot.process.wait()
-    if peak is None:
-        raise RuntimeError("cannot read the bot's peak memory from /proc")
-    return {"first": first, "later": later, "peak_mib": peak, "debugs": debugs,
+    if peak is None or end is None:
+        raise RuntimeError("cannot read the bot's memory from /proc")
+    return {"first": first, "later": later, "peak_mib": peak, "end_mib": end, "debugs": debugs,
             "simulations": [int(text.split()[0]) for text in debugs],
             "full": sum(text.endswith("tree full") for text in debugs)}
 
@@ -136,6 +137,7 @@ def _figures(prefix: str, game: dict) -> dict[str, float]:
         f"{prefix}reply_s_median": statistics.median(game["later"]),
         f"{prefix}reply_s_max": max(game["later"]),
         f"{prefix}max_rss_mb": game["peak_mib"],
+        f"{prefix}end_rss_mb": game["end_mib"],
         f"{prefix}turns": float(len(game["simulations"])),
         f"{prefix}tree_full_turns": float(game["full"]),
         f"{prefix}simulations_median": float(statistics.median(game["simulations"])),

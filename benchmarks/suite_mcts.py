@@ -170,3 +170,48 @@ def run(quick: bool) -> dict[str, float]:
     metrics["mcts.naive_sims_per_s_start"] = start_sims / naive_start
     metrics["mcts.speedup_vs_naive_start"] = naive_start / single_start
     return metrics
+
+
+def profile_per_game(simulations: int = 200, top: int = 15) -> None:
+    """Print where one-game-at-a-time search spends its time (`cProfile`, the same 64 positions
+    and simulations as `mcts.speedup_vs_naive`), grouped by module, then the top functions."""
+    import cProfile
+    import pstats
+
+    positions = mid_game_positions(64)
+    config = SearchConfig(simulations=simulations, leaves_per_game=LEAVES_PER_GAME)
+    search = BatchedSearch(UniformEvaluator(), config, num_games=1, seed=0)
+    search.set_roots(positions[:1])
+    search.search(16)  # kernels load outside the profile
+
+    def one_game_at_a_time() -> None:
+        for position in positions:
+            search.set_roots(position.reshape(1, 3))
+            search.search(simulations)
+
+    profiler = cProfile.Profile()
+    profiler.runcall(one_game_at_a_time)
+    stats = pstats.Stats(profiler)
+    groups: dict[str, float] = {}
+    for (filename, _, function), (_, _, own, _, _) in stats.stats.items():
+        if "mcts_numba" in filename:
+            group = "Numba kernels (amazons/mcts_numba.py)"
+        elif filename.endswith("amazons/engine.py") or "_engine" in function:
+            group = "engine wrappers and batch calls (amazons/engine.py, _engine)"
+        elif filename.endswith("amazons/mcts.py"):
+            group = "search glue (amazons/mcts.py, evaluator included)"
+        elif "numpy" in filename or filename == "~":
+            group = "numpy and builtins called from the glue"
+        else:
+            group = "other"
+        groups[group] = groups.get(group, 0.0) + own
+    total = sum(groups.values())
+    print(f"{positions.shape[0]} positions x {simulations} simulations, one game at a time: "
+          f"{total:.3f} s under the profiler")
+    for group, seconds in sorted(groups.items(), key=lambda item: -item[1]):
+        print(f"  {100 * seconds / total:5.1f}%  {group}")
+    stats.sort_stats("tottime").print_stats(top)
+
+
+if __name__ == "__main__":
+    profile_per_game()
