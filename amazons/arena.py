@@ -35,6 +35,7 @@ import numpy as np
 from amazons.board import BLACK, Board, Move
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
+from amazons.npnet import ModelFileError, NumpyEvaluator
 from amazons.players import GreedyPlayer, HumanPlayer, MCTSPlayer, Player, RandomPlayer
 from amazons.records import GameRecord, write_records
 
@@ -117,27 +118,33 @@ DEFAULT_SIMULATIONS = 200
 UNIFORM_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0)
 ROLLOUT_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0, c_puct=2.0,
                               root_noise=True)
+# A network's priors carry information: the search's defaults, no noise (evaluation and play).
+NET_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS)
 
 
 def model_search(model: str, seed: int | None = None) -> tuple[Evaluator, SearchConfig]:
     """The evaluator and search settings a `--model` option names (the bot and terminal play).
 
-    `"none"`: random playouts with the `mcts-rollout` settings (`ROLLOUT_CONFIG`), no torch.
-    `"default"` (the model shipped in `amazons/models`) or a checkpoint path: the network on the
-    CPU with `amazons.netplay.NET_SEARCH`; torch is imported only then, after the file is found.
+    `"none"`: random playouts with the `mcts-rollout` settings (`ROLLOUT_CONFIG`). `"default"`
+    (the exported model shipped in `amazons/models`) or the path of an exported `.npz` model
+    (`python -m amazons.export CKPT OUT.npz`): the network in numpy (`amazons.npnet`) with
+    `NET_CONFIG`. Neither imports torch; a torch checkpoint is refused with the command that
+    exports it.
 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
-        amazons.checkpoint.CheckpointError: the file is not a usable checkpoint.
+        amazons.npnet.ModelFileError: the file is a torch checkpoint or not a usable model file.
     """
     if model == "none":
         return RolloutEvaluator(seed=seed), ROLLOUT_CONFIG
     path = default_model_path() if model == "default" else Path(model)
-    if not path.is_file():  # before importing torch, which takes seconds
-        raise FileNotFoundError(f"model file {path} does not exist (use a checkpoint path, 'default' or 'none')")
-    from amazons.netplay import NET_SEARCH, cpu_network_evaluator
-
-    return cpu_network_evaluator(path), NET_SEARCH
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} does not exist (use an exported .npz model, 'default' or 'none')")
+    if path.suffix == ".pt":
+        raise ModelFileError(
+            f"{path} is a torch checkpoint; export it first (the bot and terminal play run without "
+            f"torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
+    return NumpyEvaluator.from_file(path), NET_CONFIG
 
 
 def register_player(name: str, factory: PlayerFactory, *, replace: bool = False) -> None:

@@ -8,9 +8,11 @@ Speaks Botzone's protocol on stdin/stdout (see `docs/botzone.md`):
 * JSON interaction (the input's first non-blank character is `{`): one line
   `{"requests": [...], "responses": [...], "time_limit": ...}`, answered by one line
   `{"response": {"x0": ..., ...}, "debug": "..."}`.
-* keep-running (`--keep-running`): after each reply the bot prints
+* keep-running (the default): after each reply the bot prints
   `>>>BOTZONE_REQUEST_KEEP_RUNNING<<<` and waits for the next input, which holds only the newest
-  request; the search tree is kept between turns. End of input ends the process (exit 0).
+  request; the search tree and the model stay loaded between turns. End of input ends the process
+  (exit 0). `--restart-per-turn` answers one turn and exits instead (Botzone then starts the bot
+  again for every turn, with the whole history).
 
 Every move of the history is checked on a `Board`; malformed input, an illegal move or a model
 that cannot be loaded ends the process with a message on stderr and exit status 2, and nothing is
@@ -18,9 +20,13 @@ written to stdout for that turn. The protocol parsing (`parse_simple`, `parse_js
 `parse_update`), the turn logic (`Bot`) and the clock (`TimeControl`) are plain functions and
 classes; `main` wires them to the streams.
 
-Imports `amazons.board`, `amazons.mcts`, `amazons.models`, `amazons.players` and `amazons.arena`;
-torch (through `amazons.netplay`) only when a network model is asked for, so `--model none`
-starts without it.
+Memory: the network runs in numpy from an exported model (`amazons.npnet`), never torch; the
+search trees are allocated once at `--tree-mb` MiB (`SearchConfig.with_tree_memory`) and a full
+tree ends the turn's search early; after loading Numba's kernels the bot gives back LLVM's code
+pages (`amazons._memory`). See docs/botzone.md for the measured peak.
+
+Imports `amazons.board`, `amazons.mcts`, `amazons.npnet`, `amazons.players`, `amazons.arena` and
+`amazons._memory`; never torch.
 """
 
 from __future__ import annotations
@@ -35,8 +41,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
+from amazons._memory import release_library_pages
 from amazons.arena import model_search
 from amazons.board import Board, IllegalMoveError, Move, NotationError
+from amazons.mcts import SearchConfigError, warm_up
+from amazons.npnet import limit_blas_threads
 from amazons.players import MCTSPlayer
 
 __all__ = [
@@ -45,7 +54,7 @@ __all__ = [
     "Bot",
     "BotzoneInput",
     "ProtocolError",
-    "TREE_LIMITS",
+    "TREE_MEMORY_MB",
     "TimeControl",
     "build_player",
     "format_json_reply",
@@ -63,11 +72,15 @@ NO_MOVE = "-1 -1 -1 -1 -1 -1"  # Black's first request; also the reply when no m
 MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 MIN_SEARCH_SECONDS = 1e-3  # a turn whose time is already spent still searches one round
-# Tree limits that keep the process inside Botzone's 256 MB with room for the interpreter, the
-# engine and Numba (about 100 MB): edges take 23 bytes, nodes 41, and growing doubles the
-# arrays while the old ones are copied. A full tree stops expanding new leaves (the search
-# still refines the statistics of the nodes it has).
-TREE_LIMITS = {"edge_capacity_max": 1 << 21, "node_capacity_max": 1 << 16}
+# The search tree's share of memory. Besides it the process holds about 100 MiB resident (the
+# interpreter, numpy, Numba's runtime and kernels, the engine, the model), and Numba's start-up
+# peaks near 185 MiB before the bot gives LLVM's code pages back; with 80 MiB of tree a whole
+# game stays under that start-up peak (docs/botzone.md), inside Botzone's 256 MB. The default
+# network's search fills this in one to three seconds in the opening (about 1,000 to 2,000
+# legal moves per node, every one an edge), so there memory, not the time budget, ends a turn;
+# later positions have fewer moves and the turn's time runs out first.
+TREE_MEMORY_MB = 80.0
+LLVM_LIBRARY = "libllvmlite"  # Numba's LLVM, whose code pages the bot gives back after loading
 
 
 class ProtocolError(ValueError):
@@ -258,7 +271,7 @@ class TimeControl:
 
     turn_seconds: float = 4.0  # per reply, from the input being read; Botzone allows 6 s to Python
     first_turn_seconds: float = 8.0  # the bot's first reply, counted from process start; Botzone: 12 s
-    reply_margin: float = 0.2  # kept back for picking the move and writing the reply
+    reply_margin: float = 0.3  # kept back for picking the move, writing the reply, and a busy machine
     time_limit_share: float = 0.75  # the most of a JSON `time_limit` a reply may use
 
     def __post_init__(self) -> None:
@@ -351,32 +364,32 @@ class Bot:
         return move
 
     def debug_text(self) -> str:
-        """`"<simulations> simulations, value <v>, <seconds> s"` about the last search."""
+        """`"<simulations> simulations, value <v>, <seconds> s[, tree full]"` about the last search."""
         report = self.player.last_report
         if report is None:
             return "no search"
+        full = ", tree full" if self.player.tree_full else ""
         return (f"{report.simulations} simulations, value {report.root_value:+.3f}, "
-                f"{self.last_search_seconds:.2f} s")
+                f"{self.last_search_seconds:.2f} s{full}")
 
 
-def build_player(model: str, simulations: int | None, time_budget: float, seed: int | None) -> MCTSPlayer:
-    """The bot's searcher for `--model` (`"none"`, `"default"` or a checkpoint path).
+def build_player(model: str, simulations: int | None, time_budget: float, seed: int | None,
+                 tree_memory_mb: float = TREE_MEMORY_MB) -> MCTSPlayer:
+    """The bot's searcher for `--model` (`"none"`, `"default"` or an exported `.npz` model).
 
     `"none"` searches with random playouts (the arena's `mcts-rollout` settings); a network model
-    uses `amazons.netplay.NET_SEARCH` on one CPU thread; both with the tree kept within
-    `TREE_LIMITS`. Torch is imported only for a network.
+    runs in numpy on one BLAS thread with `amazons.arena.NET_CONFIG` (`amazons.arena.model_search`;
+    no torch). Either way the tree is allocated once at `tree_memory_mb` MiB.
 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
-        amazons.checkpoint.CheckpointError: the file is not a usable checkpoint.
+        amazons.npnet.ModelFileError: a torch checkpoint, or not a usable model file.
+        amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
     """
     evaluator, config = model_search(model, seed)
     if model != "none":
-        import torch
-
-        torch.set_num_threads(1)
-    config = config.replace(**TREE_LIMITS)
-    return MCTSPlayer(evaluator, config, simulations=simulations,
+        limit_blas_threads(1)
+    return MCTSPlayer(evaluator, config.with_tree_memory(tree_memory_mb), simulations=simulations,
                       time_budget=None if simulations is not None else time_budget,
                       seed=seed, name=f"botzone:{model}")
 
@@ -497,7 +510,8 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m amazons.botzone",
         description="Game of the Amazons bot for Botzone (simple or JSON interaction).")
     parser.add_argument("--model", default="default",
-                        help="'default' (the shipped model), 'none' (random playouts) or a checkpoint path")
+                        help="'default' (the shipped model), 'none' (random playouts) or an exported "
+                             ".npz model (python -m amazons.export CKPT OUT.npz)")
     parser.add_argument("--time", type=float, default=TimeControl.turn_seconds,
                         help="seconds per reply, from reading the input (from process start for a "
                              f"process's first input; default {TimeControl.turn_seconds})")
@@ -506,8 +520,14 @@ def _parser() -> argparse.ArgumentParser:
                              f"--time, as Botzone doubles the first turn: {TimeControl.first_turn_seconds})")
     parser.add_argument("--simulations", type=int, default=None,
                         help="search this many simulations per move instead of a time budget")
-    parser.add_argument("--keep-running", action="store_true",
-                        help="stay alive between turns (Botzone's keep-running mode), keeping the tree")
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--keep-running", dest="keep_running", action="store_true", default=True,
+                      help="stay alive between turns, keeping the tree and the model (the default)")
+    mode.add_argument("--restart-per-turn", dest="keep_running", action="store_false",
+                      help="answer one turn and exit (Botzone then restarts the bot every turn)")
+    parser.add_argument("--tree-mb", type=float, default=TREE_MEMORY_MB,
+                        help=f"MiB for the search tree (default {TREE_MEMORY_MB:g}); a full tree "
+                             "ends the turn's search early")
     parser.add_argument("--seed", type=int, default=None, help="seed of playouts and root noise")
     return parser
 
@@ -534,7 +554,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     try:
         args = parser.parse_args(argv)
         for option, value in (("--time", args.time), ("--first-time", args.first_time),
-                              ("--simulations", args.simulations)):
+                              ("--simulations", args.simulations), ("--tree-mb", args.tree_mb)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise _UsageError(f"{option} must be > 0, got {value}")
         first_time = 2 * args.time if args.first_time is None else args.first_time
@@ -542,11 +562,18 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
     except _UsageError as error:
         print(f"{parser.prog}: error: {error}", file=stderr)
         return EXIT_BAD_INPUT
+    release_library_pages(LLVM_LIBRARY)  # Numba's import touched LLVM's code: give it back
     try:
-        player = build_player(args.model, args.simulations, clock.turn_seconds, args.seed)
+        player = build_player(args.model, args.simulations, clock.turn_seconds, args.seed,
+                              args.tree_mb)
+    except SearchConfigError as error:
+        print(f"{parser.prog}: error: --tree-mb: {error}", file=stderr)
+        return EXIT_BAD_INPUT
     except (FileNotFoundError, ValueError, OSError) as error:
         print(f"{parser.prog}: cannot load model {args.model!r}: {error}", file=stderr)
         return EXIT_BAD_INPUT
+    warm_up()  # load every search kernel from Numba's cache now, then LLVM is needed no more
+    release_library_pages(LLVM_LIBRARY)
     bot = Bot(player)
     try:
         turn = _read_first_input(stdin)

@@ -20,6 +20,7 @@ engine only; it never imports torch (network evaluators implement the same proto
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -31,6 +32,8 @@ from amazons import mcts_numba as kernels
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 
 __all__ = [
+    "EDGE_BYTES",
+    "NODE_BYTES",
     "BatchedSearch",
     "Evaluator",
     "EvaluatorError",
@@ -44,6 +47,10 @@ __all__ = [
     "improved_policy",
     "warm_up",
 ]
+
+
+NODE_BYTES = 41  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
+EDGE_BYTES = 23  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, in-flight, child)
 
 
 class SearchConfigError(ValueError):
@@ -116,6 +123,35 @@ class SearchConfig:
     def replace(self, **changes: object) -> SearchConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
+
+    def with_tree_memory(self, megabytes: float, moves_per_node: int = 32) -> SearchConfig:
+        """A copy whose trees take at most `megabytes` MiB per game, allocated once at that size.
+
+        The capacities are fixed (initial = maximum), so the arrays never grow: growing doubles
+        them and holds the old and the new arrays at once. Numpy takes such large zeroed arrays
+        from the operating system, which backs their pages with memory only when the search
+        first writes them, so resident memory follows the nodes and edges in use up to the
+        bound. A full tree stops expanding (see `SearchStats.overflows`).
+
+        Args:
+            megabytes: the trees' share of memory, per game, in MiB.
+            moves_per_node: edges budgeted per node (nodes are small, and positions with fewer
+                legal moves than this come late in a game, when trees are small).
+
+        Raises:
+            SearchConfigError: the budget does not hold one position's moves and two nodes.
+        """
+        if not (math.isfinite(megabytes) and megabytes > 0) or moves_per_node < 1:
+            raise SearchConfigError(
+                f"megabytes must be > 0 and moves_per_node >= 1, got {megabytes!r}, {moves_per_node!r}")
+        edges = int(megabytes * 2**20 / (EDGE_BYTES + NODE_BYTES / moves_per_node))
+        nodes = edges // moves_per_node
+        if edges < MAX_MOVES or nodes < 2:
+            raise SearchConfigError(
+                f"{megabytes} MiB hold {edges} edges and {nodes} nodes; a tree needs at least "
+                f"{MAX_MOVES} edges (one position's moves) and 2 nodes")
+        return self.replace(node_capacity=nodes, node_capacity_max=nodes, edge_capacity=edges,
+                            edge_capacity_max=edges)
 
 
 @runtime_checkable

@@ -4,7 +4,7 @@
   build its evaluator from a model file, with `load_weights(path)` for weights the learner
   publishes later.
 * `cpu_network_evaluator`: a checkpoint as an in-process CPU evaluator, for the arena's network
-  players and for `--model` in the bot and terminal play (`amazons.arena.model_search`).
+  players (the bot and terminal play run exported models in numpy: `amazons.arena.model_search`).
 * Arena players `mcts-net:PATH` (MCTS with the network's priors and values) and `policy-net:PATH`
   (the raw policy: the legal move with the highest prior, no search), registered with
   `amazons.arena` by `register_network_players()`; the arena calls it itself when it meets one
@@ -22,14 +22,13 @@ import numpy as np
 import torch
 
 from amazons import engine
-from amazons.arena import PlayerOptions, PlayerSpecError, register_player
+from amazons.arena import NET_CONFIG, PlayerOptions, PlayerSpecError, register_player
 from amazons.board import Board, Move
 from amazons.checkpoint import load_checkpoint, load_model_for_play
-from amazons.mcts import SearchConfig
 from amazons.net import NetworkEvaluator
 from amazons.players import BasePlayer, MCTSPlayer, Player
 
-NET_SEARCH = SearchConfig(simulations=200)  # evaluation and play: no noise, argmax after the search
+NET_SEARCH = NET_CONFIG  # evaluation and play: no noise, argmax after the search
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 

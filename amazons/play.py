@@ -11,9 +11,8 @@
 command line and returns the exit status, so the whole loop runs under tests with string streams.
 
 The AI is the arena's rollout MCTS for `--model none`; a network model (`default`, the shipped
-one, or a checkpoint path) goes through `amazons.netplay`, which is imported only then, since it
-imports torch. Imports `board`, `mcts`, `players`, `arena` (the rollout search defaults) and
-`records`.
+one, or an exported `.npz` model) runs in numpy (`amazons.npnet`): terminal play never imports
+torch. Imports `board`, `mcts`, `npnet`, `players`, `arena` (`model_search`) and `records`.
 """
 
 from __future__ import annotations
@@ -41,6 +40,7 @@ from amazons.board import (
     Move,
     NotationError,
 )
+from amazons.npnet import limit_blas_threads
 from amazons.players import MCTSPlayer
 from amazons.records import RESULT_TEXT, GameRecord, RecordError, read_records, write_records
 
@@ -388,15 +388,17 @@ def build_ai(model: str, simulations: int | None = None, time_budget: float | No
     """The AI a `--model` option names, at the given strength.
 
     `none`: MCTS with random-playout values and the arena's rollout search settings
-    (`mcts-rollout`). `default` or a checkpoint path: MCTS with the network (`mcts-net:MODEL`);
-    this imports torch.
+    (`mcts-rollout`). `default` or the path of an exported `.npz` model: MCTS with the network
+    in numpy, on one BLAS thread (`amazons.arena.model_search`; no torch).
 
     Raises:
         FileNotFoundError: no shipped model for `default`, or no file at the path.
-        amazons.checkpoint.CheckpointError: the file is not a usable model checkpoint.
+        amazons.npnet.ModelFileError: a torch checkpoint, or not a usable model file.
         amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
     """
     evaluator, config = model_search(model, seed)
+    if model != "none":
+        limit_blas_threads(1)
     name = "mcts-rollout" if model == "none" else f"mcts-net:{model}"
     return MCTSPlayer(evaluator, config, simulations=simulations, time_budget=time_budget, seed=seed,
                       name=name)
@@ -410,7 +412,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="your colour (default black; Black moves first)")
     parser.add_argument("--model", default="default",
                         help="'default' (the shipped network), 'none' (rollout MCTS, no network) "
-                             "or a checkpoint path (default: default)")
+                             "or an exported .npz model (python -m amazons.export; default: default)")
     strength = parser.add_mutually_exclusive_group()
     strength.add_argument("--simulations", type=int, default=None,
                           help="AI simulations per move (default 200)")

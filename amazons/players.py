@@ -216,6 +216,7 @@ class MCTSPlayer(BasePlayer):
         self.chunk = int(chunk)
         self.search = BatchedSearch(evaluator, self.config, num_games=1, seed=seed)
         self.last_report: SearchReport | None = None
+        self.tree_full = False  # the last search found the tree full (a time-budget one stopped there)
         self._tree_valid = False
 
     def reset(self) -> None:
@@ -234,8 +235,9 @@ class MCTSPlayer(BasePlayer):
         if board.is_game_over():
             raise PlayerError("the game is over: the side to move has no legal move")
         self._sync_root(board)
+        self.tree_full = False
         if self.time_budget is None:
-            self.search.search(self.simulations)
+            self.tree_full = self.search.search(self.simulations).overflows > 0
         else:
             self._search_until(time.perf_counter() + self.time_budget)
         canonical = self.search.select_moves(board.ply)[0]
@@ -251,15 +253,21 @@ class MCTSPlayer(BasePlayer):
         expansion and any kernel compilation, which only makes the next chunk smaller) to fit
         the time left with a quarter to spare: the search stops at most about a round and a
         quarter before `deadline`, and passes it only when a chunk runs more than 25% slower
-        than the one before. A root that becomes proven ends the search at once.
+        than the one before. It stops early when the root becomes proven (more simulations would
+        add nothing), and, setting `tree_full`, when a chunk finds the tree full at its maximum
+        capacity (`SearchStats.overflows`).
         """
         round_size = self.config.leaves_per_game
         largest = max(round_size, self.chunk // round_size * round_size)
         simulations = min(round_size, self.chunk)
         while simulations > 0:
             started = time.perf_counter()
-            if self.search.search(simulations).simulations < simulations:
+            stats = self.search.search(simulations)
+            if stats.simulations < simulations:
                 return  # the root is proven: more simulations would add nothing
+            if stats.overflows:
+                self.tree_full = True
+                return  # the tree is at its memory bound: more simulations would add no node
             now = time.perf_counter()
             seconds_per_simulation = max(now - started, 1e-9) / simulations
             affordable = int((deadline - now) / (1.25 * seconds_per_simulation))

@@ -65,12 +65,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="shorter runs (smoke test; figures are noisier)")
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    # The suites measure the checkout they sit in, whatever package an environment installed.
+    sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parents[1])]
     metrics: dict[str, float] = {}
     for name in parse_suites(args.suite):
         module = importlib.import_module(f"suite_{name}")
         started = time.perf_counter()
         suite_metrics = module.run(quick=args.quick)
+        if not suite_metrics:
+            raise RuntimeError(f"suite {name} measured nothing")
         metrics.update(suite_metrics)
         print(f"\n== suite {name} ({time.perf_counter() - started:.1f} s)")
         width = max((len(key) for key in suite_metrics), default=10)

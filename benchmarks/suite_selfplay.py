@@ -2,8 +2,13 @@
 
 Measures end-to-end self-play on this machine with a small net: positions/s, network
 evaluations/s and search simulations/s, the ratio of evaluations/s in self-play to the same
-network's standalone throughput at the same batch size, the server's round-trip latency seen by
-the actors, and the mean batch fill. On a GPU the net is ResNet-40 in bf16.
+network's standalone throughput, the server's round-trip latency seen by the actors, and the
+mean batch fill. On a GPU the net is ResNet-40 in bf16.
+
+`selfplay.evals_ratio_to_standalone` compares like with like: the standalone figure runs the
+same evaluator code (`NetworkEvaluatorFactory`, in this process) over the positions of the
+timed self-play games themselves (every search root, in game order, with its legal moves), in
+batches of the server's mean batch size.
 """
 
 from __future__ import annotations
@@ -24,26 +29,22 @@ from amazons.netplay import NetworkEvaluatorFactory, resolve_inference_dtype
 from amazons.selfplay import SelfPlayConfig, SelfPlayWorkers
 
 
-def _mid_game_positions(count: int, plies: int, seed: int) -> np.ndarray:
-    rng = np.random.default_rng(seed)
-    positions = np.repeat(engine.start_position()[None], count, axis=0)
-    for _ in range(plies):
-        moves, offsets = engine.legal_moves(positions)
-        picks = offsets[:-1] + rng.integers(0, np.diff(offsets))
-        positions = engine.apply_moves(positions, np.ascontiguousarray(moves[picks]))
-    return positions
-
-
-def standalone_evals_per_s(model_path: str, device: str, batch: int, seconds: float) -> float:
-    """The same network's throughput through the same evaluator code, in this process."""
+def standalone_evals_per_s(model_path: str, device: str, batch: int, positions: np.ndarray,
+                           seconds: float) -> float:
+    """The same network's throughput through the same evaluator code, in this process, over
+    `positions` `(N, 3) uint64` (non-terminal) in batches of `batch`, cycling for `seconds`."""
     factory = NetworkEvaluatorFactory(model_path, device)
     evaluator = factory()
-    positions = _mid_game_positions(batch, 10, 0)
-    moves, offsets = engine.legal_moves(positions)
-    evaluator.evaluate(positions, moves, offsets)
+    batches = []
+    for first in range(0, positions.shape[0] - batch + 1, batch):
+        chunk = np.ascontiguousarray(positions[first:first + batch])
+        batches.append((chunk, *engine.legal_moves(chunk)))
+    if not batches:
+        raise RuntimeError(f"self-play gave {positions.shape[0]} positions, fewer than one batch of {batch}")
+    evaluator.evaluate(*batches[0])
     calls, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
-        evaluator.evaluate(positions, moves, offsets)
+        evaluator.evaluate(*batches[calls % len(batches)])
         calls += 1
     return calls * batch / (time.perf_counter() - started)
 
@@ -69,11 +70,15 @@ def run(quick: bool) -> dict[str, float]:
         with InferenceServer(factory, actors, InferenceConfig(inference_batch_size=batch)) as server:
             with SelfPlayWorkers(server, config) as workers:
                 workers.play(actors, lambda samples, texts: None, iteration=0)  # warm-up: imports, JIT cache
-                report = workers.play(games, lambda samples, texts: None, iteration=1)
+                played: list[np.ndarray] = []
+                report = workers.play(
+                    games, lambda samples, texts: played.extend(game.positions for game in samples),
+                    iteration=1)
             stats_before = dict(server.stats)
         server_stats = server.stats or stats_before
-        standalone = standalone_evals_per_s(model_path, device, int(max(1, server_stats.get("mean_batch_rows", batch))),
-                                            2.0 if quick else 5.0)
+        standalone = standalone_evals_per_s(
+            model_path, device, int(max(1, round(server_stats.get("mean_batch_rows", batch)))),
+            np.concatenate(played), 2.0 if quick else 5.0)
     round_trips = sum(stats["round_trips"] for stats in report.actor_stats)
     waited = sum(stats["round_trip_seconds"] for stats in report.actor_stats)
     print(f"selfplay: net {preset}, {resolve_inference_dtype('auto', device)}, {actors} actors x "
@@ -88,5 +93,6 @@ def run(quick: bool) -> dict[str, float]:
         "selfplay.mean_batch_fill": server_stats.get("mean_batch_fill", float("nan")),
         "selfplay.mean_batch_rows": server_stats.get("mean_batch_rows", float("nan")),
         "selfplay.games": float(report.games),
+        "selfplay.standalone_positions": float(sum(positions.shape[0] for positions in played)),
         "selfplay.actors": float(actors),
     }

@@ -88,13 +88,17 @@ def finished_game(seed: int) -> list[str]:
 
 
 def run_main(args: list[str], text: str) -> tuple[int, str, str]:
+    """`main` in this process; one turn unless `args` ask to keep running."""
+    if "--keep-running" not in args:
+        args = ["--restart-per-turn", *args]
     stdout, stderr = io.StringIO(), io.StringIO()
     code = main(args, io.StringIO(text), stdout, stderr, started=time.perf_counter())
     return code, stdout.getvalue(), stderr.getvalue()
 
 
 def run_bot(args: list[str], text: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
-    return subprocess.run(BOT + args, input=text, capture_output=True, text=True, cwd=REPO,
+    """One turn of a bot process (`--restart-per-turn`)."""
+    return subprocess.run(BOT + ["--restart-per-turn", *args], input=text, capture_output=True, text=True, cwd=REPO,
                           env=BOT_ENV, timeout=timeout, check=False)
 
 
@@ -109,7 +113,7 @@ class BotProcess:
     def __init__(self, args: list[str]) -> None:
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
-            BOT + ["--keep-running", *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            BOT + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
             stderr=subprocess.PIPE, text=True, bufsize=1, cwd=REPO, env=BOT_ENV)
         self.lines: queue.Queue[str | None] = queue.Queue()
         threading.Thread(target=self._pump, daemon=True).start()
@@ -258,7 +262,8 @@ def test_bot_rejects_an_illegal_history_naming_the_move():
 
 
 def test_bot_with_a_time_budget_stops_near_its_deadline():
-    bot = Bot(build_player("none", simulations=None, time_budget=1.0, seed=0))
+    # A tree large enough that the deadline, not the memory bound, ends the search.
+    bot = Bot(build_player("none", simulations=None, time_budget=1.0, seed=0, tree_memory_mb=1024))
     bot.reply([], deadline=time.perf_counter() + 0.05)  # Numba kernels load here
     started = time.perf_counter()
     bot.reply([bot.board.move_stack[0], RandomPlayer(seed=2).choose_move(bot.board)],
@@ -353,12 +358,44 @@ def test_process_exits_2_on_bad_input_or_options(args, text, named):
     assert named in result.stderr
 
 
-def test_process_rejects_a_corrupt_checkpoint(tmp_path):
-    path = tmp_path / "broken.pt"
-    path.write_bytes(b"not a checkpoint")
+def test_process_rejects_a_corrupt_model_and_a_torch_checkpoint(tmp_path):
+    path = tmp_path / "broken.npz"
+    path.write_bytes(b"not a model")
     result = run_bot(["--model", str(path)], WIKI_TURN_3)
     assert result.returncode == 2 and result.stdout == ""
-    assert "cannot load model" in result.stderr and str(path) in result.stderr
+    assert "cannot load model" in result.stderr and "not a readable model file" in result.stderr
+    checkpoint = tmp_path / "model.pt"
+    checkpoint.write_bytes(b"a torch checkpoint, by its name")
+    result = run_bot(["--model", str(checkpoint)], WIKI_TURN_3)
+    assert result.returncode == 2 and result.stdout == ""
+    assert f"python -m amazons.export {checkpoint} {tmp_path / 'model.npz'}" in result.stderr
+
+
+def test_keep_running_is_the_default():
+    stdout, stderr = io.StringIO(), io.StringIO()
+    assert main(["--model", "none", "--simulations", "8"], io.StringIO("1\n" + NO_MOVE + "\n"),
+                stdout, stderr, started=time.perf_counter()) == 0
+    lines = stdout.getvalue().splitlines()
+    assert len(lines) == 2 and lines[1] == KEEP_RUNNING_MARKER and stderr.getvalue() == ""
+    assert main(["--model", "none", "--keep-running", "--restart-per-turn"], io.StringIO(""),
+                io.StringIO(), stderr) == 2
+    assert "not allowed with argument" in stderr.getvalue()
+
+
+def test_a_full_tree_ends_the_search_in_time():
+    """A tree of 0.1 MiB (134 nodes, 4,300 edges) fills at once: the bot answers early, legally,
+    and says so; a budget that cannot hold one position's moves is refused."""
+    stdout, stderr = io.StringIO(), io.StringIO()
+    started = time.perf_counter()
+    code = main(["--model", "none", "--time", "2", "--tree-mb", "0.1", "--restart-per-turn"],
+                io.StringIO(json_input(WIKI_MOVES, black=True)), stdout, stderr, started=started)
+    assert code == 0, stderr.getvalue()
+    reply = json.loads(stdout.getvalue())
+    assert time.perf_counter() - started < 2.0
+    assert reply["debug"].endswith("tree full")
+    assert reply_is_legal_after(WIKI_MOVES, response_text(reply["response"]))
+    code, out, err = run_main(["--model", "none", "--tree-mb", "0.01"], WIKI_TURN_3)
+    assert code == 2 and out == "" and "--tree-mb" in err and "2916 edges" in err
 
 
 def test_keep_running_game_between_two_bot_processes():
@@ -401,7 +438,9 @@ def test_keep_running_game_between_two_bot_processes():
 
 def test_replies_arrive_within_the_time_budget():
     budget = 1.0
-    bot = BotProcess(["--model", "none", "--time", str(budget)])
+    # Rollouts fill the default tree within a second in the opening; a larger one lets the
+    # deadline end the search.
+    bot = BotProcess(["--model", "none", "--time", str(budget), "--tree-mb", "512"])
     try:
         bot.send("1\n" + NO_MOVE)
         reply = bot.reply()
@@ -423,16 +462,17 @@ def test_replies_arrive_within_the_time_budget():
 
 
 @pytest.mark.slow
-def test_network_model_from_a_checkpoint(tmp_path):
+def test_network_model_exported_from_a_checkpoint(tmp_path):
     import torch
 
     from amazons.checkpoint import save_model
+    from amazons.export import export_checkpoint
     from amazons.net import PolicyValueNet, net_config
 
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    path = tmp_path / "tiny.pt"
-    save_model(path, PolicyValueNet(net_config("tiny")))
+    checkpoint = save_model(tmp_path / "tiny.pt", PolicyValueNet(net_config("tiny")))
+    path, _ = export_checkpoint(checkpoint, tmp_path / "tiny.npz")
     budget = 0.5
     bot = BotProcess(["--model", str(path), "--time", str(budget), "--first-time", "4"])
     try:
@@ -460,3 +500,43 @@ def test_keep_running_in_process_ends_cleanly_at_the_end_of_input():
     assert Board().is_legal(Move.from_botzone(lines[0]))
     code, out, err = run_main(args, "1\n" + NO_MOVE + "\n\n5\n")
     assert code == 2 and len(out.splitlines()) == 2 and "'5' without a move line" in err
+
+
+def status_kib(pid: int, field: str) -> int:
+    """A `/proc/PID/status` field in KiB (VmHWM: peak resident memory)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise AssertionError(f"no {field} in /proc/{pid}/status")
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
+def test_a_whole_game_with_the_default_model_stays_under_200_mb():
+    """Keep-running, the shipped model, the default tree: peak RSS over a whole game against the
+    greedy player; no torch in the process."""
+    from amazons.players import GreedyPlayer
+
+    bot = BotProcess(["--model", "default", "--time", "1", "--first-time", "3"])
+    try:
+        board, opponent = Board(), GreedyPlayer(seed=3)
+        bot.send("1\n" + NO_MOVE)
+        reply = bot.reply(timeout=60)
+        assert time.perf_counter() - bot.started < 3.0 + 0.3 + 1.0  # the slack of a busy machine
+        while reply != NO_MOVE:
+            board.push(Move.from_botzone(reply))
+            if board.is_game_over():
+                break
+            move = opponent.choose_move(board)
+            board.push(move)
+            sent = bot.send(move.to_botzone())
+            reply = bot.reply(timeout=30)
+            assert time.perf_counter() - sent < 1.0 + 0.3 + 0.5
+        assert board.is_game_over() and board.ply > 20
+        maps = Path(f"/proc/{bot.process.pid}/maps").read_text()
+        assert "torch" not in maps and "libllvmlite" in maps
+        peak_mib = status_kib(bot.process.pid, "VmHWM") / 1024
+        assert peak_mib <= 200, peak_mib
+        assert bot.close() == (0, "")
+    finally:
+        bot.kill()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,8 @@ from amazons import engine
 from amazons import mcts_numba as kernels
 from amazons.board import Board, Move
 from amazons.mcts import (
+    EDGE_BYTES,
+    NODE_BYTES,
     BatchedSearch,
     Evaluator,
     EvaluatorError,
@@ -31,6 +34,7 @@ from amazons.mcts import (
     UniformEvaluator,
     improved_policy,
 )
+from amazons.players import MCTSPlayer
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_mcts import NaiveMCTS  # noqa: E402
@@ -698,3 +702,34 @@ def test_noise_does_not_reach_the_policy_label():
     # The noise really changed what the selection saw.
     block = root_edges(noisy)
     assert not np.allclose(noisy.tree.edge_prior[0, block], clean.tree.edge_prior[0, block])
+
+
+def test_tree_memory_sets_fixed_capacities_that_fit_the_budget():
+    config = SearchConfig().with_tree_memory(8.0)
+    assert config.node_capacity == config.node_capacity_max
+    assert config.edge_capacity == config.edge_capacity_max
+    search = BatchedSearch(UniformEvaluator(), config)
+    tree_bytes = sum(array.nbytes for array in search.tree) - search.tree.nodes_used.nbytes \
+        - search.tree.edges_used.nbytes
+    per_node = sum(getattr(search.tree, name).nbytes for name in kernels.TreeArrays._fields
+                   if name.startswith("node_")) / config.node_capacity
+    per_edge = sum(getattr(search.tree, name).nbytes for name in kernels.TreeArrays._fields
+                   if name.startswith("edge_")) / config.edge_capacity
+    assert (per_node, per_edge) == (NODE_BYTES, EDGE_BYTES)
+    assert 7.9 * 2**20 < tree_bytes <= 8 * 2**20
+    with pytest.raises(SearchConfigError, match="2916 edges"):
+        SearchConfig().with_tree_memory(0.01)
+    with pytest.raises(SearchConfigError, match="megabytes"):
+        SearchConfig().with_tree_memory(float("nan"))
+
+
+def test_a_full_tree_never_grows_and_the_player_stops_in_time():
+    config = SearchConfig(leaves_per_game=4).with_tree_memory(0.2)
+    player = MCTSPlayer(UniformEvaluator(), config, time_budget=5.0, seed=0)
+    started = time.perf_counter()
+    move = player.choose_move(Board())
+    assert time.perf_counter() - started < 2.0 and player.tree_full
+    assert Board().is_legal(move)
+    usage = player.search.tree_usage()
+    assert usage["edge_capacity"] == config.edge_capacity  # allocated once, never grown
+    assert usage["edges_used"][0] <= config.edge_capacity

@@ -77,3 +77,22 @@ def test_openspiel_mcts_player_plays_legal_games_in_the_arena() -> None:
         board = Board.from_moves(record.moves)  # replays and checks every move
         assert board.is_game_over()
     assert result.wins_a + result.wins_b == 2
+
+
+def test_openspiel_mcts_player_with_a_time_budget() -> None:
+    """The path the README's strength figures use (`--time-budget`): the time-budget argument of
+    OpenSpiel's MCTSBot (open-spiel 2.0.2), a third of the move's budget per decision."""
+    import time
+
+    from amazons.arena import make_player, run_arena
+
+    player = make_player("openspiel-mcts", seed=1, time_budget=0.3)
+    board = Board.from_moves([Move.from_botzone(text) for text in ("5 0 3 2 6 5", "0 5 4 5 3 4")])
+    started = time.perf_counter()
+    move = player.choose_move(board)
+    elapsed = time.perf_counter() - started
+    assert board.is_legal(move)
+    assert 0.2 < elapsed < 1.5, elapsed
+    result = run_arena("openspiel-mcts", "random", games=2, time_budget=0.03, processes=1, seed=4)
+    assert result.wins_a + result.wins_b == 2
+    assert all(Board.from_moves(record.moves).is_game_over() for record in result.records)

@@ -195,10 +195,14 @@ def test_a_session_against_a_tiny_network(tmp_path):
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
     from amazons.checkpoint import save_model
+    from amazons.export import export_checkpoint
     from amazons.net import PolicyValueNet, net_config
 
     torch.manual_seed(0)
-    model_path = save_model(tmp_path / "tiny.pt", PolicyValueNet(net_config("tiny")))
+    checkpoint = save_model(tmp_path / "tiny.pt", PolicyValueNet(net_config("tiny")))
+    status, _, err = run_main(["--model", str(checkpoint), "--simulations", "8"], "quit\n")
+    assert status == 2 and "python -m amazons.export" in err  # terminal play runs without torch
+    model_path, _ = export_checkpoint(checkpoint, tmp_path / "tiny.npz")
     save = tmp_path / "net-game.txt"
     status, out, err = run_main(
         ["--model", str(model_path), "--simulations", "8", "--seed", "1", "--save", str(save)],

@@ -2,8 +2,11 @@
 
 `default.pt` is a model checkpoint (`amazons.checkpoint.save_model`) produced by
 `python -m amazons.train`; `default.json` next to it records how: the training config, the
-wall-clock training time, the hardware, and the measured strength. `--model default` in
-`amazons.botzone` and `amazons.play` loads it. This module never imports torch.
+wall-clock training time, the hardware, and the measured strength. `default.npz` is the same
+network exported for torch-free play (`python -m amazons.export amazons/models/default.pt
+amazons/models/default.npz`, format `amazons.npnet`): `--model default` in `amazons.botzone` and
+`amazons.play` loads it; the checkpoint stays for training and torch-side tools. This module
+never imports torch.
 """
 
 from __future__ import annotations
@@ -12,23 +15,43 @@ import json
 from pathlib import Path
 from typing import Any
 
-__all__ = ["DEFAULT_MODEL_NAME", "default_model_info", "default_model_path"]
+__all__ = [
+    "DEFAULT_CHECKPOINT_NAME",
+    "DEFAULT_MODEL_NAME",
+    "default_checkpoint_path",
+    "default_model_info",
+    "default_model_path",
+]
 
-DEFAULT_MODEL_NAME = "default.pt"
+DEFAULT_MODEL_NAME = "default.npz"  # the exported model (numpy, no torch)
+DEFAULT_CHECKPOINT_NAME = "default.pt"  # the torch checkpoint it was exported from
 _HERE = Path(__file__).resolve().parent
 
 
-def default_model_path() -> Path:
-    """Path of the shipped model checkpoint.
-
-    Raises:
-        FileNotFoundError: the package was installed without its model file.
-    """
-    path = _HERE / DEFAULT_MODEL_NAME
+def _shipped(name: str) -> Path:
+    path = _HERE / name
     if not path.is_file():
         raise FileNotFoundError(
             f"the shipped model {path} is missing; reinstall the package or pass --model PATH")
     return path
+
+
+def default_model_path() -> Path:
+    """Path of the shipped exported model (`default.npz`), what `--model default` loads.
+
+    Raises:
+        FileNotFoundError: the package was installed without it.
+    """
+    return _shipped(DEFAULT_MODEL_NAME)
+
+
+def default_checkpoint_path() -> Path:
+    """Path of the shipped model's torch checkpoint (`default.pt`).
+
+    Raises:
+        FileNotFoundError: the package was installed without it.
+    """
+    return _shipped(DEFAULT_CHECKPOINT_NAME)
 
 
 def default_model_info() -> dict[str, Any]:

@@ -1,0 +1,220 @@
+"""Export a trained network to the torch-free model file: `python -m amazons.export CKPT OUT`.
+
+The Botzone bot and terminal play run the network with `amazons.npnet` (numpy only), from the
+`.npz` file this module writes (the format is `amazons.npnet`'s). The export:
+
+1. reads a learner or model checkpoint (`amazons.checkpoint.load_model_for_play`: safe load,
+   digest checked);
+2. prepares the network for inference (`amazons.net.prepare_for_inference`: eval mode, batch
+   norms folded into the convolutions, float32);
+3. writes its state dict, the config and the trunk's layer kinds with `amazons.npnet.write_model`
+   (atomically, with a SHA-256 digest of the arrays);
+4. reads the file back with `amazons.npnet.load_model` and checks that the numpy forward pass
+   gives the torch model's legal-move priors and values on random positions (largest
+   differences printed; above `TOLERANCE` the export fails and the file is removed).
+
+Imports torch (through `amazons.net` and `amazons.checkpoint`), numpy and `amazons.npnet`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+import torch
+
+from amazons import engine, npnet
+from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.net import (
+    GlobalSelfAttention,
+    PolicyValueNet,
+    ResidualBlock,
+    gather_legal_priors,
+    policy_log_tables,
+    prepare_for_inference,
+    segment_ids,
+)
+
+__all__ = [
+    "TOLERANCE",
+    "ExportError",
+    "export_checkpoint",
+    "export_model",
+    "main",
+    "model_arrays",
+    "random_positions",
+    "torch_outputs",
+    "verify_export",
+]
+
+TOLERANCE = 1e-4  # largest accepted difference between torch and numpy priors or values
+
+
+class ExportError(ValueError):
+    """The export's check failed: the numpy forward pass does not reproduce the torch model."""
+
+
+def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
+    """What an exported file holds: `(net_config dict, trunk layer kinds, float32 arrays)`.
+
+    The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded), on the
+    CPU, in torch's layouts; `model` itself is not changed.
+    """
+    prepared = prepare_for_inference(model, torch.float32, channels_last=False).cpu()
+    trunk = []
+    for layer in prepared.trunk:
+        if isinstance(layer, ResidualBlock):
+            trunk.append("residual")
+        elif isinstance(layer, GlobalSelfAttention):
+            trunk.append("attention")
+        else:
+            raise ExportError(f"cannot export a trunk layer of type {type(layer).__name__}")
+    arrays = {name: tensor.detach().float().contiguous().numpy().copy()
+              for name, tensor in prepared.state_dict().items()}
+    return model.config.to_dict(), trunk, arrays
+
+
+def random_positions(count: int, seed: int = 0, max_plies: int = 40) -> np.ndarray:
+    """`(count, 3) uint64` canonical positions after 0..max_plies random legal plies, none terminal."""
+    rng = np.random.default_rng(seed)
+    positions = np.repeat(engine.start_position()[None], count, axis=0)
+    plies = rng.integers(0, max_plies + 1, size=count)
+    for ply in range(max_plies):
+        live = np.flatnonzero(plies > ply)
+        if live.size == 0:
+            break
+        moves, offsets = engine.legal_moves(np.ascontiguousarray(positions[live]))
+        counts = np.diff(offsets)
+        picks = offsets[:-1] + rng.integers(0, np.maximum(counts, 1))
+        movable = counts > 0
+        children = engine.apply_moves(np.ascontiguousarray(positions[live[movable]]),
+                                      np.ascontiguousarray(moves[picks[movable]]))
+        keep = ~engine.is_terminal(children)
+        positions[live[movable][keep]] = children[keep]
+    return positions
+
+
+@torch.no_grad()
+def torch_outputs(model: PolicyValueNet, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The torch model's legal-move priors `(M,) float32` and values `(B,) float32` (eval mode,
+    float32, unfolded batch norms, on the model's device), the moves being
+    `engine.legal_moves(positions)`'s."""
+    was_training = model.training
+    device = next(model.parameters()).device
+    model.eval()
+    try:
+        features = torch.from_numpy(engine.features(positions, model.config.num_planes)).to(device)
+        output = model(features)
+        log_move, log_arrow = policy_log_tables(output.policy)
+        moves, offsets = engine.legal_moves(positions)
+        priors = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves).to(device),
+                                     torch.from_numpy(segment_ids(offsets)).to(device))
+    finally:
+        model.train(was_training)
+    return priors.cpu().numpy(), output.value.float().cpu().numpy()
+
+
+def verify_export(model: PolicyValueNet, net: npnet.NumpyNet, positions: np.ndarray) -> dict[str, float]:
+    """Largest absolute differences between the torch model and the numpy network.
+
+    Returns:
+        `{"priors": ..., "values": ...}` over every legal move and every position of `positions`
+        `(B, 3) uint64` (non-terminal).
+    """
+    expected_priors, expected_values = torch_outputs(model, positions)
+    moves, offsets = engine.legal_moves(positions)
+    priors, values = npnet.NumpyEvaluator(net).evaluate(positions, moves, offsets)
+    return {"priors": float(np.abs(priors - expected_priors).max(initial=0.0)),
+            "values": float(np.abs(values - expected_values).max(initial=0.0))}
+
+
+def export_model(model: PolicyValueNet, path: str | os.PathLike, source: dict[str, Any] | None = None,
+                 check_positions: int = 32, seed: int = 0) -> tuple[Path, dict[str, float]]:
+    """Write `model` as an exported file and check it; returns the path and the differences.
+
+    Args:
+        model: the network (any mode; it is not changed).
+        path: the `.npz` file to write (atomically).
+        source: plain values recorded in the header (where the weights came from).
+        check_positions: random positions the check compares on (0: no check).
+        seed: seeds those positions.
+
+    Raises:
+        ExportError: a difference above `TOLERANCE` (the written file is removed).
+        amazons.npnet.ModelFileError: the file cannot be written.
+    """
+    config, trunk, arrays = model_arrays(model)
+    path = npnet.write_model(path, config, trunk, arrays, source)
+    differences = {"priors": 0.0, "values": 0.0}
+    if check_positions > 0:
+        differences = verify_export(model, npnet.load_model(path), random_positions(check_positions, seed))
+        worst = max(differences.values())
+        if not worst <= TOLERANCE:
+            path.unlink(missing_ok=True)
+            raise ExportError(
+                f"{path}: the numpy network differs from the torch model by {worst:.2e} "
+                f"(priors {differences['priors']:.2e}, values {differences['values']:.2e}; "
+                f"tolerance {TOLERANCE:.0e}); the file was removed")
+    return path, differences
+
+
+def _file_digest(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def export_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike,
+                      check_positions: int = 32) -> tuple[Path, dict[str, float]]:
+    """Export the network of a learner or model checkpoint (see `export_model`).
+
+    Raises:
+        amazons.checkpoint.CheckpointError: the checkpoint cannot be read.
+        ExportError, amazons.npnet.ModelFileError: see `export_model`.
+    """
+    checkpoint = Path(checkpoint)
+    payload = load_checkpoint(checkpoint)
+    model = load_model_for_play(checkpoint, "cpu")
+    source = {"checkpoint": checkpoint.name, "checkpoint_sha256": _file_digest(checkpoint),
+              "kind": payload["kind"], "step": int(payload["step"]),
+              "torch_version": str(payload.get("torch_version", ""))}
+    return export_model(model, out, source, check_positions)
+
+
+def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
+         stderr: TextIO | None = None) -> int:
+    """`python -m amazons.export CKPT OUT [--check-positions N]`; 0 on success, 2 on an error."""
+    stdout = sys.stdout if stdout is None else stdout
+    stderr = sys.stderr if stderr is None else stderr
+    parser = argparse.ArgumentParser(
+        prog="python -m amazons.export",
+        description="Export a checkpoint's network to a torch-free .npz model file (amazons.npnet).")
+    parser.add_argument("checkpoint", help="a learner or model checkpoint (.pt)")
+    parser.add_argument("out", help="the model file to write, e.g. model.npz")
+    parser.add_argument("--check-positions", type=int, default=32,
+                        help="random positions on which to compare numpy with torch (0: skip)")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    try:
+        path, differences = export_checkpoint(args.checkpoint, args.out, args.check_positions)
+    except (CheckpointError, npnet.ModelFileError, ExportError) as error:
+        print(f"{parser.prog}: {error}", file=stderr)
+        return 2
+    net = npnet.load_model(path)
+    print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
+          f"{net.policy_head} head); largest difference from torch over {args.check_positions} "
+          f"positions: priors {differences['priors']:.1e}, values {differences['values']:.1e}",
+          file=stdout)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

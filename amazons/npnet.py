@@ -1,0 +1,575 @@
+"""The policy-value network without torch: an exported model file and its forward pass in numpy.
+
+What this module owns:
+
+* The exported model format (`FORMAT`, `VERSION`): one `.npz` file (numpy's zip of `.npy`
+  arrays) read with `allow_pickle=False`, so loading can never run code. It holds
+  - `header`: a `uint8` array of UTF-8 JSON: `{"format": "amazons-npnet", "version": 1,
+    "net_config": {...}, "trunk": ["residual", ..., "attention"], "sha256": "...",
+    "source": {...}}`; `net_config` is `amazons.net.NetConfig.to_dict()`, `trunk` names the
+    trunk's layers in order, `sha256` digests every array (name, dtype, shape, bytes) and
+    `source` says where the weights came from (checkpoint file, its digest, step, torch version);
+  - every weight as a `float32` array named like the inference-prepared torch model's state dict
+    (`amazons.net.prepare_for_inference`: batch norms folded into the convolutions), in torch's
+    layouts: convolutions `(out, in, k, k)` with a bias `(out,)`, linear layers `(out, in)`.
+  `write_model` writes it atomically (`amazons._atomic`); `load_model` checks the header, the
+  names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
+  the file and what is wrong.
+* `NumpyNet`: the forward pass of `amazons.net.PolicyValueNet` in float32 numpy, every preset,
+  both policy heads and the global self-attention blocks: feature planes `(B, P, 8, 8)` in, the
+  two log-probability tables of `amazons.net.policy_log_tables` and the value out. Inside, a
+  board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
+  product and 3x3 convolutions one product over gathered 3x3 neighbourhoods.
+* `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | dst),
+  renormalized over each position's legal moves).
+* `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
+
+The exported file is written by `amazons.export` from a torch checkpoint; the Botzone bot and
+terminal play load it. Imports numpy, `amazons.engine` and `amazons._atomic`; never torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from amazons import engine
+from amazons._atomic import atomic_write
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "ModelFileError",
+    "NpNetInputError",
+    "NumpyEvaluator",
+    "NumpyNet",
+    "array_digest",
+    "expected_shapes",
+    "legal_priors",
+    "limit_blas_threads",
+    "load_model",
+    "write_model",
+]
+
+FORMAT = "amazons-npnet"
+VERSION = 1
+HEADER_KEY = "header"
+NUM_SQUARES = 64
+TRUNK_LAYERS = ("residual", "attention")
+POLICY_HEADS = ("joint", "factorized")
+_CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
+                "value_hidden")
+
+
+class ModelFileError(ValueError):
+    """An exported model file cannot be written or read; the message names the file and the reason."""
+
+
+class NpNetInputError(ValueError):
+    """An array passed to the numpy network or its evaluator has the wrong shape, dtype or contents."""
+
+
+# ------------------------------------------------------------------------------------------------
+# The file format
+
+
+def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, tuple[int, ...]]:
+    """Name -> shape of every array an exported model of this config and trunk must hold.
+
+    Args:
+        net_config: `NetConfig.to_dict()` fields (`num_planes`, `channels`, `attention_dim`,
+            `policy_head`, `head_dim`, `value_channels`, `value_hidden` are used).
+        trunk: the trunk's layers in order, each `"residual"` or `"attention"`.
+
+    Raises:
+        ModelFileError: a field is missing or invalid, or a trunk layer is unknown.
+    """
+    for name in _CONFIG_INTS:
+        value = net_config.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+            raise ModelFileError(f"net_config field {name!r} must be a positive int, got {value!r}")
+    if net_config["num_planes"] not in engine.FEATURE_PLANES:
+        raise ModelFileError(f"net_config num_planes must be 3 or 7, got {net_config['num_planes']!r}")
+    head = net_config.get("policy_head")
+    if head not in POLICY_HEADS:
+        raise ModelFileError(f"net_config policy_head must be one of {POLICY_HEADS}, got {head!r}")
+    channels, planes = net_config["channels"], net_config["num_planes"]
+    key_dim, head_dim = net_config["attention_dim"], net_config["head_dim"]
+    value_channels, value_hidden = net_config["value_channels"], net_config["value_hidden"]
+    shapes: dict[str, tuple[int, ...]] = {
+        "stem.conv.weight": (channels, planes, 3, 3), "stem.conv.bias": (channels,)}
+    for index, kind in enumerate(trunk):
+        prefix = f"trunk.{index}"
+        if kind == "residual":
+            for conv in ("conv1", "conv2"):
+                shapes[f"{prefix}.{conv}.conv.weight"] = (channels, channels, 3, 3)
+                shapes[f"{prefix}.{conv}.conv.bias"] = (channels,)
+        elif kind == "attention":
+            width = 2 * key_dim + channels
+            shapes[f"{prefix}.qkv.weight"] = (width, channels, 1, 1)
+            shapes[f"{prefix}.qkv.bias"] = (width,)
+            shapes[f"{prefix}.gate"] = (1,)
+        else:
+            raise ModelFileError(f"trunk layer {index} is {kind!r}; expected one of {TRUNK_LAYERS}")
+    if head == "joint":
+        for name in ("move_qk", "arrow_qk"):
+            shapes[f"policy_head.{name}.weight"] = (2 * head_dim, channels, 1, 1)
+            shapes[f"policy_head.{name}.bias"] = (2 * head_dim,)
+        shapes["policy_head.update_gate.weight"] = (channels, channels + head_dim, 1, 1)
+        shapes["policy_head.update_gate.bias"] = (channels,)
+    else:
+        shapes["policy_head.hidden.conv.weight"] = (head_dim, channels, 1, 1)
+        shapes["policy_head.hidden.conv.bias"] = (head_dim,)
+        shapes["policy_head.maps.weight"] = (3, head_dim, 1, 1)
+        shapes["policy_head.maps.bias"] = (3,)
+    shapes["value_head.reduce.conv.weight"] = (value_channels, channels, 1, 1)
+    shapes["value_head.reduce.conv.bias"] = (value_channels,)
+    shapes["value_head.hidden.weight"] = (value_hidden, value_channels * NUM_SQUARES)
+    shapes["value_head.hidden.bias"] = (value_hidden,)
+    shapes["value_head.out.weight"] = (1, value_hidden)
+    shapes["value_head.out.bias"] = (1,)
+    return shapes
+
+
+def array_digest(arrays: dict[str, np.ndarray]) -> str:
+    """SHA-256 over the arrays in name order: each name, dtype, shape and bytes."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name};{array.dtype.str};{array.shape};".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
+def _check_arrays(where: str, arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
+    missing = sorted(set(shapes) - set(arrays))
+    unknown = sorted(set(arrays) - set(shapes))
+    if missing or unknown:
+        raise ModelFileError(f"{where}: arrays do not fit the config: missing {missing}, unknown {unknown}")
+    for name, shape in shapes.items():
+        array = arrays[name]
+        if array.dtype != np.float32 or array.shape != shape:
+            raise ModelFileError(
+                f"{where}: array {name!r} is {array.dtype} {array.shape}; expected float32 {shape}")
+        if not np.all(np.isfinite(array)):
+            raise ModelFileError(f"{where}: array {name!r} holds NaN or infinite values")
+
+
+def write_model(
+    path: str | os.PathLike,
+    net_config: dict[str, Any],
+    trunk: list[str],
+    arrays: dict[str, np.ndarray],
+    source: dict[str, Any] | None = None,
+) -> Path:
+    """Write an exported model file atomically (a reader sees the old file or the whole new one).
+
+    Args:
+        path: the target, conventionally `*.npz`.
+        net_config: `NetConfig.to_dict()` of the network.
+        trunk: its trunk layers in order (`"residual"` / `"attention"`).
+        arrays: every weight `expected_shapes` names, float32, batch norms already folded.
+        source: plain JSON values describing where the weights came from.
+
+    Raises:
+        ModelFileError: the arrays do not fit the config, or the file cannot be written.
+    """
+    path = Path(path)
+    arrays = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in arrays.items()}
+    _check_arrays(str(path), arrays, expected_shapes(net_config, list(trunk)))
+    header = {"format": FORMAT, "version": VERSION, "net_config": dict(net_config),
+              "trunk": list(trunk), "sha256": array_digest(arrays), "source": dict(source or {})}
+    try:
+        encoded = np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8)
+    except (TypeError, ValueError) as error:
+        raise ModelFileError(f"{path}: the header must hold plain JSON values: {error}") from None
+    try:
+        return atomic_write(path, lambda stream: np.savez(stream, **{HEADER_KEY: encoded}, **arrays))
+    except OSError as error:
+        raise ModelFileError(f"{path}: cannot write the model file: {error}") from error
+
+
+def _read_header(path: Path, data: Any) -> dict[str, Any]:
+    if HEADER_KEY not in data.files:
+        raise ModelFileError(f"{path}: not an exported amazons model (no '{HEADER_KEY}' array)")
+    try:
+        header = json.loads(data[HEADER_KEY].tobytes().decode())
+    except (ValueError, UnicodeDecodeError) as error:
+        raise ModelFileError(f"{path}: the header is not JSON: {error}") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise ModelFileError(f"{path}: not an exported amazons model (format is not {FORMAT!r})")
+    if header.get("version") != VERSION:
+        raise ModelFileError(
+            f"{path}: exported model format version {header.get('version')!r}; this code reads {VERSION}")
+    if not isinstance(header.get("net_config"), dict) or not isinstance(header.get("trunk"), list):
+        raise ModelFileError(f"{path}: the header lacks 'net_config' or 'trunk'")
+    return header
+
+
+def load_model(path: str | os.PathLike) -> NumpyNet:
+    """Read and verify an exported model file (never unpickles anything).
+
+    Raises:
+        FileNotFoundError: no file at `path`.
+        ModelFileError: not a model file of this format and version, truncated or corrupt, arrays
+            that do not fit its config, or content that does not match its digest.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} does not exist")
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            header = _read_header(path, data)
+            arrays = {name: data[name] for name in data.files if name != HEADER_KEY}
+    except ModelFileError:
+        raise
+    except Exception as error:  # zip, npy-header and EOF errors of a truncated or foreign file
+        raise ModelFileError(
+            f"{path}: not a readable model file (truncated or corrupt?): "
+            f"{type(error).__name__}: {error}") from None
+    try:
+        shapes = expected_shapes(header["net_config"], header["trunk"])
+    except ModelFileError as error:
+        raise ModelFileError(f"{path}: {error}") from None
+    _check_arrays(str(path), arrays, shapes)
+    if array_digest(arrays) != header.get("sha256"):
+        raise ModelFileError(
+            f"{path}: the arrays do not match the header's SHA-256 digest (modified or corrupted)")
+    return NumpyNet(header["net_config"], header["trunk"], arrays, header.get("source", {}))
+
+
+# ------------------------------------------------------------------------------------------------
+# The forward pass
+
+
+def _pointwise(weight: np.ndarray) -> np.ndarray:
+    """A 1x1 convolution's `(out, in, 1, 1)` weight as a `(in, out)` matrix."""
+    return np.ascontiguousarray(weight[:, :, 0, 0].T)
+
+
+def _neighbourhood(weight: np.ndarray) -> np.ndarray:
+    """A 3x3 convolution's `(out, in, 3, 3)` weight as a `(9 * in, out)` matrix, rows ordered
+    (dy, dx, in) like the columns `_gather_3x3` builds."""
+    out_channels = weight.shape[0]
+    return np.ascontiguousarray(weight.transpose(2, 3, 1, 0).reshape(-1, out_channels))
+
+
+def _gather_3x3(x: np.ndarray) -> np.ndarray:
+    """`(B, 64, C)` -> `(B * 64, 9 * C)`: each square's 3x3 neighbourhood (zeros off the board)."""
+    batch, _, channels = x.shape
+    padded = np.zeros((batch, 10, 10, channels), np.float32)
+    padded[:, 1:9, 1:9] = x.reshape(batch, 8, 8, channels)
+    columns = np.empty((batch, 8, 8, 9, channels), np.float32)
+    for dy in range(3):
+        for dx in range(3):
+            columns[:, :, :, dy * 3 + dx] = padded[:, dy:dy + 8, dx:dx + 8]
+    return columns.reshape(batch * NUM_SQUARES, 9 * channels)
+
+
+def _softmax(x: np.ndarray) -> np.ndarray:
+    """Softmax over the last axis, in place."""
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+def _log_softmax(x: np.ndarray) -> np.ndarray:
+    """Log-softmax over the last axis (a new array)."""
+    shifted = x - x.max(axis=-1, keepdims=True)
+    return shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+
+
+def _relu(x: np.ndarray) -> np.ndarray:
+    return np.maximum(x, 0.0, out=x)
+
+
+class NumpyNet:
+    """The forward pass of `amazons.net.PolicyValueNet` (eval mode, batch norms folded), in numpy.
+
+    Build it with `load_model`; the weights are converted once into matrix layouts.
+
+    Args:
+        net_config: the network's `NetConfig.to_dict()` fields.
+        trunk: its trunk layers in order (`"residual"` / `"attention"`).
+        arrays: the exported weights (see the module docstring), checked by the caller.
+        source: where the weights came from (kept for display).
+    """
+
+    def __init__(self, net_config: dict[str, Any], trunk: list[str], arrays: dict[str, np.ndarray],
+                 source: dict[str, Any] | None = None) -> None:
+        self.config = dict(net_config)
+        self.trunk_layers = list(trunk)
+        self.source = dict(source or {})
+        self.num_planes = int(net_config["num_planes"])
+        self.policy_head = net_config["policy_head"]
+        self._channels = int(net_config["channels"])
+        self._key_dim = int(net_config["attention_dim"])
+        self._head_dim = int(net_config["head_dim"])
+
+        def bias(name: str) -> np.ndarray:
+            return np.asarray(arrays[name], np.float32).copy()
+
+        self._stem = (_neighbourhood(arrays["stem.conv.weight"]), bias("stem.conv.bias"))
+        self._trunk: list[tuple[str, tuple[np.ndarray, ...]]] = []
+        for index, kind in enumerate(trunk):
+            prefix = f"trunk.{index}"
+            if kind == "residual":
+                self._trunk.append((kind, (
+                    _neighbourhood(arrays[f"{prefix}.conv1.conv.weight"]), bias(f"{prefix}.conv1.conv.bias"),
+                    _neighbourhood(arrays[f"{prefix}.conv2.conv.weight"]), bias(f"{prefix}.conv2.conv.bias"))))
+            else:
+                self._trunk.append((kind, (
+                    _pointwise(arrays[f"{prefix}.qkv.weight"]), bias(f"{prefix}.qkv.bias"),
+                    bias(f"{prefix}.gate"))))
+        if self.policy_head == "joint":
+            self._policy = tuple(
+                part for name in ("move_qk", "update_gate", "arrow_qk")
+                for part in (_pointwise(arrays[f"policy_head.{name}.weight"]),
+                             bias(f"policy_head.{name}.bias")))
+        else:
+            self._policy = (_pointwise(arrays["policy_head.hidden.conv.weight"]),
+                            bias("policy_head.hidden.conv.bias"),
+                            _pointwise(arrays["policy_head.maps.weight"]), bias("policy_head.maps.bias"))
+        self._value = (_pointwise(arrays["value_head.reduce.conv.weight"]),
+                       bias("value_head.reduce.conv.bias"),
+                       np.ascontiguousarray(arrays["value_head.hidden.weight"].T),
+                       bias("value_head.hidden.bias"),
+                       np.ascontiguousarray(arrays["value_head.out.weight"].T),
+                       bias("value_head.out.bias"))
+
+    def num_parameters(self) -> int:
+        """Number of weights (after batch-norm folding)."""
+        parts = [*self._stem, *self._policy, *self._value]
+        parts += [array for _, layer in self._trunk for array in layer]
+        return int(sum(array.size for array in parts))
+
+    def forward(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Policy tables and values of feature planes.
+
+        Args:
+            features: `(B, num_planes, 8, 8) float32` from `amazons.engine.features`.
+
+        Returns:
+            `(log_move, log_arrow, values)`: `log_move (B, 4096) float32` = log P(src, dst) at
+            `src * 64 + dst`; `log_arrow (B, 4096) float32` = log P(arrow | dst) at
+            `dst * 64 + arrow`; `values (B,) float32` in [-1, 1] for the side to move (the
+            tables of `amazons.net.policy_log_tables` and the value of `PolicyValueNet`).
+
+        Raises:
+            NpNetInputError: `features` is not a `(B, num_planes, 8, 8)` float32 array.
+        """
+        if not isinstance(features, np.ndarray) or features.dtype != np.float32 \
+                or features.shape[1:] != (self.num_planes, 8, 8) or features.ndim != 4:
+            raise NpNetInputError(
+                f"features must be a (B, {self.num_planes}, 8, 8) float32 array, got {_describe(features)}")
+        batch = features.shape[0]
+        x = features.reshape(batch, self.num_planes, NUM_SQUARES).transpose(0, 2, 1)
+        x = _relu(self._conv3x3(x, *self._stem))
+        for kind, layer in self._trunk:
+            x = self._residual(x, *layer) if kind == "residual" else self._attention(x, *layer)
+        if self.policy_head == "joint":
+            log_move, log_arrow = self._joint_policy(x)
+        else:
+            log_move, log_arrow = self._factorized_policy(x)
+        return log_move, log_arrow, self._value_head(x)
+
+    @staticmethod
+    def _conv3x3(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
+        out = _gather_3x3(x) @ weight
+        out += bias
+        return out.reshape(x.shape[0], NUM_SQUARES, weight.shape[1])
+
+    def _residual(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
+                  b2: np.ndarray) -> np.ndarray:
+        hidden = _relu(self._conv3x3(x, w1, b1))
+        out = self._conv3x3(hidden, w2, b2)
+        out += x
+        return _relu(out)
+
+    def _attention(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
+                   gate: np.ndarray) -> np.ndarray:
+        d = self._key_dim
+        qkv = x @ weight + bias  # (B, 64, 2d + C); the 1 / sqrt(d) scale is in the query weights
+        energy = qkv[:, :, :d] @ qkv[:, :, d:2 * d].transpose(0, 2, 1)  # (B, 64 queries, 64 keys)
+        attended = _softmax(energy) @ qkv[:, :, 2 * d:]  # (B, 64, C)
+        return x + gate[0] * attended
+
+    def _joint_policy(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        move_w, move_b, gate_w, gate_b, arrow_w, arrow_b = self._policy
+        batch, h = x.shape[0], self._head_dim
+        move_qk = x @ move_w + move_b
+        dst_keys = move_qk[:, :, h:]
+        move_logits = move_qk[:, :, :h] @ dst_keys.transpose(0, 2, 1)  # [b, src, dst]
+        update = np.concatenate([x, dst_keys], axis=2) @ gate_w + gate_b
+        x_next = x + _relu(update)
+        arrow_qk = x_next @ arrow_w + arrow_b
+        arrow_logits = arrow_qk[:, :, :h] @ arrow_qk[:, :, h:].transpose(0, 2, 1)  # [b, dst, arrow]
+        log_move = _log_softmax(move_logits.reshape(batch, NUM_SQUARES * NUM_SQUARES))
+        log_arrow = _log_softmax(arrow_logits).reshape(batch, NUM_SQUARES * NUM_SQUARES)
+        return log_move, log_arrow
+
+    def _factorized_policy(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        hidden_w, hidden_b, maps_w, maps_b = self._policy
+        batch = x.shape[0]
+        maps = _relu(x @ hidden_w + hidden_b) @ maps_w + maps_b  # (B, 64, 3)
+        log_src, log_dst, log_arrow = (_log_softmax(np.ascontiguousarray(maps[:, :, k])) for k in range(3))
+        log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
+        log_arrow = np.broadcast_to(log_arrow[:, None, :], (batch, NUM_SQUARES, NUM_SQUARES))
+        return log_move, np.ascontiguousarray(log_arrow).reshape(batch, -1)
+
+    def _value_head(self, x: np.ndarray) -> np.ndarray:
+        reduce_w, reduce_b, hidden_w, hidden_b, out_w, out_b = self._value
+        batch = x.shape[0]
+        reduced = _relu(x @ reduce_w + reduce_b)  # (B, 64, value_channels)
+        flat = reduced.transpose(0, 2, 1).reshape(batch, -1)  # channel-major, as torch flattens
+        hidden = _relu(flat @ hidden_w + hidden_b)
+        return np.tanh(hidden @ out_w + out_b)[:, 0]
+
+
+# ------------------------------------------------------------------------------------------------
+# From tables to legal-move priors, and the Evaluator
+
+
+def legal_priors(log_move: np.ndarray, log_arrow: np.ndarray, moves: np.ndarray,
+                 move_offsets: np.ndarray) -> np.ndarray:
+    """Priors of the legal moves: P(src, dst) * P(arrow | dst), renormalized per position.
+
+    The numpy twin of `amazons.net.gather_legal_priors`: one gather from both tables and a
+    softmax over each position's segment of moves.
+
+    Args:
+        log_move: `(B, 4096) float32` log P(src, dst).
+        log_arrow: `(B, 4096) float32` log P(arrow | dst).
+        moves: `(M, 3) int32` legal moves (canonical), grouped by position.
+        move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
+
+    Returns:
+        `(M,) float32` priors; each position's priors sum to 1.
+    """
+    counts = np.diff(move_offsets)
+    batch_index = np.repeat(np.arange(counts.shape[0]), counts)
+    if moves.shape[0] == 0:
+        return np.zeros(0, np.float32)
+    src = moves[:, 0].astype(np.intp)
+    dst = moves[:, 1].astype(np.intp)
+    arrow = moves[:, 2].astype(np.intp)
+    log_prior = (log_move[batch_index, src * NUM_SQUARES + dst]
+                 + log_arrow[batch_index, dst * NUM_SQUARES + arrow])
+    owners = counts > 0
+    starts = move_offsets[:-1][owners]
+    peak = np.repeat(np.maximum.reduceat(log_prior, starts), counts[owners])
+    weights = np.exp(log_prior - peak)
+    totals = np.repeat(np.add.reduceat(weights, starts), counts[owners])
+    return (weights / totals).astype(np.float32, copy=False)
+
+
+def _describe(array: object) -> str:
+    if isinstance(array, np.ndarray):
+        return f"shape {array.shape} dtype {array.dtype}"
+    return type(array).__name__
+
+
+def _check_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray) -> None:
+    if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 or positions.ndim != 2 \
+            or positions.shape[1] != 3:
+        raise NpNetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
+    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
+            or moves.shape[1] != 3:
+        raise NpNetInputError(f"moves must be an (M, 3) int32 array, got {_describe(moves)}")
+    rows = positions.shape[0]
+    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
+            or move_offsets.shape != (rows + 1,):
+        raise NpNetInputError(
+            f"move_offsets must be a ({rows + 1},) int64 array, got {_describe(move_offsets)}")
+    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] or np.any(np.diff(move_offsets) < 0):
+        raise NpNetInputError(
+            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
+            f"got {move_offsets[0]}..{move_offsets[-1]}")
+    if moves.size and (moves.min() < 0 or moves.max() >= NUM_SQUARES):
+        raise NpNetInputError(f"moves must hold squares 0..63, got {moves.min()}..{moves.max()}")
+
+
+class NumpyEvaluator:
+    """The search's Evaluator protocol on a `NumpyNet`: features, forward pass, legal priors.
+
+    Args:
+        net: the network (`load_model(path)`).
+    """
+
+    def __init__(self, net: NumpyNet) -> None:
+        self.net = net
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike) -> NumpyEvaluator:
+        """An evaluator on an exported model file (see `load_model` for what it raises)."""
+        return cls(load_model(path))
+
+    def evaluate(
+        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Priors over each position's legal moves and a value for its side to move.
+
+        Args:
+            positions: `(B, 3) uint64` canonical positions, none terminal.
+            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
+            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
+
+        Returns:
+            `(priors (M,) float32, values (B,) float32)`: priors sum to 1 over each position's
+            moves; values in [-1, 1] for the side to move.
+
+        Raises:
+            NpNetInputError: malformed input.
+        """
+        _check_batch(positions, moves, move_offsets)
+        if positions.shape[0] == 0:
+            return np.zeros(0, np.float32), np.zeros(0, np.float32)
+        planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
+        log_move, log_arrow, values = self.net.forward(planes)
+        return legal_priors(log_move, log_arrow, moves, move_offsets), values.astype(np.float32)
+
+
+
+# Names of OpenBLAS's thread-count setter in the builds numpy ships (plain, and scipy-openblas's
+# prefixed 64-bit-integer builds).
+_OPENBLAS_SETTERS = ("openblas_set_num_threads", "scipy_openblas_set_num_threads64_",
+                     "scipy_openblas_set_num_threads_64_", "openblas_set_num_threads64_")
+
+
+def limit_blas_threads(threads: int = 1) -> int:
+    """Set the thread count of the OpenBLAS libraries loaded in this process (Linux).
+
+    numpy's matrix products run on OpenBLAS, which starts one thread per core. The network's
+    products are small (a board has 64 squares), and waking the other threads costs more than
+    they save, the more so on a busy machine or on Botzone's single core: the Botzone bot and
+    terminal play call this once with 1. Other BLAS builds (MKL, Accelerate) are left alone.
+
+    Returns:
+        How many libraries were set (0 where none is found or `/proc/self/maps` is missing).
+    """
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as handle:
+            paths = {line.split()[-1] for line in handle
+                     if "openblas" in line.rsplit("/", 1)[-1].lower() and "/" in line}
+    except OSError:
+        return 0
+    count = 0
+    for path in sorted(paths):
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _OPENBLAS_SETTERS:
+            setter = getattr(library, name, None)
+            if setter is not None:
+                setter(ctypes.c_int(int(threads)))
+                count += 1
+                break
+    return count

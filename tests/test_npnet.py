@@ -1,0 +1,285 @@
+"""The torch-free network (`amazons.npnet`) against the torch model, and its exported file format.
+
+Every preset and both policy heads are exported from torch models whose batch norms have
+non-trivial statistics and whose attention gates are open, then run in numpy: legal-move priors
+and values must match the torch model's within `amazons.export.TOLERANCE` (1e-4) on random
+positions from the start to the middle game.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from amazons import engine, npnet
+from amazons.export import (
+    TOLERANCE,
+    ExportError,
+    export_checkpoint,
+    export_model,
+    main,
+    model_arrays,
+    random_positions,
+    torch_outputs,
+)
+from amazons.mcts import BatchedSearch, SearchConfig
+from amazons.models import default_checkpoint_path, default_model_path
+from amazons.net import GlobalSelfAttention, PolicyValueNet, gather_legal_priors, net_config
+
+torch.set_num_threads(1)
+
+ROOT = Path(__file__).resolve().parents[1]
+HEADS = ("joint", "factorized")
+
+
+def random_model(preset: str, head: str, seed: int = 0, **overrides) -> PolicyValueNet:
+    """A randomly initialized model with batch-norm statistics and gates far from their defaults."""
+    torch.manual_seed(seed)
+    model = PolicyValueNet(net_config(preset, policy_head=head, **overrides))
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                module.weight.uniform_(0.5, 1.5)
+                module.bias.uniform_(-0.3, 0.3)
+                module.running_mean.uniform_(-0.3, 0.3)
+                module.running_var.uniform_(0.5, 2.0)
+            if isinstance(module, GlobalSelfAttention):
+                module.gate.fill_(0.7)
+        model.value_head.out.weight.mul_(30.0)  # values spread over [-1, 1], not all near 0
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def positions() -> np.ndarray:
+    return random_positions(24, seed=5, max_plies=40)
+
+
+def assert_matches_torch(model: PolicyValueNet, path: Path, positions: np.ndarray) -> None:
+    expected_priors, expected_values = torch_outputs(model, positions)
+    moves, offsets = engine.legal_moves(positions)
+    priors, values = npnet.NumpyEvaluator.from_file(path).evaluate(positions, moves, offsets)
+    assert priors.dtype == np.float32 and values.dtype == np.float32
+    assert np.abs(priors - expected_priors).max() <= TOLERANCE
+    assert np.abs(values - expected_values).max() <= TOLERANCE
+    # The comparison means something: priors far from uniform, values spread out.
+    counts = np.diff(offsets)
+    assert (expected_priors.max() * counts.max()) > 3.0
+    assert np.ptp(expected_values) > 10 * TOLERANCE
+
+
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
+def test_numpy_forward_matches_torch(preset, head, positions, tmp_path):
+    model = random_model(preset, head)
+    path, differences = export_model(model, tmp_path / f"{preset}.npz", check_positions=0)
+    assert differences == {"priors": 0.0, "values": 0.0}
+    assert_matches_torch(model, path, positions)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("head", HEADS)
+def test_numpy_forward_matches_torch_resnet40(head, positions, tmp_path):
+    model = random_model("resnet40", head)
+    path, _ = export_model(model, tmp_path / "resnet40.npz", check_positions=0)
+    assert_matches_torch(model, path, positions[:8])
+
+
+@pytest.mark.parametrize("overrides", [{"num_planes": 3}, {"attention_blocks": 2, "attention_placement": "spread"},
+                                       {"attention_blocks": 0}])
+def test_numpy_forward_other_shapes(overrides, positions, tmp_path):
+    model = random_model("tiny", "joint", seed=3, **overrides)
+    path, _ = export_model(model, tmp_path / "model.npz", check_positions=0)
+    net = npnet.load_model(path)
+    assert net.trunk_layers.count("attention") == model.config.attention_blocks
+    assert_matches_torch(model, path, positions)
+
+
+def test_the_check_catches_a_wrong_weight(tmp_path):
+    model = random_model("tiny", "joint")
+    config, trunk, arrays = model_arrays(model)
+    arrays["value_head.out.bias"] = arrays["value_head.out.bias"] + 0.5
+    path = npnet.write_model(tmp_path / "wrong.npz", config, trunk, arrays)
+    positions = random_positions(8, seed=1)
+    _, expected_values = torch_outputs(model, positions)
+    moves, offsets = engine.legal_moves(positions)
+    _, values = npnet.NumpyEvaluator.from_file(path).evaluate(positions, moves, offsets)
+    assert np.abs(values - expected_values).max() > 0.01
+
+
+def test_export_refuses_a_model_it_cannot_reproduce(tmp_path, monkeypatch):
+    model = random_model("tiny", "joint")
+    real_arrays = model_arrays
+
+    def skewed(model):
+        config, trunk, arrays = real_arrays(model)
+        arrays["stem.conv.bias"] = arrays["stem.conv.bias"] + 1.0
+        return config, trunk, arrays
+
+    monkeypatch.setattr("amazons.export.model_arrays", skewed)
+    with pytest.raises(ExportError, match="differs from the torch model"):
+        export_model(model, tmp_path / "skewed.npz", check_positions=8)
+    assert not (tmp_path / "skewed.npz").exists()
+
+
+def test_legal_priors_is_gather_legal_priors(positions):
+    rng = np.random.default_rng(2)
+    batch = positions.shape[0] + 1  # one more table row: position 2 below owns no move
+    log_move = torch.log_softmax(torch.from_numpy(rng.normal(size=(batch, 4096)).astype(np.float32) * 3), -1)
+    log_arrow = torch.log_softmax(torch.from_numpy(rng.normal(size=(batch, 64, 64)).astype(np.float32)), -1)
+    log_arrow = log_arrow.reshape(batch, 4096)
+    moves, offsets = engine.legal_moves(positions)
+    offsets = np.concatenate([offsets[:3], offsets[2:3], offsets[3:]])  # position 2 owns no move
+    expected = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves),
+                                   torch.from_numpy(np.repeat(np.arange(batch), np.diff(offsets))))
+    priors = npnet.legal_priors(log_move.numpy(), log_arrow.numpy(), moves, offsets)
+    assert np.abs(priors - expected.numpy()).max() < 1e-6
+    assert np.allclose(np.add.reduceat(priors, offsets[:-1][np.diff(offsets) > 0]), 1.0, atol=1e-5)
+
+
+def test_the_evaluator_drives_a_search(tmp_path):
+    path, _ = export_model(random_model("tiny", "joint"), tmp_path / "tiny.npz", check_positions=0)
+    search = BatchedSearch(npnet.NumpyEvaluator.from_file(path),
+                           SearchConfig(simulations=32, leaves_per_game=4), num_games=2)
+    search.set_roots(random_positions(2, seed=9))
+    stats = search.search()
+    assert stats.simulations == 64 and stats.batches >= 8
+    assert search.root_result(0).visits.sum() == 32
+
+
+def test_evaluator_rejects_bad_input(tmp_path):
+    path, _ = export_model(random_model("tiny", "joint"), tmp_path / "tiny.npz", check_positions=0)
+    evaluator = npnet.NumpyEvaluator.from_file(path)
+    positions = random_positions(2, seed=4)
+    moves, offsets = engine.legal_moves(positions)
+    with pytest.raises(npnet.NpNetInputError, match="positions must be a"):
+        evaluator.evaluate(positions.astype(np.int64), moves, offsets)
+    with pytest.raises(npnet.NpNetInputError, match="moves must be an"):
+        evaluator.evaluate(positions, moves.astype(np.int64), offsets)
+    with pytest.raises(npnet.NpNetInputError, match="move_offsets must rise"):
+        evaluator.evaluate(positions, moves, offsets[::-1].copy())
+    with pytest.raises(npnet.NpNetInputError, match="features must be"):
+        evaluator.net.forward(np.zeros((1, 3, 8, 8), np.float32))
+
+
+# ------------------------------------------------------------------------------------------------
+# The file
+
+
+def header_of(path: Path) -> dict:
+    with np.load(path, allow_pickle=False) as data:
+        return json.loads(data["header"].tobytes())
+
+
+def rewrite(path: Path, target: Path, header: dict | None = None, drop: str | None = None,
+            change: str | None = None) -> Path:
+    """A copy of an exported file with its header replaced, an array dropped or changed."""
+    with np.load(path, allow_pickle=False) as data:
+        arrays = {name: data[name] for name in data.files}
+    if header is not None:
+        arrays["header"] = np.frombuffer(json.dumps(header).encode(), np.uint8)
+    if drop is not None:
+        del arrays[drop]
+    if change is not None:
+        arrays[change] = arrays[change] * 2.0
+    np.savez(target, **arrays)
+    return target
+
+
+@pytest.fixture
+def exported(tmp_path) -> Path:
+    path, _ = export_model(random_model("tiny", "factorized"), tmp_path / "tiny.npz", check_positions=0,
+                           source={"note": "test"})
+    return path
+
+
+def test_the_file_holds_a_versioned_header_and_plain_arrays(exported):
+    header = header_of(exported)
+    assert (header["format"], header["version"]) == (npnet.FORMAT, npnet.VERSION)
+    assert header["net_config"]["policy_head"] == "factorized" and header["source"] == {"note": "test"}
+    assert header["trunk"] == ["residual", "residual", "attention"]
+    with zipfile.ZipFile(exported) as archive:
+        names = {name.removesuffix(".npy") for name in archive.namelist()}
+    assert names == {"header"} | set(npnet.expected_shapes(header["net_config"], header["trunk"]))
+    assert not [path for path in exported.parent.iterdir() if path.name.endswith(".tmp")]
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda h: {**h, "version": 99}, "format version 99"),
+    (lambda h: {**h, "format": "other"}, "not an exported amazons model"),
+    (lambda h: {**h, "trunk": ["residual", "mystery"]}, "trunk layer 1 is 'mystery'"),
+    (lambda h: {**h, "net_config": {**h["net_config"], "channels": 0}}, "channels"),
+])
+def test_load_names_what_is_wrong_in_the_header(exported, tmp_path, edit, message):
+    target = rewrite(exported, tmp_path / "bad.npz", header=edit(header_of(exported)))
+    with pytest.raises(npnet.ModelFileError, match=message):
+        npnet.load_model(target)
+
+
+def test_load_refuses_changed_missing_or_foreign_content(exported, tmp_path):
+    with pytest.raises(npnet.ModelFileError, match="SHA-256"):
+        npnet.load_model(rewrite(exported, tmp_path / "a.npz", change="value_head.out.weight"))
+    with pytest.raises(npnet.ModelFileError, match="missing \\['stem.conv.bias'\\]"):
+        npnet.load_model(rewrite(exported, tmp_path / "b.npz", drop="stem.conv.bias"))
+    truncated = tmp_path / "c.npz"
+    truncated.write_bytes(exported.read_bytes()[:5000])
+    with pytest.raises(npnet.ModelFileError, match="not a readable model file"):
+        npnet.load_model(truncated)
+    pickled = tmp_path / "d.npz"
+    np.savez(pickled, header=np.array([{"format": npnet.FORMAT}], dtype=object))
+    with pytest.raises(npnet.ModelFileError, match="allow_pickle=False"):
+        npnet.load_model(pickled)  # an object array would need pickle: refused
+    with pytest.raises(FileNotFoundError):
+        npnet.load_model(tmp_path / "none.npz")
+
+
+def test_write_refuses_arrays_that_do_not_fit(tmp_path):
+    config, trunk, arrays = model_arrays(random_model("tiny", "joint"))
+    arrays["stem.conv.weight"] = arrays["stem.conv.weight"][:, :3]
+    with pytest.raises(npnet.ModelFileError, match="'stem.conv.weight'"):
+        npnet.write_model(tmp_path / "x.npz", config, trunk, arrays)
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_command_exports_a_checkpoint(tmp_path, capsys):
+    from amazons.checkpoint import save_model
+
+    checkpoint = save_model(tmp_path / "tiny.pt", random_model("tiny", "joint"))
+    assert main([str(checkpoint), str(tmp_path / "tiny.npz"), "--check-positions", "8"]) == 0
+    assert "largest difference from torch over 8 positions" in capsys.readouterr().out
+    assert header_of(tmp_path / "tiny.npz")["source"]["checkpoint"] == "tiny.pt"
+    (tmp_path / "broken.pt").write_bytes(b"nothing")
+    assert main([str(tmp_path / "broken.pt"), str(tmp_path / "x.npz")]) == 2
+    assert "broken.pt" in capsys.readouterr().err
+
+
+def test_the_shipped_export_is_the_shipped_checkpoint(tmp_path):
+    path, differences = export_checkpoint(default_checkpoint_path(), tmp_path / "default.npz")
+    assert header_of(path)["sha256"] == header_of(default_model_path())["sha256"]
+    assert max(differences.values()) <= TOLERANCE
+
+
+def test_the_bot_and_terminal_play_never_import_torch():
+    code = (
+        "import io, sys\n"
+        "import amazons.botzone\n"
+        "assert 'torch' not in sys.modules, 'import amazons.botzone'\n"
+        "from amazons.botzone import main\n"
+        "out = io.StringIO()\n"
+        "code = main(['--model', 'default', '--simulations', '16', '--restart-per-turn'],\n"
+        "            io.StringIO('1\\n-1 -1 -1 -1 -1 -1\\n'), out, sys.stderr)\n"
+        "assert code == 0 and len(out.getvalue().split()) == 6, out.getvalue()\n"
+        "from amazons.play import build_ai\n"
+        "build_ai('default', simulations=8)\n"
+        "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n"
+        "print('torch-free')\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "torch-free"
