@@ -21,7 +21,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install $(TORCH)
 	$(BIN)/pip install "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.24"
-	$(BIN)/pip install --no-build-isolation -e ".[test,bench]"
+	$(BIN)/pip install --no-build-isolation -e ".[test,bench,ray]"
 	touch $@
 
 $(ENGINE_SO): $(STAMP) $(ENGINE_SRC)

@@ -17,9 +17,9 @@ import numpy as np
 import pytest
 import torch
 
-ray = pytest.importorskip("ray")
-psutil = pytest.importorskip("psutil")
+ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
 
+import psutil  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from amazons.board import Board, Move  # noqa: E402
