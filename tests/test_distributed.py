@@ -1,5 +1,9 @@
 """The Ray backend: real Ray clusters (two simulated nodes), real node actors running the real
-self-play pipeline, DistributedDataParallel over gloo, and what `ray.shutdown()` leaves behind."""
+self-play pipeline, DistributedDataParallel over gloo, and what `ray.shutdown()` leaves behind.
+
+All are marked slow: each starts Ray and several processes (10 to 25 s on two cores, after the
+two-node cluster's own 10 s).
+"""
 
 from __future__ import annotations
 
@@ -265,6 +269,7 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
     return max(float((a[name].float() - b[name].float()).abs().max()) for name in a)
 
 
+@pytest.mark.slow
 def test_ddp_over_gloo_keeps_ranks_identical_and_matches_one_process(two_nodes):
     torch.set_num_threads(1)
     games: list[GameSamples] = []
@@ -347,6 +352,7 @@ def janitors() -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     if ray.is_initialized():
         ray.shutdown()

@@ -158,10 +158,6 @@ class TrainingRank:
         """The rank's learner state (CPU tensors)."""
         return cpu_state(self.learner.state_dict())
 
-    def close(self) -> None:
-        """Leave the process group."""
-        leave_process_group()
-
 
 class TrainingGroup:
     """The learner (rank 0, in this process) and `world_size - 1` `TrainingRank` actors.
@@ -233,12 +229,10 @@ class TrainingGroup:
         """
         return self._get(started, "finish their training steps")
 
-    def close(self, timeout: float = 10.0) -> None:
-        """Leave the process group and end the rank actors."""
+    def close(self) -> None:
+        """Leave the process group and end the rank actors (a rank may be waiting in a collective
+        that will never complete, so they are not asked to finish first)."""
         leave_process_group()
-        closing = [rank.close.remote() for rank in self.ranks]
-        if closing:
-            ray.wait(closing, num_returns=len(closing), timeout=timeout)
         for rank in self.ranks:
             try:
                 ray.kill(rank, no_restart=True)

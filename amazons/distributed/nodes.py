@@ -417,7 +417,11 @@ class NodePool:
 
     def take_metrics(self) -> dict[str, float]:
         """The `ray/*` metrics since the last call: node failures and replacements, games lost,
-        bytes per game and per weights update, the largest weights lag delivered."""
+        bytes per game and per weights update, positions/s of one node while it plays (the
+        cluster's rate is about that times the active nodes; `selfplay/positions_per_s` counts
+        the games delivered per second of the self-play phase, which with a weights lag of 1 or
+        more includes games played during the previous training), the largest weights lag
+        delivered."""
         counters = self._counters
         self._counters = self._zero_counters()
         return {
@@ -426,6 +430,7 @@ class NodePool:
             "ray/node_replacements": counters["node_replacements"],
             "ray/lost_games": counters["lost_games"],
             "ray/bytes_per_game": counters["bytes"] / max(counters["games"], 1.0),
+            "ray/node_positions_per_s": counters["positions"] / max(counters["seconds"], 1e-9),
             "ray/weights_bytes": float(self.weights_bytes),
             "ray/weights_lag_max": counters["lag_max"],
         }
@@ -433,7 +438,7 @@ class NodePool:
     @staticmethod
     def _zero_counters() -> dict[str, float]:
         return dict.fromkeys(("node_failures", "node_replacements", "lost_games", "bytes", "games",
-                              "lag_max", "weights_updates"), 0.0)
+                              "positions", "seconds", "lag_max", "weights_updates"), 0.0)
 
     # -- scheduling ------------------------------------------------------------------------------
 
@@ -513,6 +518,8 @@ class NodePool:
         report.actor_stats.append(stats)
         self._counters["bytes"] += finished.bytes
         self._counters["games"] += stats["games"]
+        self._counters["positions"] += stats["positions"]
+        self._counters["seconds"] += stats["seconds"]
         lag = self.version - finished.pending.request.weights_version
         self._counters["lag_max"] = max(self._counters["lag_max"], float(lag))
 
@@ -577,8 +584,12 @@ class NodePool:
     # -- shutdown ----------------------------------------------------------------------------------
 
     def close(self, timeout: float = 10.0) -> None:
-        """Ask every node actor to stop its pipeline (up to `timeout`), then end the actors."""
-        closing = [node.handle.close.remote() for node in self.nodes if node.state != "gone"]
+        """Ask every idle node actor to stop its pipeline (up to `timeout`), then end the actors.
+
+        Busy ones (games still in flight, after an interruption) are ended at once: their
+        actor processes and server follow them, and their janitor unlinks the shared memory.
+        """
+        closing = [node.handle.close.remote() for node in self.nodes if node.state != "gone" and not node.in_flight]
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=timeout)
         for node in self.nodes:
