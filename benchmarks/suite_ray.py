@@ -124,6 +124,9 @@ def run(quick: bool) -> dict[str, float]:
     print(f"ray: {rounds} round(s) of {games} games per backend; positions local {local_positions}, "
           f"ray {ray_positions}; net {config.net.blocks} x {config.net.channels}; Ray workers at nice "
           f"{os.environ['RAY_worker_niceness']}")
+    print("ray: positions/s per round, local / ray: " + ", ".join(
+        f"{local.positions_per_s:.0f} / {remote.positions_per_s:.0f}"
+        for local, remote in zip(local_reports, ray_reports, strict=True)))
     return {
         "ray.local_positions_per_s": local_rate,
         "ray.ray_positions_per_s": ray_rate,

@@ -332,17 +332,28 @@ class NodePool:
             node = _Node(index, handle, node_id, unavailable_since=time.monotonic())
             node.probe = handle.ready.remote()
             self.nodes.append(node)
+        self._started_up = False
+        started = time.monotonic()
+        warned = False
         try:
-            while any(node.state == "starting" for node in self.nodes):
+            while any(node.state == "starting" for node in self.nodes) and (
+                    not self.active_nodes or time.monotonic() - started < ray_config.node_timeout_s):
                 self._wait_once()
                 self._check_nodes()
+                if not warned and time.monotonic() - started > 30:
+                    warned = True
+                    self.log(f"ray: waiting for {sum(node.state == 'starting' for node in self.nodes)} self-play "
+                             f"node actors to start (up to ray.node_timeout_s): has the cluster the CPUs and GPUs "
+                             f"they ask for free?")
         except BaseException:
             self.close()
             raise
+        self._started_up = True
         hosts = sorted({node.host for node in self.nodes if node.state == "active"})
+        late = sum(node.state == "starting" for node in self.nodes)
         self.log(f"ray: {self.active_nodes} self-play node actors on {len(hosts)} host(s) "
-                 f"({', '.join(hosts)}); {self.games_per_request} games per request, at most "
-                 f"{self.max_games_in_flight} in flight per node")
+                 f"({', '.join(hosts)}){f', {late} more not started yet' if late else ''}; "
+                 f"{self.games_per_request} games per request, at most {self.max_games_in_flight} in flight per node")
 
     # -- the SelfPlayWorkers / InferenceServer face ------------------------------------------------
 
@@ -560,6 +571,8 @@ class NodePool:
             self.log(f"ray: node actor {node.index} replaced (pid {node.pid} on {node.host}); it plays again")
         elif not starting:
             self.log(f"ray: node actor {node.index} (pid {node.pid}) plays again")
+        elif self._started_up:
+            self.log(f"ray: node actor {node.index} started late (pid {node.pid} on {node.host}); it plays now")
 
     def _give_up(self, node: _Node, reason: str) -> None:
         node.state = "gone"

@@ -76,12 +76,13 @@ class RayRun(Run):
         path = self.model_path(self.iteration)
         if not path.exists():
             save_model(path, self.learner.model, {"iteration": self.iteration})
-        with NodePool(config, last_iteration=config.iterations) as nodes:
-            self.nodes = nodes
-            if self.world_size > 1:
+        try:
+            if self.world_size > 1:  # before the node actors, so that the ranks get their CPUs and GPUs first
                 self.group = TrainingGroup(config, self.learner, self.replay.window, self.iteration)
-                nodes.on_delivery = self.group.add_games
-            try:
+            with NodePool(config, last_iteration=config.iterations) as nodes:
+                self.nodes = nodes
+                if self.group is not None:
+                    nodes.on_delivery = self.group.add_games
                 print(f"run {self.run_dir}: backend ray, preset {config.preset}, net "
                       f"{count_parameters(self.learner.model):,} parameters, learner on {self.device}, "
                       f"{nodes.active_nodes} self-play node actors, {self.world_size} training rank(s), "
@@ -90,11 +91,11 @@ class RayRun(Run):
                 nodes.publish_weights(str(path), self.iteration)
                 while self.iteration < config.iterations:
                     self.run_iteration(nodes, nodes, progress)
-            finally:
-                if self.group is not None:
-                    self.group.close()
-                self.group = None
-                self.nodes = None
+        finally:
+            if self.group is not None:
+                self.group.close()
+            self.group = None
+            self.nodes = None
 
     def train(self, new_positions: int, progress: bool) -> dict[str, float]:
         """The local training phase on the learner, with the remote ranks stepping alongside."""
