@@ -31,7 +31,8 @@ import torch
 
 from amazons.checkpoint import save_model
 from amazons.distributed.config import RayConfig
-from amazons.distributed.nodes import NodePool, request_stream
+from amazons.distributed.node import request_stream
+from amazons.distributed.pool import NodePool
 from amazons.distributed.ray_backend import connect
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import SearchConfig

@@ -28,10 +28,10 @@ from ray.cluster_utils import Cluster  # noqa: E402
 
 from amazons.board import Board, Move  # noqa: E402
 from amazons.checkpoint import save_model  # noqa: E402
-from amazons.distributed import nodes as nodes_module  # noqa: E402
+from amazons.distributed import node as node_module  # noqa: E402
 from amazons.distributed.config import RayConfig  # noqa: E402
 from amazons.distributed.ddp import TrainingGroup  # noqa: E402
-from amazons.distributed.nodes import NodePool  # noqa: E402
+from amazons.distributed.pool import NodePool  # noqa: E402
 from amazons.distributed.ray_backend import RayRun, connect  # noqa: E402
 from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch  # noqa: E402
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator  # noqa: E402
@@ -341,7 +341,7 @@ def alive(pid: int) -> bool:
 
 def janitors() -> list[int]:
     """Running `amazons/distributed/_janitor.py` processes (they leave the process tree at once)."""
-    script = str(Path(nodes_module.__file__).with_name("_janitor.py"))
+    script = str(Path(node_module.__file__).with_name("_janitor.py"))
     found = []
     for process in psutil.process_iter():
         try:

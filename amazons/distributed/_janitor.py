@@ -1,6 +1,6 @@
 """Unlink a node actor's shared-memory segments once the actor is gone, however it went.
 
-Run as a script by `amazons.distributed.nodes.SelfPlayNode` (never imported), with its standard
+Run as a script by `amazons.distributed.node.SelfPlayNode` (never imported), with its standard
 input a pipe from the actor: `python _janitor.py`. It detaches at once (its first process exits,
 the second is adopted by init), so that Ray, which kills a worker's children and process group
 when the worker ends, does not take it along. It then reads segment names, one per line, until

@@ -36,7 +36,8 @@ import torch.distributed as dist
 from ray.exceptions import GetTimeoutError, RayError
 from torch.nn.parallel import DistributedDataParallel
 
-from amazons.distributed.nodes import RayBackendError, owned_samples
+from amazons.distributed import RayBackendError
+from amazons.distributed.node import owned_samples
 from amazons.learn import Learner, SampleBatch, augment_batch
 from amazons.net import PolicyValueNet
 from amazons.replay import GameSamples, ReplayBuffer

@@ -24,7 +24,7 @@ except ImportError as error:  # pragma: no cover - depends on the installation
 from amazons.checkpoint import save_model
 from amazons.distributed.config import RayConfig
 from amazons.distributed.ddp import TrainingGroup
-from amazons.distributed.nodes import NodePool
+from amazons.distributed.pool import NodePool
 from amazons.net import count_parameters
 from amazons.train import Run, TrainConfig, training_steps
 
