@@ -357,6 +357,7 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     if ray.is_initialized():
         ray.shutdown()
     shm_before, processes_before = shm_segments(), set(descendants())
+    folders_before = set(Path(tempfile.gettempdir()).glob("amazons-node*"))
     config = apply_overrides(preset_config("cpu"), TINY)
     model = tmp_path / "model.pt"
     torch.manual_seed(0)
@@ -372,9 +373,11 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     assert len(pipeline) >= 2  # the inference server and the self-play actor, at least
     assert node_pid in started and set(pipeline) <= set(started)
     assert shm_segments() - shm_before  # the node's slots exist while it runs
+    assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) - folders_before  # and its scratch folder
     assert len(janitors()) == 1
     ray.shutdown()  # without closing the pool: everything must still go
     assert wait_until(lambda: not any(alive(pid) for pid in started), 30), \
         {pid: command for pid, command in started.items() if alive(pid)}
     assert wait_until(lambda: shm_segments() <= shm_before, 30), shm_segments() - shm_before
     assert wait_until(lambda: not janitors(), 30)
+    assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) <= folders_before

@@ -11,7 +11,8 @@ Ray. What crosses Ray, per request of the learner (`amazons.distributed.pool.Nod
   and counters).
 
 Ray kills a worker's child processes with it, so a node actor that is killed cannot unlink its
-shared memory itself: each node actor starts a detached janitor (`_janitor.py`) that does.
+shared memory or remove its scratch folder itself: each node actor starts a detached janitor
+(`_janitor.py`) that does.
 
 Imports Ray, the inference server, self-play, replay and records; torch only to limit its
 threads and through the server's evaluator factory.
@@ -109,6 +110,8 @@ class SelfPlayNode:
         self.index = index
         self.directory = Path(tempfile.mkdtemp(prefix=f"amazons-node{index}-"))
         self.janitor = _start_janitor()
+        self.janitor.stdin.write(f"{self.directory}\n")
+        self.janitor.stdin.flush()
         self.server: InferenceServer | None = None
         self.workers: SelfPlayWorkers | None = None
         self.version: int | None = None
@@ -186,9 +189,10 @@ class SelfPlayNode:
 
 
 def _start_janitor() -> subprocess.Popen:
-    """Start `_janitor.py`, which unlinks the segments named on its input once this process is
-    gone (Ray kills a worker's children with it, so the shared-memory owner's own clean-up and
-    multiprocessing's resource tracker cannot be relied on when a node actor is killed)."""
+    """Start `_janitor.py`, which removes the segments and the folder named on its input once this
+    process is gone (Ray kills a worker's children with it, so the shared-memory owner's own
+    clean-up and multiprocessing's resource tracker cannot be relied on when a node actor is
+    killed)."""
     janitor = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_janitor.py"))],
                                stdin=subprocess.PIPE, text=True, start_new_session=True)
     janitor.wait()  # its first process exits at once; the detached second one holds the pipe

@@ -244,7 +244,6 @@ class NodePool:
         self._weights = ray.put(data)
         self.version = version
         self.weights_bytes = len(pickle.dumps(data, protocol=5))
-        self._counters["weights_updates"] += 1
 
     # -- state for logs and tests ----------------------------------------------------------------
 
@@ -281,7 +280,7 @@ class NodePool:
     @staticmethod
     def _zero_counters() -> dict[str, float]:
         return dict.fromkeys(("node_failures", "node_replacements", "lost_games", "bytes", "games",
-                              "positions", "seconds", "lag_max", "weights_updates"), 0.0)
+                              "positions", "seconds", "lag_max"), 0.0)
 
     # -- scheduling ------------------------------------------------------------------------------
 
