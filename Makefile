@@ -23,7 +23,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install --upgrade pip
 	$(BIN)/pip install $(TORCH)
 	$(BIN)/pip install "setuptools>=68" wheel "Cython>=3.0" "numpy>=1.24"
-	$(BIN)/pip install --no-build-isolation -e ".[test,bench,envs,web]"
+	$(BIN)/pip install --no-build-isolation -e ".[test,bench,envs,web,ray]"
 	touch $@
 
 $(ENGINE_SO): $(STAMP) $(ENGINE_SRC)

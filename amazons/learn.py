@@ -30,12 +30,13 @@ import dataclasses
 import math
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from torch import nn
 
 from amazons import engine
 from amazons.net import (
@@ -502,6 +503,18 @@ class Learner:
     @property
     def num_planes(self) -> int:
         return self.model.config.num_planes
+
+    def wrap_model(self, wrapper: Callable[[PolicyValueNet], nn.Module]) -> None:
+        """Run `train_step`'s forward pass through `wrapper(self.model)` from now on.
+
+        The wrapper must return the model's `NetOutput` for the same features and train the
+        model's own parameters, e.g. `torch.nn.parallel.DistributedDataParallel`, which averages
+        the gradients across ranks during the backward pass. `self.model`, its state and the
+        checkpoints stay those of the bare network; `torch.compile` (config `compile`) wraps the
+        wrapper.
+        """
+        module = wrapper(self.model)
+        self._forward = torch.compile(module) if self.config.compile else module
 
     def _autocast(self) -> torch.autocast:
         dtype = _AUTOCAST_DTYPES.get(self.precision, torch.float32)

@@ -198,6 +198,8 @@ class ReplayBuffer:
 
     Args:
         directory: where chunks live; existing chunks are loaded (newest first, up to the window).
+            None keeps the window in memory only (a training rank's copy of a window that the
+            learner persists): fill it with `add_to_window`.
         window_positions: how many of the newest positions are kept for sampling.
         seed: seed of the sampling generator. The generator is a stream of its own
             (`SAMPLING_STREAM`), so it never repeats the draws of another generator seeded
@@ -207,11 +209,12 @@ class ReplayBuffer:
         skipped_chunks: (path, reason) of chunks that could not be loaded.
     """
 
-    def __init__(self, directory: str | os.PathLike, window_positions: int, seed: int = 0) -> None:
+    def __init__(self, directory: str | os.PathLike | None, window_positions: int, seed: int = 0) -> None:
         if window_positions < 1:
             raise ValueError(f"window_positions must be >= 1, got {window_positions}")
-        self.directory = Path(directory)
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self.directory = Path(directory) if directory is not None else None
+        if self.directory is not None:
+            self.directory.mkdir(parents=True, exist_ok=True)
         self.window_positions = window_positions
         self.rng = np.random.default_rng([seed, SAMPLING_STREAM])
         self.skipped_chunks: list[tuple[str, str]] = []
@@ -219,7 +222,8 @@ class ReplayBuffer:
         self._next_index = 0
         self.total_games = 0
         self.total_positions = 0
-        self._load_existing()
+        if self.directory is not None:
+            self._load_existing()
 
     def _chunk_paths(self) -> list[tuple[int, Path]]:
         found = []
@@ -250,15 +254,30 @@ class ReplayBuffer:
         self.total_positions = held
 
     def add(self, samples: GameSamples) -> Path:
-        """Persist `samples` as a new chunk and add them to the window; return the chunk's path."""
+        """Persist `samples` as a new chunk and add them to the window; return the chunk's path.
+
+        Raises:
+            ValueError: if the buffer has no directory (use `add_to_window`).
+        """
+        if self.directory is None:
+            raise ValueError("this replay buffer keeps no chunks on disk (directory None): use add_to_window")
         path = self.directory / f"chunk-{self._next_index:08d}.npz"
         save_chunk(path, samples)
         self._next_index += 1
+        self.add_to_window(samples)
+        return path
+
+    def add_to_window(self, samples: GameSamples) -> None:
+        """Add `samples` to the sampling window without writing a chunk."""
         self._chunks.append(samples)
         self.total_games += samples.num_games
         self.total_positions += samples.num_positions
         self._evict()
-        return path
+
+    @property
+    def window(self) -> tuple[GameSamples, ...]:
+        """The chunks in the window, oldest first (to copy the window to another buffer)."""
+        return tuple(self._chunks)
 
     def _evict(self) -> None:
         held = sum(chunk.num_positions for chunk in self._chunks)

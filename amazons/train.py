@@ -1,4 +1,4 @@
-"""The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume] [KEY=VALUE ...]`.
+"""The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]`.
 
 Each iteration:
 1. self-play: persistent actor processes play `games_per_iteration` games with the latest
@@ -19,6 +19,9 @@ with all persisted games.
 
 Config overrides use dotted paths into `TrainConfig`, e.g. `selfplay.search.simulations=64` or
 `net.blocks=4`.
+
+`--backend ray` runs the same iterations with self-play on every node of a Ray cluster and,
+optionally, data-parallel training (`amazons.distributed`, docs/distributed.md).
 """
 
 from __future__ import annotations
@@ -42,6 +45,7 @@ import torch
 from amazons._atomic import atomic_write
 from amazons.arena import run_arena
 from amazons.checkpoint import resume_learner, save_checkpoint, save_model
+from amazons.distributed.config import RayConfig
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch
 from amazons.mcts import SearchConfig
@@ -84,6 +88,7 @@ class TrainConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's settings (`--backend ray`)
 
     def __post_init__(self) -> None:
         for name in ("iterations", "games_per_iteration", "train_batch_size", "replay_window_positions"):
@@ -273,6 +278,17 @@ def fit_elo(matches: list[dict[str, Any]], anchor: str = "random", prior_games: 
 # The run
 
 
+def training_steps(config: TrainConfig, new_positions: int, world_size: int = 1) -> int:
+    """Optimizer steps for an iteration that produced `new_positions` positions.
+
+    Each step draws `train_batch_size` samples on each of `world_size` data-parallel ranks, so the
+    samples drawn per new position stay `sample_reuse` and the steps shrink as ranks are added;
+    the result is bounded by `min_steps` and `max_steps`.
+    """
+    steps = math.ceil(new_positions * config.sample_reuse / (config.train_batch_size * world_size))
+    return min(max(steps, config.min_steps), config.max_steps)
+
+
 class Run:
     """One training run in `run_dir`: learner, replay, server, actors, logs."""
 
@@ -285,6 +301,7 @@ class Run:
             (run_dir / folder).mkdir(parents=True, exist_ok=True)
         self.checkpoint_path = run_dir / "checkpoints" / "latest.pt"
         self.iteration = 0
+        self.world_size = 1  # data-parallel training ranks (the Ray backend may train on several)
         self.matches: list[dict[str, Any]] = []
         if resume:
             self.learner = resume_learner(self.checkpoint_path, config.net, config.optim, self.device)
@@ -369,8 +386,7 @@ class Run:
 
     def train(self, new_positions: int, progress: bool) -> dict[str, float]:
         config = self.config
-        steps = math.ceil(new_positions * config.sample_reuse / config.train_batch_size)
-        steps = min(max(steps, config.min_steps), config.max_steps)
+        steps = training_steps(config, new_positions, self.world_size)
         bar = _progress_bar(steps, f"iter {self.iteration + 1} training", "step", progress)
         totals: dict[str, float] = {}
         started = time.perf_counter()
@@ -386,7 +402,8 @@ class Run:
             bar.close()
         seconds = time.perf_counter() - started
         result = {f"train/{key}": value / max(steps, 1) for key, value in totals.items()}
-        result.update({"train/steps": steps, "train/samples_per_s": steps * config.train_batch_size / max(seconds, 1e-9),
+        samples = steps * config.train_batch_size * self.world_size
+        result.update({"train/steps": steps, "train/samples_per_s": samples / max(seconds, 1e-9),
                        "train/replay_positions": len(self.replay), "train/learner_step": self.learner.step})
         return result
 
@@ -499,17 +516,30 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=None, help="iterations to reach (overrides the config)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
+    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+                        help="local: this machine's processes; ray: self-play on every node of a Ray "
+                             "cluster, DDP training (pip install 'amazons[ray]'; docs/distributed.md)")
+    parser.add_argument("--address", default=None,
+                        help="--backend ray: the cluster to join ('auto': the one `ray start` began on "
+                             "this machine, or HOST:PORT); default: start Ray on this machine")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. net.blocks=4")
     args = parser.parse_args(argv)
     if args.run_dir is None:
         args.run_dir = Path("runs") / (args.preset or ("gpu" if torch.cuda.is_available() else "cpu"))
+    if args.address is not None and args.backend != "ray":
+        parser.error("--address needs --backend ray")
     try:
         config = resolve_config(args)
     except ValueError as error:
         parser.error(str(error))
     args.run_dir.mkdir(parents=True, exist_ok=True)
     (args.run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2) + "\n")
-    run = Run(config, args.run_dir, args.resume)
+    if args.backend == "ray":
+        from amazons.distributed.ray_backend import RayRun
+
+        run: Run = RayRun(config, args.run_dir, args.resume, address=args.address)
+    else:
+        run = Run(config, args.run_dir, args.resume)
     stopped_by: list[int] = []
     previous_handler = _stop_on_sigterm(stopped_by)
     try:
@@ -517,7 +547,8 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         signum = stopped_by[0] if stopped_by else signal.SIGINT
         print(f"\n{signal.Signals(signum).name}: stopped after iteration {run.iteration}; continue with: "
-              f"python -m amazons.train --run-dir {args.run_dir} --resume", file=sys.stderr)
+              f"python -m amazons.train --run-dir {args.run_dir} --resume"
+              + (" --backend ray" if args.backend == "ray" else ""), file=sys.stderr)
         return 128 + signum
     finally:
         run.close()

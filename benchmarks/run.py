@@ -1,4 +1,4 @@
-"""Benchmark runner: `python benchmarks/run.py [--suite engine,mcts,nn,selfplay,botzone,envs|all] [--json PATH]`.
+"""Benchmark runner: `python benchmarks/run.py [--suite engine,mcts,nn,selfplay,botzone,envs,solver,ray|all] [--json PATH]`.
 
 Each suite lives in `benchmarks/suite_<name>.py` and exposes
 `run(quick: bool) -> dict[str, float]`, a flat map from metric name (`<suite>.<what>`) to value.
@@ -18,7 +18,7 @@ import sys
 import time
 from pathlib import Path
 
-SUITES = ("engine", "mcts", "nn", "selfplay", "botzone", "envs")
+SUITES = ("engine", "mcts", "nn", "selfplay", "botzone", "envs", "solver", "ray")
 
 
 def machine_facts() -> dict[str, object]:
