@@ -44,3 +44,17 @@ cdef class State:
     cdef void _rehash(self)
     cdef CPos canonical(self) noexcept nogil
     cdef int push_unchecked(self, int src, int dst, int arrow) noexcept nogil
+
+
+# Adjudication of separated positions and queen-distance territory (canonical frame).
+from libc.stdint cimport int8_t, int16_t
+
+cdef enum:
+    EXACT_FILL_MAX_SQUARES = 12       # regions this small (empty squares) get the exhaustive fill search
+    EXACT_FILL_NODE_BUDGET = 5000     # nodes per exhaustive region search; past it, the best fill found
+    FILL_TABLE_SIZE = 1024            # transposition entries of one region search (a power of two)
+    MAX_EXACT_FILL_MOVES = 640        # moves in a region of EXACT_FILL_MAX_SQUARES: 4 x 12 x 13 < 640
+
+cdef bint is_separated(CPos pos) noexcept nogil
+cdef int adjudicate_position(CPos pos, int16_t *bounds) noexcept nogil
+cdef void write_territory(CPos pos, int8_t *out) noexcept nogil

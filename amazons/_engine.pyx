@@ -791,3 +791,392 @@ cdef class State:
     @property
     def history_length(self):
         return self.undo_depth
+
+
+# ---------------------------------------------------------------------------------------------
+# Adjudication of separated positions, and queen-distance territory (canonical frame)
+# ---------------------------------------------------------------------------------------------
+#
+# Once no 8-connected region of non-arrow squares holds amazons of both colours, the two sides
+# can never touch again: a queen move or an arrow travels through squares that are king steps
+# apart, so it never leaves its region, and the region only shrinks. The game is then a race: each
+# side plays alone in its own regions, every move fills exactly one empty square there (the
+# amazon frees one square, lands on one, and the arrow fills one), and the side to move wins iff
+# it can make more moves than the opponent. Bounds per side: at most the empty squares its
+# amazons can reach; at least a fill it can actually play (greedy, or exact for small regions).
+
+from libc.stdint cimport int8_t, int16_t
+from libc.string cimport memset
+
+EXACT_FILL_SQUARES = EXACT_FILL_MAX_SQUARES
+EXACT_FILL_NODES = EXACT_FILL_NODE_BUDGET
+
+
+cdef struct FillEntry:
+    uint64_t amazons
+    uint64_t empties
+    int32_t longest                   # -1: free slot
+
+
+cdef struct FillSearch:
+    int64_t nodes_left                # node budget; <= 0 once spent (the result is then a lower bound)
+    FillEntry table[FILL_TABLE_SIZE]  # exact longest fills, keyed by (amazons, empties)
+
+
+cdef inline uint64_t king_step(uint64_t board) noexcept nogil:
+    """`board` grown by one king step in every direction, without wrapping across the files."""
+    board |= ((board << 1) & ~FILE_A) | ((board >> 1) & ~FILE_H)
+    return board | (board << 8) | (board >> 8)
+
+
+cdef uint64_t flood_fill(uint64_t seeds, uint64_t passable) noexcept nogil:
+    """Squares of `passable` 8-connected to `seeds` within `passable` (seeds outside it are dropped)."""
+    cdef uint64_t reach = seeds & passable, previous = 0
+    while reach != previous:
+        previous = reach
+        reach = king_step(reach) & passable
+    return reach
+
+
+cdef bint is_separated(CPos pos) noexcept nogil:
+    """Whether no region of non-arrow squares holds amazons of both sides.
+
+    One flood fill from the side to move's amazons over the non-arrow squares (amazon squares
+    included: an amazon that moves frees its square), stopped as soon as it touches an opponent's
+    amazon, so the usual mid-game answer (not separated) costs a few king steps.
+    """
+    cdef uint64_t passable = ~pos.arrows, reach = pos.mine & passable, previous = 0
+    while reach != previous:
+        if reach & pos.theirs:
+            return False
+        previous = reach
+        reach = king_step(reach) & passable
+    return True
+
+
+cdef inline uint64_t fill_reach(uint64_t amazons, uint64_t empties) noexcept nogil:
+    """Empty squares 8-connected to `amazons` through empty and amazon squares: all they can ever fill."""
+    return flood_fill(amazons, amazons | empties) & empties
+
+
+cdef inline uint64_t fill_child(uint64_t amazons, uint64_t empties, int src, int dst, int arrow) noexcept nogil:
+    """Empty squares still within reach after the move (src, dst, arrow) of a lone side."""
+    return fill_reach(amazons ^ (ONE << src) ^ (ONE << dst),
+                      (empties | (ONE << src)) & ~((ONE << dst) | (ONE << arrow)))
+
+
+cdef struct FillMoves:
+    # The moves of amazons alone on `empties`, generated lazily in a promising order (see
+    # `start_fill_moves`); the fields below `blocked` are the generator's loop state.
+    uint64_t amazons
+    uint64_t empties
+    uint64_t blocked
+    uint64_t by_liberties[9]          # arrow squares by their number of empty neighbours
+    uint64_t by_freedom[9]            # the current (arrow, amazon)'s landing squares, same measure
+    uint64_t targets
+    uint64_t sources
+    uint64_t landings
+    int liberties
+    int freedom
+    int target
+    int src
+
+
+cdef void start_fill_moves(FillMoves *moves, uint64_t amazons, uint64_t empties) noexcept nogil:
+    """Set `moves` to generate every move of `amazons` alone on `empties`, each once.
+
+    Order: arrow squares by fewest empty neighbours first (dead ends before open squares; an
+    amazon's own square counts, for the step-and-shoot-back move), then the amazons in square
+    order, then landing squares by most empty neighbours first.
+    """
+    cdef uint64_t targets = empties | amazons
+    cdef int target
+    moves.amazons = amazons
+    moves.empties = empties
+    moves.blocked = ~empties
+    memset(moves.by_liberties, 0, sizeof(moves.by_liberties))
+    while targets:
+        target = amz_ctz(targets)
+        targets &= targets - 1
+        moves.by_liberties[amz_popcount(NEIGHBOURS[target] & empties)] |= ONE << target
+    moves.liberties = 0
+    moves.targets = moves.by_liberties[0]
+    moves.sources = 0
+    moves.landings = 0
+    moves.freedom = 0
+
+
+cdef bint next_fill_move(FillMoves *moves, int *src, int *dst, int *arrow) noexcept nogil:
+    """The next move of `moves` into (src, dst, arrow); False when there is none left."""
+    cdef uint64_t landings
+    cdef int landing
+    while True:
+        if moves.landings:
+            src[0] = moves.src
+            dst[0] = amz_ctz(moves.landings)
+            arrow[0] = moves.target
+            moves.landings &= moves.landings - 1
+            return True
+        if moves.freedom > 0:
+            moves.freedom -= 1
+            moves.landings = moves.by_freedom[moves.freedom]
+        elif moves.sources:
+            moves.src = amz_ctz(moves.sources)
+            moves.sources &= moves.sources - 1
+            landings = queen_moves(moves.src, moves.blocked)
+            if moves.target != moves.src:
+                landings &= queen_moves(moves.target, moves.blocked & ~(ONE << moves.src))
+            memset(moves.by_freedom, 0, sizeof(moves.by_freedom))
+            while landings:
+                landing = amz_ctz(landings)
+                landings &= landings - 1
+                moves.by_freedom[amz_popcount(NEIGHBOURS[landing] & moves.empties)] |= ONE << landing
+            moves.freedom = 9
+        elif moves.targets:
+            moves.target = amz_ctz(moves.targets)
+            moves.targets &= moves.targets - 1
+            # Only the amazon standing on an arrow square can shoot there (back where it came from).
+            moves.sources = (ONE << moves.target) if (moves.amazons >> moves.target) & 1 else moves.amazons
+        elif moves.liberties < 8:
+            moves.liberties += 1
+            moves.targets = moves.by_liberties[moves.liberties]
+        else:
+            return False
+
+
+cdef bint pick_fill_move(uint64_t amazons, uint64_t empties, int *best_src, int *best_dst,
+                         int *best_arrow) noexcept nogil:
+    """Choose the greedy fill's next move for amazons alone on `empties`.
+
+    The move that keeps the most empty squares in reach, the first in `start_fill_moves`' order
+    among equals; the first move that loses no square besides the one it fills is taken at once
+    (usually among the first few, so the rest are never generated).
+
+    Returns:
+        False when the amazons have no move.
+    """
+    cdef FillMoves moves
+    cdef int full = amz_popcount(empties) - 1, best_reach = -1, reach, src, dst, arrow
+    start_fill_moves(&moves, amazons, empties)
+    while next_fill_move(&moves, &src, &dst, &arrow):
+        reach = amz_popcount(fill_child(amazons, empties, src, dst, arrow))
+        if reach > best_reach:
+            best_reach = reach
+            best_src[0] = src
+            best_dst[0] = dst
+            best_arrow[0] = arrow
+            if reach == full:
+                return True
+    return best_reach >= 0
+
+
+cdef int greedy_fill(uint64_t *amazons, uint64_t *empties, int stop_at) noexcept nogil:
+    """Play a greedy fill for amazons alone on `empties` until at most `stop_at` squares stay in reach.
+
+    `empties` are the only squares they may enter or shoot at; every other square is an obstacle.
+    `amazons` and `empties` are updated to the position reached (empties: those still in reach).
+
+    Returns:
+        The number of moves played: a fill they really can play.
+    """
+    cdef int played = 0, src = 0, dst = 0, arrow = 0
+    empties[0] = fill_reach(amazons[0], empties[0])
+    while amz_popcount(empties[0]) > stop_at and pick_fill_move(amazons[0], empties[0], &src, &dst, &arrow):
+        empties[0] = fill_child(amazons[0], empties[0], src, dst, arrow)
+        amazons[0] ^= (ONE << src) | (ONE << dst)
+        played += 1
+    return played
+
+
+cdef int fill_children(FillSearch *search, uint64_t amazons, uint64_t empties, int bound) noexcept nogil:
+    """1 + the longest fill after the best move (0 without a move); see `longest_fill`.
+
+    Moves that lose no square besides the one they fill go first, in `start_fill_moves`' order;
+    then the others, skipping those whose reach cannot beat the best so far. Stops at `bound`.
+    """
+    cdef FillMoves generator
+    cdef uint8_t moves[MAX_EXACT_FILL_MOVES][3]
+    cdef uint8_t reach[MAX_EXACT_FILL_MOVES]
+    cdef int count = 0, index, best = 0, value, full_pass, src, dst, arrow
+    cdef uint64_t child
+    start_fill_moves(&generator, amazons, empties)
+    while next_fill_move(&generator, &src, &dst, &arrow):
+        if count == MAX_EXACT_FILL_MOVES:
+            # Cannot happen within EXACT_FILL_MAX_SQUARES; if it did, the result is a lower bound.
+            search.nodes_left = 0
+            break
+        moves[count][0] = <uint8_t>src
+        moves[count][1] = <uint8_t>dst
+        moves[count][2] = <uint8_t>arrow
+        reach[count] = <uint8_t>amz_popcount(fill_child(amazons, empties, src, dst, arrow))
+        count += 1
+    for full_pass in range(1, -1, -1):
+        for index in range(count):
+            if (reach[index] == bound - 1) != full_pass or 1 + reach[index] <= best:
+                continue
+            child = fill_child(amazons, empties, moves[index][0], moves[index][1], moves[index][2])
+            value = 1 + longest_fill(search, amazons ^ (ONE << moves[index][0]) ^ (ONE << moves[index][1]), child)
+            if value > best:
+                best = value
+                if best == bound:
+                    return best
+    return best
+
+
+cdef int longest_fill(FillSearch *search, uint64_t amazons, uint64_t empties) noexcept nogil:
+    """The longest move sequence the amazons can play alone on `empties`, by depth-first search.
+
+    Exact while `search.nodes_left` stays positive; once the budget is spent, the longest sequence
+    found so far (still a real, playable one). Regions that no longer touch are solved apart and
+    summed, exact results are kept in `search.table`, and a node stops as soon as it reaches its
+    upper bound (the empty squares in reach).
+    """
+    cdef uint64_t rest, component, key
+    cdef int bound, best, total
+    cdef FillEntry *entry
+    empties = fill_reach(amazons, empties)
+    bound = amz_popcount(empties)
+    if bound <= 1:
+        # A lone reachable empty square touches some amazon, which steps there and shoots back.
+        return bound
+    component = flood_fill(amazons & (~amazons + 1), amazons | empties)
+    if (component & amazons) != amazons:
+        total = 0
+        rest = amazons
+        while rest:
+            component = flood_fill(rest & (~rest + 1), amazons | empties)
+            total += longest_fill(search, amazons & component, empties & component)
+            rest &= ~component
+        return total
+    key = amazons * <uint64_t>0x9E3779B97F4A7C15 + empties
+    key = (key ^ (key >> 31)) * <uint64_t>0xBF58476D1CE4E5B9
+    entry = &search.table[(key ^ (key >> 29)) & (FILL_TABLE_SIZE - 1)]
+    if entry.longest >= 0 and entry.amazons == amazons and entry.empties == empties:
+        return entry.longest
+    if search.nodes_left <= 0:
+        return 0
+    search.nodes_left -= 1
+    best = fill_children(search, amazons, empties, bound)
+    if search.nodes_left > 0:
+        entry.amazons = amazons
+        entry.empties = empties
+        entry.longest = best
+    return best
+
+
+cdef void side_fill_bounds(uint64_t amazons, uint64_t others, uint64_t arrows, int *lower,
+                           int *upper, FillSearch *search) noexcept nogil:
+    """Bounds on the moves `amazons` can make alone in their regions (separated position).
+
+    Per region: upper = the empty squares in reach; lower = a fill the amazons can play. The fill
+    is greedy until at most EXACT_FILL_MAX_SQUARES squares remain in reach; when the greedy fill
+    of the rest falls short of the upper bound, the rest gets the exhaustive search instead (a
+    region that small from the start then gets its exact length as both bounds). Regions are
+    independent, so the bounds add up.
+    """
+    cdef uint64_t rest = amazons, component, tail_amazons, tail_empties, end_amazons, end_empties
+    cdef int bound, prefix, fill, exact
+    lower[0] = 0
+    upper[0] = 0
+    while rest:
+        component = flood_fill(rest & (~rest + 1), ~arrows)
+        rest &= ~component
+        tail_amazons = amazons & component
+        tail_empties = fill_reach(tail_amazons, component & ~(amazons | others))
+        bound = amz_popcount(tail_empties)
+        prefix = greedy_fill(&tail_amazons, &tail_empties, EXACT_FILL_MAX_SQUARES)
+        end_amazons = tail_amazons
+        end_empties = tail_empties
+        fill = prefix + greedy_fill(&end_amazons, &end_empties, 0)
+        if fill < bound:
+            memset(search.table, 0xFF, sizeof(search.table))
+            search.nodes_left = EXACT_FILL_NODE_BUDGET
+            exact = longest_fill(search, tail_amazons, tail_empties)
+            if prefix == 0 and search.nodes_left > 0:
+                bound = exact
+            if prefix + exact > fill:
+                fill = prefix + exact
+        lower[0] += fill
+        upper[0] += bound
+
+
+cdef int adjudicate_position(CPos pos, int16_t *bounds) noexcept nogil:
+    """Decide a canonical position when its amazons are separated and the move bounds settle it.
+
+    Writes `bounds[0:4]` = (my lower, my upper, their lower, their upper) move counts, or four -1
+    when the position is not separated.
+
+    Returns:
+        +1 when the side to move wins (its lower bound beats the opponent's upper bound), -1 when
+        it loses (its upper bound is at most the opponent's lower bound: it moves first, so equal
+        counts lose), 0 when undecided.
+    """
+    cdef FillSearch search
+    cdef int my_lower, my_upper, their_lower, their_upper
+    if not is_separated(pos):
+        bounds[0] = bounds[1] = bounds[2] = bounds[3] = -1
+        return 0
+    side_fill_bounds(pos.mine, pos.theirs, pos.arrows, &my_lower, &my_upper, &search)
+    side_fill_bounds(pos.theirs, pos.mine, pos.arrows, &their_lower, &their_upper, &search)
+    bounds[0] = <int16_t>my_lower
+    bounds[1] = <int16_t>my_upper
+    bounds[2] = <int16_t>their_lower
+    bounds[3] = <int16_t>their_upper
+    if my_lower > their_upper:
+        return 1
+    if my_upper <= their_lower:
+        return -1
+    return 0
+
+
+cdef void write_territory(CPos pos, int8_t *out) noexcept nogil:
+    """Queen-distance ownership of the 64 squares into `out[0:64]`.
+
+    Breadth-first over queen moves through empty squares, both sides a level at a time: +1 where
+    the side to move's nearest amazon is strictly closer, -1 where the opponent's is, 0 where
+    they tie, where neither reaches, and on amazons and arrows.
+    """
+    cdef uint64_t empty = ~(pos.mine | pos.theirs | pos.arrows)
+    cdef uint64_t my_front = pos.mine, their_front = pos.theirs, my_seen = 0, their_seen = 0
+    cdef uint64_t my_new, their_new, mine_owned = 0, theirs_owned = 0
+    cdef int square
+    while my_front or their_front:
+        my_new = attacks_from_set(my_front, empty) & ~my_seen
+        their_new = attacks_from_set(their_front, empty) & ~their_seen
+        mine_owned |= my_new & ~(their_seen | their_new)
+        theirs_owned |= their_new & ~(my_seen | my_new)
+        my_seen |= my_new
+        their_seen |= their_new
+        my_front = my_new
+        their_front = their_new
+    for square in range(64):
+        out[square] = <int8_t>(<int>((mine_owned >> square) & 1) - <int>((theirs_owned >> square) & 1))
+
+
+def adjudicate_batch(const uint64_t[:, ::1] positions, int8_t[::1] out_result,
+                     int16_t[:, ::1] out_bounds):
+    """Adjudicate every canonical position: results into `out_result` [B] int8, bounds into
+    `out_bounds` [B, 4] int16 (see `adjudicate_position`)."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    if out_bounds.shape[1] != 4:
+        raise ValueError("out_bounds must have 4 columns")
+    _check_rows("out_result", out_result.shape[0], positions.shape[0])
+    _check_rows("out_bounds", out_bounds.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    with nogil:
+        for row in range(positions.shape[0]):
+            out_result[row] = <int8_t>adjudicate_position(load(positions, row), &out_bounds[row, 0])
+
+
+def territory_batch(const uint64_t[:, ::1] positions, int8_t[:, ::1] out):
+    """Queen-distance ownership [B, 64] int8 of canonical positions (see `write_territory`)."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    if out.shape[1] != 64:
+        raise ValueError("out must have 64 columns")
+    _check_rows("out", out.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    with nogil:
+        for row in range(positions.shape[0]):
+            write_territory(load(positions, row), &out[row, 0])

@@ -24,7 +24,18 @@ from dataclasses import dataclass
 import numpy as np
 
 from amazons import _engine
-from amazons.engine import MAX_MOVES, MOVE_DTYPE, POSITION_DTYPE, perft_position
+from amazons.engine import (
+    MAX_MOVES,
+    MOVE_DTYPE,
+    MY_LOWER,
+    MY_UPPER,
+    POSITION_DTYPE,
+    THEIR_LOWER,
+    THEIR_UPPER,
+    adjudicate,
+    perft_position,
+    territory,
+)
 from amazons.symmetry import BLACK, WHITE, canonical_to_real
 
 Square = int
@@ -134,6 +145,26 @@ class Move:
     def as_tuple(self) -> tuple[int, int, int]:
         """`(src, dst, arrow)`."""
         return (self.src, self.dst, self.arrow)
+
+
+@dataclass(frozen=True, slots=True)
+class Adjudication:
+    """A result proved once the amazons are separated (`Board.adjudicate`), in real colours.
+
+    Attributes:
+        winner: `BLACK` or `WHITE`.
+        margin: how many more moves the winner can make than the loser, at least (its lower bound
+            minus the loser's upper bound). 0 means the side to move loses with as many moves as
+            the opponent: it moves first, so it runs out first.
+        plies_bound: the game ends within this many plies from this position when the winner
+            plays the fill the bounds rest on, whatever the loser does: `2 * U + 2` when the side
+            to move wins (U: the opponent's upper bound; the opponent is stuck on its turn after
+            at most U moves), `2 * U + 1` when it loses (U: its own upper bound).
+    """
+
+    winner: int
+    margin: int
+    plies_bound: int
 
 
 _PUSH_ERRORS = {
@@ -293,6 +324,35 @@ class Board:
         self._state.canonical_into(position)
         return position
 
+    def adjudicate(self) -> Adjudication | None:
+        """The proved result when the amazons are separated and the move bounds settle the race.
+
+        See `amazons.engine.adjudicate` for the rule and the bounds.
+
+        Returns:
+            An `Adjudication` in real colours, or None when the position is not separated or the
+            bounds leave the race open.
+        """
+        result, bounds = adjudicate(self.canonical_position())
+        outcome, row = int(result[0]), bounds[0].tolist()
+        if outcome > 0:
+            return Adjudication(self.turn, row[MY_LOWER] - row[THEIR_UPPER], 2 * row[THEIR_UPPER] + 2)
+        if outcome < 0:
+            return Adjudication(1 - self.turn, row[THEIR_LOWER] - row[MY_UPPER], 2 * row[MY_UPPER] + 1)
+        return None
+
+    def territory(self) -> np.ndarray:
+        """Queen-distance ownership of the squares, `(64,) int8`, real frame (index = square).
+
+        +1 where Black's nearest amazon is strictly closer in queen moves through empty squares,
+        -1 where White's is, 0 on ties, unreachable squares, amazons and arrows (see
+        `amazons.engine.territory`, which works in the side to move's canonical frame).
+        """
+        owned = territory(self.canonical_position())[0]
+        if self.turn == BLACK:
+            return owned
+        return -owned[::-1]  # White's canonical square s is real square 63 - s; +1 meant White
+
     def canonical_to_real(self, moves: np.ndarray) -> np.ndarray:
         """Real-frame moves from canonical moves of this position's side to move."""
         return canonical_to_real(moves, self.turn)
@@ -395,6 +455,7 @@ def perft(board: Board, depth: int) -> int:
 
 
 __all__ = [
+    "Adjudication",
     "BLACK",
     "WHITE",
     "Board",

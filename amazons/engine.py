@@ -233,3 +233,72 @@ def perft_position(position: np.ndarray, depth: int) -> int:
     """perft(depth) of one canonical position: the number of move sequences of `depth` plies."""
     position = _require(np.ascontiguousarray(position), "position", POSITION_DTYPE, 1, (3,))
     return int(_engine.perft_position(position, int(depth)))
+
+
+# Columns of `adjudicate`'s bounds: move counts each side can make alone in its own regions.
+MY_LOWER, MY_UPPER, THEIR_LOWER, THEIR_UPPER = 0, 1, 2, 3
+EXACT_FILL_SQUARES = _engine.EXACT_FILL_SQUARES  # regions this small get the exhaustive fill search
+EXACT_FILL_NODES = _engine.EXACT_FILL_NODES  # node budget of one region's exhaustive search
+
+
+def adjudicate(
+    positions: np.ndarray,
+    out_result: np.ndarray | None = None,
+    out_bounds: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Decide canonical positions whose amazons are separated, when move bounds settle the race.
+
+    A position is separated when no 8-connected region of non-arrow squares (empty squares and
+    amazons) holds amazons of both sides: from then on each side plays alone in its regions, and
+    every move fills exactly one empty square there. A side can make at most as many moves as
+    there are empty squares its amazons reach (the upper bound), and at least as many as a fill
+    it really can play: a greedy fill, or, for a region with at most `EXACT_FILL_SQUARES` empty
+    squares, an exhaustive search for the longest fill (within `EXACT_FILL_NODES` nodes; when it
+    finishes, the region's upper bound is that exact length too). The side to move wins iff it can
+    make more moves than the opponent (it moves first; equal counts lose).
+
+    Args:
+        positions: `(B, 3) uint64` canonical positions (or one `(3,)` position).
+        out_result: optional `(B,) int8` buffer.
+        out_bounds: optional `(B, 4) int16` buffer.
+
+    Returns:
+        `(result, bounds)`. `result` is `(B,) int8` for the side to move: +1 win (its lower bound
+        exceeds the opponent's upper bound), -1 loss (its upper bound is at most the opponent's
+        lower bound), 0 undecided (not separated, or the bounds overlap). `bounds` is `(B, 4)
+        int16` with columns `MY_LOWER, MY_UPPER, THEIR_LOWER, THEIR_UPPER` (moves each side can
+        make alone); all four are -1 when the position is not separated, so
+        `bounds[:, MY_LOWER] >= 0` marks the separated positions. The guaranteed margin of a
+        decided result, in moves, is `MY_LOWER - THEIR_UPPER` for a win and `THEIR_LOWER -
+        MY_UPPER` for a loss (0 then means equal counts: the side to move runs out first).
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape.
+    """
+    positions = _positions(positions)
+    count = positions.shape[0]
+    result = _output(out_result, "out_result", np.int8, (count,))
+    bounds = _output(out_bounds, "out_bounds", np.int16, (count, 4))
+    _engine.adjudicate_batch(positions, result, bounds)
+    return result, bounds
+
+
+def territory(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """Queen-distance ownership of every square, `(B, 64) int8`, in each position's canonical frame.
+
+    The queen distance of an empty square from a side is the least number of queen moves through
+    empty squares that brings one of its amazons there (amazons and arrows block). A square is +1
+    where the side to move's distance is strictly smaller, -1 where the opponent's is, and 0 where
+    they are equal, where neither side reaches it, and on amazons and arrows.
+
+    Args:
+        positions: `(B, 3) uint64` canonical positions (or one `(3,)` position).
+        out: optional `(B, 64) int8` buffer.
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape.
+    """
+    positions = _positions(positions)
+    out = _output(out, "out", np.int8, (positions.shape[0], NUM_SQUARES))
+    _engine.territory_batch(positions, out)
+    return out
