@@ -166,6 +166,15 @@ class Adjudication:
     margin: int
     plies_bound: int
 
+    def describe(self) -> str:
+        """`"decided: Black wins by at least 3 moves"`; at margin 0, `"decided: White wins (Black,
+        to move, runs out of moves first)"`."""
+        name = COLOR_NAMES[self.winner].capitalize()
+        if self.margin == 0:
+            loser = COLOR_NAMES[1 - self.winner].capitalize()
+            return f"decided: {name} wins ({loser}, to move, runs out of moves first)"
+        return f"decided: {name} wins by at least {self.margin} move{'s' if self.margin != 1 else ''}"
+
 
 _PUSH_ERRORS = {
     _engine.PushStatus.PUSH_NOT_YOUR_AMAZON: "{src} holds no {color} amazon",

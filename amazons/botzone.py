@@ -364,13 +364,21 @@ class Bot:
         return move
 
     def debug_text(self) -> str:
-        """`"<simulations> simulations, value <v>, <seconds> s[, tree full]"` about the last search."""
+        """`"<simulations> simulations, value <v>, <seconds> s[, tree full]"` about the last search,
+        then what is known for sure: a proof (`proven win in N plies`) and, once the amazons are
+        separated and the regions decide it, `decided: Black wins by at least N moves`."""
         report = self.player.last_report
         if report is None:
             return "no search"
         full = ", tree full" if self.player.tree_full else ""
-        return (f"{report.simulations} simulations, value {report.root_value:+.3f}, "
+        text = (f"{report.simulations} simulations, value {report.root_value:+.3f}, "
                 f"{self.last_search_seconds:.2f} s{full}")
+        if report.proven:
+            text += f", {report.verdict()}"
+        adjudication = None if self.board.is_game_over() else self.board.adjudicate()
+        if adjudication is not None:
+            text += f", {adjudication.describe()}"
+        return text
 
 
 def build_player(model: str, simulations: int | None, time_budget: float, seed: int | None,
@@ -391,7 +399,7 @@ def build_player(model: str, simulations: int | None, time_budget: float, seed: 
         limit_blas_threads(1)
     return MCTSPlayer(evaluator, config.with_tree_memory(tree_memory_mb), simulations=simulations,
                       time_budget=None if simulations is not None else time_budget,
-                      seed=seed, name=f"botzone:{model}")
+                      seed=seed, name=f"botzone:{model}", stop_when_full=True)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -49,8 +49,8 @@ __all__ = [
 ]
 
 
-NODE_BYTES = 41  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
-EDGE_BYTES = 23  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, in-flight, child)
+NODE_BYTES = 48  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
+EDGE_BYTES = 26  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, in-flight, child, proof, proof plies)
 
 
 class SearchConfigError(ValueError):
@@ -82,8 +82,9 @@ class SearchConfig:
     temperature: float = 1.0  # sample proportional to visits ** (1 / temperature) in those plies
     reuse_tree: bool = True  # keep the played move's subtree (and its statistics) as the next root
     solver: bool = True  # MCTS-solver: prove wins and losses in the tree, play proven wins at once
+    adjudicate: bool = True  # with the solver: leaves whose separated regions decide the game are proven
     node_capacity: int = 4096  # nodes per game allocated up front
-    edge_capacity: int = 1 << 18  # edges (moves) per game allocated up front, 23 bytes each
+    edge_capacity: int = 1 << 18  # edges (moves) per game allocated up front, 26 bytes each
     node_capacity_max: int = 1 << 17  # nodes per game the arrays may grow to (doubling), never more
     edge_capacity_max: int = 1 << 22  # edges per game the arrays may grow to (~96 MB per game)
 
@@ -379,6 +380,7 @@ class BatchedSearch:
         self._wins = np.zeros(batch * MAX_MOVES, np.bool_)
         self._leaf_proof = np.zeros(batch, np.int8)
         self._leaf_proof_plies = np.zeros(batch, np.int16)
+        self._leaf_bounds = np.zeros((batch, 4), np.int16)
         self._remaining = np.zeros(self.num_games, np.int32)
         self._stats = np.zeros((self.num_games, kernels.NUM_STATS), np.int64)
         self._overflow = np.zeros(self.num_games, np.int64)
@@ -522,8 +524,9 @@ class BatchedSearch:
         """Evaluate leaves 0..count-1 of the batch buffers, grow the arrays if needed, expand.
 
         Leaves whose result is already exact never reach the evaluator: terminal ones, and with
-        the solver, non-root leaves with a winning move (their moves get uniform priors, which
-        matter only if the leaf later becomes a root whose win is then played at once).
+        the solver, non-root leaves with a winning move or (with `adjudicate`) decided by
+        `engine.adjudicate`. Their moves get uniform priors, which matter only if such a leaf
+        later becomes a root, whose search then proves its moves quickly.
         """
         positions = self._leaf_positions[:count]
         moves, offsets = engine.legal_moves(positions, out_moves=self._moves,
@@ -533,10 +536,14 @@ class BatchedSearch:
         wins = self._wins[: moves.shape[0]]
         self._leaf_proof[:count] = 0
         if self.config.solver and moves.shape[0] > 0:
+            below_root = self._path_lengths[:count] > 0
             engine.winning_moves(positions, moves, offsets, out=wins)
             cumulative = np.concatenate(([0], np.cumsum(wins, dtype=np.int64)))
             has_win = cumulative[offsets[1:]] > cumulative[offsets[:-1]]
-            exact |= has_win & (self._path_lengths[:count] > 0)
+            exact |= has_win & below_root
+            if self.config.adjudicate:
+                self._adjudicate_leaves(count)
+                exact |= (self._leaf_proof[:count] != 0) & below_root
         values = np.zeros(count, np.float32)
         if exact.all():
             priors = uniform_priors(offsets)
@@ -561,6 +568,21 @@ class BatchedSearch:
             wins.view(np.uint8), self._leaf_proof, self._leaf_proof_plies, self._overflow)
         if status != kernels.STATUS_OK:
             raise RuntimeError(f"expand_and_backup failed with status {status}")
+
+    def _adjudicate_leaves(self, count: int) -> None:
+        """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`.
+
+        Plies to the end are bounds: the side to move with a moves against b loses at ply 2a + 1
+        (a <= b) or wins when the opponent is stuck at ply 2b + 2 (a > b); with the upper bounds
+        for a and b.
+        """
+        result, bounds = engine.adjudicate(self._leaf_positions[:count],
+                                           out_result=self._leaf_proof[:count],
+                                           out_bounds=self._leaf_bounds[:count])
+        their_upper = bounds[:, engine.THEIR_UPPER].astype(np.int32)
+        my_upper = bounds[:, engine.MY_UPPER].astype(np.int32)
+        plies = np.where(result > 0, 2 * their_upper + 2, np.where(result < 0, 2 * my_upper + 1, 0))
+        self._leaf_proof_plies[:count] = plies
 
     def _call_evaluator(
         self, positions: np.ndarray, moves: np.ndarray, offsets: np.ndarray
@@ -707,7 +729,8 @@ class BatchedSearch:
                 visits = tree.edge_visits[game, block].astype(np.float64)
                 visits[tree.edge_proof[game, block] == kernels.PROOF_LOSS] = 0.0
                 weights = visits ** (1.0 / self.config.temperature)
-                pick = first + int(self._rng.choice(count, p=weights / weights.sum()))
+                if weights.sum() > 0:  # else every visited move was proven lost: keep best_edge's
+                    pick = first + int(self._rng.choice(count, p=weights / weights.sum()))
             chosen[row] = tree.edge_move[game, pick]
         return chosen
 

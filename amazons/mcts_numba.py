@@ -589,8 +589,9 @@ def best_edge(tree, g, node):
     """The edge a player should choose at an expanded `node` of game g, or -1 if none.
 
     A proven win first (the shortest; the most visited among equals); otherwise the most visited
-    edge that is not a proven loss (the first on ties); if every edge is a proven loss, the
-    longest one. Returns -1 when no edge qualifies (nothing visited and nothing proven).
+    edge that is not a proven loss (the first on ties), or, when every visited edge has been
+    proven lost since, the open edge with the highest prior; if every edge is a proven loss, the
+    longest one. Returns -1 when nothing was searched yet (no simulation and no proof).
     """
     first = tree.node_first_edge[g, node]
     last = first + max(tree.node_edge_count[g, node], 0)
@@ -615,6 +616,12 @@ def best_edge(tree, g, node):
         if tree.edge_proof[g, e] != PROOF_LOSS and tree.edge_visits[g, e] > best_visits:
             best_visits = tree.edge_visits[g, e]
             chosen = e
+    if chosen < 0 and tree.node_visits[g, node] > 1:
+        # Every visited edge was proven lost since: the open edge with the highest prior.
+        for e in range(first, last):
+            if tree.edge_proof[g, e] != PROOF_LOSS and (
+                    chosen < 0 or tree.edge_prior[g, e] > tree.edge_prior[g, chosen]):
+                chosen = e
     return chosen
 
 

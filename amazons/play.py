@@ -164,6 +164,7 @@ class PlaySession:
         self.started = datetime.datetime.now()
         self._last_move: Move | None = None
         self._board_shown = False
+        self._decided = False  # the adjudication has been announced
 
     # -- the game -------------------------------------------------------------------------------
 
@@ -242,8 +243,9 @@ class PlaySession:
         self._play(move)
         self.console.say(f"AI ({color}) plays {_describe_move(move)}")
         if report is not None:
+            verdict = f"; {report.verdict()}" if report.proven else ""
             self.console.say(f"  value {report.root_value:+.2f} for {color}, "
-                             f"{report.simulations} simulations, {seconds:.1f} s")
+                             f"{report.simulations} simulations, {seconds:.1f} s{verdict}")
         return move
 
     def _play(self, move: Move) -> None:
@@ -251,6 +253,11 @@ class PlaySession:
         self.board.push(move)
         self._last_move = move
         self._board_shown = False
+        if not self._decided and not self.board.is_game_over():
+            adjudication = self.board.adjudicate()
+            if adjudication is not None:
+                self._decided = True
+                self.console.say(adjudication.describe())
 
     # -- commands -------------------------------------------------------------------------------
 
@@ -293,6 +300,7 @@ class PlaySession:
         history = self.board.move_stack
         self._last_move = history[-1] if history else None
         self._board_shown = False
+        self._decided = self.board.adjudicate() is not None
         self.console.say(f"Took back your move {mine} and the AI's reply {reply}.")
 
     # -- the record -----------------------------------------------------------------------------

@@ -200,11 +200,15 @@ class MCTSPlayer(BasePlayer):
             then whole rounds while one more is expected to fit.
         seed: seeds noise and temperature sampling.
         chunk: the most simulations per chunk under a time budget.
+        stop_when_full: end a time-budget search as soon as the tree is full at its maximum
+            capacity (the Botzone bot, whose tree is sized to its memory limit). Otherwise the
+            search goes on: leaves that do not fit are still evaluated and backed up.
     """
 
     def __init__(self, evaluator: Evaluator, config: SearchConfig | None = None,
                  simulations: int | None = None, time_budget: float | None = None,
-                 seed: int | None = None, name: str = "mcts", chunk: int = 64) -> None:
+                 seed: int | None = None, name: str = "mcts", chunk: int = 64,
+                 stop_when_full: bool = False) -> None:
         self.name = name
         self.config = config if config is not None else SearchConfig()
         if simulations is not None and simulations < 1:
@@ -214,9 +218,10 @@ class MCTSPlayer(BasePlayer):
         self.simulations = self.config.simulations if simulations is None else int(simulations)
         self.time_budget = time_budget
         self.chunk = int(chunk)
+        self.stop_when_full = stop_when_full
         self.search = BatchedSearch(evaluator, self.config, num_games=1, seed=seed)
         self.last_report: SearchReport | None = None
-        self.tree_full = False  # the last search found the tree full (a time-budget one stopped there)
+        self.tree_full = False  # the last search found the tree full
         self._tree_valid = False
 
     def reset(self) -> None:
@@ -254,8 +259,8 @@ class MCTSPlayer(BasePlayer):
         the time left with a quarter to spare: the search stops at most about a round and a
         quarter before `deadline`, and passes it only when a chunk runs more than 25% slower
         than the one before. It stops early when the root becomes proven (more simulations would
-        add nothing), and, setting `tree_full`, when a chunk finds the tree full at its maximum
-        capacity (`SearchStats.overflows`).
+        add nothing), and, with `stop_when_full`, when a chunk finds the tree full at its maximum
+        capacity (`SearchStats.overflows`; `tree_full` is set either way).
         """
         round_size = self.config.leaves_per_game
         largest = max(round_size, self.chunk // round_size * round_size)
@@ -267,7 +272,8 @@ class MCTSPlayer(BasePlayer):
                 return  # the root is proven: more simulations would add nothing
             if stats.overflows:
                 self.tree_full = True
-                return  # the tree is at its memory bound: more simulations would add no node
+                if self.stop_when_full:
+                    return  # the tree is at its memory bound: more simulations would add no node
             now = time.perf_counter()
             seconds_per_simulation = max(now - started, 1e-9) / simulations
             affordable = int((deadline - now) / (1.25 * seconds_per_simulation))

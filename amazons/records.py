@@ -88,23 +88,32 @@ class GameRecord:
         white: str,
         event: str = "game",
         date: str | None = None,
+        winner: int | None = None,
         **extra: str,
     ) -> GameRecord:
         """A record with the standard headers (Event, Black, White, Date, Result) and `extra` ones.
 
-        The result is computed by replaying the moves (`*` when the game is not over).
+        The result is computed by replaying the moves (`*` when the game is not over), or is
+        `winner`'s when the moves stop before the end (an adjudicated or resigned game).
 
         Raises:
             IllegalMoveError, NotationError: a move that cannot be played (names it).
+            RecordError: `winner` contradicts a game the moves finish.
         """
         moves = list(moves)
         board = Board.from_moves(moves)
+        result = board.winner()
+        if winner is not None:
+            if result is not None and result != winner:
+                raise RecordError(f"winner {COLOR_NAMES[winner]} contradicts the moves: "
+                                  f"{COLOR_NAMES[result]} won")
+            result = winner
         headers = {
             "Event": event,
             "Black": black,
             "White": white,
             "Date": date or datetime.date.today().isoformat(),
-            "Result": RESULT_TEXT[board.winner()],
+            "Result": RESULT_TEXT[result],
         }
         headers.update({key: str(value) for key, value in extra.items()})
         return cls(moves, headers)

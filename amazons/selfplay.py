@@ -26,7 +26,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from amazons.board import Board, Move
+from amazons.board import Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy
 from amazons.records import GameRecord
@@ -58,6 +58,7 @@ class SelfPlayConfig:
     policy_target: str = "completed_q"  # "completed_q" (amazons.mcts.improved_policy) or "visits"
     target_c_visit: float = 50.0  # improved_policy's c_visit
     target_c_scale: float = 0.1  # improved_policy's c_scale
+    adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
 
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
@@ -94,6 +95,7 @@ class ActorTask:
 @dataclass
 class _GameInProgress:
     board: Board = field(default_factory=Board)
+    adjudication: Adjudication | None = None  # set when the game was decided before its end
     positions: list[np.ndarray] = field(default_factory=list)
     label_moves: list[np.ndarray] = field(default_factory=list)
     label_visits: list[np.ndarray] = field(default_factory=list)
@@ -101,9 +103,16 @@ class _GameInProgress:
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
 
+    @property
+    def winner(self) -> int | None:
+        """The winner: by the rules at the end, or by adjudication; None while undecided."""
+        if self.adjudication is not None:
+            return self.adjudication.winner
+        return self.board.winner()
+
     def samples(self) -> GameSamples:
         """The finished game's samples; z = +1 exactly where the side to move went on to win."""
-        winner = self.board.winner()
+        winner = self.winner
         if winner is None:
             raise SelfPlayError("samples requested for a game that is not over")
         counts = np.array([moves.shape[0] for moves in self.label_moves], dtype=np.int64)
@@ -122,25 +131,29 @@ class _GameInProgress:
 def play_games(
     search: BatchedSearch,
     num_games: int,
-    on_game: Callable[[GameSamples, list[Move]], None],
+    on_game: Callable[[GameSamples, list[Move], Adjudication | None], None],
     label: Callable[[SearchResult], np.ndarray] = improved_policy,
+    adjudicate: bool = True,
 ) -> dict[str, float]:
     """Play `num_games` self-play games with `search` (G games at a time) and report each.
 
     Args:
         search: a BatchedSearch over G games; its evaluator is used for every leaf.
         num_games: games to finish in total.
-        on_game: called with (samples, moves) for every finished game.
+        on_game: called with (samples, moves, adjudication) for every finished game;
+            `adjudication` is None for a game played to its end.
         label: the policy target of a root's search result (`SelfPlayConfig.policy_label`).
+        adjudicate: end a game as soon as `Board.adjudicate` decides it; its samples take the
+            exact result.
 
     Returns:
-        Counters: games, positions, simulations, leaves evaluated, seconds.
+        Counters: games, positions, simulations, leaves evaluated, games adjudicated, seconds.
     """
     started = time.perf_counter()
     slots = min(search.num_games, num_games)
     games = {slot: _GameInProgress() for slot in range(slots)}
     search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]), list(games))
-    started_games, finished, positions, simulations, leaves = slots, 0, 0, 0, 0
+    started_games, finished, positions, simulations, leaves, adjudicated = slots, 0, 0, 0, 0, 0
     while games:
         active = np.array(sorted(games), dtype=np.int32)
         stats = search.search(games=active)
@@ -162,11 +175,14 @@ def play_games(
             game.played.append(real)
             game.board.push(Move(*real.tolist()))
             positions += 1
-            if not game.board.is_game_over():
+            if adjudicate and not game.board.is_game_over():
+                game.adjudication = game.board.adjudicate()
+            if game.winner is None:
                 search.advance(slot, move)
                 continue
-            on_game(game.samples(), game.board.move_stack)
+            on_game(game.samples(), game.board.move_stack, game.adjudication)
             finished += 1
+            adjudicated += game.adjudication is not None
             if started_games < num_games:
                 games[slot] = _GameInProgress()
                 search.set_roots(games[slot].board.canonical_position(), [slot])
@@ -178,6 +194,7 @@ def play_games(
         "positions": float(positions),
         "simulations": float(simulations),
         "leaves_evaluated": float(leaves),
+        "adjudicated": float(adjudicated),
         "seconds": time.perf_counter() - started,
     }
 
@@ -200,15 +217,19 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
             if search is None:
                 search = BatchedSearch(client, config.search, config.games_in_parallel, seed=task.seed)
 
-            def send(samples: GameSamples, moves: list[Move], task: ActorTask = task) -> None:
+            def send(samples: GameSamples, moves: list[Move], adjudication: Adjudication | None,
+                     task: ActorTask = task) -> None:
+                extra = {} if adjudication is None else {"Termination": adjudication.describe()}
                 record = GameRecord.from_game(
                     moves, task.player_name, task.player_name, event="selfplay",
-                    Actor=str(actor_id), Weights=str(client.weights_version),
+                    winner=None if adjudication is None else adjudication.winner,
+                    Actor=str(actor_id), Weights=str(client.weights_version), **extra,
                 )
                 results.put(("game", actor_id, samples, record))
 
             trips, waited = client.round_trips, client.round_trip_seconds
-            stats = play_games(search, task.num_games, send, task.config.policy_label)
+            stats = play_games(search, task.num_games, send, task.config.policy_label,
+                               task.config.adjudicate)
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
             results.put(("done", actor_id, stats))
@@ -239,6 +260,7 @@ class SelfPlayReport:
     positions: int = 0
     simulations: int = 0
     leaves_evaluated: int = 0
+    adjudicated: int = 0  # games ended early by adjudication (exact result)
     seconds: float = 0.0
     actor_stats: list[dict[str, float]] = field(default_factory=list)
     server_stats: dict[str, float] = field(default_factory=dict)
@@ -358,6 +380,7 @@ class SelfPlayWorkers:
         report.seconds = time.perf_counter() - started
         report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
         report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
+        report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report
 
     def close(self, timeout: float = 30.0) -> None:

@@ -352,6 +352,7 @@ class Run:
             "selfplay/evals_per_s": report.evals_per_s,
             "selfplay/seconds": report.seconds,
             "selfplay/mean_game_plies": report.positions / max(report.games, 1),
+            "selfplay/adjudicated_share": report.adjudicated / max(report.games, 1),
         })
         metrics.update(self.train(report.positions, progress))
         self.iteration = iteration

@@ -14,7 +14,9 @@ choice the search makes (documented in `amazons/mcts_numba.py`):
   opponent's replies) is a proven win in 1 and skips the evaluator, proofs climb the path (a win
   if some edge wins, shortest first; a loss if every edge loses, longest first), proven-lost
   edges are never selected, a descent into a proven node backs up its exact value, and a search
-  whose root is proven (by its edges) stops;
+  whose root is proven (by its edges) stops; with `config.adjudicate` too, a non-root leaf that
+  `engine.adjudicate` decides is proven with its exact value (plies: 2b + 2 for a win against b
+  moves, 2a + 1 for a loss with a moves, from the bounds' upper ends) and skips the evaluator;
 * first-play urgency: Q_parent - fpu_reduction * sqrt(prior mass of the edges selected so far,
   summed in the order they were first selected);
 * PUCT: Q + c * P * sqrt(N_parent) / (1 + N), c = c_puct + log((1 + N_parent + base) / base);
@@ -61,7 +63,7 @@ class NaiveNode:
     """A position in the tree; `edges` is None until it is expanded."""
 
     __slots__ = ("position", "visits", "value_sum", "inflight", "visited_mass", "edges", "terminal",
-                 "proof", "proof_plies")
+                 "proof", "proof_plies", "adjudicated")
 
     def __init__(self, position: np.ndarray) -> None:
         self.position = position
@@ -73,6 +75,7 @@ class NaiveNode:
         self.terminal = False
         self.proof = 0  # for the side to move here
         self.proof_plies = 0
+        self.adjudicated = (0, 0)  # (result, plies) of the engine's adjudication; (0, 0) undecided
 
 
 class NaiveMCTS:
@@ -142,8 +145,11 @@ class NaiveMCTS:
         solver = self.config.solver
         wins = [self.winning_moves(node.position, moves) if solver else [False] * len(moves)
                 for node, moves in zip(nodes, move_lists, strict=True)]
+        if solver and self.config.adjudicate and not at_root:
+            for node in nodes:
+                self.adjudicate(node)
         live = [i for i, moves in enumerate(move_lists)
-                if len(moves) > 0 and (at_root or not any(wins[i]))]
+                if len(moves) > 0 and (at_root or not (any(wins[i]) or nodes[i].adjudicated[0]))]
         results = [([tuple(m) for m in moves.tolist()], [float(np.float32(1.0 / len(moves)))] * len(moves),
                     1.0, wins[i]) if len(moves) else ([], [], -1.0, [])
                    for i, moves in enumerate(move_lists)]
@@ -161,6 +167,15 @@ class NaiveMCTS:
                               [float(p) for p in priors[block]], float(values[row]), wins[i])
         return results
 
+    @staticmethod
+    def adjudicate(node: NaiveNode) -> None:
+        """Store the engine's adjudication of the node's position as (result, plies)."""
+        result, bounds = engine.adjudicate(node.position.reshape(1, 3))
+        result = int(result[0])
+        plies = (2 * int(bounds[0, engine.THEIR_UPPER]) + 2 if result > 0
+                 else 2 * int(bounds[0, engine.MY_UPPER]) + 1 if result < 0 else 0)
+        node.adjudicated = (result, plies)
+
     def expand(self, node: NaiveNode, moves: list, priors: list, wins: list) -> None:
         node.edges = [NaiveEdge(move, prior) for move, prior in zip(moves, priors, strict=True)]
         node.terminal = not moves
@@ -168,6 +183,8 @@ class NaiveMCTS:
             return
         if node.terminal:
             node.proof, node.proof_plies = -1, 0
+        elif node.adjudicated[0]:
+            node.proof, node.proof_plies = node.adjudicated
         for edge, win in zip(node.edges, wins, strict=True):
             if win:
                 edge.proof, edge.proof_plies = 1, 1

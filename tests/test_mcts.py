@@ -725,7 +725,7 @@ def test_tree_memory_sets_fixed_capacities_that_fit_the_budget():
 
 def test_a_full_tree_never_grows_and_the_player_stops_in_time():
     config = SearchConfig(leaves_per_game=4).with_tree_memory(0.2)
-    player = MCTSPlayer(UniformEvaluator(), config, time_budget=5.0, seed=0)
+    player = MCTSPlayer(UniformEvaluator(), config, time_budget=5.0, seed=0, stop_when_full=True)
     started = time.perf_counter()
     move = player.choose_move(Board())
     assert time.perf_counter() - started < 2.0 and player.tree_full

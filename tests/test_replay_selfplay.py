@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from amazons import engine
-from amazons.board import Board, Move
+from amazons.board import Adjudication, Board, Move
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
 from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
@@ -18,10 +18,12 @@ FAST_SEARCH = SearchConfig(simulations=8, leaves_per_game=4, root_noise=True, te
                            edge_capacity=1 << 15, node_capacity=64)
 
 
-def play_uniform_games(count: int, seed: int = 0) -> list[tuple[GameSamples, list[Move]]]:
+def play_uniform_games(count: int, seed: int = 0, adjudicate: bool = False
+                       ) -> list[tuple[GameSamples, list[Move], Adjudication | None]]:
     games = []
     search = BatchedSearch(UniformEvaluator(), FAST_SEARCH, num_games=3, seed=seed)
-    play_games(search, count, lambda samples, moves: games.append((samples, moves)))
+    play_games(search, count, lambda samples, moves, verdict: games.append((samples, moves, verdict)),
+               adjudicate=adjudicate)
     return games
 
 
@@ -30,11 +32,22 @@ def finished_games():
     return play_uniform_games(4)
 
 
-def test_z_is_plus_one_exactly_where_the_side_to_move_went_on_to_win(finished_games):
-    for samples, moves in finished_games:
+@pytest.fixture(scope="module")
+def adjudicated_games():
+    return play_uniform_games(12, seed=1, adjudicate=True)
+
+
+def test_z_is_plus_one_exactly_where_the_side_to_move_went_on_to_win(finished_games, adjudicated_games):
+    assert any(verdict is not None for _, _, verdict in adjudicated_games)
+    for samples, moves, verdict in finished_games + adjudicated_games:
         board = Board.from_moves(moves)
-        assert board.is_game_over()
-        winner = board.winner()
+        if verdict is None:
+            assert board.is_game_over()
+            winner = board.winner()
+        else:  # stopped at the first decided position, with the adjudicated result
+            assert not board.is_game_over() and board.adjudicate() == verdict
+            assert Board.from_moves(moves[:-1]).adjudicate() is None
+            winner = verdict.winner
         replay = Board()
         for index, move in enumerate(moves):
             expected = 1 if replay.turn == winner else -1
@@ -105,7 +118,7 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
 
 def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finished_games):
     buffer = ReplayBuffer(tmp_path, window_positions=10_000)
-    for samples, _ in finished_games:
+    for samples, _, _ in finished_games:
         buffer.add(samples)
     (tmp_path / "chunk-00000002.npz").write_bytes(b"not a zip file")
     resumed = ReplayBuffer(tmp_path, window_positions=10_000)
@@ -122,7 +135,7 @@ def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finish
     from amazons.learn import SampleBatch, augment_batch
 
     buffer = ReplayBuffer(tmp_path, window_positions=10_000, seed=3)
-    for samples, _ in finished_games:
+    for samples, _, _ in finished_games:
         buffer.add(samples)
     raw = SampleBatch(**buffer.sample(64))
     symmetries = np.random.default_rng(0).integers(0, 8, size=64)
@@ -140,7 +153,7 @@ def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finish
 
 
 def test_records_round_trip_and_reject_illegal_moves(tmp_path, finished_games):
-    records = [GameRecord.from_game(moves, "a", "b", event="test") for _, moves in finished_games]
+    records = [GameRecord.from_game(moves, "a", "b", event="test") for _, moves, _ in finished_games]
     path = tmp_path / "games.txt"
     write_records(path, records[:2])
     write_records(path, records[2:], append=True)
@@ -170,7 +183,14 @@ def test_selfplay_through_the_server_persists_every_game(tmp_path):
     assert report.games == 5 and second.games == 3 and buffer.total_games == 8
     assert report.positions + second.positions == len(buffer) and report.simulations > 0
     parsed = [parse_records(record.to_text())[0] for record in records]
-    assert all(Board.from_moves(record.moves).is_game_over() for record in parsed)
+    for record in parsed:
+        board = Board.from_moves(record.moves)
+        if board.is_game_over():
+            assert record.winner == board.winner() and "Termination" not in record.headers
+        else:  # ended by adjudication, with the adjudicated winner in its Result
+            adjudication = board.adjudicate()
+            assert record.winner == adjudication.winner
+            assert record.headers["Termination"] == adjudication.describe()
     assert len(ReplayBuffer(tmp_path / "replay", window_positions=100_000)) == len(buffer)
 
 
@@ -189,3 +209,14 @@ def test_a_killed_selfplay_actor_stops_the_run_with_a_clear_error(tmp_path):
         assert not any(process.is_alive() for process in workers._actors)
         names = server.slot_names
     assert not any(os.path.exists(f"/dev/shm/{name}") for name in names)
+
+
+def test_adjudicated_records_carry_the_winner_and_refuse_a_contradiction():
+    games = play_uniform_games(12, seed=1, adjudicate=True)
+    _, moves, verdict = next(game for game in games if game[2] is not None)
+    record = GameRecord.from_game(moves, "a", "b", winner=verdict.winner, Termination=verdict.describe())
+    assert parse_records(record.to_text())[0].winner == verdict.winner
+    finished = next(game for game in games if game[2] is None)[1]
+    loser = 1 - Board.from_moves(finished).winner()
+    with pytest.raises(RecordError, match="contradicts the moves"):
+        GameRecord.from_game(finished, "a", "b", winner=loser)

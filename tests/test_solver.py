@@ -115,7 +115,9 @@ def test_search_proves_and_plays_a_win_in_three(text):
     assert not wins_in_one(position).any()
     winning = wins_in_three(position)
     assert winning.any()
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, leaves_per_game=4))
+    # The tree's own proofs (adjudication would prove some of these late positions first).
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, leaves_per_game=4,
+                                                            adjudicate=False))
     search.set_roots(position)
     stats = search.search()
     result = search.root_result(0)
@@ -130,7 +132,7 @@ def test_search_proves_and_plays_a_win_in_three(text):
         assert winning[index[tuple(move)]]
     # The loser's side of it: after the winning move, every reply is proven lost in 2.
     loser = engine.apply_moves(position.reshape(1, 3), chosen.reshape(1, 3).astype(np.int32))[0]
-    reply_search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=2000))
+    reply_search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=2000, adjudicate=False))
     reply_search.set_roots(loser)
     reply_search.search()
     reply = reply_search.root_result(0)
@@ -193,7 +195,8 @@ def assert_same_proofs(tree: kernels.TreeArrays, naive_root) -> None:
 
 def test_kernel_tree_reuse_keeps_proofs():
     board = Board(WIN_IN_THREE[1])
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, leaves_per_game=4))
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=300, leaves_per_game=4,
+                                                            adjudicate=False))
     search.set_roots(board.canonical_position())
     search.search()
     move = search.select_moves(board.ply)[0]
@@ -219,7 +222,7 @@ def test_players_play_the_proven_win_at_once():
 
     board = Board(WIN_IN_THREE[0])
     winning = wins_in_three(board.canonical_position())
-    player = MCTSPlayer(UniformEvaluator(), SearchConfig(simulations=400), time_budget=5.0)
+    player = MCTSPlayer(UniformEvaluator(), SearchConfig(simulations=400, adjudicate=False), time_budget=5.0)
     started = time.perf_counter()
     move = player.choose_move(board)
     assert time.perf_counter() - started < 2.5  # it stopped at the proof, not at the budget
@@ -230,3 +233,48 @@ def test_players_play_the_proven_win_at_once():
     assert report.proven == 1 and report.verdict() == "proven win in 3 plies"
     assert "wins in 3" in report.format()
     board.push(Move(*move.as_tuple()))
+
+
+@pytest.mark.parametrize("text", WIN_IN_THREE)
+def test_adjudicated_leaves_prove_wins_the_adjudicator_confirms(text):
+    """With adjudication, decided leaves are proven results: the root is proven sooner, and the
+    move it plays leaves a position the adjudicator (or the rules) call lost for the opponent."""
+    board = Board(text)
+    position = board.canonical_position()
+    config = SearchConfig(simulations=300, leaves_per_game=4)
+    search = BatchedSearch(UniformEvaluator(), config)
+    search.set_roots(position)
+    stats = search.search()
+    plain = BatchedSearch(UniformEvaluator(), config.replace(adjudicate=False))
+    plain.set_roots(position)
+    plain_stats = plain.search()
+    result = search.root_result(0)
+    assert result.proven == 1 and stats.simulations <= plain_stats.simulations
+    chosen = search.select_moves(board.ply)[0]
+    assert chosen.tolist() == result.moves[0].tolist() and result.move_proofs[0] == 1
+    # The solver alone, given time, never finds the opponent a win after that move.
+    child = engine.apply_moves(position.reshape(1, 3), chosen.reshape(1, 3).astype(np.int32))[0]
+    check = BatchedSearch(UniformEvaluator(), config.replace(simulations=2000, adjudicate=False))
+    check.set_roots(child)
+    check.search()
+    assert check.root_result(0).proven != 1
+
+
+def test_kernel_solver_with_adjudication_matches_naive():
+    """The naive oracle adjudicates the same leaves: same trees and proofs on late positions."""
+    config = SearchConfig(leaves_per_game=4, simulations=60)
+    decided = 0
+    for seed in range(6):
+        position = random_position(seed + 10, 44)
+        if engine.is_terminal(position.reshape(1, 3))[0]:
+            continue
+        search = BatchedSearch(HashEvaluator(), config)
+        search.set_roots(position)
+        search.search()
+        naive = NaiveMCTS(HashEvaluator(), config, position)
+        naive.search()
+        assert_same_tree(search.tree, 0, naive.root)
+        assert_same_proofs(search.tree, naive.root)
+        used = search.tree.nodes_used[0]
+        decided += int(np.count_nonzero(search.tree.node_proof[0, 1:used]))
+    assert decided > 0

@@ -104,7 +104,7 @@ def play_uniform_samples(seed: int) -> SampleBatch:
     """One short uniform-search game as training samples."""
     games = []
     search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, leaves_per_game=4), seed=seed)
-    play_games(search, 1, lambda samples, moves: games.append(samples))
+    play_games(search, 1, lambda samples, moves, adjudication: games.append(samples))
     samples = games[0]
     return SampleBatch(samples.positions, samples.label_moves, samples.label_policy,
                        samples.label_offsets, samples.z.astype(np.float32))
@@ -156,7 +156,7 @@ def test_training_batches_show_each_position_in_many_orientations(tmp_path):
         games: list[GameSamples] = []
         search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=4, node_capacity=64,
                                                                 edge_capacity=1 << 15), num_games=2)
-        play_games(search, 2, lambda samples, moves: games.append(samples))
+        play_games(search, 2, lambda samples, moves, adjudication: games.append(samples))
         run.replay.add(GameSamples.concatenate(games))
         orientations: dict[tuple[int, ...], set[tuple[int, ...]]] = {}
         for _ in range(60):  # the draws of `Run.train`
