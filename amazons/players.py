@@ -217,6 +217,7 @@ class MCTSPlayer(BasePlayer):
         self.search = BatchedSearch(evaluator, self.config, num_games=1, seed=seed)
         self.last_report: SearchReport | None = None
         self._tree_valid = False
+        self._last_budget_simulations = self.simulations  # a time-budgeted search's size last turn
 
     def reset(self) -> None:
         """Drop the tree."""
@@ -252,18 +253,28 @@ class MCTSPlayer(BasePlayer):
         the time left with a quarter to spare: the search stops at most about a round and a
         quarter before `deadline`, and passes it only when a chunk runs more than 25% slower
         than the one before. A root that becomes proven ends the search at once.
+
+        With root="gumbel", sequential halving needs its budget in advance: the first chunk plans
+        for as many simulations as the previous time-budgeted turn ran (`simulations` on the
+        first turn), and every later chunk replans for the simulations done plus those the time
+        left affords at the measured speed.
         """
         round_size = self.config.leaves_per_game
         largest = max(round_size, self.chunk // round_size * round_size)
         simulations = min(round_size, self.chunk)
+        planned = max(self._last_budget_simulations, simulations)
+        done = 0
         while simulations > 0:
             started = time.perf_counter()
-            if self.search.search(simulations).simulations < simulations:
+            if self.search.search(simulations, planned_simulations=planned).simulations < simulations:
                 return  # the root is proven: more simulations would add nothing
+            done += simulations
+            self._last_budget_simulations = done
             now = time.perf_counter()
             seconds_per_simulation = max(now - started, 1e-9) / simulations
             affordable = int((deadline - now) / (1.25 * seconds_per_simulation))
             simulations = min(largest, affordable // round_size * round_size)
+            planned = done + affordable // round_size * round_size
 
     def observe(self, board: Board, move: Move) -> None:
         """Move the tree's root along `move` (keeping the subtree) if the tree is at `board`."""
