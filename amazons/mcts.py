@@ -4,8 +4,9 @@ the search configuration, and `BatchedSearch`, the checked wrapper around `amazo
 One search round alternates Numba kernels with batch calls into the Cython engine, so the rules
 exist only in the engine and no Python loop ever runs over moves or nodes:
 
-1. `select_leaves` (Numba) descends every game's tree with PUCT and virtual loss and returns up to
-   K leaf paths per game;
+1. `select_leaves` (Numba) descends every game's tree with PUCT and virtual loss (at a Gumbel
+   root, `root="gumbel"`, the root's move comes from sequential halving) and returns up to K leaf
+   paths per game;
 2. `engine.play_paths` turns root positions + paths into leaf positions, and `engine.legal_moves`
    lists their moves (CSR), both in one call for all G x K leaves;
 3. the evaluator scores all non-terminal leaves in one call (terminal leaves are exact losses for
@@ -213,7 +214,9 @@ class SearchResult:
 
     Moves come in the order a player should prefer them: proven wins (shortest first), then
     unproven moves by visits (most first; unvisited ones by prior), then proven losses (the
-    longest resistance first). So `moves[0]` is the move to play after a deterministic search.
+    longest resistance first). So `moves[0]` is the move to play after a deterministic search;
+    with `root="gumbel"` or `lcb` that move (the halving winner, the best lower confidence bound)
+    is put first even where another has more visits.
     """
 
     moves: np.ndarray  # (L,) x 3 int32, every legal root move, in the order above
@@ -769,7 +772,8 @@ class BatchedSearch:
         most moves unvisited); later plies take the most visited such move (the first on ties),
         or with root="gumbel" the sequential-halving winner (`mcts_numba.gumbel_choice`), or
         with `lcb` the move with the highest lower confidence bound (`mcts_numba.lcb_edge`); a
-        root proven lost plays its longest resistance.
+        root proven lost plays its longest resistance. Where every visited move was proven lost
+        and the open moves got no visit, the open move with the highest prior is played.
 
         Args:
             plies: the ply (moves played since the game start) of each game, or one int for all.
@@ -795,7 +799,8 @@ class BatchedSearch:
                     weights = tree.edge_visits[game, block].astype(np.float64)
                 weights[tree.edge_proof[game, block] == kernels.PROOF_LOSS] = 0.0
                 weights = weights ** (1.0 / self.config.temperature)
-                pick = first + int(self._rng.choice(count, p=weights / weights.sum()))
+                if weights.sum() > 0:  # else only proven-lost moves were visited: keep `pick`
+                    pick = first + int(self._rng.choice(count, p=weights / weights.sum()))
             chosen[row] = tree.edge_move[game, pick]
         return chosen
 
@@ -806,16 +811,19 @@ class BatchedSearch:
     def _deterministic_edge(self, game: int) -> int:
         """The root edge a deterministic choice plays in `game` (-1 if none): the halving winner
         where sequential halving ran, the best lower confidence bound with `lcb` (root="puct"),
-        otherwise `best_edge`; proofs take precedence in all three."""
+        otherwise `best_edge`; proofs take precedence in all three. A searched root whose
+        visited moves are all proven lost plays its open move with the highest prior."""
         cfg = self.config
-        if cfg.root == "gumbel":
-            if self._gumbel_started[game]:
-                return int(kernels.gumbel_choice(self.tree, self._gumbel, game, float(cfg.c_visit),
-                                                 float(cfg.c_scale)))
-        elif cfg.lcb:
-            return int(kernels.lcb_edge(self.tree, game, 0, float(cfg.lcb_min_visits_fraction),
-                                        float(cfg.lcb_stdevs)))
-        return int(kernels.best_edge(self.tree, game, 0))
+        if cfg.root == "gumbel" and self._gumbel_started[game]:
+            pick = kernels.gumbel_choice(self.tree, self._gumbel, game, float(cfg.c_visit), float(cfg.c_scale))
+        elif cfg.lcb and cfg.root == "puct":
+            pick = kernels.lcb_edge(self.tree, game, 0, float(cfg.lcb_min_visits_fraction), float(cfg.lcb_stdevs))
+        else:
+            pick = kernels.best_edge(self.tree, game, 0)
+        if pick < 0 and self.tree.node_visits[game, 0] > 1:
+            # Searched, but every visited move was proven lost and the open ones got no visit.
+            pick = kernels.open_edge(self.tree, game, 0)
+        return int(pick)
 
     def _root_policy(self, game: int) -> np.ndarray:
         """`improved_policy` over the root edges of `game`, in edge order `(L,) float32`."""
@@ -863,7 +871,8 @@ class BatchedSearch:
 
 
 def warm_up() -> float:
-    """Compile every search kernel (or load it from Numba's on-disk cache) with a small search.
+    """Compile every search kernel (or load it from Numba's on-disk cache) with small searches
+    (PUCT with noise and tree reuse, the Gumbel root, LCB).
 
     `make build` runs this once, so the first search of a later process (the Botzone bot's first
     turn above all) loads the kernels instead of compiling them. Returns the seconds it took.
@@ -877,4 +886,12 @@ def warm_up() -> float:
     search.root_result(0)
     search.advance(0, move[0])
     search.search(games=[0])
+    for config in (SearchConfig(simulations=16, leaves_per_game=4, root="gumbel", temperature_moves=1),
+                   SearchConfig(simulations=16, leaves_per_game=4, lcb=True)):
+        other = BatchedSearch(UniformEvaluator(), config, seed=0)
+        other.set_roots(engine.start_position())
+        other.search()
+        other.select_moves(0)
+        other.select_moves(1)
+        other.root_result(0)
     return time.perf_counter() - started

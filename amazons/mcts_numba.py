@@ -955,6 +955,19 @@ def best_edge(tree, g, node):
 
 
 @njit(cache=True)
+def open_edge(tree, g, node):
+    """The edge of `node` (game g) with the highest prior that is not a proven loss (the first on
+    ties), or -1. What a searched root plays when every move it visited was proven lost and the
+    open moves got no visit (`best_edge` finds nothing there)."""
+    first = tree.node_first_edge[g, node]
+    chosen = -1
+    for e in range(first, first + max(tree.node_edge_count[g, node], 0)):
+        if tree.edge_proof[g, e] != PROOF_LOSS and (chosen < 0 or tree.edge_prior[g, e] > tree.edge_prior[g, chosen]):
+            chosen = e
+    return chosen
+
+
+@njit(cache=True)
 def principal_variation(tree, g, out_moves):
     """Follow `best_edge` from the root of game g: proven wins, else the most visited moves.
 
