@@ -336,7 +336,7 @@ def test_time_budgeted_gumbel_player_plans_its_halving():
     for _ in range(2):
         started = time.perf_counter()
         move = player.choose_move(board)
-        assert time.perf_counter() - started < 1.5
+        assert time.perf_counter() - started < 3.0  # 0.3 s asked; a loaded machine adds some
         assert board.is_legal(move)
         # The plan follows the time left (from the first chunk's guess of 64 on), so it covers
         # every simulation this turn ran.
