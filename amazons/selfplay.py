@@ -161,7 +161,13 @@ def play_games(
     Returns:
         Counters: games, positions, full searches (positions with a policy target),
         simulations, leaves evaluated, seconds.
+
+    Raises:
+        ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1.
     """
+    if not 0.0 < full_search_prob <= 1.0 or (full_search_prob < 1.0 and fast_simulations < 1):
+        raise ValueError(f"full_search_prob must be in (0, 1] and fast_simulations >= 1 with a playout "
+                         f"cap, got {full_search_prob!r} and {fast_simulations!r}")
     started = time.perf_counter()
     cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
     full_searches = 0
