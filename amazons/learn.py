@@ -4,9 +4,10 @@ What this module owns:
 
 * `SampleBatch`: training samples in a flat CSR form, exactly as the search produced them:
   canonical positions `(B, 3) uint64`, the sparse visit distribution over full moves
-  (`label_moves (N, 3) int32`, `label_probs (N,) float32`, `label_offsets (B + 1,) int64`) and
-  the outcome `z (B,) float32` for the side to move. The engine is never asked to decode a label:
-  labels are squares, and squares are what the network's tables are indexed by.
+  (`label_moves (N, 3) int32`, `label_probs (N,) float32`, `label_offsets (B + 1,) int64`),
+  the outcome `z (B,) float32` for the side to move and the policy weight `(B,) float32` (0 for
+  a playout cap's fast search: no policy target, an empty label). The engine is never asked to
+  decode a label: labels are squares, and squares are what the network's tables are indexed by.
 * `augment_batch`: one random symmetry of the 8 per sample, applied to positions and sparse labels
   in one vectorized call each (`amazons.symmetry`, square permutations); `sample_batch` draws a
   batch from a pool and augments it on the fly.
@@ -15,7 +16,8 @@ What this module owns:
     cross-entropy of the (src, dst) marginal and the one of the (dst, arrow) marginal under the
     conditional;
   - factorized head: the three marginal cross-entropies (src, dst, arrow);
-  - value: mean squared error against z.
+  each weighted by the sample's policy weight and averaged over the samples' total policy weight;
+  - value: mean squared error against z, over every sample.
 * `OptimConfig` (frozen) and `Learner`: AdamW, warmup + cosine or constant learning rate, gradient
   clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
   optional `torch.compile`, and a metrics dict per step.
@@ -91,16 +93,20 @@ class SampleBatch:
     """Training samples, labels in CSR form. Validated on construction.
 
     Sample i is `positions[i]`, its labels `label_moves[j]` / `label_probs[j]` for
-    `label_offsets[i] <= j < label_offsets[i + 1]`, and its outcome `z[i]`.
+    `label_offsets[i] <= j < label_offsets[i + 1]`, its outcome `z[i]` and its policy weight
+    `policy_weight[i]` (default 1 for every sample).
     """
 
     positions: np.ndarray  # (B, 3) uint64, canonical [MINE, THEIRS, ARROWS] bitboards
     label_moves: np.ndarray  # (N, 3) int32, canonical (src, dst, arrow) moves the search visited
-    label_probs: np.ndarray  # (N,) float32, visit shares; >= 0, summing to 1 over each sample
+    label_probs: np.ndarray  # (N,) float32, visit shares; >= 0, summing to 1 over each non-empty label
     label_offsets: np.ndarray  # (B + 1,) int64, CSR offsets of each sample's labels
     z: np.ndarray  # (B,) float32, the game's outcome for the side to move, in [-1, 1]
+    policy_weight: np.ndarray | None = None  # (B,) float32 in [0, 1]; 0 = no policy target (empty label)
 
     def __post_init__(self) -> None:
+        if self.policy_weight is None and isinstance(self.positions, np.ndarray):
+            object.__setattr__(self, "policy_weight", np.ones(self.positions.shape[0], np.float32))
         _validate_batch(self)
 
     @property
@@ -166,7 +172,7 @@ class SampleBatch:
         np.cumsum(counts, out=offsets[1:])
         rows = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
         return SampleBatch(self.positions[indices], self.label_moves[rows], self.label_probs[rows],
-                           offsets, self.z[indices])
+                           offsets, self.z[indices], self.policy_weight[indices])
 
     @classmethod
     def concatenate(cls, batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -184,13 +190,14 @@ class SampleBatch:
             np.concatenate([b.label_probs for b in batches]),
             np.concatenate(offsets),
             np.concatenate([b.z for b in batches]),
+            np.concatenate([b.policy_weight for b in batches]),
         )
 
 
 def _validate_batch(batch: SampleBatch) -> None:
     expected = (
         ("positions", np.uint64, 2), ("label_moves", np.int32, 2), ("label_probs", np.float32, 1),
-        ("label_offsets", np.int64, 1), ("z", np.float32, 1),
+        ("label_offsets", np.int64, 1), ("z", np.float32, 1), ("policy_weight", np.float32, 1),
     )
     for name, dtype, ndim in expected:
         array = getattr(batch, name)
@@ -204,23 +211,27 @@ def _validate_batch(batch: SampleBatch) -> None:
             f"positions and label_moves need 3 columns, got {batch.positions.shape} and {batch.label_moves.shape}")
     if batch.label_probs.shape != (labels,):
         raise SampleError(f"label_probs has shape {batch.label_probs.shape}, expected ({labels},)")
-    if batch.label_offsets.shape != (count + 1,) or batch.z.shape != (count,):
+    if batch.label_offsets.shape != (count + 1,) or batch.z.shape != (count,) or (
+            batch.policy_weight.shape != (count,)):
         raise SampleError(
-            f"{count} positions need label_offsets ({count + 1},) and z ({count},), "
-            f"got {batch.label_offsets.shape} and {batch.z.shape}")
+            f"{count} positions need label_offsets ({count + 1},), z and policy_weight ({count},), "
+            f"got {batch.label_offsets.shape}, {batch.z.shape} and {batch.policy_weight.shape}")
+    if not np.all((batch.policy_weight >= 0) & (batch.policy_weight <= 1)):  # also rejects NaN
+        raise SampleError("policy_weight must be in [0, 1]")
     offsets = batch.label_offsets
     counts = np.diff(offsets)
-    if offsets[0] != 0 or offsets[-1] != labels or np.any(counts < 1):
+    missing = (counts < 1) & (batch.policy_weight > 0)
+    if offsets[0] != 0 or offsets[-1] != labels or np.any(counts < 0) or np.any(missing):
         raise SampleError(
-            f"label_offsets must rise strictly from 0 to {labels} (every sample needs a label), "
-            f"got {offsets[0]}..{offsets[-1]} with {int(np.sum(counts < 1))} empty samples")
+            f"label_offsets must rise from 0 to {labels} (every sample with a policy weight needs "
+            f"a label), got {offsets[0]}..{offsets[-1]} with {int(np.sum(missing))} empty samples")
     if labels and (batch.label_moves.min() < 0 or batch.label_moves.max() >= NUM_SQUARES):
         raise SampleError("label_moves must hold squares 0..63")
     if not np.all(batch.label_probs >= 0):  # also rejects NaN
         raise SampleError("label_probs must be finite and >= 0")
     if count:
-        sums = np.add.reduceat(batch.label_probs, offsets[:-1], dtype=np.float64)
-        bad = np.flatnonzero(np.abs(sums - 1.0) > LABEL_SUM_TOLERANCE)
+        sums = np.bincount(segment_ids(offsets), weights=batch.label_probs, minlength=count)
+        bad = np.flatnonzero((np.abs(sums - 1.0) > LABEL_SUM_TOLERANCE) & (counts > 0))
         if bad.size:
             raise SampleError(f"labels of sample {bad[0]} sum to {sums[bad[0]]:.6f}, not 1")
     if not np.all(np.abs(batch.z) <= 1.0):
@@ -241,7 +252,7 @@ def augment_batch(
         symmetries: `(B,)` integer symmetry index per sample (see `amazons.symmetry.SYMMETRIES`).
 
     Returns:
-        A new batch; probabilities and outcomes are unchanged, label order is kept.
+        A new batch; probabilities, outcomes and policy weights are unchanged, label order is kept.
     """
     if symmetries is None:
         if rng is None:
@@ -257,6 +268,7 @@ def augment_batch(
         batch.label_probs,
         batch.label_offsets,
         batch.z,
+        batch.policy_weight,
     )
 
 
@@ -283,16 +295,21 @@ class LabelTensors(NamedTuple):
     probs: torch.Tensor  # [N] float32, pi of each labelled move
     sample_index: torch.Tensor  # [N] int64, the sample each label belongs to
     z: torch.Tensor  # [B] float32 outcome for the side to move
+    label_weight: torch.Tensor  # [N] float32, the policy weight of each label's sample
+    policy_samples: torch.Tensor  # [] float32, the batch's total policy weight (the policy terms' denominator)
 
 
 def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> LabelTensors:
     """Move a batch's labels to `device` (no engine call: labels are squares already)."""
     device = torch.device(device)
+    owners = segment_ids(batch.label_offsets)
     return LabelTensors(
         torch.from_numpy(batch.label_moves).to(device).long(),
         torch.from_numpy(batch.label_probs).to(device),
-        torch.from_numpy(segment_ids(batch.label_offsets)).to(device),
+        torch.from_numpy(owners).to(device),
         torch.from_numpy(batch.z).to(device),
+        torch.from_numpy(batch.policy_weight[owners]).to(device),
+        torch.tensor(float(batch.policy_weight.sum()), dtype=torch.float32, device=device),
     )
 
 
@@ -302,14 +319,15 @@ def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: tor
 
 
 def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
-    """The policy cross-entropy terms, each averaged over the batch (float32 scalars).
+    """The policy cross-entropy terms, each averaged over the batch's policy weight (float32
+    scalars; over the batch size when every weight is 1; 0 when no sample has a policy target).
 
     joint: `policy_move` = -sum pi log P(src, dst), `policy_arrow` = -sum pi log P(arrow | dst);
     their sum is the cross-entropy of pi against P(src, dst) P(arrow | dst).
     factorized: `policy_src`, `policy_dst`, `policy_arrow`, the three marginal cross-entropies
     (-sum pi log P(src) equals the cross-entropy of pi's src marginal, and so on).
     """
-    batch_size = labels.z.shape[0]
+    weight = labels.policy_samples.clamp_min(1e-12)
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     rows = labels.sample_index
     if isinstance(policy, JointPolicy):
@@ -326,7 +344,8 @@ def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTenso
         }
     else:
         raise SampleError(f"unknown policy output {type(policy).__name__}")
-    return {name: -(labels.probs * values).sum() / batch_size for name, values in log_p.items()}
+    weighted = labels.probs * labels.label_weight
+    return {name: -(weighted * values).sum() / weight for name, values in log_p.items()}
 
 
 def value_loss(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -342,8 +361,11 @@ def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors)
     * `target_entropy`: the entropy of the labels pi;
     * `policy_kl`: KL(pi || model) = cross-entropy - target entropy (>= 0; 0 iff the model puts
       exactly pi on the labelled moves).
+
+    The label terms average over the samples' policy weight, as the loss does.
     """
     batch_size = labels.z.shape[0]
+    weight = labels.policy_samples.clamp_min(1e-12)
     log_move, log_arrow = policy_log_tables(policy)
     p_move = log_move.exp()
     p_dst = p_move.reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(dim=1)
@@ -352,8 +374,8 @@ def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors)
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     log_q = (_label_log_probs(log_move, labels.sample_index, src * NUM_SQUARES + dst)
              + _label_log_probs(log_arrow, labels.sample_index, dst * NUM_SQUARES + arrow))
-    cross_entropy = -(labels.probs * log_q).sum() / batch_size
-    target_entropy = -torch.special.xlogy(labels.probs, labels.probs).sum() / batch_size
+    cross_entropy = -(labels.probs * labels.label_weight * log_q).sum() / weight
+    target_entropy = -(labels.label_weight * torch.special.xlogy(labels.probs, labels.probs)).sum() / weight
     return {
         "policy_entropy": model_entropy.mean(),
         "target_entropy": target_entropy,

@@ -4,8 +4,9 @@ the search configuration, and `BatchedSearch`, the checked wrapper around `amazo
 One search round alternates Numba kernels with batch calls into the Cython engine, so the rules
 exist only in the engine and no Python loop ever runs over moves or nodes:
 
-1. `select_leaves` (Numba) descends every game's tree with PUCT and virtual loss and returns up to
-   K leaf paths per game;
+1. `select_leaves` (Numba) descends every game's tree with PUCT and virtual loss (at a Gumbel
+   root, `root="gumbel"`, the root's move comes from sequential halving) and returns up to K leaf
+   paths per game;
 2. `engine.play_paths` turns root positions + paths into leaf positions, and `engine.legal_moves`
    lists their moves (CSR), both in one call for all G x K leaves;
 3. the evaluator scores all non-terminal leaves in one call (terminal leaves are exact losses for
@@ -50,7 +51,7 @@ __all__ = [
 
 
 NODE_BYTES = 48  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
-EDGE_BYTES = 26  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, in-flight, child, proof, proof plies)
+EDGE_BYTES = 30  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, squared values, in-flight, child, proof, proof plies)
 
 
 class SearchConfigError(ValueError):
@@ -63,6 +64,9 @@ class SearchInputError(ValueError):
 
 class EvaluatorError(ValueError):
     """An evaluator returned arrays of the wrong shape or dtype, or values out of range."""
+
+
+ROOT_RULES = ("puct", "gumbel")
 
 
 @dataclass(frozen=True)
@@ -83,8 +87,16 @@ class SearchConfig:
     reuse_tree: bool = True  # keep the played move's subtree (and its statistics) as the next root
     solver: bool = True  # MCTS-solver: prove wins and losses in the tree, play proven wins at once
     adjudicate: bool = True  # with the solver: leaves whose separated regions decide the game are proven
+    root: str = "puct"  # root selection: "puct", or "gumbel" (sequential halving; no Dirichlet noise, no lcb)
+    gumbel_m: int = 16  # gumbel: root moves sampled by Gumbel-top-m into sequential halving
+    gumbel_scale: float = 1.0  # gumbel: scale of the Gumbel noise (0: the m highest priors, no randomness)
+    c_visit: float = 50.0  # gumbel: sigma(q) = (c_visit + most visits of a root move) * c_scale * rescaled q
+    c_scale: float = 0.1  # gumbel: see c_visit (the same transform as the completed-Q policy target)
+    lcb: bool = False  # play the root move with the highest lower confidence bound of Q (root="puct")
+    lcb_min_visits_fraction: float = 0.15  # lcb: candidates have >= this fraction of the most visits (and >= 2)
+    lcb_stdevs: float = 5.0  # lcb: bound = mean - t(lcb_stdevs, N) * sqrt(variance / N)
     node_capacity: int = 4096  # nodes per game allocated up front
-    edge_capacity: int = 1 << 18  # edges (moves) per game allocated up front, 26 bytes each
+    edge_capacity: int = 1 << 18  # edges (moves) per game allocated up front, 30 bytes each
     node_capacity_max: int = 1 << 17  # nodes per game the arrays may grow to (doubling), never more
     edge_capacity_max: int = 1 << 22  # edges per game the arrays may grow to (~96 MB per game)
 
@@ -108,6 +120,19 @@ class SearchConfig:
             raise SearchConfigError("dirichlet_total_alpha must be > 0 when root_noise is on")
         if not self.temperature > 0:
             raise SearchConfigError(f"temperature must be > 0, got {self.temperature!r}")
+        if self.root not in ROOT_RULES:
+            raise SearchConfigError(f"root must be one of {ROOT_RULES}, got {self.root!r}")
+        if not isinstance(self.gumbel_m, (int, np.integer)) or isinstance(self.gumbel_m, bool) or self.gumbel_m < 1:
+            raise SearchConfigError(f"gumbel_m must be a positive integer, got {self.gumbel_m!r}")
+        for name in ("gumbel_scale", "c_visit", "c_scale"):
+            value = getattr(self, name)
+            if not np.isfinite(value) or value < 0:
+                raise SearchConfigError(f"{name} must be a finite number >= 0, got {value!r}")
+        if not 0.0 <= self.lcb_min_visits_fraction <= 1.0:
+            raise SearchConfigError(
+                f"lcb_min_visits_fraction must be in [0, 1], got {self.lcb_min_visits_fraction!r}")
+        if not (np.isfinite(self.lcb_stdevs) and self.lcb_stdevs > 0):
+            raise SearchConfigError(f"lcb_stdevs must be a finite number > 0, got {self.lcb_stdevs!r}")
         if self.node_capacity < 2:
             raise SearchConfigError(f"node_capacity must be >= 2, got {self.node_capacity}")
         if self.edge_capacity < MAX_MOVES:
@@ -226,7 +251,9 @@ class SearchResult:
 
     Moves come in the order a player should prefer them: proven wins (shortest first), then
     unproven moves by visits (most first; unvisited ones by prior), then proven losses (the
-    longest resistance first). So `moves[0]` is the move to play after a deterministic search.
+    longest resistance first). So `moves[0]` is the move to play after a deterministic search;
+    with `root="gumbel"` or `lcb` that move (the halving winner, the best lower confidence bound)
+    is put first even where another has more visits.
     """
 
     moves: np.ndarray  # (L,) x 3 int32, every legal root move, in the order above
@@ -279,17 +306,25 @@ def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float 
     Returns:
         `(L,) float32` probabilities over `result.moves`, summing to 1.
     """
-    priors = np.maximum(result.priors.astype(np.float64), np.finfo(np.float32).tiny)
-    visits = result.visits.astype(np.float64)
-    known = (result.visits > 0) | (result.move_proofs != 0)
-    q = np.where(result.move_proofs != 0, result.move_proofs.astype(np.float64),
-                 np.nan_to_num(result.q_values.astype(np.float64)))
+    return _completed_q_policy(result.priors, result.visits, result.q_values, result.move_proofs,
+                               result.raw_value, c_visit, c_scale)
+
+
+def _completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.ndarray,
+                        move_proofs: np.ndarray, raw_value: float, c_visit: float,
+                        c_scale: float) -> np.ndarray:
+    """`improved_policy` on a root's arrays `(L,)` (q_values NaN where neither visited nor proven)."""
+    priors = np.maximum(priors.astype(np.float64), np.finfo(np.float32).tiny)
+    known = (visits > 0) | (move_proofs != 0)
+    q = np.where(move_proofs != 0, move_proofs.astype(np.float64),
+                 np.nan_to_num(q_values.astype(np.float64)))
+    visits = visits.astype(np.float64)
     total_visits = float(visits.sum())
     if known.any():
         weighted_q = float((priors[known] * q[known]).sum() / priors[known].sum())
-        mixed_value = (result.raw_value + total_visits * weighted_q) / (total_visits + 1.0)
+        mixed_value = (raw_value + total_visits * weighted_q) / (total_visits + 1.0)
     else:
-        mixed_value = float(result.raw_value)
+        mixed_value = float(raw_value)
     completed = np.where(known, q, mixed_value)
     low, high = float(completed.min()), float(completed.max())
     rescaled = (completed - low) / max(high - low, 1e-8)
@@ -368,6 +403,8 @@ class BatchedSearch:
         self._has_root = np.zeros(self.num_games, np.bool_)
         self._noised = np.zeros(self.num_games, np.bool_)
         self._clean_root_priors: list[np.ndarray | None] = [None] * self.num_games
+        self._gumbel = kernels.allocate_gumbel(self.num_games, MAX_MOVES if self.config.root == "gumbel" else 0)
+        self._gumbel_started = np.zeros(self.num_games, np.bool_)  # sequential halving runs at this root
         batch = self.num_games * self.config.leaves_per_game
         self._leaf_game = np.zeros(batch, np.int32)
         self._leaf_parent = np.zeros(batch, np.int32)
@@ -404,12 +441,14 @@ class BatchedSearch:
         self._roots[games] = positions
         self._has_root[games] = True
         self._noised[games] = False
+        self._gumbel_started[games] = False
         kernels.reset_trees(self.tree, games)
 
     def clear(self, games: np.ndarray | list[int] | None = None) -> None:
         """Drop the trees (not the roots) of `games` (default: all)."""
         games = self._check_games(games, require_root=False)
         self._noised[games] = False
+        self._gumbel_started[games] = False
         kernels.reset_trees(self.tree, games)
 
     def advance(self, game: int, move: np.ndarray) -> None:
@@ -443,30 +482,61 @@ class BatchedSearch:
             kernels.reset_trees(tree, np.array([game], np.int32))
         self._roots[game] = child_position[0]
         self._noised[game] = False
+        self._gumbel_started[game] = False
 
     # ------------------------------------------------------------------------------------------
     # Search
 
     def search(
-        self, num_simulations: int | None = None, games: np.ndarray | list[int] | None = None
+        self,
+        num_simulations: int | np.ndarray | None = None,
+        games: np.ndarray | list[int] | None = None,
+        *,
+        planned_simulations: int | np.ndarray | None = None,
+        explore: bool | np.ndarray = True,
     ) -> SearchStats:
         """Run `num_simulations` (default `config.simulations`) more simulations in each game.
 
         Unexpanded roots are expanded first (one batch, not counted as simulations); with
         `config.root_noise`, Dirichlet noise is mixed into each root's priors once per root.
-        Afterwards each game's root visits have grown by exactly `num_simulations`, except in a
-        game whose root is proven (with `config.solver`): it stops as soon as the proof is known.
+        With `config.root="gumbel"`, sequential halving starts at each root not yet started
+        (a fresh root, or one `advance` just reached): Gumbel noise is drawn for its moves and
+        its m moves are sampled, with the schedule planned for `planned_simulations`. Later
+        searches of the same root continue the same halving. Afterwards each game's root visits
+        have grown by exactly its `num_simulations`, except in a game whose root is proven (with
+        `config.solver`): it stops as soon as the proof is known.
+
+        Games with different counts are searched in the same batches (the ones with fewer
+        simulations drop out first), so a playout cap's fast searches ride along with full ones.
+
+        Args:
+            num_simulations: one count for every game, or `(n,)` int counts, one per game.
+            games: which games (default: all G, in order).
+            planned_simulations: with root="gumbel", the budget n the halving schedule plans
+                for, one for all or `(n,)`: a root starting now plans for this (default: its
+                `num_simulations`); a root already started plans for this from now on (default:
+                unchanged). A time-budgeted player passes its estimate. Ignored with "puct".
+            explore: `False` (one for all, or `(n,)` bool) searches without root noise (neither
+                Dirichlet nor Gumbel noise is drawn for a root starting now), e.g. a playout
+                cap's fast searches, which should play their strongest move.
 
         Raises:
-            SearchInputError: a game has no root, or its root is terminal (the game is over).
+            SearchInputError: a game has no root, or its root is terminal (the game is over), or
+                a count is negative or does not match `games`.
             EvaluatorError: the evaluator broke the protocol.
             Whatever the evaluator raises. After any error the searched games' trees are
             cleared (their roots are kept), so the next search starts clean.
         """
-        simulations = self.config.simulations if num_simulations is None else int(num_simulations)
-        if simulations < 0:
-            raise SearchInputError(f"num_simulations must be >= 0, got {simulations}")
         games = self._check_games(games)
+        simulations = self._per_game(
+            self.config.simulations if num_simulations is None else num_simulations, games, "num_simulations")
+        planned = None if planned_simulations is None else self._per_game(
+            planned_simulations, games, "planned_simulations")
+        explore = np.asarray(explore)
+        if explore.ndim == 0:
+            explore = np.broadcast_to(explore, games.shape)
+        if explore.shape != games.shape or explore.dtype != np.bool_:
+            raise SearchInputError(f"explore must be a bool or {games.shape[0]} bools, got {explore!r}")
         terminal = engine.is_terminal(self._roots[games])
         if np.any(terminal):
             raise SearchInputError(
@@ -475,7 +545,7 @@ class BatchedSearch:
         self._stats[:] = 0
         self._overflow[:] = 0
         try:
-            self._run(games, simulations, stats)
+            self._run(games, simulations, stats, planned, explore)
         except BaseException:
             # Leaves of the interrupted batch are still pending: drop these trees, keep the roots.
             self.clear(games)
@@ -487,8 +557,22 @@ class BatchedSearch:
         stats.overflows = int(self._overflow.sum())
         return stats
 
-    def _run(self, games: np.ndarray, simulations: int, stats: SearchStats) -> None:
-        """Expand the roots, add noise, then run rounds until every game has its simulations."""
+    @staticmethod
+    def _per_game(counts: int | np.ndarray, games: np.ndarray, name: str) -> np.ndarray:
+        """`(n,) int64` counts for `games` from one count or one per game (all >= 0)."""
+        array = np.asarray(counts)
+        if array.ndim == 0:
+            array = np.broadcast_to(array, games.shape)
+        if array.shape != games.shape or (array.size and not np.issubdtype(array.dtype, np.integer)):
+            raise SearchInputError(f"{name} must be an int or {games.shape[0]} ints, got {counts!r}")
+        if array.size and array.min() < 0:
+            raise SearchInputError(f"{name} must be >= 0, got {counts!r}")
+        return array.astype(np.int64)
+
+    def _run(self, games: np.ndarray, simulations: np.ndarray, stats: SearchStats,
+             planned: np.ndarray | None, explore: np.ndarray) -> None:
+        """Expand the roots, add noise (or start sequential halving), then run rounds until every
+        game has its simulations."""
         unexpanded = games[self.tree.node_edge_count[games, 0] == kernels.NOT_EXPANDED]
         if unexpanded.shape[0]:
             count = unexpanded.shape[0]
@@ -496,10 +580,14 @@ class BatchedSearch:
             self._path_lengths[:count] = 0
             self._leaf_positions[:count] = self._roots[unexpanded]
             self._evaluate_and_expand(count, stats)
-        if self.config.root_noise:
-            self._add_root_noise(games[~self._noised[games]])
+        gumbel = self.config.root == "gumbel"
+        if self.config.root_noise and not gumbel:
+            self._add_root_noise(games[~self._noised[games] & explore])
         for game in games.tolist():
             kernels.refresh_root_proof(self.tree, game)
+        if gumbel:
+            self._start_gumbel(games, simulations if planned is None else planned, planned is not None,
+                               explore)
         self._remaining[:] = 0
         self._remaining[games] = simulations
         cfg = self.config
@@ -510,7 +598,8 @@ class BatchedSearch:
             count, status = kernels.select_leaves(
                 self.tree, active, self._remaining, cfg.leaves_per_game, float(cfg.c_puct),
                 float(cfg.c_puct_base), float(cfg.fpu_reduction), float(cfg.virtual_loss),
-                self._leaf_game, self._leaf_parent, self._path_edges, self._path_moves,
+                kernels.ROOT_GUMBEL if gumbel else kernels.ROOT_PUCT, self._gumbel,
+                int(cfg.gumbel_m), float(cfg.c_visit), float(cfg.c_scale), self._leaf_game, self._leaf_parent, self._path_edges, self._path_moves,
                 self._path_lengths, self._stats)
             if status != kernels.STATUS_OK:
                 raise RuntimeError(f"select_leaves failed with status {status} (corrupt tree)")
@@ -638,6 +727,30 @@ class BatchedSearch:
         self._scratch_index = np.zeros(nodes, np.int32)
         self._scratch_shift = np.zeros(nodes, np.int32)
 
+    def _start_gumbel(self, games: np.ndarray, budgets: np.ndarray, replan: bool,
+                      explore: np.ndarray) -> None:
+        """Start sequential halving at the roots of `games` not started yet, planned for `budgets`
+        `(n,)`; with `replan`, started roots plan for `budgets` from now on.
+
+        Gumbel(0, 1) noise times `gumbel_scale` is drawn from the search's generator for each
+        root's moves (in edge order), unless the game does not `explore` or the scale is 0.
+        """
+        cfg = self.config
+        tree = self.tree
+        for game, budget, noisy in zip(games.tolist(), budgets.tolist(), explore.tolist(), strict=True):
+            budget = min(int(budget), np.iinfo(np.int32).max)
+            if self._gumbel_started[game]:
+                if replan:
+                    self._gumbel.budget[game] = budget
+                continue
+            count = int(tree.node_edge_count[game, 0])
+            if noisy and cfg.gumbel_scale > 0:
+                noise = self._rng.gumbel(size=count) * cfg.gumbel_scale
+            else:
+                noise = np.zeros(count)
+            kernels.start_gumbel(tree, self._gumbel, game, noise, int(cfg.gumbel_m), budget)
+            self._gumbel_started[game] = True
+
     def _add_root_noise(self, games: np.ndarray) -> None:
         """Mix Dirichlet(total_alpha / n, ..., n times) noise into each root's n priors."""
         cfg = self.config
@@ -660,7 +773,9 @@ class BatchedSearch:
         """The root statistics of `game` after a search (moves canonical, root frame).
 
         Priors are the evaluator's, without the root noise that steered the selection: the noise
-        explores, it is not something the search found.
+        explores, it is not something the search found. With root="gumbel" or `lcb`, the move
+        a deterministic `select_moves` plays comes first (and starts the principal variation)
+        even where another move has more visits.
         """
         game = int(self._check_games([game])[0])
         tree = self.tree
@@ -681,7 +796,12 @@ class BatchedSearch:
         plies_key = np.where(proofs > 0, plies, np.where(proofs < 0, -plies.astype(np.int32), 0))
         order = np.lexsort((-priors, -visits, plies_key, rank))
         pv = np.zeros((kernels.MAX_DEPTH, 3), MOVE_DTYPE)
-        length = kernels.principal_variation(tree, game, pv)
+        pick = self._deterministic_edge(game) if self._chooses_otherwise() else -1
+        if pick >= 0:
+            order = np.concatenate(([pick - first], order[order != pick - first]))
+            length = kernels.principal_variation_after(tree, game, pick, pv)
+        else:
+            length = kernels.principal_variation(tree, game, pv)
         root_visits = max(int(tree.node_visits[game, 0]), 1)
         return SearchResult(
             moves=tree.edge_move[game, block][order].astype(MOVE_DTYPE),
@@ -705,8 +825,13 @@ class BatchedSearch:
 
         A root with a proven win plays its shortest win. Otherwise, games at ply <
         `config.temperature_moves` sample a move with probability proportional to
-        visits ** (1 / temperature) among the moves not proven lost; later plies take the most
-        visited such move (the first on ties); a root proven lost plays its longest resistance.
+        visits ** (1 / temperature) among the moves not proven lost (with root="gumbel": to
+        the completed-Q policy `improved_policy` ** (1 / temperature), since halving leaves
+        most moves unvisited); later plies take the most visited such move (the first on ties),
+        or with root="gumbel" the sequential-halving winner (`mcts_numba.gumbel_choice`), or
+        with `lcb` the move with the highest lower confidence bound (`mcts_numba.lcb_edge`); a
+        root proven lost plays its longest resistance. Where every visited move was proven lost
+        and the open moves got no visit, the open move with the highest prior is played.
 
         Args:
             plies: the ply (moves played since the game start) of each game, or one int for all.
@@ -721,18 +846,57 @@ class BatchedSearch:
         tree = self.tree
         for row, (game, ply) in enumerate(zip(games.tolist(), plies.tolist(), strict=True)):
             first, count = int(tree.node_first_edge[game, 0]), int(tree.node_edge_count[game, 0])
-            pick = int(kernels.best_edge(tree, game, 0)) if count > 0 else -1
+            pick = self._deterministic_edge(game) if count > 0 else -1
             if pick < 0:
                 raise SearchInputError(f"game {game} has no root visits: search it first")
             if ply < self.config.temperature_moves and tree.node_proof[game, 0] == kernels.PROOF_NONE:
                 block = slice(first, first + count)
-                visits = tree.edge_visits[game, block].astype(np.float64)
-                visits[tree.edge_proof[game, block] == kernels.PROOF_LOSS] = 0.0
-                weights = visits ** (1.0 / self.config.temperature)
-                if weights.sum() > 0:  # else every visited move was proven lost: keep best_edge's
+                if self.config.root == "gumbel":
+                    weights = self._root_policy(game).astype(np.float64)
+                else:
+                    weights = tree.edge_visits[game, block].astype(np.float64)
+                weights[tree.edge_proof[game, block] == kernels.PROOF_LOSS] = 0.0
+                weights = weights ** (1.0 / self.config.temperature)
+                if weights.sum() > 0:  # else only proven-lost moves were visited: keep `pick`
                     pick = first + int(self._rng.choice(count, p=weights / weights.sum()))
             chosen[row] = tree.edge_move[game, pick]
         return chosen
+
+    def _chooses_otherwise(self) -> bool:
+        """Whether the deterministic move may differ from the most visited one (gumbel, lcb)."""
+        return self.config.root == "gumbel" or self.config.lcb
+
+    def _deterministic_edge(self, game: int) -> int:
+        """The root edge a deterministic choice plays in `game` (-1 if none): the halving winner
+        where sequential halving ran, the best lower confidence bound with `lcb` (root="puct"),
+        otherwise `best_edge`; proofs take precedence in all three. A searched root whose
+        visited moves are all proven lost plays its open move with the highest prior."""
+        cfg = self.config
+        if cfg.root == "gumbel" and self._gumbel_started[game]:
+            pick = kernels.gumbel_choice(self.tree, self._gumbel, game, float(cfg.c_visit), float(cfg.c_scale))
+        elif cfg.lcb and cfg.root == "puct":
+            pick = kernels.lcb_edge(self.tree, game, 0, float(cfg.lcb_min_visits_fraction), float(cfg.lcb_stdevs))
+        else:
+            pick = kernels.best_edge(self.tree, game, 0)
+        if pick < 0 and self.tree.node_visits[game, 0] > 1:
+            # Searched, but every visited move was proven lost and the open ones got no visit.
+            pick = kernels.open_edge(self.tree, game, 0)
+        return int(pick)
+
+    def _root_policy(self, game: int) -> np.ndarray:
+        """`improved_policy` over the root edges of `game`, in edge order `(L,) float32`."""
+        cfg = self.config
+        tree = self.tree
+        first, count = int(tree.node_first_edge[game, 0]), int(tree.node_edge_count[game, 0])
+        block = slice(first, first + count)
+        visits = tree.edge_visits[game, block]
+        clean = self._clean_root_priors[game]
+        priors = clean if self._noised[game] and clean is not None else tree.edge_prior[game, block]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q_values = tree.edge_value_sum[game, block] / visits
+        return _completed_q_policy(priors, visits, q_values, tree.edge_proof[game, block],
+                                   float(tree.node_raw_value[game, 0]), float(cfg.c_visit),
+                                   float(cfg.c_scale))
 
     def tree_usage(self) -> dict[str, np.ndarray | int]:
         """Nodes and edges in use per game `(G,) int32`, and the current capacities."""
@@ -765,7 +929,8 @@ class BatchedSearch:
 
 
 def warm_up() -> float:
-    """Compile every search kernel (or load it from Numba's on-disk cache) with a small search.
+    """Compile every search kernel (or load it from Numba's on-disk cache) with small searches
+    (PUCT with noise and tree reuse, the Gumbel root, LCB).
 
     `make build` runs this once, so the first search of a later process (the Botzone bot's first
     turn above all) loads the kernels instead of compiling them. Returns the seconds it took.
@@ -779,4 +944,12 @@ def warm_up() -> float:
     search.root_result(0)
     search.advance(0, move[0])
     search.search(games=[0])
+    for config in (SearchConfig(simulations=16, leaves_per_game=4, root="gumbel", temperature_moves=1),
+                   SearchConfig(simulations=16, leaves_per_game=4, lcb=True)):
+        other = BatchedSearch(UniformEvaluator(), config, seed=0)
+        other.set_roots(engine.start_position())
+        other.search()
+        other.select_moves(0)
+        other.select_moves(1)
+        other.root_result(0)
     return time.perf_counter() - started

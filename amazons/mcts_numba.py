@@ -35,6 +35,27 @@ are proven losses is a proven loss (the longest resistance counts). Selection ne
 proven node: reaching one backs up its exact value at once, and proven-lost edges are never
 chosen. A root is proven only by its edges (never by adjudication alone), so a search always has
 moves to compare; a proven root needs no more simulations.
+
+Gumbel root search ("Policy improvement by planning with Gumbel", Danihelka et al., ICLR 2022;
+DeepMind's `mctx.gumbel_muzero_policy`) replaces PUCT at the root only, with root rule
+ROOT_GUMBEL; interior nodes keep PUCT. Per game, `GumbelArrays` holds a Gumbel(0, 1) draw g per
+root edge and the state of sequential halving: the m edges with the largest g + log prior that
+are not proven lost are sampled into the remaining set; a phase gives each remaining edge
+max(1, floor(n / (ceil(log2 m) * size))) new visits (n the planned budget, size the phase's
+nominal set size; in-flight selections count, so K leaves of one batch fill the allocation
+together); a root selection takes the remaining edge with the fewest new visits below the
+phase's target (the highest score on ties); when every remaining edge has reached the target,
+the set is cut to its best max(2, size // 2) by score = g + log prior + sigma(completed Q), the
+completed-Q transform of `amazons.mcts.improved_policy`, and the next phase starts. Proven-lost
+edges leave the set; if none is left, the next m edges by g + log prior refill it. Visits from
+earlier searches of the same root (tree reuse) do not count towards an allocation
+(`base_visits`). The move to play is the remaining edge with the highest score (`gumbel_choice`).
+
+LCB move selection (`lcb_edge`, as in KataGo) plays, among the edges with at least
+max(2, fraction x the most visits), the one whose Q has the highest lower confidence bound
+mean - t * sqrt(variance / N); the variance is the sample variance of the values backed up
+through the edge (`edge_value_sq_sum` keeps their squares), t the Student-t counterpart of
+`stdevs` normal standard deviations for N samples.
 """
 
 from __future__ import annotations
@@ -67,6 +88,12 @@ STAT_TERMINALS = 1  # simulations ended at a known terminal or proven node, back
 STAT_COLLISIONS = 2  # descents that hit a leaf already pending in this batch (discarded)
 NUM_STATS = 3
 
+# Root selection rules (select_leaves' root_rule).
+ROOT_PUCT = 0  # PUCT at the root as everywhere else
+ROOT_GUMBEL = 1  # sequential halving over Gumbel-sampled root edges (see the module docstring)
+
+FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # priors are floored here before their log
+
 
 class TreeArrays(NamedTuple):
     """Search trees of `G` games; `N` nodes and `E` edges of capacity per game."""
@@ -89,6 +116,7 @@ class TreeArrays(NamedTuple):
     edge_proof_plies: np.ndarray  # [G, E] int16, plies from the move to the end when proven
     edge_visits: np.ndarray  # [G, E] int32, completed simulations through the edge
     edge_value_sum: np.ndarray  # [G, E] float32, sum of values for the side choosing the edge
+    edge_value_sq_sum: np.ndarray  # [G, E] float32, sum of the squares of those values (variance, LCB)
     edge_inflight: np.ndarray  # [G, E] int32, selections through the edge awaiting backup
     edge_child: np.ndarray  # [G, E] int32, child node, or NO_CHILD / PENDING
     nodes_used: np.ndarray  # [G] int32, nodes allocated (the next free node index)
@@ -117,6 +145,7 @@ def allocate_tree(num_games: int, node_capacity: int, edge_capacity: int) -> Tre
         edge_proof_plies=np.zeros((g, e), np.int16),
         edge_visits=np.zeros((g, e), np.int32),
         edge_value_sum=np.zeros((g, e), np.float32),
+        edge_value_sq_sum=np.zeros((g, e), np.float32),
         edge_inflight=np.zeros((g, e), np.int32),
         edge_child=np.zeros((g, e), np.int32),
         nodes_used=np.zeros(g, np.int32),
@@ -236,6 +265,7 @@ def _backup(tree, g, path_edges, depth, leaf_value, remove_inflight):
         tree.node_value_sum[g, node] += value
         tree.edge_visits[g, e] += 1
         tree.edge_value_sum[g, e] += value
+        tree.edge_value_sq_sum[g, e] += np.float64(value) * value  # exact square, one rounding
         if remove_inflight:
             tree.node_inflight[g, node] -= 1
             tree.edge_inflight[g, e] -= 1
@@ -248,11 +278,12 @@ def _backup(tree, g, path_edges, depth, leaf_value, remove_inflight):
 
 @njit(cache=True)
 def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, fpu_reduction,
-                  virtual_loss, out_leaf_game, out_leaf_parent, out_path_edges, out_path_moves,
-                  out_path_lengths, out_stats):
+                  virtual_loss, root_rule, gumbel, gumbel_m, c_visit, c_scale, out_leaf_game,
+                  out_leaf_parent, out_path_edges, out_path_moves, out_path_lengths, out_stats):
     """Gather up to `leaves_per_game` leaves per game for one evaluator batch.
 
-    For each game in `games` (in order), descends from the root by PUCT until it leaves the tree.
+    For each game in `games` (in order), descends from the root by PUCT until it leaves the tree
+    (with `root_rule` ROOT_GUMBEL, the root's edge comes from sequential halving instead).
     A descent that ends on an unexpanded edge yields a leaf: its path gets virtual loss and the
     edge becomes PENDING. A descent that ends on a known terminal node or a proven node is backed
     up at once with its exact value (-1 terminal, +-1 proven; no evaluation needed). A game whose
@@ -266,6 +297,9 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
         remaining: [G] int32, simulations still to run per game; decremented here.
         leaves_per_game: int, K, the most leaves one game adds to the batch.
         c_puct, c_puct_base, fpu_reduction, virtual_loss: float, see `amazons.mcts.SearchConfig`.
+        root_rule: ROOT_PUCT or ROOT_GUMBEL.
+        gumbel: GumbelArrays, started (`start_gumbel`) for every game in `games` with ROOT_GUMBEL.
+        gumbel_m, c_visit, c_scale: int, float, float, see `amazons.mcts.SearchConfig` (ROOT_GUMBEL).
         out_leaf_game: [B] int32, receives each leaf's game.
         out_leaf_parent: [B] int32, receives the node the leaf's edge leaves.
         out_path_edges: [B, L] int32, receives the edges from the root to each leaf.
@@ -294,7 +328,11 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
                     break
                 if depth >= max_depth:
                     return count, STATUS_PATH_TOO_LONG
-                e = _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss)
+                e = -1
+                if depth == 0 and root_rule == ROOT_GUMBEL:
+                    e = _gumbel_root_edge(tree, gumbel, g, gumbel_m, c_visit, c_scale)
+                if e < 0:
+                    e = _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss)
                 out_path_edges[count, depth] = e
                 for k in range(3):
                     out_path_moves[count, depth, k] = tree.edge_move[g, e, k]
@@ -332,6 +370,302 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
             gathered += 1
             count += 1
     return count, STATUS_OK
+
+
+class GumbelArrays(NamedTuple):
+    """Sequential halving at the roots of `G` games (root rule ROOT_GUMBEL); `A` root edges of capacity.
+
+    Entries of a root edge sit at its offset within the root's edge block. Valid from
+    `start_gumbel` until the root changes (the caller starts it again for a new root).
+    """
+
+    noise: np.ndarray  # [G, A] float64, g: scaled Gumbel(0, 1) noise of each root edge
+    base_visits: np.ndarray  # [G, A] int32, the edge's visits when it was sampled (not counted as new)
+    considered: np.ndarray  # [G, A] bool, the edge is in the remaining set
+    budget: np.ndarray  # [G] int32, n: simulations the schedule plans for
+    sampled: np.ndarray  # [G] int32, m: edges sampled into the set (the schedule's log2(m))
+    phase_size: np.ndarray  # [G] int32, the remaining set's nominal size in the current phase
+    phase_target: np.ndarray  # [G] int32, new visits each remaining edge has when the phase ends
+
+
+def allocate_gumbel(num_games: int, max_root_moves: int) -> GumbelArrays:
+    """Empty sequential-halving state for `num_games` roots of up to `max_root_moves` moves."""
+    g, a = num_games, max_root_moves
+    return GumbelArrays(
+        noise=np.zeros((g, a), np.float64),
+        base_visits=np.zeros((g, a), np.int32),
+        considered=np.zeros((g, a), np.bool_),
+        budget=np.zeros(g, np.int32),
+        sampled=np.zeros(g, np.int32),
+        phase_size=np.zeros(g, np.int32),
+        phase_target=np.zeros(g, np.int32),
+    )
+
+
+@njit(cache=True)
+def _log_prior(prior):
+    return math.log(max(prior, FLOAT32_TINY))
+
+
+@njit(cache=True)
+def phase_visits(budget, sampled, size):
+    """New visits per remaining edge in a phase of `size` edges, for `sampled` edges and budget n.
+
+    max(1, floor(n / (ceil(log2(sampled)) * size))); a single sampled edge takes the whole budget.
+    """
+    log2 = 0
+    while (1 << log2) < sampled:
+        log2 += 1
+    if log2 == 0:
+        return max(1, budget)
+    return max(1, budget // (log2 * size))
+
+
+@njit(cache=True)
+def root_sigma_terms(tree, g, c_visit, c_scale):
+    """The completed-Q transform at game g's root (as `amazons.mcts.improved_policy`).
+
+    A root edge is known if visited (Q = mean value) or proven (Q = +-1); unknown edges complete
+    with v_mix = (v_raw + N * sum_known(p q) / sum_known(p)) / (1 + N), N the root edges' visits,
+    p the priors (floored at FLOAT32_TINY). sigma(e) = scale * (completed Q(e) - low) / span.
+
+    Returns:
+        (v_mix, low, span, scale): low the least completed Q, span max(highest - low, 1e-8),
+        scale (c_visit + most visits of an edge) * c_scale.
+    """
+    first = tree.node_first_edge[g, 0]
+    last = first + tree.node_edge_count[g, 0]
+    total = 0
+    most = 0
+    weighted = 0.0
+    mass = 0.0
+    for e in range(first, last):
+        visits = tree.edge_visits[g, e]
+        total += visits
+        most = max(most, visits)
+        if tree.edge_proof[g, e] != PROOF_NONE or visits > 0:
+            prior = max(np.float64(tree.edge_prior[g, e]), FLOAT32_TINY)
+            weighted += prior * _known_q(tree, g, e)
+            mass += prior
+    v_mix = np.float64(tree.node_raw_value[g, 0])
+    if mass > 0.0:
+        v_mix = (v_mix + total * (weighted / mass)) / (total + 1.0)
+    low = np.inf
+    high = -np.inf
+    for e in range(first, last):
+        q = _completed_q(tree, g, e, v_mix)
+        low = min(low, q)
+        high = max(high, q)
+    return v_mix, low, max(high - low, 1e-8), (c_visit + most) * c_scale
+
+
+@njit(cache=True)
+def _known_q(tree, g, e):
+    if tree.edge_proof[g, e] != PROOF_NONE:
+        return np.float64(tree.edge_proof[g, e])
+    return np.float64(tree.edge_value_sum[g, e]) / tree.edge_visits[g, e]
+
+
+@njit(cache=True)
+def _completed_q(tree, g, e, v_mix):
+    if tree.edge_proof[g, e] != PROOF_NONE or tree.edge_visits[g, e] > 0:
+        return _known_q(tree, g, e)
+    return v_mix
+
+
+@njit(cache=True)
+def _gumbel_score(tree, gumbel, g, e, v_mix, low, span, scale):
+    """g + log prior + sigma(completed Q) of root edge e: what halving and the final choice rank."""
+    offset = e - tree.node_first_edge[g, 0]
+    sigma = scale * (_completed_q(tree, g, e, v_mix) - low) / span
+    return gumbel.noise[g, offset] + _log_prior(np.float64(tree.edge_prior[g, e])) + sigma
+
+
+@njit(cache=True)
+def _gumbel_sample(tree, gumbel, g, m):
+    """Make the m root edges with the largest g + log prior (not proven lost; the first on ties)
+    the remaining set, their visits so far the base, and start the first phase of the schedule."""
+    first = tree.node_first_edge[g, 0]
+    count = tree.node_edge_count[g, 0]
+    for i in range(count):
+        gumbel.considered[g, i] = False
+    chosen = 0
+    while chosen < m:
+        best = -1
+        best_key = -np.inf
+        for i in range(count):
+            e = first + i
+            if gumbel.considered[g, i] or tree.edge_proof[g, e] == PROOF_LOSS:
+                continue
+            key = gumbel.noise[g, i] + _log_prior(np.float64(tree.edge_prior[g, e]))
+            if best < 0 or key > best_key:
+                best = i
+                best_key = key
+        if best < 0:
+            break
+        gumbel.considered[g, best] = True
+        gumbel.base_visits[g, best] = tree.edge_visits[g, first + best] + tree.edge_inflight[g, first + best]
+        chosen += 1
+    gumbel.sampled[g] = chosen
+    gumbel.phase_size[g] = chosen
+    gumbel.phase_target[g] = phase_visits(gumbel.budget[g], chosen, chosen)
+
+
+@njit(cache=True)
+def start_gumbel(tree, gumbel, g, noise, m, budget):
+    """Start sequential halving at game g's expanded root.
+
+    Args:
+        tree: TreeArrays; the root of game g is expanded.
+        gumbel: GumbelArrays.
+        g: int, the game.
+        noise: [L] float64, g of each of the root's L edges, in edge order (already scaled).
+        m: int, edges to sample (fewer if fewer are not proven lost).
+        budget: int, n, the simulations the schedule plans for.
+    """
+    for i in range(noise.shape[0]):
+        gumbel.noise[g, i] = noise[i]
+    gumbel.budget[g] = budget
+    _gumbel_sample(tree, gumbel, g, m)
+
+
+@njit(cache=True)
+def _gumbel_halve(tree, gumbel, g, v_mix, low, span, scale):
+    """End a phase: keep the best max(2, size // 2) remaining edges by score, start the next one."""
+    first = tree.node_first_edge[g, 0]
+    count = tree.node_edge_count[g, 0]
+    size = gumbel.phase_size[g]
+    keep = max(2, size // 2) if size > 1 else 1
+    alive = np.empty(count, np.int64)
+    scores = np.empty(count, np.float64)
+    num = 0
+    for i in range(count):
+        if gumbel.considered[g, i]:
+            if tree.edge_proof[g, first + i] == PROOF_LOSS:
+                gumbel.considered[g, i] = False
+                continue
+            alive[num] = i
+            scores[num] = _gumbel_score(tree, gumbel, g, first + i, v_mix, low, span, scale)
+            num += 1
+    for a in range(num):
+        better = 0
+        for b in range(num):
+            if scores[b] > scores[a] or (scores[b] == scores[a] and b < a):
+                better += 1
+        if better >= keep:
+            gumbel.considered[g, alive[a]] = False
+    gumbel.phase_size[g] = keep
+    gumbel.phase_target[g] += phase_visits(gumbel.budget[g], gumbel.sampled[g], keep)
+
+
+@njit(cache=True)
+def _gumbel_root_edge(tree, gumbel, g, m, c_visit, c_scale):
+    """The root edge of game g's next simulation under sequential halving (-1 if none).
+
+    Among the remaining edges not proven lost, the one with the fewest new visits (completed and
+    in flight, minus its base) below the phase's target, the highest score on ties; when none is
+    below the target the phase ends (halving), and when none is left the set is refilled.
+    """
+    first = tree.node_first_edge[g, 0]
+    count = tree.node_edge_count[g, 0]
+    v_mix, low, span, scale = root_sigma_terms(tree, g, c_visit, c_scale)
+    for _ in range(3):
+        target = gumbel.phase_target[g]
+        chosen = -1
+        chosen_new = 0
+        chosen_score = -np.inf
+        alive = 0
+        for i in range(count):
+            e = first + i
+            if not gumbel.considered[g, i]:
+                continue
+            if tree.edge_proof[g, e] == PROOF_LOSS:
+                gumbel.considered[g, i] = False  # proven lost: out of the set for good
+                continue
+            alive += 1
+            new = tree.edge_visits[g, e] + tree.edge_inflight[g, e] - gumbel.base_visits[g, i]
+            if new >= target:
+                continue
+            score = _gumbel_score(tree, gumbel, g, e, v_mix, low, span, scale)
+            if chosen < 0 or new < chosen_new or (new == chosen_new and score > chosen_score):
+                chosen = e
+                chosen_new = new
+                chosen_score = score
+        if chosen >= 0:
+            return chosen
+        if alive == 0:
+            _gumbel_sample(tree, gumbel, g, m)
+        else:
+            _gumbel_halve(tree, gumbel, g, v_mix, low, span, scale)
+    return -1
+
+
+@njit(cache=True)
+def gumbel_choice(tree, gumbel, g, c_visit, c_scale):
+    """The move to play at game g's root after sequential halving, as an edge index (-1 if none).
+
+    A proven root plays `best_edge` (the shortest win, or the longest resistance). Otherwise the
+    remaining edge not proven lost with the highest g + log prior + sigma(completed Q) (the first
+    on ties); if no remaining edge is left, the best such edge of the whole root.
+    """
+    if tree.node_proof[g, 0] != PROOF_NONE:
+        return best_edge(tree, g, 0)
+    first = tree.node_first_edge[g, 0]
+    count = tree.node_edge_count[g, 0]
+    v_mix, low, span, scale = root_sigma_terms(tree, g, c_visit, c_scale)
+    for restricted in (True, False):
+        chosen = -1
+        chosen_score = -np.inf
+        for i in range(count):
+            e = first + i
+            if (restricted and not gumbel.considered[g, i]) or tree.edge_proof[g, e] == PROOF_LOSS:
+                continue
+            score = _gumbel_score(tree, gumbel, g, e, v_mix, low, span, scale)
+            if chosen < 0 or score > chosen_score:
+                chosen = e
+                chosen_score = score
+        if chosen >= 0:
+            return chosen
+    return -1
+
+
+@njit(cache=True)
+def _t_quantile(z, n):
+    """The Student-t counterpart of a normal quantile z for n samples (n >= 2), approximately.
+
+    sqrt(n * (exp(z^2 (n - 1.5) / (n - 1)^2) - 1)): z as n grows, larger for few samples.
+    """
+    return math.sqrt(n * math.expm1(z * z * (n - 1.5) / ((n - 1.0) * (n - 1.0))))
+
+
+@njit(cache=True)
+def lcb_edge(tree, g, node, min_visits_fraction, stdevs):
+    """The edge with the highest lower confidence bound of Q at an expanded `node` of game g.
+
+    A proven node plays `best_edge`. Otherwise, among edges not proven lost with at least
+    max(2, min_visits_fraction x the most visits of such an edge) visits, the one with the
+    highest mean - t * sqrt(variance / N), variance = max(mean of squares - mean^2, 0) of the
+    values backed up through it, t = `_t_quantile(stdevs, N)`; ties go to more visits, then to
+    the first edge. With no edge qualifying, `best_edge`. Returns -1 when `best_edge` does.
+    """
+    most = best_edge(tree, g, node)
+    if most < 0 or tree.node_proof[g, node] != PROOF_NONE:
+        return most
+    threshold = max(2.0, min_visits_fraction * tree.edge_visits[g, most])
+    first = tree.node_first_edge[g, node]
+    chosen = most
+    chosen_bound = -np.inf
+    for e in range(first, first + tree.node_edge_count[g, node]):
+        visits = tree.edge_visits[g, e]
+        if tree.edge_proof[g, e] == PROOF_LOSS or visits < threshold:
+            continue
+        mean = np.float64(tree.edge_value_sum[g, e]) / visits
+        variance = max(np.float64(tree.edge_value_sq_sum[g, e]) / visits - mean * mean, 0.0)
+        bound = mean - _t_quantile(stdevs, np.float64(visits)) * math.sqrt(variance / visits)
+        if bound > chosen_bound or (bound == chosen_bound and visits > tree.edge_visits[g, chosen]):
+            chosen = e
+            chosen_bound = bound
+    return chosen
 
 
 @njit(cache=True)
@@ -485,6 +819,7 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
             tree.edge_prior[g, first:last] = priors[start:start + num_moves]
             tree.edge_visits[g, first:last] = 0
             tree.edge_value_sum[g, first:last] = 0.0
+            tree.edge_value_sq_sum[g, first:last] = 0.0
             tree.edge_inflight[g, first:last] = 0
             tree.edge_child[g, first:last] = NO_CHILD
             tree.edge_proof[g, first:last] = PROOF_NONE
@@ -547,6 +882,7 @@ def compact_subtree(tree, g, new_root, scratch_index, scratch_shift):
                 tree.edge_proof_plies[g, dst] = tree.edge_proof_plies[g, src]
                 tree.edge_visits[g, dst] = tree.edge_visits[g, src]
                 tree.edge_value_sum[g, dst] = tree.edge_value_sum[g, src]
+                tree.edge_value_sq_sum[g, dst] = tree.edge_value_sq_sum[g, src]
                 tree.edge_inflight[g, dst] = tree.edge_inflight[g, src]
                 child = tree.edge_child[g, src]
                 tree.edge_child[g, dst] = scratch_index[child] if child >= 0 else child
@@ -626,6 +962,19 @@ def best_edge(tree, g, node):
 
 
 @njit(cache=True)
+def open_edge(tree, g, node):
+    """The edge of `node` (game g) with the highest prior that is not a proven loss (the first on
+    ties), or -1. What a searched root plays when every move it visited was proven lost and the
+    open moves got no visit (`best_edge` finds nothing there)."""
+    first = tree.node_first_edge[g, node]
+    chosen = -1
+    for e in range(first, first + max(tree.node_edge_count[g, node], 0)):
+        if tree.edge_proof[g, e] != PROOF_LOSS and (chosen < 0 or tree.edge_prior[g, e] > tree.edge_prior[g, chosen]):
+            chosen = e
+    return chosen
+
+
+@njit(cache=True)
 def principal_variation(tree, g, out_moves):
     """Follow `best_edge` from the root of game g: proven wins, else the most visited moves.
 
@@ -648,6 +997,31 @@ def principal_variation(tree, g, out_moves):
         node = tree.edge_child[g, edge]
         if node < 0:
             break
+    return length
+
+
+@njit(cache=True)
+def principal_variation_after(tree, g, edge, out_moves):
+    """Like `principal_variation`, but starting with root edge `edge` of game g (the move a
+    root rule other than the most visits chose), then `best_edge` below it.
+
+    Returns:
+        The number of moves written (at least 1 when `out_moves` has a row).
+    """
+    if out_moves.shape[0] == 0:
+        return 0
+    for k in range(3):
+        out_moves[0, k] = tree.edge_move[g, edge, k]
+    length = 1
+    node = tree.edge_child[g, edge]
+    while node >= 0 and length < out_moves.shape[0] and tree.node_edge_count[g, node] > 0:
+        chosen = best_edge(tree, g, node)
+        if chosen < 0:
+            break
+        for k in range(3):
+            out_moves[length, k] = tree.edge_move[g, chosen, k]
+        length += 1
+        node = tree.edge_child[g, chosen]
     return length
 
 

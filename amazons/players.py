@@ -223,6 +223,7 @@ class MCTSPlayer(BasePlayer):
         self.last_report: SearchReport | None = None
         self.tree_full = False  # the last search found the tree full
         self._tree_valid = False
+        self._last_budget_simulations = self.simulations  # a time-budgeted search's size last turn
 
     def reset(self) -> None:
         """Drop the tree."""
@@ -261,15 +262,24 @@ class MCTSPlayer(BasePlayer):
         than the one before. It stops early when the root becomes proven (more simulations would
         add nothing), and, with `stop_when_full`, when a chunk finds the tree full at its maximum
         capacity (`SearchStats.overflows`; `tree_full` is set either way).
+
+        With root="gumbel", sequential halving needs its budget in advance: the first chunk plans
+        for as many simulations as the previous time-budgeted turn ran (`simulations` on the
+        first turn), and every later chunk replans for the simulations done plus those the time
+        left affords at the measured speed.
         """
         round_size = self.config.leaves_per_game
         largest = max(round_size, self.chunk // round_size * round_size)
         simulations = min(round_size, self.chunk)
+        planned = max(self._last_budget_simulations, simulations)
+        done = 0
         while simulations > 0:
             started = time.perf_counter()
-            stats = self.search.search(simulations)
+            stats = self.search.search(simulations, planned_simulations=planned)
             if stats.simulations < simulations:
                 return  # the root is proven: more simulations would add nothing
+            done += simulations
+            self._last_budget_simulations = done
             if stats.overflows:
                 self.tree_full = True
                 if self.stop_when_full:
@@ -278,6 +288,7 @@ class MCTSPlayer(BasePlayer):
             seconds_per_simulation = max(now - started, 1e-9) / simulations
             affordable = int((deadline - now) / (1.25 * seconds_per_simulation))
             simulations = min(largest, affordable // round_size * round_size)
+            planned = done + affordable // round_size * round_size
 
     def observe(self, board: Board, move: Move) -> None:
         """Move the tree's root along `move` (keeping the subtree) if the tree is at `board`."""

@@ -4,11 +4,15 @@ A sample is one position of a finished game: the compact canonical position `(3,
 sparse visit distribution of the search at that position (canonical moves with their raw visit
 counts) and the outcome `z` in {-1, +1} for the side to move there. Labels are never decoded by the
 engine: they are square triples from the search, in the same canonical frame as the position.
+A sample's `policy_weight` says how much its policy target counts in training: 1 for a full
+search, 0 for a playout cap's fast search, whose label is empty (its value target still counts).
 
 On disk, games are stored in chunks `replay/chunk-NNNNNNNN.npz` (numpy's compressed archive, no
 pickles), each written to a temporary file and renamed, so a crash loses at most the games not yet
 flushed. A chunk that cannot be read or whose arrays do not fit together raises
-`ReplayChunkError` naming the file; `ReplayBuffer` skips such chunks and reports them.
+`ReplayChunkError` naming the file; `ReplayBuffer` skips such chunks and reports them. Chunks
+carry `format_version` (CHUNK_FORMAT_VERSION); version 1 chunks (no version array, written before
+`policy_weight` existed) load with every policy weight 1.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) and samples
 uniformly from it; `amazons.learn.augment_batch` then gives each sample a random one of the 8
@@ -30,7 +34,8 @@ import numpy as np
 from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
-_CHUNK_KEYS = (
+CHUNK_FORMAT_VERSION = 2  # 1: no policy_weight (every sample a full search); 2: policy_weight
+_CHUNK_KEYS_V1 = (
     "positions",
     "label_moves",
     "label_visits",
@@ -40,6 +45,7 @@ _CHUNK_KEYS = (
     "played_moves",
     "game_offsets",
 )
+_CHUNK_KEYS = _CHUNK_KEYS_V1 + ("policy_weight",)
 
 
 class ReplayChunkError(ValueError):
@@ -56,10 +62,13 @@ class GameSamples:
         label_visits: `(N,) int32` raw visit counts of those moves.
         label_policy: `(N,) float32` the policy target over those moves (sums to 1 per position):
             visit shares, or the improved policy of `amazons.mcts.improved_policy`.
-        label_offsets: `(T + 1,) int64`; position t's label is rows `label_offsets[t]:label_offsets[t+1]`.
+        label_offsets: `(T + 1,) int64`; position t's label is rows `label_offsets[t]:label_offsets[t+1]`
+            (empty only where its policy weight is 0).
         z: `(T,) int8` outcome for the side to move at each position (+1 win, -1 loss).
         played_moves: `(T, 3) int32` the moves actually played, real (Botzone) frame.
         game_offsets: `(G + 1,) int64`; game g is positions `game_offsets[g]:game_offsets[g+1]`.
+        policy_weight: `(T,) float32` in [0, 1], how much each position's policy target counts
+            (0: a playout cap's fast search, no target); None means 1 everywhere.
     """
 
     positions: np.ndarray
@@ -70,6 +79,11 @@ class GameSamples:
     z: np.ndarray
     played_moves: np.ndarray
     game_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
+    policy_weight: np.ndarray | None = None
+
+    def __post_init__(self) -> None:
+        if self.policy_weight is None and isinstance(self.positions, np.ndarray):
+            self.policy_weight = np.ones(self.positions.shape[0], np.float32)
 
     @property
     def num_positions(self) -> int:
@@ -94,6 +108,7 @@ class GameSamples:
             "z": (np.int8, 1),
             "played_moves": (np.int32, 2),
             "game_offsets": (np.int64, 1),
+            "policy_weight": (np.float32, 1),
         }
         for name, (dtype, ndim) in expected.items():
             array = getattr(self, name)
@@ -107,12 +122,18 @@ class GameSamples:
             self.label_visits.shape[0] == self.label_policy.shape[0] == self.label_moves.shape[0]
         ):
             problems.append("label_moves (N, 3), label_visits (N,) and label_policy (N,) disagree")
-        if self.label_offsets.shape[0] != count + 1 or self.z.shape[0] != count:
-            problems.append("label_offsets must be (T + 1,) and z (T,)")
+        if self.label_offsets.shape[0] != count + 1 or self.z.shape[0] != count or (
+                self.policy_weight.shape[0] != count):
+            problems.append("label_offsets must be (T + 1,), z and policy_weight (T,)")
         elif self.label_offsets[0] != 0 or self.label_offsets[-1] != self.label_moves.shape[0] or (
-            np.diff(self.label_offsets) <= 0
+            np.diff(self.label_offsets) < 0
         ).any():
-            problems.append("label_offsets must rise strictly from 0 to N")
+            problems.append("label_offsets must rise from 0 to N")
+        elif not (np.isfinite(self.policy_weight).all() and (self.policy_weight >= 0).all()
+                  and (self.policy_weight <= 1).all()):
+            problems.append("policy_weight holds values outside [0, 1]")
+        elif ((np.diff(self.label_offsets) == 0) & (self.policy_weight > 0)).any():
+            problems.append("a position with a policy weight has an empty label")
         if self.game_offsets.shape[0] < 1 or self.game_offsets[0] != 0 or self.game_offsets[-1] != count or (
             np.diff(self.game_offsets) <= 0
         ).any():
@@ -124,8 +145,9 @@ class GameSamples:
         if self.label_policy.size and not (np.isfinite(self.label_policy).all() and self.label_policy.min() >= 0):
             problems.append("label_policy holds negative or non-finite probabilities")
         elif not problems and self.label_policy.size:
-            sums = np.add.reduceat(self.label_policy.astype(np.float64), self.label_offsets[:-1])
-            if np.abs(sums - 1.0).max() > 1e-3:
+            counts = np.diff(self.label_offsets)
+            sums = np.bincount(np.repeat(np.arange(count), counts), weights=self.label_policy, minlength=count)
+            if np.abs(sums[counts > 0] - 1.0).max() > 1e-3:
                 problems.append("label_policy does not sum to 1 over each position's moves")
         if not np.isin(self.z, (-1, 1)).all():
             problems.append("z holds values other than -1 and +1")
@@ -154,6 +176,7 @@ class GameSamples:
                 [np.zeros(1, dtype=np.int64)]
                 + [part.game_offsets[1:] + base for part, base in zip(parts, position_base, strict=True)]
             ),
+            policy_weight=np.concatenate([part.policy_weight for part in parts]),
         )
 
 
@@ -161,22 +184,28 @@ def save_chunk(path: str | os.PathLike, samples: GameSamples) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename)."""
     samples.validate(str(path))
     arrays = {key: getattr(samples, key) for key in _CHUNK_KEYS}
+    arrays["format_version"] = np.array(CHUNK_FORMAT_VERSION, np.int64)
     atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
 
 
 def load_chunk(path: str | os.PathLike) -> GameSamples:
-    """Read and validate one chunk.
+    """Read and validate one chunk (any format version up to CHUNK_FORMAT_VERSION).
 
     Raises:
-        ReplayChunkError: naming the file, if it is truncated, not an archive, misses an array or
-            holds inconsistent arrays.
+        ReplayChunkError: naming the file, if it is truncated, not an archive, misses an array,
+            holds inconsistent arrays or comes from a newer format version.
     """
     try:
         with np.load(path, allow_pickle=False) as archive:
-            missing = [key for key in _CHUNK_KEYS if key not in archive.files]
+            version = int(archive["format_version"]) if "format_version" in archive.files else 1
+            if not 1 <= version <= CHUNK_FORMAT_VERSION:
+                raise ReplayChunkError(
+                    f"{path}: format_version {version}; this code reads 1 to {CHUNK_FORMAT_VERSION}")
+            keys = _CHUNK_KEYS_V1 if version == 1 else _CHUNK_KEYS
+            missing = [key for key in keys if key not in archive.files]
             if missing:
                 raise ReplayChunkError(f"{path}: missing arrays {missing}")
-            arrays = {key: archive[key] for key in _CHUNK_KEYS}
+            arrays = {key: archive[key] for key in keys}
     except ReplayChunkError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
@@ -295,8 +324,8 @@ class ReplayBuffer:
             The arrays of an `amazons.learn.SampleBatch` (which augments them with the 8
             symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
             `label_probs (N,) float32` (the stored policy target, renormalized),
-            `label_offsets (B + 1,) int64`,
-            `z (B,) float32`.
+            `label_offsets (B + 1,) int64`, `z (B,) float32`,
+            `policy_weight (B,) float32` (0 for fast searches, whose labels are empty).
 
         Raises:
             ValueError: if the buffer is empty.
@@ -310,22 +339,25 @@ class ReplayBuffer:
         within = picks - (ends - sizes)[chunk_of]
         positions = np.empty((batch_size, 3), dtype=np.uint64)
         z = np.empty(batch_size, dtype=np.float32)
+        policy_weight = np.empty(batch_size, dtype=np.float32)
         label_parts, policy_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
         for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(), strict=True)):
             chunk = self._chunks[chunk_index]
             start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
             positions[row] = chunk.positions[index]
             z[row] = chunk.z[index]
+            policy_weight[row] = chunk.policy_weight[index]
             label_parts.append(chunk.label_moves[start:stop])
             policy_parts.append(chunk.label_policy[start:stop])
             counts[row] = stop - start
         policy = np.concatenate(policy_parts).astype(np.float64)
         label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
-        totals = np.add.reduceat(policy, label_offsets[:-1])
+        totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy, minlength=batch_size)
         return {
             "positions": positions,
             "label_moves": np.concatenate(label_parts),
             "label_probs": (policy / np.repeat(totals, counts)).astype(np.float32),
             "label_offsets": label_offsets,
             "z": z,
+            "policy_weight": policy_weight,
         }

@@ -7,6 +7,12 @@ samples (canonical position, sparse visit counts, outcome z for the side to move
 (moves in Botzone coordinates); the actor sends them to the parent, which persists them as replay
 chunks as they arrive.
 
+Playout cap randomization (KataGo, Wu 2019, section 3.1): with `full_search_prob` < 1, each move
+gets the full search (`search.simulations`, root noise) with that probability and is recorded
+as a policy target; the other moves get `fast_simulations` without root noise, are played, and
+are recorded with policy weight 0 and no label (their value target still counts). Full and fast
+searches of one round run in the same batches (`BatchedSearch.search` takes per-game counts).
+
 The parent (`run_selfplay`) watches the actors and the server: a dead actor or a failed server
 stops the run with `SelfPlayError`, terminating every process and unlinking every segment.
 
@@ -39,6 +45,7 @@ class SelfPlayError(RuntimeError):
 
 
 POLICY_TARGETS = ("completed_q", "visits")
+PLAYOUT_CAP_STREAM = 0x9C4F  # tags the generator that draws full or fast searches
 
 
 def self_play_search_config() -> SearchConfig:
@@ -59,10 +66,17 @@ class SelfPlayConfig:
     target_c_visit: float = 50.0  # improved_policy's c_visit
     target_c_scale: float = 0.1  # improved_policy's c_scale
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
+    full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (policy targets)
+    fast_simulations: int = 16  # simulations of the other moves (no root noise, no policy target)
 
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
             raise ValueError("num_actors and games_in_parallel must be >= 1")
+        if not 0.0 < self.full_search_prob <= 1.0:
+            raise ValueError(f"full_search_prob must be in (0, 1], got {self.full_search_prob!r}")
+        if self.full_search_prob < 1.0 and not 1 <= self.fast_simulations <= self.search.simulations:
+            raise ValueError(f"fast_simulations must be in 1..search.simulations ({self.search.simulations}) "
+                             f"with a playout cap, got {self.fast_simulations!r}")
         if self.policy_target not in POLICY_TARGETS:
             raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
         if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
@@ -100,6 +114,7 @@ class _GameInProgress:
     label_moves: list[np.ndarray] = field(default_factory=list)
     label_visits: list[np.ndarray] = field(default_factory=list)
     label_policy: list[np.ndarray] = field(default_factory=list)
+    policy_weight: list[float] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
 
@@ -125,6 +140,7 @@ class _GameInProgress:
             z=np.where(np.array(self.turns) == winner, 1, -1).astype(np.int8),
             played_moves=np.stack(self.played).astype(np.int32),
             game_offsets=np.array([0, len(self.positions)], dtype=np.int64),
+            policy_weight=np.array(self.policy_weight, dtype=np.float32),
         )
 
 
@@ -134,6 +150,9 @@ def play_games(
     on_game: Callable[[GameSamples, list[Move], Adjudication | None], None],
     label: Callable[[SearchResult], np.ndarray] = improved_policy,
     adjudicate: bool = True,
+    full_search_prob: float = 1.0,
+    fast_simulations: int = 0,
+    rng: np.random.Generator | None = None,
 ) -> dict[str, float]:
     """Play `num_games` self-play games with `search` (G games at a time) and report each.
 
@@ -145,31 +164,55 @@ def play_games(
         label: the policy target of a root's search result (`SelfPlayConfig.policy_label`).
         adjudicate: end a game as soon as `Board.adjudicate` decides it; its samples take the
             exact result.
+        full_search_prob: playout cap randomization: each move is a full search
+            (`search.config.simulations`, recorded as a policy target) with this probability,
+            else a fast one (`fast_simulations`, no root noise, policy weight 0, no label).
+        fast_simulations: simulations of a fast search.
+        rng: draws full or fast per move (default: a fixed stream); unused when the
+            probability is 1.
 
     Returns:
-        Counters: games, positions, simulations, leaves evaluated, games adjudicated, seconds.
+        Counters: games, positions, full searches (positions with a policy target),
+        simulations, leaves evaluated, games adjudicated, seconds.
+
+    Raises:
+        ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1.
     """
+    if not 0.0 < full_search_prob <= 1.0 or (full_search_prob < 1.0 and fast_simulations < 1):
+        raise ValueError(f"full_search_prob must be in (0, 1] and fast_simulations >= 1 with a playout "
+                         f"cap, got {full_search_prob!r} and {fast_simulations!r}")
     started = time.perf_counter()
+    cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
+    full_searches = 0
     slots = min(search.num_games, num_games)
     games = {slot: _GameInProgress() for slot in range(slots)}
     search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]), list(games))
     started_games, finished, positions, simulations, leaves, adjudicated = slots, 0, 0, 0, 0, 0
     while games:
         active = np.array(sorted(games), dtype=np.int32)
-        stats = search.search(games=active)
+        full = _full_searches(cap_rng, active.shape[0], full_search_prob)
+        stats = search.search(np.where(full, search.config.simulations, fast_simulations), games=active,
+                              explore=full)
         simulations += stats.simulations
         leaves += stats.leaves_evaluated
         plies = np.array([games[slot].board.ply for slot in active.tolist()])
         chosen = search.select_moves(plies, games=active)
-        for slot, move in zip(active.tolist(), chosen, strict=True):
+        for slot, move, is_full in zip(active.tolist(), chosen, full.tolist(), strict=True):
             game = games[slot]
-            result = search.root_result(slot)
-            probabilities = label(result)
-            kept = probabilities > 0  # the visits target leaves unvisited moves out
             game.positions.append(search.root_positions[slot])
-            game.label_moves.append(result.moves[kept])
-            game.label_visits.append(result.visits[kept])
-            game.label_policy.append(probabilities[kept])
+            if is_full:
+                result = search.root_result(slot)
+                probabilities = label(result)
+                kept = probabilities > 0  # the visits target leaves unvisited moves out
+                game.label_moves.append(result.moves[kept])
+                game.label_visits.append(result.visits[kept])
+                game.label_policy.append(probabilities[kept])
+                full_searches += 1
+            else:
+                game.label_moves.append(np.zeros((0, 3), np.int32))
+                game.label_visits.append(np.zeros(0, np.int32))
+                game.label_policy.append(np.zeros(0, np.float32))
+            game.policy_weight.append(1.0 if is_full else 0.0)
             game.turns.append(game.board.turn)
             real = canonical_to_real(move, game.board.turn)
             game.played.append(real)
@@ -192,11 +235,19 @@ def play_games(
     return {
         "games": float(finished),
         "positions": float(positions),
+        "full_searches": float(full_searches),
         "simulations": float(simulations),
         "leaves_evaluated": float(leaves),
         "adjudicated": float(adjudicated),
         "seconds": time.perf_counter() - started,
     }
+
+
+def _full_searches(rng: np.random.Generator, count: int, probability: float) -> np.ndarray:
+    """`(count,) bool`: which of `count` moves get the full search (all of them at probability 1)."""
+    if probability >= 1.0:
+        return np.ones(count, np.bool_)
+    return rng.random(count) < probability
 
 
 def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, tasks: Connection,
@@ -229,7 +280,10 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
 
             trips, waited = client.round_trips, client.round_trip_seconds
             stats = play_games(search, task.num_games, send, task.config.policy_label,
-                               task.config.adjudicate)
+                               adjudicate=task.config.adjudicate,
+                               full_search_prob=task.config.full_search_prob,
+                               fast_simulations=task.config.fast_simulations,
+                               rng=np.random.default_rng([task.seed, PLAYOUT_CAP_STREAM]))
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
             results.put(("done", actor_id, stats))
@@ -258,6 +312,7 @@ class SelfPlayReport:
 
     games: int = 0
     positions: int = 0
+    full_searches: int = 0  # positions searched in full (with a policy target)
     simulations: int = 0
     leaves_evaluated: int = 0
     adjudicated: int = 0  # games ended early by adjudication (exact result)
@@ -379,6 +434,7 @@ class SelfPlayWorkers:
             raise
         report.seconds = time.perf_counter() - started
         report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
+        report.full_searches = int(sum(stats["full_searches"] for stats in report.actor_stats))
         report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
         report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report

@@ -347,6 +347,7 @@ class Run:
         metrics.update({
             "selfplay/games": report.games,
             "selfplay/positions": report.positions,
+            "selfplay/full_searches": report.full_searches,
             "selfplay/positions_per_s": report.positions_per_s,
             "selfplay/sims_per_s": report.simulations_per_s,
             "selfplay/evals_per_s": report.evals_per_s,

@@ -1,7 +1,8 @@
 """Search speed: simulations per second of `BatchedSearch` with the uniform evaluator (tree work plus
 the engine's batch calls, no network), at the start and at mid-game positions, for G = 1 and G = 64
-games per process, and the naive pure-Python MCTS of `tests/naive_mcts.py` doing the same work.
-One process, one core (no threads anywhere on this path).
+games per process, and the naive pure-Python MCTS of `tests/naive_mcts.py` doing the same work,
+and with the Gumbel root (`root="gumbel"`, sequential halving) at mid-game for G = 64. One
+process, one core (no threads anywhere on this path).
 
 Rates are simulations per CPU-second of this process (`time.process_time`), i.e. per core: the
 figures then hold on a shared machine too. `mcts.wall_sims_per_s_mid_g64` gives the wall-clock
@@ -56,9 +57,9 @@ def mid_game_positions(count: int, seed: int = 2024) -> np.ndarray:
     return positions
 
 
-def batched_rate(positions: np.ndarray, simulations: int, repeats: int) -> tuple[float, float]:
+def batched_rate(positions: np.ndarray, simulations: int, repeats: int, root: str = "puct") -> tuple[float, float]:
     """Best simulations per CPU-second (and per wall second) over `repeats` fresh searches."""
-    config = SearchConfig(simulations=simulations, leaves_per_game=LEAVES_PER_GAME,
+    config = SearchConfig(simulations=simulations, leaves_per_game=LEAVES_PER_GAME, root=root,
                           edge_capacity=1 << 18, edge_capacity_max=1 << 20)
     search = BatchedSearch(UniformEvaluator(), config, num_games=positions.shape[0], seed=0)
     search.set_roots(positions)
@@ -154,6 +155,7 @@ def run(quick: bool) -> dict[str, float]:
         "mcts.sims_per_s_mid_g1": batched_rate(mid[:1], mid_sims, repeats)[0],
         "mcts.sims_per_s_mid_g64": mid_g64,
         "mcts.wall_sims_per_s_mid_g64": mid_g64_wall,
+        "mcts.sims_per_s_mid_g64_gumbel": batched_rate(mid, mid_sims, repeats, root="gumbel")[0],
         "mcts.mid_game_legal_moves": float(engine.count_legal_moves(mid).mean()),
     }
     same_positions = mid[:16] if quick else mid

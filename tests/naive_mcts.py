@@ -21,7 +21,13 @@ choice the search makes (documented in `amazons/mcts_numba.py`):
   summed in the order they were first selected);
 * PUCT: Q + c * P * sqrt(N_parent) / (1 + N), c = c_puct + log((1 + N_parent + base) / base);
 * ties go to the first edge in the engine's move order;
-* edge value sums are stored in float32, node value sums in float64.
+* edge value sums (and sums of squared values) are stored in float32, node value sums in float64;
+* with `config.root="gumbel"`, the root's edge comes from sequential halving (`gumbel_edge`):
+  Gumbel noise drawn from `rng` for the root's moves when its halving starts, the m moves with
+  the largest g + log prior sampled, per phase max(1, n // (ceil(log2 m) * size)) new visits
+  per remaining move (in-flight selections count; visits from earlier searches of the root do
+  not), the fewest new visits first, then halving to max(2, size // 2) by g + log prior +
+  sigma(completed Q); proven-lost moves drop out, an empty set is refilled with the next m.
 
 Used by tests/test_mcts.py and as the baseline in benchmarks/suite_mcts.py.
 """
@@ -44,14 +50,15 @@ def float32(value: float) -> float:
 class NaiveEdge:
     """One legal move of a node, with its statistics (for the side choosing it)."""
 
-    __slots__ = ("move", "prior", "visits", "value_sum", "inflight", "child", "pending", "proof",
-                 "proof_plies")
+    __slots__ = ("move", "prior", "visits", "value_sum", "value_sq_sum", "inflight", "child", "pending",
+                 "proof", "proof_plies")
 
     def __init__(self, move: tuple[int, int, int], prior: float) -> None:
         self.move = move
         self.prior = prior
         self.visits = 0
         self.value_sum = 0.0
+        self.value_sq_sum = 0.0
         self.inflight = 0
         self.child: NaiveNode | None = None
         self.pending = False
@@ -63,7 +70,7 @@ class NaiveNode:
     """A position in the tree; `edges` is None until it is expanded."""
 
     __slots__ = ("position", "visits", "value_sum", "inflight", "visited_mass", "edges", "terminal",
-                 "proof", "proof_plies", "adjudicated")
+                 "proof", "proof_plies", "adjudicated", "raw_value")
 
     def __init__(self, position: np.ndarray) -> None:
         self.position = position
@@ -76,17 +83,43 @@ class NaiveNode:
         self.proof = 0  # for the side to move here
         self.proof_plies = 0
         self.adjudicated = (0, 0)  # (result, plies) of the engine's adjudication; (0, 0) undecided
+        self.raw_value = 0.0  # the value backed up when it was expanded (evaluator's, or exact)
+
+
+class NaiveHalving:
+    """Sequential halving at one root, by the book: lists indexed like the root's edges."""
+
+    def __init__(self, noise: list[float], budget: int) -> None:
+        self.noise = noise
+        self.budget = budget
+        self.base = [0] * len(noise)
+        self.considered = [False] * len(noise)
+        self.sampled = 0
+        self.phase_size = 0
+        self.phase_target = 0
+
+
+def log_prior(prior: float) -> float:
+    return math.log(max(prior, float(np.finfo(np.float32).tiny)))
+
+
+def phase_visits(budget: int, sampled: int, size: int) -> int:
+    log2 = math.ceil(math.log2(sampled)) if sampled > 1 else 0
+    return max(1, budget) if log2 == 0 else max(1, budget // (log2 * size))
 
 
 class NaiveMCTS:
     """Single-game MCTS over Python objects, matching `BatchedSearch` visit for visit."""
 
-    def __init__(self, evaluator, config: SearchConfig, root_position: np.ndarray) -> None:
+    def __init__(self, evaluator, config: SearchConfig, root_position: np.ndarray,
+                 rng: np.random.Generator | None = None) -> None:
         self.evaluator = evaluator
         self.config = config
         self.root = NaiveNode(np.asarray(root_position, np.uint64).copy())
         self.collisions = 0
         self.terminal_hits = 0
+        self.rng = rng  # draws the Gumbel noise (root="gumbel"), as BatchedSearch's seeded generator
+        self.halving: NaiveHalving | None = None
 
     # -- one node at a time ------------------------------------------------------------------
 
@@ -119,6 +152,7 @@ class NaiveMCTS:
             node.value_sum += value
             edge.visits += 1
             edge.value_sum = float32(edge.value_sum + value)
+            edge.value_sq_sum = float32(edge.value_sq_sum + value * value)
             if remove_inflight:
                 node.inflight -= 1
                 edge.inflight -= 1
@@ -219,9 +253,86 @@ class NaiveMCTS:
         else:
             root.proof, root.proof_plies = 0, 0
 
+    # -- Gumbel root ----------------------------------------------------------------------------
+
+    def sigma_terms(self) -> tuple[float, float, float, float]:
+        """(v_mix, low, span, scale) of the completed-Q transform at the root."""
+        edges = self.root.edges
+        total = sum(edge.visits for edge in edges)
+        most = max(edge.visits for edge in edges)
+        weighted, mass = 0.0, 0.0
+        for edge in edges:
+            if edge.proof or edge.visits:
+                prior = max(edge.prior, float(np.finfo(np.float32).tiny))
+                weighted += prior * self.known_q(edge)
+                mass += prior
+        v_mix = self.root.raw_value
+        if mass > 0.0:
+            v_mix = (v_mix + total * (weighted / mass)) / (total + 1.0)
+        completed = [self.completed_q(edge, v_mix) for edge in edges]
+        low, high = min(completed), max(completed)
+        return v_mix, low, max(high - low, 1e-8), (self.config.c_visit + most) * self.config.c_scale
+
+    @staticmethod
+    def known_q(edge: NaiveEdge) -> float:
+        return float(edge.proof) if edge.proof else edge.value_sum / edge.visits
+
+    def completed_q(self, edge: NaiveEdge, v_mix: float) -> float:
+        return self.known_q(edge) if edge.proof or edge.visits else v_mix
+
+    def score(self, index: int, terms: tuple[float, float, float, float]) -> float:
+        """g + log prior + sigma(completed Q) of root edge `index`."""
+        v_mix, low, span, scale = terms
+        edge = self.root.edges[index]
+        sigma = scale * (self.completed_q(edge, v_mix) - low) / span
+        return self.halving.noise[index] + log_prior(edge.prior) + sigma
+
+    def sample(self) -> None:
+        """The m root edges with the largest g + log prior, not proven lost, become the set."""
+        halving, edges = self.halving, self.root.edges
+        halving.considered = [False] * len(edges)
+        open_edges = [i for i, edge in enumerate(edges) if edge.proof != -1]
+        ranked = sorted(open_edges, key=lambda i: (-(halving.noise[i] + log_prior(edges[i].prior)), i))
+        for i in ranked[: self.config.gumbel_m]:
+            halving.considered[i] = True
+            halving.base[i] = edges[i].visits + edges[i].inflight
+        halving.sampled = halving.phase_size = min(len(ranked), self.config.gumbel_m)
+        halving.phase_target = phase_visits(halving.budget, halving.sampled, halving.sampled)
+
+    def gumbel_edge(self) -> NaiveEdge | None:
+        """The root edge of the next simulation under sequential halving."""
+        halving, edges = self.halving, self.root.edges
+        terms = self.sigma_terms()
+        for _ in range(3):
+            alive = [i for i, edge in enumerate(edges) if halving.considered[i] and edge.proof != -1]
+            new = {i: edges[i].visits + edges[i].inflight - halving.base[i] for i in alive}
+            below = [i for i in alive if new[i] < halving.phase_target]
+            if below:
+                return edges[min(below, key=lambda i: (new[i], -self.score(i, terms), i))]
+            if not alive:
+                self.sample()
+                continue
+            keep = max(2, halving.phase_size // 2) if halving.phase_size > 1 else 1
+            ranked = sorted(alive, key=lambda i: (-self.score(i, terms), i))
+            halving.considered = [i in ranked[:keep] for i in range(len(edges))]
+            halving.phase_size = keep
+            halving.phase_target += phase_visits(halving.budget, halving.sampled, keep)
+        return None
+
+    def gumbel_choice(self) -> tuple[int, int, int]:
+        """The move to play: the remaining edge with the best score (proven roots aside)."""
+        edges = self.root.edges
+        terms = self.sigma_terms()
+        for restricted in (True, False):
+            open_edges = [i for i, edge in enumerate(edges)
+                          if edge.proof != -1 and (self.halving.considered[i] or not restricted)]
+            if open_edges:
+                return edges[min(open_edges, key=lambda i: (-self.score(i, terms), i))].move
+        raise ValueError("no move to play")
+
     # -- the search --------------------------------------------------------------------------
 
-    def search(self, num_simulations: int | None = None) -> None:
+    def search(self, num_simulations: int | None = None, planned_simulations: int | None = None) -> None:
         cfg = self.config
         remaining = cfg.simulations if num_simulations is None else num_simulations
         if self.root.edges is None:
@@ -229,8 +340,19 @@ class NaiveMCTS:
             if not moves:
                 raise ValueError("the root is terminal")
             self.expand(self.root, moves, priors, wins)
+            self.root.raw_value = float32(float(self.root.proof) if self.root.proof else value)
             self.backup([], self.root, float(self.root.proof) if self.root.proof else value, True)
         self.refresh_root_proof()
+        if cfg.root == "gumbel":
+            budget = remaining if planned_simulations is None else planned_simulations
+            if self.halving is None:
+                count = len(self.root.edges)
+                noise = (self.rng.gumbel(size=count) * cfg.gumbel_scale if cfg.gumbel_scale > 0
+                         else np.zeros(count))
+                self.halving = NaiveHalving(noise.tolist(), budget)
+                self.sample()
+            elif planned_simulations is not None:
+                self.halving.budget = budget
         while remaining > 0:
             if self.root.proof != 0:
                 break
@@ -241,7 +363,11 @@ class NaiveMCTS:
                     if node.terminal or (path and node.proof != 0):
                         outcome = "terminal"
                         break
-                    edge = self.select_edge(node)
+                    edge = None
+                    if node is self.root and cfg.root == "gumbel":
+                        edge = self.gumbel_edge()
+                    if edge is None:
+                        edge = self.select_edge(node)
                     path.append((node, edge))
                     if edge.pending:
                         outcome = "collision"
@@ -277,12 +403,14 @@ class NaiveMCTS:
                 edge.pending = False
                 edge.child = child
                 self.expand(child, moves, priors, wins)
+                child.raw_value = float32(float(child.proof) if child.proof else value)
                 self.backup(path, child, float(child.proof) if child.proof else value, True)
                 self.propagate(path, child)
 
     def advance(self, move: tuple[int, int, int]) -> None:
         """Play `move` at the root, keeping its subtree when it exists (and reuse is on)."""
         move = tuple(int(square) for square in move)
+        self.halving = None
         for edge in self.root.edges or []:
             if edge.move == move and edge.child is not None and self.config.reuse_tree:
                 self.root = edge.child

@@ -275,7 +275,7 @@ def test_ddp_over_gloo_keeps_ranks_identical_and_matches_one_process(two_nodes):
     games: list[GameSamples] = []
     search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, node_capacity=64, edge_capacity=1 << 15),
                            num_games=4, seed=1)
-    play_games(search, 4, lambda samples, moves: games.append(samples))
+    play_games(search, 4, lambda samples, moves, verdict: games.append(samples))
     samples = GameSamples.concatenate(games)
     pool = SampleBatch(samples.positions, samples.label_moves, samples.label_policy, samples.label_offsets,
                        samples.z.astype(np.float32))

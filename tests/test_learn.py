@@ -237,6 +237,72 @@ def test_policy_entropy_is_the_entropy_of_the_full_move_distribution(head):
     assert float(metrics["policy_kl"]) > 0
 
 
+def without_policy(batch: SampleBatch, fast: np.ndarray) -> SampleBatch:
+    """`batch` with the samples at `fast` turned into fast searches: policy weight 0, no labels."""
+    counts = np.diff(batch.label_offsets)
+    keep = np.repeat(~np.isin(np.arange(batch.size), fast), counts)
+    offsets = np.zeros(batch.size + 1, np.int64)
+    np.cumsum(np.where(np.isin(np.arange(batch.size), fast), 0, counts), out=offsets[1:])
+    weight = np.ones(batch.size, np.float32)
+    weight[fast] = 0.0
+    return SampleBatch(batch.positions, batch.label_moves[keep], batch.label_probs[keep], offsets, batch.z, weight)
+
+
+@pytest.mark.parametrize("head", ["joint", "factorized"])
+def test_samples_without_a_policy_weight_add_nothing_to_the_policy_terms(batch, head):
+    """The policy terms of a batch with fast-search samples (policy weight 0, no labels) equal
+    those of its full samples alone; the value loss still covers every sample."""
+    torch.manual_seed(2)
+    model = PolicyValueNet(net_config("tiny", policy_head=head)).eval()
+    fast = np.array([1, 4, 5, 9])
+    mixed = without_policy(batch, fast)
+    full = np.setdiff1d(np.arange(batch.size), fast)
+    alone = batch.select(full)
+    with torch.no_grad():
+        output = model(torch.from_numpy(engine.features(mixed.positions, 7)))
+        alone_output = model(torch.from_numpy(engine.features(alone.positions, 7)))
+    terms = policy_loss_terms(output.policy, label_tensors(mixed))
+    alone_terms = policy_loss_terms(alone_output.policy, label_tensors(alone))
+    for name, value in terms.items():
+        assert float(value) == pytest.approx(float(alone_terms[name]), rel=1e-5)
+    metrics, alone_metrics = policy_metrics(output.policy, label_tensors(mixed)), policy_metrics(
+        alone_output.policy, label_tensors(alone))
+    for name in ("target_entropy", "policy_kl"):
+        assert float(metrics[name]) == pytest.approx(float(alone_metrics[name]), rel=1e-4)
+    naive_value = float(np.mean((output.value.numpy().astype(np.float64) - batch.z) ** 2))
+    assert float(value_loss(output.value, label_tensors(mixed).z)) == pytest.approx(naive_value, rel=1e-6)
+
+
+def test_a_step_on_fast_samples_only_trains_the_value():
+    torch.manual_seed(3)
+    every = random_batch(np.random.default_rng(8), 6)
+    fast = without_policy(every, np.arange(6))
+    learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(lr=1e-3, warmup_steps=0, precision="fp32"))
+    metrics = learner.train_step(fast)
+    assert metrics["policy_loss"] == 0.0 and metrics["value_mse"] > 0
+    for param in learner.model.policy_head.parameters():
+        assert param.grad is None or float(param.grad.abs().max()) == 0.0
+    value_grads = [param.grad for param in learner.model.value_head.parameters()]
+    assert any(grad is not None and float(grad.abs().max()) > 0 for grad in value_grads)
+
+
+def test_policy_weights_travel_with_their_samples(batch):
+    mixed = without_policy(batch, np.array([0, 3]))
+    picked = mixed.select([3, 2, 0])
+    np.testing.assert_array_equal(picked.policy_weight, [0, 1, 0])
+    assert np.diff(picked.label_offsets).tolist()[0] == 0
+    joined = SampleBatch.concatenate([mixed.select(range(4)), mixed.select(range(4, batch.size))])
+    np.testing.assert_array_equal(joined.policy_weight, mixed.policy_weight)
+    augmented = augment_batch(mixed, symmetries=np.arange(batch.size) % NUM_SYMMETRIES)
+    np.testing.assert_array_equal(augmented.policy_weight, mixed.policy_weight)
+    with pytest.raises(SampleError, match="label_offsets"):
+        SampleBatch(mixed.positions, mixed.label_moves, mixed.label_probs, mixed.label_offsets, mixed.z,
+                    np.ones(batch.size, np.float32))
+    with pytest.raises(SampleError, match="policy_weight"):
+        SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets, batch.z,
+                    np.full(batch.size, 2.0, np.float32))
+
+
 # ------------------------------------------------------------------------------------------------
 # Optimization
 

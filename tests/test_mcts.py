@@ -107,6 +107,8 @@ def assert_same_tree(tree, game: int, naive_root) -> None:
         assert tree.edge_visits[game, block].tolist() == [edge.visits for edge in naive.edges]
         np.testing.assert_array_equal(tree.edge_value_sum[game, block],
                                       np.array([edge.value_sum for edge in naive.edges], np.float32))
+        np.testing.assert_array_equal(tree.edge_value_sq_sum[game, block],
+                                      np.array([edge.value_sq_sum for edge in naive.edges], np.float32))
         np.testing.assert_array_equal(tree.edge_prior[game, block],
                                       np.array([edge.prior for edge in naive.edges], np.float32))
         for offset, edge in enumerate(naive.edges):
@@ -606,6 +608,29 @@ def test_bad_inputs_raise_value_errors():
             SearchConfig(**{field: value})
 
 
+def test_kernel_search_takes_per_game_counts_and_explore_flags():
+    """One call, different simulation counts per game (a playout cap's full and fast searches in
+    the same batches); games that do not explore get no root noise."""
+    config = SearchConfig(leaves_per_game=4, root_noise=True, solver=False)
+    search = BatchedSearch(UniformEvaluator(), config, num_games=3, seed=0)
+    search.set_roots(np.stack([random_position(seed, 20) for seed in range(3)]))
+    stats = search.search(np.array([24, 4, 0]), explore=np.array([True, False, False]))
+    assert stats.simulations == 28
+    assert [int(search.tree.node_visits[game, 0]) - 1 for game in range(3)] == [24, 4, 0]
+    assert search._noised.tolist() == [True, False, False]
+    block = root_edges(search, 1)
+    priors = search.tree.edge_prior[1, block]
+    assert np.allclose(priors, priors[0])  # uniform: no noise mixed in
+    for game in range(3):
+        check_invariants(search.tree, game)
+    with pytest.raises(SearchInputError, match="num_simulations"):
+        search.search(np.array([4, 4]))
+    with pytest.raises(SearchInputError, match="num_simulations"):
+        search.search(np.array([4, -1, 4]))
+    with pytest.raises(SearchInputError, match="explore"):
+        search.search(4, explore=np.array([True, False]))
+
+
 def search_winning_move(board: Board) -> np.ndarray:
     position = board.canonical_position()
     moves, _ = engine.legal_moves(position)
@@ -613,12 +638,14 @@ def search_winning_move(board: Board) -> np.ndarray:
 
 
 def test_kernel_tests_pass_without_jit():
-    """The kernel tests again with NUMBA_DISABLE_JIT=1: the kernels are plain Python too."""
+    """The kernel tests of this file, test_solver.py and test_root_selection.py again with
+    NUMBA_DISABLE_JIT=1: the kernels are plain Python too."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider",
-         str(Path(__file__)), "-k", "kernel and not without_jit"],
+        [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(Path(__file__)),
+         str(Path(__file__).with_name("test_solver.py")), str(Path(__file__).with_name("test_root_selection.py")),
+         "-k", "kernel and not without_jit"],
         cwd=root, env=env, capture_output=True, text=True, timeout=600,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]

@@ -220,3 +220,99 @@ def test_adjudicated_records_carry_the_winner_and_refuse_a_contradiction():
     loser = 1 - Board.from_moves(finished).winner()
     with pytest.raises(RecordError, match="contradicts the moves"):
         GameRecord.from_game(finished, "a", "b", winner=loser)
+
+
+# ----------------------------------------------------------------------------------------------
+# Playout cap randomization
+
+
+def play_capped_games(count: int, probability: float, seed: int = 1) -> tuple[GameSamples, dict[str, float]]:
+    """`count` games where a move is a full search (12 simulations) with `probability`, else a
+    fast one (4); solver off, so every search runs exactly its count."""
+    config = FAST_SEARCH.replace(simulations=12, solver=False)
+    search = BatchedSearch(UniformEvaluator(), config, num_games=3, seed=seed)
+    games: list[GameSamples] = []
+    stats = play_games(search, count, lambda samples, moves, verdict: games.append(samples),
+                       full_search_prob=probability, fast_simulations=4, rng=np.random.default_rng(seed))
+    return GameSamples.concatenate(games), stats
+
+
+def test_playout_cap_searches_a_share_of_moves_in_full():
+    samples, stats = play_capped_games(6, 0.25)
+    samples.validate()
+    full = samples.policy_weight == 1
+    assert set(np.unique(samples.policy_weight).tolist()) == {0.0, 1.0}
+    count = samples.num_positions
+    assert abs(full.mean() - 0.25) < 4 * np.sqrt(0.25 * 0.75 / count)
+    assert stats["full_searches"] == full.sum() and stats["positions"] == count
+    # Full and fast searches ran their own counts in the same batches.
+    assert stats["simulations"] == 12 * full.sum() + 4 * (~full).sum()
+    # Fast moves: no policy target, but a value target like every other position.
+    labels = np.diff(samples.label_offsets)
+    assert (labels[~full] == 0).all() and (labels[full] > 0).all()
+    assert np.isin(samples.z[~full], (-1, 1)).all()
+    everyone = play_capped_games(2, 1.0)[0]
+    assert (everyone.policy_weight == 1).all() and (np.diff(everyone.label_offsets) > 0).all()
+
+
+def test_fast_positions_reach_the_learner_without_labels(tmp_path):
+    from amazons.learn import SampleBatch, augment_batch
+
+    samples, _ = play_capped_games(3, 0.5)
+    buffer = ReplayBuffer(tmp_path, window_positions=10_000, seed=2)
+    buffer.add(samples)
+    drawn = buffer.sample(128)
+    batch = augment_batch(SampleBatch(**drawn), symmetries=np.arange(128) % 8)
+    fast = batch.policy_weight == 0
+    assert fast.any() and (~fast).any()
+    labels = np.diff(batch.label_offsets)
+    assert (labels[fast] == 0).all() and (labels[~fast] > 0).all()
+    sums = np.bincount(np.repeat(np.arange(128), labels), weights=batch.label_probs, minlength=128)
+    np.testing.assert_allclose(sums[~fast], 1.0, rtol=1e-5)
+
+
+def test_chunks_of_format_version_1_still_load(tmp_path, finished_games):
+    samples = GameSamples.concatenate([game[0] for game in finished_games])
+    old = tmp_path / "chunk-00000000.npz"
+    np.savez_compressed(old, **{key: getattr(samples, key) for key in (
+        "positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z", "played_moves",
+        "game_offsets")})
+    loaded = load_chunk(old)
+    assert loaded.policy_weight.dtype == np.float32 and (loaded.policy_weight == 1).all()
+    np.testing.assert_array_equal(loaded.label_moves, samples.label_moves)
+    assert len(ReplayBuffer(tmp_path, window_positions=10_000)) == samples.num_positions
+    capped, _ = play_capped_games(2, 0.5)
+    path = tmp_path / "chunk-00000001.npz"
+    save_chunk(path, capped)
+    np.testing.assert_array_equal(load_chunk(path).policy_weight, capped.policy_weight)
+    future = tmp_path / "chunk-00000002.npz"
+    arrays = dict(np.load(path))
+    arrays["format_version"] = np.array(99)
+    np.savez_compressed(future, **arrays)
+    with pytest.raises(ReplayChunkError, match="format_version 99"):
+        load_chunk(future)
+    unlabelled = GameSamples.concatenate([capped])
+    unlabelled.policy_weight[np.flatnonzero(np.diff(unlabelled.label_offsets) == 0)[0]] = 1.0
+    with pytest.raises(ReplayChunkError, match="empty label"):
+        save_chunk(tmp_path / "chunk-00000003.npz", unlabelled)
+
+
+@pytest.mark.parametrize("changes, field", [({"full_search_prob": 0.0}, "full_search_prob"),
+                                            ({"full_search_prob": 1.5}, "full_search_prob"),
+                                            ({"full_search_prob": 0.5, "fast_simulations": 0}, "fast_simulations"),
+                                            ({"full_search_prob": 0.5, "fast_simulations": 9}, "fast_simulations")])
+def test_playout_cap_settings_are_checked(changes, field):
+    with pytest.raises(ValueError, match=field):
+        SelfPlayConfig(search=FAST_SEARCH, **changes)
+
+
+def test_selfplay_workers_apply_the_playout_cap(tmp_path):
+    config = SelfPlayConfig(num_actors=1, games_in_parallel=2, search=FAST_SEARCH.replace(simulations=12),
+                            start_jitter_s=0.0, full_search_prob=0.5, fast_simulations=4)
+    collected: list[GameSamples] = []
+    with InferenceServer(UniformEvaluator, num_clients=1, config=InferenceConfig(inference_batch_size=16)) as server:
+        with SelfPlayWorkers(server, config) as workers:
+            report = workers.play(2, lambda samples, records: collected.extend(samples), iteration=0)
+    samples = GameSamples.concatenate(collected)
+    assert report.full_searches == int((samples.policy_weight == 1).sum())
+    assert 0 < report.full_searches < report.positions

@@ -278,3 +278,23 @@ def test_kernel_solver_with_adjudication_matches_naive():
         used = search.tree.nodes_used[0]
         decided += int(np.count_nonzero(search.tree.node_proof[0, 1:used]))
     assert decided > 0
+
+
+@pytest.mark.parametrize("ply", [0, 99])
+def test_a_root_whose_visited_moves_are_all_lost_plays_an_open_move(ply):
+    """Constructed: the three visited root moves are proven lost, the others open but unvisited
+    (a search that spent its few simulations proving losses). The open move with the highest
+    prior is played, with or without temperature, rather than an error."""
+    search = BatchedSearch(HashEvaluator(), SearchConfig(temperature_moves=10))
+    search.set_roots(random_position(5, 12))
+    search.search(0)
+    tree = search.tree
+    first, count = int(tree.node_first_edge[0, 0]), int(tree.node_edge_count[0, 0])
+    tree.edge_visits[0, first:first + 3] = [4, 3, 2]
+    tree.edge_proof[0, first:first + 3] = kernels.PROOF_LOSS
+    tree.node_visits[0, 0] = 10
+    priors = tree.edge_prior[0, first:first + count].copy()
+    priors[:3] = -1.0
+    expected = tree.edge_move[0, first + int(np.argmax(priors))].tolist()
+    assert search.select_moves(ply)[0].tolist() == expected
+    assert search.root_result(0).proven == 0
