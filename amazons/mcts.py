@@ -28,7 +28,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from amazons import engine
+from amazons import _engine, engine
 from amazons import mcts_numba as kernels
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 
@@ -605,8 +605,10 @@ class BatchedSearch:
                 raise RuntimeError(f"select_leaves failed with status {status} (corrupt tree)")
             if count == 0:
                 continue
-            engine.play_paths(self._roots, self._leaf_game[:count], self._path_moves[:count],
-                              self._path_lengths[:count], out=self._leaf_positions[:count])
+            bad = _engine.play_paths_batch(self._roots, self._leaf_game[:count], self._path_moves[:count],
+                                           self._path_lengths[:count], self._leaf_positions[:count])
+            if bad >= 0:
+                raise RuntimeError(f"leaf path {bad} is illegal (corrupt tree)")
             self._evaluate_and_expand(count, stats)
 
     def _evaluate_and_expand(self, count: int, stats: SearchStats) -> None:
@@ -617,21 +619,25 @@ class BatchedSearch:
         `engine.adjudicate`. Their moves get uniform priors, which matter only if such a leaf
         later becomes a root, whose search then proves its moves quickly.
         """
+        # The batch buffers were allocated with the engine's dtypes and shapes (and a move buffer
+        # of G x K x MAX_MOVES rows), so the engine's kernels are called without the checking
+        # wrappers of `amazons.engine`: this runs once per round, where the checks would cost
+        # as much as the kernels.
         positions = self._leaf_positions[:count]
-        moves, offsets = engine.legal_moves(positions, out_moves=self._moves,
-                                            out_offsets=self._offsets[: count + 1])
+        offsets = self._offsets[: count + 1]
+        total = _engine.legal_moves_batch(positions, self._moves, offsets)
+        moves = self._moves[:total]
         counts = np.diff(offsets)
-        exact = counts == 0
-        wins = self._wins[: moves.shape[0]]
+        terminal = counts == 0
+        exact = terminal.copy()
+        wins = self._wins[:total]
         self._leaf_proof[:count] = 0
-        if self.config.solver and moves.shape[0] > 0:
+        if self.config.solver and total > 0:
             below_root = self._path_lengths[:count] > 0
-            engine.winning_moves(positions, moves, offsets, out=wins)
-            cumulative = np.concatenate(([0], np.cumsum(wins, dtype=np.int64)))
-            has_win = cumulative[offsets[1:]] > cumulative[offsets[:-1]]
-            exact |= has_win & below_root
-            if self.config.adjudicate:
-                self._adjudicate_leaves(count)
+            if _engine.winning_moves_batch(positions, moves, offsets, wins.view(np.uint8)):
+                cumulative = np.concatenate(([0], np.cumsum(wins, dtype=np.int64)))
+                exact |= (cumulative[offsets[1:]] > cumulative[offsets[:-1]]) & below_root
+            if self.config.adjudicate and self._adjudicate_leaves(count):
                 exact |= (self._leaf_proof[:count] != 0) & below_root
         values = np.zeros(count, np.float32)
         if exact.all():
@@ -653,25 +659,28 @@ class BatchedSearch:
         self._ensure_capacity(self._leaf_game[:count], counts)
         status = kernels.expand_and_backup(
             self.tree, count, self._leaf_game, self._leaf_parent, self._path_edges,
-            self._path_lengths, counts == 0, values, moves, priors, offsets, self.config.solver,
+            self._path_lengths, terminal, values, moves, priors, offsets, self.config.solver,
             wins.view(np.uint8), self._leaf_proof, self._leaf_proof_plies, self._overflow)
         if status != kernels.STATUS_OK:
             raise RuntimeError(f"expand_and_backup failed with status {status}")
 
-    def _adjudicate_leaves(self, count: int) -> None:
-        """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`.
+    def _adjudicate_leaves(self, count: int) -> bool:
+        """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`;
+        whether any leaf was decided.
 
         Plies to the end are bounds: the side to move with a moves against b loses at ply 2a + 1
         (a <= b) or wins when the opponent is stuck at ply 2b + 2 (a > b); with the upper bounds
         for a and b.
         """
-        result, bounds = engine.adjudicate(self._leaf_positions[:count],
-                                           out_result=self._leaf_proof[:count],
-                                           out_bounds=self._leaf_bounds[:count])
+        result, bounds = self._leaf_proof[:count], self._leaf_bounds[:count]
+        _engine.adjudicate_batch(self._leaf_positions[:count], result, bounds)
+        if not result.any():
+            return False
         their_upper = bounds[:, engine.THEIR_UPPER].astype(np.int32)
         my_upper = bounds[:, engine.MY_UPPER].astype(np.int32)
         plies = np.where(result > 0, 2 * their_upper + 2, np.where(result < 0, 2 * my_upper + 1, 0))
         self._leaf_proof_plies[:count] = plies
+        return True
 
     def _call_evaluator(
         self, positions: np.ndarray, moves: np.ndarray, offsets: np.ndarray
@@ -679,16 +688,18 @@ class BatchedSearch:
         result = self.evaluator.evaluate(positions, moves, offsets)
         if not isinstance(result, tuple) or len(result) != 2:
             raise EvaluatorError("evaluate() must return a (priors, values) tuple")
-        priors, values = (np.asarray(array) for array in result)
+        priors, values = np.asarray(result[0]), np.asarray(result[1])
         if priors.shape != (moves.shape[0],):
             raise EvaluatorError(f"priors has shape {priors.shape}; expected ({moves.shape[0]},)")
         if values.shape != (positions.shape[0],):
             raise EvaluatorError(f"values has shape {values.shape}; expected ({positions.shape[0]},)")
         for name, array in (("priors", priors), ("values", values)):
-            if not np.issubdtype(array.dtype, np.floating):
+            if array.dtype.kind != "f":
                 raise EvaluatorError(f"{name} must be floating point, got {array.dtype}")
-        priors = np.ascontiguousarray(priors, dtype=np.float32)
-        values = np.asarray(values, dtype=np.float32)
+        if priors.dtype != np.float32 or not priors.flags.c_contiguous:
+            priors = np.ascontiguousarray(priors, dtype=np.float32)
+        if values.dtype != np.float32:
+            values = values.astype(np.float32)
         # Comparisons with NaN are false, so these also reject NaN.
         if not (values.min() >= -1.0 - 1e-4 and values.max() <= 1.0 + 1e-4):
             raise EvaluatorError("values must be finite and in [-1, 1]")
