@@ -4,7 +4,7 @@
 
 Plays the first 14 plies of a game of the shipped network against itself, opens them in the
 replay view, continues from there in the Play view ("Play on from here"), runs an analysis and
-photographs the page. The PNG is reduced to a 64-colour palette to keep it small.
+photographs the page, territory overlay included (it is on when the page opens). The PNG is reduced to a 64-colour palette to keep it small.
 """
 
 from __future__ import annotations

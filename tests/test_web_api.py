@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
 from amazons.arena import play_game
-from amazons.board import Board, Move
+from amazons.board import COLOR_NAMES, Board, Move
 from amazons.players import RandomPlayer
 from amazons.records import GameRecord, read_records, write_records
 from amazons.web import WebConfig, create_app
@@ -39,6 +39,17 @@ def client(tmp_path):
 
 def random_game(seed: int) -> list[Move]:
     _, moves = play_game(RandomPlayer(seed), RandomPlayer(seed + 1))
+    return moves
+
+
+def separated_game(seed: int) -> list[Move]:
+    """A seeded random game up to the first position `Board.adjudicate()` decides."""
+    players = [RandomPlayer(seed), RandomPlayer(seed + 1)]
+    board = Board()
+    moves = []
+    while board.adjudicate() is None:
+        moves.append(players[board.turn].choose_move(board))
+        board.push(moves[-1])
     return moves
 
 
@@ -274,7 +285,11 @@ def test_a_proven_position_is_shown_as_decided(client):
     assert analysis["top"][0]["proof"] == 1
     assert analysis["top"][0]["proof_plies"] == analysis["proof_plies"] > 0
     state = client.get(f"/api/games/{board_id}").json()
-    assert state["decided"] == {"winner": "black", "by": "search", "plies": analysis["proof_plies"]}
+    plies = analysis["proof_plies"]
+    assert state["decided"] == {
+        "winner": "black", "by": "search", "plies": plies,
+        "text": f"decided: Black wins (proven by the search: {plies} more plies with best play)"}
+    assert Board.from_moves(moves).adjudicate() is None  # proven, but not separated yet
     state = client.post(f"/api/games/{board_id}/move", json={"move": analysis["top"][0]["algebraic"]}).json()
     assert state["decided"] is None  # the analysis was of the position before; nothing claimed
 
@@ -282,8 +297,50 @@ def test_a_proven_position_is_shown_as_decided(client):
     state = wait_idle(client, game["id"])
     assert state["ply"] == len(moves) + 1 and state["analysis"]["proven"] == 1
     assert state["moves"][-1]["algebraic"] == state["analysis"]["top"][0]["algebraic"]
-    assert state["decided"] == {"winner": "black", "by": "search",
-                                "plies": state["analysis"]["proof_plies"] - 1}
+    assert state["decided"]["by"] == "search" and state["decided"]["winner"] == "black"
+    assert state["decided"]["plies"] == state["analysis"]["proof_plies"] - 1
+
+
+def test_a_separated_position_is_decided_by_adjudication(client):
+    moves = separated_game(14)
+    adjudication = Board.from_moves(moves).adjudicate()
+    assert adjudication.margin > 0 and not Board.from_moves(moves).is_game_over()
+    body = {"side": "both", "moves": [str(move) for move in moves[:-1]], **FAST}
+    game_id = client.post("/api/games", json=body).json()["id"]
+    assert client.get(f"/api/games/{game_id}").json()["decided"] is None  # not separated yet
+    state = client.post(f"/api/games/{game_id}/move", json={"move": str(moves[-1])}).json()
+    expected = {"winner": COLOR_NAMES[adjudication.winner], "by": "adjudication",
+                "margin": adjudication.margin, "plies_bound": adjudication.plies_bound,
+                "text": adjudication.describe()}
+    assert state["decided"] == expected
+    assert expected["text"].startswith(f"decided: {expected['winner'].capitalize()} wins by at least ")
+    client.post(f"/api/games/{game_id}/analyse", json={"simulations": 100})
+    assert client.get(f"/api/games/{game_id}").json()["decided"] == expected  # it comes first
+    state = client.post(f"/api/games/{game_id}/undo").json()
+    assert state["decided"] is None and state["ply"] == len(moves) - 1
+
+
+def test_the_state_carries_the_territory_of_the_position(client):
+    state = client.post("/api/games", json={"side": "both", **FAST}).json()
+    owner = state["territory"]["owner"]
+    assert owner == Board().territory().tolist() and len(owner) == 64
+    assert owner[3] == 1 and owner[60] == -1  # d8 next to c8's Black amazon, e1 next to f1's White
+    assert all(owner[8 * y + x] == -owner[8 * (7 - y) + x] for y in range(8) for x in range(8))
+    assert state["territory"]["balance"] == 0  # the start is symmetric
+    for plies in (24, 25):  # Black to move, then White (the engine works in the mover's frame)
+        moves = random_game(14)[:plies]
+        board = Board.from_moves(moves)
+        state = client.post("/api/games", json={"side": "both", "moves": [str(move) for move in moves],
+                                                **FAST}).json()
+        territory = board.territory()
+        black, white = int((territory == 1).sum()), int((territory == -1).sum())
+        assert state["turn"] == ("black", "white")[plies % 2] and black and white
+        assert state["territory"] == {"owner": territory.tolist(), "black": black, "white": white,
+                                      "balance": black - white}
+        reply = random_game(14)[plies]
+        state = client.post(f"/api/games/{state['id']}/move", json={"move": str(reply)}).json()
+        board.push(reply)
+        assert state["territory"]["owner"] == board.territory().tolist()
 
 
 def test_continuing_a_recorded_game_to_its_end(client):
@@ -319,6 +376,7 @@ def test_record_files_for_replay(client, tmp_path):
         board.push(move)
         assert view["boards"][ply] == board_squares(board)
         assert view["moves"][ply - 1]["botzone"] == move.to_botzone()
+        assert view["territories"][ply]["owner"] == board.territory().tolist()
     assert view["over"] and view["result"] == ("1-0", "0-1")[(len(games[1]) - 1) % 2]
     uploaded = client.post("/api/records", json={"text": path.read_text(), "game": 2}).json()
     assert uploaded["game"] == view and uploaded["source"] == "<uploaded text>"

@@ -16,6 +16,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import numpy as np
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
@@ -104,6 +105,18 @@ def shown_squares(page: Page, board: str) -> str:
     return page.get_attribute(f"{board} svg", "data-squares")
 
 
+def tinted_squares(page: Page, board: str) -> tuple[list[int], list[int]]:
+    """The squares the board tints as Black's and as White's territory."""
+    return tuple(sorted(int(square) for square in page.locator(f"{board} .sq.{kind}").evaluate_all(
+        "nodes => nodes.map(node => node.dataset.square)")) for kind in ("own-black", "own-white"))
+
+
+def owned_squares(board: Board) -> tuple[list[int], list[int]]:
+    """The squares `Board.territory()` gives Black and White."""
+    territory = board.territory()
+    return sorted(np.flatnonzero(territory > 0).tolist()), sorted(np.flatnonzero(territory < 0).tolist())
+
+
 def load_record(page: Page, url: str, path: Path) -> None:
     page.goto(f"{url}/#replay")
     page.fill("#replay-source input[name=path]", str(path))
@@ -168,11 +181,16 @@ def test_a_whole_game_by_clicks_against_the_ai(server, page, tmp_path):
     assert listed == [str(move) for move in record.moves]
 
 
-def test_analysis_panel_and_a_decided_position(server, page, tmp_path):
+def test_analysis_territory_and_decided_positions(server, page, tmp_path):
     url, _ = server
     moves = random_game(5)  # 6 plies before its end, Black to move has a proven win
     source = tmp_path / "proven.txt"
     write_records(source, [GameRecord.from_game(moves, "random", "random", event="test")])
+    separated = random_game(14)  # the amazons are separated from the first adjudicated ply on
+    split = next(ply for ply in range(len(separated))
+                 if Board.from_moves(separated[:ply]).adjudicate() is not None)
+    separated_source = tmp_path / "separated.txt"
+    write_records(separated_source, [GameRecord.from_game(separated, "random", "random", event="test")])
     page.goto(f"{url}/#play")
     page.wait_for_selector("body[data-ready=true]")
     page.fill("#new-game input[name=time]", "1")  # time enough for the proof on a busy machine
@@ -183,6 +201,16 @@ def test_analysis_panel_and_a_decided_position(server, page, tmp_path):
     page.click("#replay-controls button:text('Play on from here')")
     page.wait_for_selector(f"#play-status[data-state=your-move][data-ply='{len(moves) - 6}']")
     assert page.is_hidden("#play-decided") and page.is_hidden("#analysis")
+    position = Board.from_moves(moves[:-6])
+    owned = owned_squares(position)
+    assert tinted_squares(page, "#play-board") == owned and owned[0] and owned[1]
+    assert page.get_attribute("#play-territory .territory-balance", "data-balance") == \
+        str(len(owned[0]) - len(owned[1]))
+    page.uncheck("#play-territory input.territory-toggle")  # the overlay off, then on again
+    assert tinted_squares(page, "#play-board") == ([], [])
+    assert page.get_attribute("#play-board svg", "data-territory") == "off"
+    page.check("#play-territory input.territory-toggle")
+    assert tinted_squares(page, "#play-board") == owned
     page.click("#analyse-button")
     page.wait_for_selector("#play-decided:not([hidden])")
     assert page.inner_text("#play-decided").startswith("Decided: Black wins (proven by the search")
@@ -191,6 +219,19 @@ def test_analysis_panel_and_a_decided_position(server, page, tmp_path):
     rows = page.locator("#analysis .top-moves tbody tr")
     assert rows.count() >= 1 and "win in" in rows.first.inner_text()
     assert page.locator("#play-board line.move-arrow.hint").count() == 2  # the best move, drawn
+
+    load_record(page, url, separated_source)  # the territory of replayed positions, then play on
+    page.eval_on_selector("#replay-controls .ply-slider", f"(slider) => {{ slider.value = {split};"
+                          " slider.dispatchEvent(new Event('input')); }")
+    page.wait_for_selector(f"#replay-controls .viewer[data-ply='{split}']")
+    position = Board.from_moves(separated[:split])
+    assert tinted_squares(page, "#replay-board") == owned_squares(position)
+    page.click("#replay-controls button:text('Play on from here')")
+    page.wait_for_selector(f"#play-status[data-state=your-move][data-ply='{split}']")
+    page.wait_for_selector("#play-decided[data-by=adjudication]")
+    text = position.adjudicate().describe()  # "decided: White wins by at least 5 moves"
+    assert page.inner_text("#play-decided") == f"D{text[1:]}."
+    assert tinted_squares(page, "#play-board") == owned_squares(position)
 
 
 def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):

@@ -31,7 +31,13 @@ from amazons.play import build_ai
 from amazons.players import MCTSPlayer
 from amazons.records import RESULT_TEXT, GameRecord, write_records
 from amazons.web.inputs import BadRequestError, ConflictError, JsonFields, NotFoundError
-from amazons.web.views import analysis_view, board_squares, legal_move_tree, move_view
+from amazons.web.views import (
+    analysis_view,
+    board_squares,
+    legal_move_tree,
+    move_view,
+    territory_view,
+)
 
 __all__ = ["GameSession", "GameSettings", "GameStore", "game_settings"]
 
@@ -267,17 +273,29 @@ class GameSession:
     def decided(self) -> dict[str, Any] | None:
         """Who wins, when the unfinished game is provably decided; else None.
 
-        A search proves a position when it has searched every line to the end
-        (`SearchResult.proven`). The proof holds for the current position when the analysis is
-        of this position, or is the AI's search for the move it has just played: the AI plays a
-        proven win's shortest line, and after a proven loss every move still loses.
+        Two proofs count. The engine's adjudication (`Board.adjudicate`): the amazons are
+        separated and the move bounds of their regions settle the race; it holds for the position
+        on the board whoever reached it. Otherwise a search that has searched every line to the
+        end (`SearchResult.proven`): its proof holds for the current position when the analysis
+        is of this position, or is the AI's search for the move it has just played (the AI plays
+        a proven win's shortest line, and after a proven loss every move still loses).
 
         Returns:
-            `{"winner": "black" | "white", "by": "search", "plies": plies to the end with best
-            play}`, or None.
+            `{"winner": "black" | "white", "by": "adjudication", "margin": at least this many
+            more moves for the winner, "plies_bound": the game ends within this many plies,
+            "text": Adjudication.describe()}`; or `{"winner", "by": "search", "plies": plies to
+            the end with best play, "text": "decided: Black wins (proven by the search: ...)"}`;
+            or None.
         """
+        if self.is_over():
+            return None
+        adjudication = self.board.adjudicate()
+        if adjudication is not None:
+            return {"winner": COLOR_NAMES[adjudication.winner], "by": "adjudication",
+                    "margin": adjudication.margin, "plies_bound": adjudication.plies_bound,
+                    "text": adjudication.describe()}
         analysis = self.analysis
-        if self.is_over() or analysis is None or not analysis["proven"]:
+        if analysis is None or not analysis["proven"]:
             return None
         board = self.board
         behind = board.ply - analysis["ply"]
@@ -288,8 +306,10 @@ class GameSession:
             return None
         if board_squares(board) != analysis["squares"] or COLOR_NAMES[board.turn] != analysis["turn"]:
             return None
-        return {"winner": analysis["winner"], "by": "search",
-                "plies": analysis["proof_plies"] - behind}
+        plies = analysis["proof_plies"] - behind
+        text = (f"decided: {analysis['winner'].capitalize()} wins (proven by the search: {plies} "
+                f"more pl{'y' if plies == 1 else 'ies'} with best play)")
+        return {"winner": analysis["winner"], "by": "search", "plies": plies, "text": text}
 
     def state(self) -> dict[str, Any]:
         """Everything the page shows about the game, as JSON-ready values."""
@@ -315,6 +335,7 @@ class GameSession:
             "legal": legal_move_tree(board) if human_turn and self.busy is None else None,
             "analysis": self.analysis,
             "decided": self.decided(),
+            "territory": territory_view(board),
             "error": self.error,
             "saved": None if self.save_path is None else str(self.save_path),
             "saved_plies": self.saved_plies,

@@ -3,8 +3,8 @@
 The browser never applies rules: it draws what these views say. A board is 64 characters in
 square order (square = y * 8 + x, `a8` first, `h1` last): `B` a Black amazon, `W` a White one,
 `x` an arrow, `.` empty. Legal moves come as a tree `{src: {dst: [arrows]}}` of square indices,
-which is all the click-to-move board needs to highlight targets. Imports `board`, `mcts`,
-`players` and `records`.
+which is all the click-to-move board needs to highlight targets, and the territory overlay comes
+as the 64 values of `Board.territory()`. Imports `board`, `mcts`, `players` and `records`.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ __all__ = [
     "move_view",
     "record_summary",
     "record_view",
+    "territory_view",
 ]
 
 TOP_MOVES = 10  # root moves an analysis lists
@@ -39,6 +40,20 @@ def board_squares(board: Board) -> str:
         bit = 1 << square
         cells.append("B" if black & bit else "W" if white & bit else "x" if arrows & bit else ".")
     return "".join(cells)
+
+
+def territory_view(board: Board) -> dict[str, Any]:
+    """Queen-distance ownership of `board` for the territory overlay.
+
+    Returns:
+        `owner`: the 64 values of `Board.territory()` in square order (`a8` first): +1 where
+        Black's nearest amazon is strictly closer in queen moves through empty squares, -1 where
+        White's is, 0 on ties, unreachable squares, amazons and arrows; `black` and `white`: the
+        squares each owns; `balance`: `black - white`.
+    """
+    owner = board.territory()
+    black, white = int((owner > 0).sum()), int((owner < 0).sum())
+    return {"owner": owner.tolist(), "black": black, "white": white, "balance": black - white}
 
 
 def move_view(move: Move) -> dict[str, Any]:
@@ -119,17 +134,20 @@ def record_summary(record: GameRecord, number: int) -> dict[str, Any]:
 
 
 def record_view(record: GameRecord, number: int) -> dict[str, Any]:
-    """A game for replay: its summary, its moves, and the board after every ply.
+    """A game for replay: its summary, its moves, and the board and territory after every ply.
 
-    `boards[i]` is the position after `i` moves (`boards[0]` the start), so a replay steps and
-    jumps without rules in the browser; `over` says whether the last position ends the game.
+    `boards[i]` is the position after `i` moves (`boards[0]` the start) and `territories[i]` its
+    `territory_view`, so a replay steps and jumps without rules in the browser; `over` says
+    whether the last position ends the game.
     """
     board = Board()
     boards = [board_squares(board)]
+    territories = [territory_view(board)]
     for move in record.moves:
         board.push(move)
         boards.append(board_squares(board))
+        territories.append(territory_view(board))
     view = record_summary(record, number)
     view.update(moves=[move_view(move) for move in record.moves], boards=boards,
-                over=board.is_game_over())
+                territories=territories, over=board.is_game_over())
     return view

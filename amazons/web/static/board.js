@@ -1,5 +1,7 @@
-// The board as SVG: 64 squares (square = y * 8 + x, a8 first), pieces, highlights and move
-// arrows. It draws what it is given and reports clicks; it knows no rules.
+// The board as SVG: 64 squares (square = y * 8 + x, a8 first), a territory tint, pieces,
+// highlights and move arrows. It draws what it is given and reports clicks; it knows no rules.
+
+import { element } from "./api.js";
 
 const SVG = "http://www.w3.org/2000/svg";
 const FILES = "abcdefgh";
@@ -34,6 +36,7 @@ export class BoardView {
         "data-name": squareName(square),
       });
       group.append(svg("rect", { class: "base", x, y, width: 1, height: 1 }));
+      group.append(svg("rect", { class: "tint", x, y, width: 1, height: 1 }));
       group.append(svg("rect", { class: "mark", x: x + 0.03, y: y + 0.03, width: 0.94, height: 0.94 }));
       group.append(svg("circle", { class: "target", cx: x + 0.5, cy: y + 0.5, r: 0.14 }));
       const piece = svg("g", { class: "piece", transform: `translate(${x + 0.5} ${y + 0.5})` });
@@ -70,8 +73,11 @@ export class BoardView {
   // `marks`: Map square -> class names for highlights (legal targets, selection, last move).
   // `arrows`: [{from, to, kind, shot}] lines drawn over the board (kind: hint, last or pv;
   // `shot`: an arrow's flight, drawn dashed).
-  draw({ squares, marks = new Map(), arrows = [] }) {
+  // `territory`: the server's 64 ownership values (+1 Black's, -1 White's, 0 nobody's), each
+  // square tinted in its owner's colour; null draws no tint.
+  draw({ squares, marks = new Map(), arrows = [], territory = null }) {
     this.root.dataset.squares = squares;
+    this.root.dataset.territory = territory ? "on" : "off";
     for (let square = 0; square < 64; square++) {
       const entry = this.squares[square];
       const content = squares[square];
@@ -83,6 +89,8 @@ export class BoardView {
       if (content === "B") classes.push("black-amazon");
       if (content === "W") classes.push("white-amazon");
       if (content === "x") classes.push("arrow");
+      if (territory && territory[square] > 0) classes.push("own-black");
+      if (territory && territory[square] < 0) classes.push("own-white");
       if (marks.has(square)) classes.push(marks.get(square));
       entry.group.setAttribute("class", classes.join(" "));
     }
@@ -98,6 +106,34 @@ export class BoardView {
       }));
     }
   }
+}
+
+// The territory line beside a board: the squares each side owns and who is ahead by how many.
+export function territoryText(territory) {
+  const { black, white, balance } = territory;
+  const lead = balance === 0 ? "even"
+    : `${balance > 0 ? "Black" : "White"} ahead by ${Math.abs(balance)}`;
+  return `Black ${black} \u00b7 White ${white} squares: ${lead}`;
+}
+
+// A territory toggle: a checkbox (ticked at first) and the balance beside it, in `root`.
+// `onChange()` is called when the box is ticked or cleared; `show(territory)` writes the balance.
+export function territoryControl(onChange) {
+  const box = element("input", { type: "checkbox", class: "territory-toggle", checked: "", onchange: onChange });
+  const label = element("label", {
+    class: "toggle",
+    title: "tint each square in the colour of the side whose nearest amazon reaches it in fewer " +
+      "queen moves (ties and walled-off squares stay untinted)",
+  }, box, " territory");
+  const balance = element("span", { class: "territory-balance" });
+  return {
+    root: element("div", { class: "territory-row" }, label, balance),
+    box,
+    show(territory) {
+      balance.textContent = territory ? territoryText(territory) : "";
+      balance.dataset.balance = territory ? territory.balance : "";
+    },
+  };
 }
 
 // A move's two lines: the amazon's path and its arrow's flight.

@@ -1,9 +1,10 @@
 // The Play view: a game against the AI (or an analysis board), moves by clicks, the analysis
-// panel and the evaluation bar. The server sends the legal moves as {src: {dst: [arrows]}};
-// the clicks walk that tree: an amazon, one of its destinations, one of the arrow squares.
+// panel, the evaluation bar and the territory overlay. The server sends the legal moves as
+// {src: {dst: [arrows]}}; the clicks walk that tree: an amazon, one of its destinations, one of
+// the arrow squares. It sends the territory too, so the overlay needs no rules either.
 
 import { COLORS, LiveSocket, capitalize, element, request, signed } from "./api.js";
-import { BoardView, moveArrows, squareName } from "./board.js";
+import { BoardView, moveArrows, squareName, territoryControl } from "./board.js";
 
 export class PlayView {
   constructor(info) {
@@ -19,6 +20,8 @@ export class PlayView {
     this.undoButton = document.getElementById("undo-button");
     this.analyseButton = document.getElementById("analyse-button");
     this.recordLink = document.getElementById("record-link");
+    this.territory = territoryControl(() => this.render());
+    document.getElementById("play-territory").replaceChildren(this.territory.root);
     this.state = null;
     this.socket = null;
     this.selection = [];  // [] or [src] or [src, dst]
@@ -232,7 +235,9 @@ export class PlayView {
                && this.selection.length === 0) {
       arrows.push(...moveArrows(analysis.top[0].squares, "hint"));
     }
-    this.board.draw({ squares, marks, arrows });
+    const territory = this.territory.box.checked ? state.territory.owner : null;
+    this.board.draw({ squares, marks, arrows, territory });
+    this.territory.show(state.territory);
     this.board.root.dataset.ply = state.ply;
     this.renderEval(analysis);
   }
@@ -297,12 +302,16 @@ export class PlayView {
     panel.querySelector(".pv").textContent = line.length ? `Principal variation: ${line.join("  ")}` : "";
   }
 
+  // The server's text: the engine's adjudication of a separated position, or a search's proof.
   renderDecided(decided) {
     this.decided.hidden = !decided;
     this.decided.dataset.winner = decided ? decided.winner : "";
+    this.decided.dataset.by = decided ? decided.by : "";
     if (!decided) return;
-    this.decided.textContent = `Decided: ${capitalize(decided.winner)} wins (proven by the ` +
-      `search: ${decided.plies} more plies with best play).`;
+    this.decided.textContent = `${capitalize(decided.text)}.`;
+    this.decided.title = decided.by === "adjudication"
+      ? `the amazons are separated: the game ends within ${decided.plies_bound} plies`
+      : "every line was searched to the end";
   }
 
   renderMoves(state) {

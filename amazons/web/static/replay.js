@@ -1,8 +1,9 @@
 // Replaying recorded games: `GameViewer` steps, jumps and autoplays through one game (the
-// server sends the board after every ply), `ReplayView` loads record files into it.
+// server sends the board and its territory after every ply), `ReplayView` loads record files
+// into it.
 
 import { COLORS, capitalize, element, request } from "./api.js";
-import { BoardView, moveArrows } from "./board.js";
+import { BoardView, moveArrows, territoryControl } from "./board.js";
 
 const SPEEDS = [["0.1", "fast (0.1 s)"], ["0.5", "0.5 s a move"], ["1", "1 s a move"], ["2", "2 s a move"]];
 
@@ -24,6 +25,7 @@ export class GameViewer {
       ...SPEEDS.map(([value, label]) => element("option", { value, text: label })));
     this.speed.value = speed;
     this.label = element("span", { class: "ply-label" });
+    this.territory = territoryControl(() => this.go(this.ply));
     this.title = element("div", { class: "game-title" });
     this.headers = element("table", { class: "headers" });
     this.moves = element("ol", { class: "move-list" });
@@ -34,7 +36,8 @@ export class GameViewer {
       button("Forward \u203a", "forward one ply (\u2192)", () => this.go(this.ply + 1)),
       button("End \u00bb", "the last position (End)", () => this.go(this.game ? this.game.plies : 0)),
       this.speed);
-    const parts = [this.title, bar, element("div", { class: "slider-row" }, this.slider, this.label)];
+    const parts = [this.title, bar, element("div", { class: "slider-row" }, this.slider, this.label),
+                   this.territory.root];
     if (onContinue) {
       parts.push(element("div", { class: "buttons" }, button("Play on from here against the AI",
         "start a game in the Play view from this position, you to move",
@@ -75,7 +78,10 @@ export class GameViewer {
       for (const square of last) marks.set(square, "last");
       arrows.push(...moveArrows(last, "last"));
     }
-    this.board.draw({ squares: game.boards[this.ply], marks, arrows });
+    const territory = game.territories[this.ply];
+    this.board.draw({ squares: game.boards[this.ply], marks, arrows,
+                      territory: this.territory.box.checked ? territory.owner : null });
+    this.territory.show(territory);
     this.board.root.dataset.ply = this.ply;
     this.root.dataset.ply = this.ply;
     this.slider.value = this.ply;
