@@ -21,6 +21,13 @@ Metric names (`engine.<what>`), all "higher is better" except `engine.perft3_s`:
 * `features{7,3}_positions_per_s`: `engine.features` on a batch of mid-game positions.
 * `pushpop_per_s`: `Board.push` + `Board.pop` pairs, `Move` objects in, Python loop;
   `state_pushpop_per_s`: the same on the Cython `State` under `Board`, plain ints in.
+* `adjudicate_{unseparated,separated}_positions_per_s`: `engine.adjudicate` on batches of
+  positions from seeded uniformly random games: the ply-20 positions plus the late ones (ply 30
+  on) whose amazons still share a region (the cheap test that every search leaf pays), and,
+  apart, every late position whose amazons are separated (bounds and, where needed, the exact
+  fill search). `adjudicate_separated_positions` counts the latter and
+  `adjudicate_separated_decided_share` is the share of them that the bounds decide.
+* `territory_positions_per_s`: `engine.territory` on a batch of the same mid and late positions.
 * `oracle_*`, `openspiel_*`: the peers' rates for the same work; `speedup_vs_oracle` and
   `speedup_vs_openspiel` are for mid-game move enumeration over the same distinct positions
   (`*_start` for the start), and `<task>_speedup_vs_<peer>` for the other tasks.
@@ -55,6 +62,8 @@ from amazons import Board, Move, _engine, engine  # noqa: E402
 
 MID_PLY = 20
 MID_POSITIONS = 64
+LATE_PLY = 30  # adjudication's late-game set: positions from this ply on
+LATE_GAMES = 160  # seeded random games played to the end for it
 BATCH = 256  # positions per batch call: a search's leaf batch; the output stays in cache
 BURST = 3  # consecutive clocks of each piece per round
 PERFT2_LEAVES = 1_331_198
@@ -130,6 +139,49 @@ def mid_game_lines(count: int, seed: int = 2024) -> list[list[Move]]:
         if board.ply == MID_PLY and not board.is_game_over():
             lines.append(line)
     return lines
+
+
+def late_game_positions(games: int, seed: int = 2025) -> np.ndarray:
+    """Canonical positions from ply `LATE_PLY` on of `games` seeded uniformly random games, `(N, 3) uint64`."""
+    positions = []
+    rng = random.Random(seed)
+    for _ in range(games):
+        board = Board()
+        while not board.is_game_over():
+            moves = board.legal_move_array()
+            board.push(Move(*moves[rng.randrange(len(moves))].tolist()))
+            if board.ply >= LATE_PLY:
+                positions.append(board.canonical_position())
+    return np.stack(positions)
+
+
+def adjudication_metrics(mid: np.ndarray, games: int, rounds: int) -> dict[str, float]:
+    """Rates of `engine.adjudicate` (separated and not, apart) and of `engine.territory`."""
+    late = late_game_positions(games)
+    _, bounds = engine.adjudicate(late)
+    separated = bounds[:, engine.MY_LOWER] >= 0
+    if not separated.any() or separated.all():
+        raise RuntimeError("the late-game set needs both separated and unseparated positions")
+    unseparated = np.concatenate([mid, late[~separated]])
+    split = np.ascontiguousarray(late[separated])
+    metrics = {"engine.adjudicate_separated_positions": float(len(split))}
+    result, _ = engine.adjudicate(split)
+    metrics["engine.adjudicate_separated_decided_share"] = float((result != 0).mean())
+    for label, positions in (("unseparated", unseparated), ("separated", split)):
+        out_result = np.empty(len(positions), dtype=np.int8)
+        out_bounds = np.empty((len(positions), 4), dtype=np.int16)
+        rate, _, _ = compare(
+            ([lambda p=positions, r=out_result, b=out_bounds: engine.adjudicate(p, r, b)], len(positions)),
+            {},
+            3 * rounds,
+        )
+        metrics[f"engine.adjudicate_{label}_positions_per_s"] = rate
+    mixed = np.concatenate([mid, late])
+    owned = np.empty((len(mixed), 64), dtype=np.int8)
+    metrics["engine.territory_positions_per_s"] = compare(
+        ([lambda: engine.territory(mixed, owned)], len(mixed)), {}, 3 * rounds
+    )[0]
+    return metrics
 
 
 def oracle_position(board: Board) -> oracle.Position:
@@ -367,4 +419,6 @@ def run(quick: bool) -> dict[str, float]:
     ours = ([partial(board_push_pop, *pair) for pair in zip(push_boards, push_moves, strict=True)], pushes)
     record(metrics, "pushpop", "per_s", compare(ours, peers, rounds), {})
     metrics.pop("engine.pushpop_speedup_vs_state")
+
+    metrics.update(adjudication_metrics(mid, LATE_GAMES // 4 if quick else LATE_GAMES, rounds))
     return metrics
