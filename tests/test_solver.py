@@ -159,12 +159,12 @@ def test_proven_losing_moves_get_no_more_visits():
             break
 
 
-def test_kernel_solver_matches_naive_on_late_positions():
-    """The naive oracle mirrors the solver: same trees, proofs included, on positions with proofs."""
-    config = SearchConfig(leaves_per_game=4, simulations=60)
-    proofs_seen = 0
-    for seed in range(4):
-        position = random_position(seed, 40)
+def proofs_against_naive(config: SearchConfig, seeds: range, plies: int) -> int:
+    """Search late random positions with the kernels and the naive oracle, check that the trees
+    and proofs are identical, and return how many non-root nodes were proven."""
+    proven = 0
+    for seed in seeds:
+        position = random_position(seed, plies)
         if engine.is_terminal(position.reshape(1, 3))[0]:
             continue
         search = BatchedSearch(HashEvaluator(), config)
@@ -174,8 +174,14 @@ def test_kernel_solver_matches_naive_on_late_positions():
         naive.search()
         assert_same_tree(search.tree, 0, naive.root)
         assert_same_proofs(search.tree, naive.root)
-        proofs_seen += int(np.count_nonzero(search.tree.node_proof[0, : search.tree.nodes_used[0]]))
-    assert proofs_seen > 0
+        proven += int(np.count_nonzero(search.tree.node_proof[0, 1 : search.tree.nodes_used[0]]))
+    return proven
+
+
+def test_kernel_solver_matches_naive_on_late_positions():
+    """The naive oracle mirrors the solver: same trees, proofs included, on positions with proofs."""
+    config = SearchConfig(leaves_per_game=4, simulations=60, adjudicate=False)
+    assert proofs_against_naive(config, range(4), 40) > 0
 
 
 def assert_same_proofs(tree: kernels.TreeArrays, naive_root) -> None:
@@ -262,22 +268,7 @@ def test_adjudicated_leaves_prove_wins_the_adjudicator_confirms(text):
 
 def test_kernel_solver_with_adjudication_matches_naive():
     """The naive oracle adjudicates the same leaves: same trees and proofs on late positions."""
-    config = SearchConfig(leaves_per_game=4, simulations=60)
-    decided = 0
-    for seed in range(6):
-        position = random_position(seed + 10, 44)
-        if engine.is_terminal(position.reshape(1, 3))[0]:
-            continue
-        search = BatchedSearch(HashEvaluator(), config)
-        search.set_roots(position)
-        search.search()
-        naive = NaiveMCTS(HashEvaluator(), config, position)
-        naive.search()
-        assert_same_tree(search.tree, 0, naive.root)
-        assert_same_proofs(search.tree, naive.root)
-        used = search.tree.nodes_used[0]
-        decided += int(np.count_nonzero(search.tree.node_proof[0, 1:used]))
-    assert decided > 0
+    assert proofs_against_naive(SearchConfig(leaves_per_game=4, simulations=60), range(10, 16), 44) > 0
 
 
 @pytest.mark.parametrize("ply", [0, 99])
