@@ -74,12 +74,12 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 MIN_SEARCH_SECONDS = 1e-3  # a turn whose time is already spent still searches one round
 # The search tree's share of memory. Besides it the process holds about 100 MiB resident (the
 # interpreter, numpy, Numba's runtime and kernels, the engine, the model), and Numba's start-up
-# peaks near 185 MiB before the bot gives LLVM's code pages back; with 80 MiB of tree a whole
+# peaks near 185 MiB before the bot gives LLVM's code pages back; with 64 MiB of tree a whole
 # game stays under that start-up peak (docs/botzone.md), inside Botzone's 256 MB. The default
 # network's search fills this in one to three seconds in the opening (about 1,000 to 2,000
 # legal moves per node, every one an edge), so there memory, not the time budget, ends a turn;
 # later positions have fewer moves and the turn's time runs out first.
-TREE_MEMORY_MB = 80.0
+TREE_MEMORY_MB = 64.0
 LLVM_LIBRARY = "libllvmlite"  # Numba's LLVM, whose code pages the bot gives back after loading
 
 
