@@ -41,7 +41,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
-from amazons._memory import release_library_pages
+from amazons._memory import release_library_pages, releasing_library_pages
 from amazons.arena import model_search
 from amazons.board import Board, IllegalMoveError, Move, NotationError
 from amazons.mcts import SearchConfigError, warm_up
@@ -571,17 +571,19 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         print(f"{parser.prog}: error: {error}", file=stderr)
         return EXIT_BAD_INPUT
     release_library_pages(LLVM_LIBRARY)  # Numba's import touched LLVM's code: give it back
-    try:
-        player = build_player(args.model, args.simulations, clock.turn_seconds, args.seed,
-                              args.tree_mb)
-    except SearchConfigError as error:
-        print(f"{parser.prog}: error: --tree-mb: {error}", file=stderr)
-        return EXIT_BAD_INPUT
-    except (FileNotFoundError, ValueError, OSError) as error:
-        print(f"{parser.prog}: cannot load model {args.model!r}: {error}", file=stderr)
-        return EXIT_BAD_INPUT
-    warm_up()  # load every search kernel from Numba's cache now, then LLVM is needed no more
-    release_library_pages(LLVM_LIBRARY)
+    # Loading the search kernels from Numba's cache (the tree's first kernel in build_player,
+    # then all of them in warm_up) touches LLVM again; after that LLVM is needed no more.
+    with releasing_library_pages(LLVM_LIBRARY):
+        try:
+            player = build_player(args.model, args.simulations, clock.turn_seconds, args.seed,
+                                  args.tree_mb)
+        except SearchConfigError as error:
+            print(f"{parser.prog}: error: --tree-mb: {error}", file=stderr)
+            return EXIT_BAD_INPUT
+        except (FileNotFoundError, ValueError, OSError) as error:
+            print(f"{parser.prog}: cannot load model {args.model!r}: {error}", file=stderr)
+            return EXIT_BAD_INPUT
+        warm_up()
     bot = Bot(player)
     try:
         turn = _read_first_input(stdin)
