@@ -31,6 +31,7 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import pickle
+import secrets
 import sys
 import time
 import traceback
@@ -276,7 +277,7 @@ class InferenceServer:
         server_ends = []
         try:
             for _ in range(self.num_clients):
-                self._memories.append(SharedMemory(create=True, size=self._layout.nbytes()))
+                self._memories.append(_create_segment(self._layout.nbytes()))
                 client_end, server_end = self._context.Pipe(duplex=True)
                 self._client_ends.append(client_end)
                 server_ends.append(server_end)
@@ -395,6 +396,27 @@ class InferenceServer:
 
     def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+
+SEGMENT_PREFIX = "amazons_"
+
+
+def segment_prefix(pid: int | None = None) -> str:
+    """The name prefix of the shared-memory segments a process's servers own: `amazons_PID_`.
+
+    Segments are named after the process that created (and must unlink) them, so a leak can be
+    told apart from another program's segments, e.g. in `/dev/shm` on Linux.
+    """
+    return f"{SEGMENT_PREFIX}{os.getpid() if pid is None else pid}_"
+
+
+def _create_segment(size: int) -> SharedMemory:
+    """A new segment named `amazons_PID_RANDOM` (retried on the rare name collision)."""
+    while True:
+        try:
+            return SharedMemory(name=segment_prefix() + secrets.token_hex(6), create=True, size=size)
+        except FileExistsError:
+            continue
 
 
 def _serve(

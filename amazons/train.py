@@ -504,6 +504,8 @@ def _stop_on_sigterm(stopped_by: list[int]) -> typing.Any:
         return None
 
     def stop(signum: int, frame: object) -> None:
+        if stopped_by:  # a signal that arrived before the first call could ignore it
+            return
         stopped_by.append(signum)
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         raise KeyboardInterrupt

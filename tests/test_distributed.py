@@ -33,6 +33,7 @@ from amazons.distributed.config import RayConfig  # noqa: E402
 from amazons.distributed.ddp import TrainingGroup  # noqa: E402
 from amazons.distributed.pool import NodePool  # noqa: E402
 from amazons.distributed.ray_backend import RayRun, connect  # noqa: E402
+from amazons.inference import SEGMENT_PREFIX  # noqa: E402
 from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch  # noqa: E402
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator  # noqa: E402
 from amazons.net import NetOutput, PolicyValueNet, net_config  # noqa: E402
@@ -59,7 +60,8 @@ TINY = [
 
 
 def shm_segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+    """Segments of the project's servers (named `amazons_PID_...`), whichever process owns them."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(SEGMENT_PREFIX)}
 
 
 def wait_until(condition, seconds: float, step: float = 0.25) -> bool:

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
+from amazons.inference import segment_prefix
 from amazons.learn import (
     Learner,
     OptimConfig,
@@ -180,8 +181,10 @@ def test_elo_ladder_recovers_known_differences():
     assert 200 < sweep["z"] < 1000  # finite after a clean sweep
 
 
-def shm_segments() -> set[str]:
-    return {name for name in os.listdir("/dev/shm") if name.startswith("psm_")}
+def shm_segments(pid: int | None = None) -> set[str]:
+    """The shared-memory segments that process `pid`'s servers created and still hold (default:
+    this process's); named after their owner, so other programs' segments do not count."""
+    return {name for name in os.listdir("/dev/shm") if name.startswith(segment_prefix(pid))}
 
 
 @pytest.mark.slow
@@ -207,7 +210,7 @@ def test_two_iterations_end_to_end_then_resume(tmp_path):
     assert json.loads((run_dir / "config.json").read_text())["optim"]["lr"] == 0.0007
     assert len(list((run_dir / "replay").glob("chunk-*.npz"))) > len(chunks)
     assert json.loads(lines[-1])["train/learner_step"] == 9
-    assert shm_segments() <= before
+    assert shm_segments() == before
 
 
 def _default_sigint() -> None:
@@ -223,7 +226,6 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
     # Ctrl-C in a terminal signals the whole process group; `kill PID` only the main process,
     # whose actors and server must then be stopped by the main job itself.
     run_dir = tmp_path / "run"
-    before = shm_segments()
     command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
                "--iterations", "50", "--no-progress", *SMOKE]
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1],
@@ -248,7 +250,7 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
             break
         time.sleep(0.25)
     assert leftovers == "", f"orphan processes: {leftovers}"
-    assert shm_segments() <= before
+    assert shm_segments(process.pid) == set()
     finished = len((run_dir / "metrics.jsonl").read_text().splitlines())
     assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume", "--no-progress"]) == 0
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == finished + 1
