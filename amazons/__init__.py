@@ -1,18 +1,17 @@
 """amazons: an AlphaZero system for the Game of the Amazons (8x8, Botzone rules).
 
 The public API lives here; compiled modules and kernels are private (`_engine`, `mcts_numba`).
-Torch-free by design at this level: importing `amazons` loads numba but not torch; the network,
-training and inference-server modules are imported by name (`amazons.net`, `amazons.train`, ...).
+Torch-free by design at this level: importing `amazons` loads numba but not torch. It imports the
+library (board, engine, search, players, symmetry) and never a command module: the arena's API
+(`run_arena`, `elo_interval`, `ArenaResult`) and the player registry (`make_player`,
+`register_player`, `player_names`) are re-exported on first use, so self-play actors and the
+inference server never load them. The network, training and inference-server modules are
+imported by name (`amazons.net`, `amazons.train`, ...).
 """
 
-from amazons.arena import (
-    ArenaResult,
-    elo_interval,
-    make_player,
-    player_names,
-    register_player,
-    run_arena,
-)
+import importlib
+from typing import Any
+
 from amazons.board import (
     BLACK,
     START_POSITION,
@@ -40,10 +39,36 @@ from amazons.mcts import (
     SearchStats,
     UniformEvaluator,
 )
-from amazons.players import GreedyPlayer, HumanPlayer, MCTSPlayer, Player, PlayerError, RandomPlayer
+from amazons.players import (
+    GreedyPlayer,
+    HumanPlayer,
+    MCTSPlayer,
+    Player,
+    PlayerError,
+    PolicyPlayer,
+    RandomPlayer,
+)
 from amazons.symmetry import SYMMETRIES, SymmetryError, canonical_to_real, real_to_canonical
 
 __version__ = "0.1.0"
+
+_LAZY = {
+    "ArenaResult": "amazons.arena",
+    "elo_interval": "amazons.arena",
+    "run_arena": "amazons.arena",
+    "make_player": "amazons.player_factory",
+    "player_names": "amazons.player_factory",
+    "register_player": "amazons.player_factory",
+}
+
+
+def __getattr__(name: str) -> Any:
+    """The arena's and the player registry's names, imported when first used."""
+    if name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'amazons' has no attribute {name!r}")
 
 __all__ = [
     "ArenaResult",
@@ -55,6 +80,7 @@ __all__ = [
     "MCTSPlayer",
     "Player",
     "PlayerError",
+    "PolicyPlayer",
     "RandomPlayer",
     "RolloutEvaluator",
     "SearchConfig",

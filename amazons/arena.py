@@ -1,10 +1,8 @@
 """Matches between two players: `python -m amazons.arena A B --games N`.
 
-Players are named by specs: `random`, `greedy`, `mcts-uniform`, `mcts-rollout`, `human`, and
-whatever other modules add with `register_player` (a spec may carry an argument after a colon,
-e.g. `mcts-net:PATH`). `make_player(spec, ...)` builds one. Network players (`mcts-net`,
-`policy-net`) live in `amazons.netplay`, which imports torch: the arena imports it only when one
-of those names is asked for, so this module itself stays torch-free.
+Players are named by specs (`random`, `greedy`, `mcts-uniform`, `mcts-rollout`, `mcts-net:MODEL`,
+`policy-net:MODEL`, `openspiel-mcts`, `human`, and whatever `register_player` adds), built by
+`amazons.player_factory.make_player`.
 
 A match plays games in pairs: both games of a pair start from the same seeded short random
 opening, with colours swapped, so deterministic players do not replay one game and neither side
@@ -12,20 +10,32 @@ profits from a lucky opening. Games run in parallel worker processes (spawn or f
 bounded; one process when that fails). The result gives wins, the win rate of A and the Elo
 difference A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo),
 and every game as an `amazons.records.GameRecord` (`--record FILE` writes them).
+
+Served network players: `ArenaWorkers` keeps worker processes and one inference server per
+network (`amazons.inference.InferenceServer`, one slot per worker) across matches. A network
+player whose spec is served scores its leaves through its worker's `InferenceClient`, so the
+network is loaded once, on the GPU when there is one, and batched across the workers, instead of
+once per process on one CPU thread. The command line serves `mcts-net` and `policy-net` players
+whenever it runs more than one process (`--no-server` loads them in every process instead);
+evaluation in training always serves them (`amazons.evaluation`).
+
+Torch-free: network models are loaded by `amazons.player_factory` (in the workers, or in the
+servers' processes).
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import json
 import math
 import multiprocessing
 import os
 import pickle
+import queue
 import sys
 import time
-from collections.abc import Callable, Sequence
+import traceback
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,220 +43,43 @@ from typing import Any
 import numpy as np
 
 from amazons.board import BLACK, Board, Move
-from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
-from amazons.models import default_model_path
-from amazons.npnet import ModelFileError, NumpyEvaluator
-from amazons.players import GreedyPlayer, HumanPlayer, MCTSPlayer, Player, RandomPlayer
+from amazons.inference import (
+    ClientHandle,
+    InferenceClient,
+    InferenceConfig,
+    InferenceError,
+    InferenceServer,
+)
+from amazons.mcts import Evaluator, SearchConfig
+from amazons.player_factory import (
+    DEFAULT_SIMULATIONS,
+    NETWORK_PLAYERS,
+    PlayerFactory,
+    PlayerSpecError,
+    apply_search_overrides,
+    make_player,
+    player_factories,
+    player_names,
+    register_player,
+    served_evaluator_factory,
+    split_spec,
+)
+from amazons.players import Player
 from amazons.records import GameRecord, write_records
 
 __all__ = [
+    "ArenaError",
     "ArenaResult",
-    "PlayerOptions",
-    "PlayerSpecError",
+    "ArenaWorkers",
     "elo_from_score",
     "elo_interval",
-    "make_player",
-    "model_search",
+    "network_servers",
     "play_game",
-    "player_names",
     "random_opening",
-    "register_player",
     "run_arena",
 ]
 
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
-
-
-class PlayerSpecError(ValueError):
-    """A player spec names no registered player, or its argument is wrong."""
-
-
-@dataclass(frozen=True)
-class PlayerOptions:
-    """What every player factory receives besides the spec's argument."""
-
-    seed: int = 0  # seeds the player's random choices
-    simulations: int | None = None  # MCTS simulations per move (None: the player's default)
-    time_budget: float | None = None  # MCTS seconds per move instead of a simulation count
-    search: tuple[tuple[str, str], ...] = ()  # SearchConfig overrides (field, value text) for MCTS players
-
-    def search_config(self, base: SearchConfig) -> SearchConfig:
-        """`base` with the `search` overrides applied (values parsed by the field's type).
-
-        Raises:
-            PlayerSpecError: an unknown field or a value of the wrong type.
-        """
-        return apply_search_overrides(base, self.search)
-
-
-def apply_search_overrides(base: SearchConfig, overrides: Sequence[tuple[str, str]]) -> SearchConfig:
-    """`base` with `(field, value text)` overrides, e.g. `[("solver", "false")]`.
-
-    Raises:
-        PlayerSpecError: an unknown field, or a value that is not of the field's type or that
-            `SearchConfig` refuses.
-    """
-    changes: dict[str, Any] = {}
-    for name, text in overrides:
-        if not hasattr(base, name) or name.startswith("_"):
-            raise PlayerSpecError(f"SearchConfig has no field {name!r}")
-        current = getattr(base, name)
-        try:
-            if isinstance(current, bool):
-                if text.lower() not in ("true", "false", "1", "0"):
-                    raise ValueError(text)
-                changes[name] = text.lower() in ("true", "1")
-            else:
-                changes[name] = type(current)(text)
-        except ValueError:
-            raise PlayerSpecError(f"search override {name}={text!r}: expected a {type(current).__name__}") from None
-    try:
-        return base.replace(**changes)
-    except ValueError as error:
-        raise PlayerSpecError(f"search overrides: {error}") from None
-
-
-PlayerFactory = Callable[[str | None, PlayerOptions], Player]
-_REGISTRY: dict[str, PlayerFactory] = {}
-
-# Defaults of the built-in MCTS players. Uniform priors carry no information, so the search must
-# not be kept from trying new moves (no first-play-urgency reduction), and without noise it would
-# try unvisited moves in the engine's move order (the first amazon's moves first): root noise
-# breaks that order. Playouts are noisy, so a larger exploration constant helps. With these,
-# mcts-rollout at 200 simulations won 160 of 160 seeded games against random (4 seeds x 40).
-DEFAULT_SIMULATIONS = 200
-UNIFORM_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0)
-ROLLOUT_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0, c_puct=2.0,
-                              root_noise=True)
-# A network's priors carry information: the search's defaults, no noise (evaluation and play).
-NET_CONFIG = SearchConfig(simulations=DEFAULT_SIMULATIONS)
-
-
-def model_search(model: str, seed: int | None = None) -> tuple[Evaluator, SearchConfig]:
-    """The evaluator and search settings a `--model` option names (the bot and terminal play).
-
-    `"none"`: random playouts with the `mcts-rollout` settings (`ROLLOUT_CONFIG`). `"default"`
-    (the exported model shipped in `amazons/models`) or the path of an exported `.npz` model
-    (`python -m amazons.export CKPT OUT.npz`): the network in numpy (`amazons.npnet`) with
-    `NET_CONFIG`. Neither imports torch; a torch checkpoint is refused with the command that
-    exports it.
-
-    Raises:
-        FileNotFoundError: the model file (or the shipped default) does not exist.
-        amazons.npnet.ModelFileError: the file is a torch checkpoint or not a usable model file.
-    """
-    if model == "none":
-        return RolloutEvaluator(seed=seed), ROLLOUT_CONFIG
-    path = default_model_path() if model == "default" else Path(model)
-    if not path.is_file():
-        raise FileNotFoundError(f"model file {path} does not exist (use an exported .npz model, 'default' or 'none')")
-    if path.suffix == ".pt":
-        raise ModelFileError(
-            f"{path} is a torch checkpoint; export it first (the bot and terminal play run without "
-            f"torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
-    return NumpyEvaluator.from_file(path), NET_CONFIG
-
-
-def register_player(name: str, factory: PlayerFactory, *, replace: bool = False) -> None:
-    """Make `make_player(name)` / `make_player(name:ARG)` call `factory(ARG or None, options)`.
-
-    Factories should be module-level functions so that worker processes can receive them.
-
-    Raises:
-        PlayerSpecError: if `name` is already registered (and not `replace`) or is malformed.
-    """
-    if not name or ":" in name or name != name.strip():
-        raise PlayerSpecError(f"bad player name {name!r}")
-    if name in _REGISTRY and not replace:
-        raise PlayerSpecError(f"player {name!r} is already registered")
-    _REGISTRY[name] = factory
-
-
-def player_names() -> list[str]:
-    """Registered player names, with the ones registered on first use (`_PLUGIN_MODULES`)."""
-    return sorted(set(_REGISTRY) | set(_PLUGIN_MODULES))
-
-
-# Players whose factories live in modules with heavy imports (torch, pyspiel): imported only when
-# such a player is asked for, so the arena itself never imports them.
-_PLUGIN_MODULES = {
-    "mcts-net": ("amazons.netplay", "register_network_players"),
-    "policy-net": ("amazons.netplay", "register_network_players"),
-    "openspiel-mcts": ("amazons.openspiel_player", "register_openspiel_players"),
-}
-
-
-def _split_spec(spec: str) -> tuple[str, str | None]:
-    name, _, argument = spec.strip().partition(":")
-    if name not in _REGISTRY and name in _PLUGIN_MODULES:
-        module, register = _PLUGIN_MODULES[name]
-        getattr(importlib.import_module(module), register)()
-    if name not in _REGISTRY:
-        raise PlayerSpecError(f"unknown player {spec!r}; known: {', '.join(player_names())}")
-    return name, (argument or None)
-
-
-def make_player(spec: str, seed: int = 0, simulations: int | None = None,
-                time_budget: float | None = None, search: Sequence[tuple[str, str]] = ()) -> Player:
-    """Build the player named by `spec` (`NAME` or `NAME:ARGUMENT`).
-
-    Args:
-        spec: the player's name and argument.
-        seed, simulations, time_budget: see `PlayerOptions`.
-        search: `SearchConfig` overrides for MCTS players, e.g. `[("solver", "false")]`.
-
-    Raises:
-        PlayerSpecError: for an unknown name, an argument the player does not take, or a bad
-            search override.
-    """
-    name, argument = _split_spec(spec)
-    return _REGISTRY[name](argument, PlayerOptions(seed, simulations, time_budget, tuple(search)))
-
-
-def _no_argument(name: str, argument: str | None) -> None:
-    if argument is not None:
-        raise PlayerSpecError(f"player {name!r} takes no argument, got {argument!r}")
-
-
-def _make_random(argument: str | None, options: PlayerOptions) -> Player:
-    _no_argument("random", argument)
-    return RandomPlayer(seed=options.seed)
-
-
-def _make_greedy(argument: str | None, options: PlayerOptions) -> Player:
-    _no_argument("greedy", argument)
-    return GreedyPlayer(seed=options.seed)
-
-
-def _make_mcts_uniform(argument: str | None, options: PlayerOptions) -> Player:
-    _no_argument("mcts-uniform", argument)
-    return MCTSPlayer(UniformEvaluator(), options.search_config(UNIFORM_CONFIG), simulations=options.simulations,
-                      time_budget=options.time_budget, seed=options.seed, name="mcts-uniform")
-
-
-def _make_mcts_rollout(argument: str | None, options: PlayerOptions) -> Player:
-    """`mcts-rollout` or `mcts-rollout:N` (N playouts averaged per leaf)."""
-    rollouts = 1
-    if argument is not None:
-        try:
-            rollouts = int(argument)
-        except ValueError:
-            raise PlayerSpecError(f"mcts-rollout:N needs an integer N, got {argument!r}") from None
-    return MCTSPlayer(RolloutEvaluator(rollouts_per_leaf=rollouts, seed=options.seed),
-                      options.search_config(ROLLOUT_CONFIG), simulations=options.simulations,
-                      time_budget=options.time_budget, seed=options.seed, name="mcts-rollout")
-
-
-def _make_human(argument: str | None, options: PlayerOptions) -> Player:
-    _no_argument("human", argument)
-    return HumanPlayer()
-
-
-register_player("random", _make_random)
-register_player("greedy", _make_greedy)
-register_player("mcts-uniform", _make_mcts_uniform)
-register_player("mcts-rollout", _make_mcts_rollout)
-register_player("human", _make_human)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -298,30 +131,52 @@ def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tup
 
 
 @dataclass(frozen=True)
+class _Side:
+    """One player of a match as a worker builds it."""
+
+    spec: str
+    search: tuple[tuple[str, str], ...] = ()  # SearchConfig overrides
+    base_search: SearchConfig | None = None  # the search before the overrides (None: the player's default)
+    served: str | None = None  # the `ArenaWorkers` server whose evaluator the player uses
+
+
+@dataclass(frozen=True)
 class _GameTask:
     index: int
-    spec_a: str
-    spec_b: str
+    a: _Side
+    b: _Side
     a_is_black: bool
     opening: tuple[Move, ...]
     seed: int
     simulations: int | None
     time_budget: float | None
-    search_a: tuple[tuple[str, str], ...] = ()
-    search_b: tuple[tuple[str, str], ...] = ()
+    device: str = "auto"
+    precision: str = "auto"
 
 
-def _play_task(task: _GameTask) -> GameRecord:
+def _make_side(side: _Side, seed: int, task: _GameTask, evaluators: Mapping[str, Evaluator]) -> Player:
+    evaluator = None
+    if side.served is not None:
+        if side.served not in evaluators:
+            raise ArenaError(f"{side.spec} is served by {side.served!r}, which this process does not reach")
+        evaluator = evaluators[side.served]
+    return make_player(side.spec, seed, task.simulations, task.time_budget, side.search,
+                       base_search=side.base_search, evaluator=evaluator, device=task.device,
+                       precision=task.precision)
+
+
+def _play_task(task: _GameTask, evaluators: Mapping[str, Evaluator] | None = None) -> GameRecord:
     """One game of the match as a record: Round is the game number (from 1), Opening the plies
     of the random opening (part of the moves)."""
-    player_a = make_player(task.spec_a, task.seed * 2, task.simulations, task.time_budget, task.search_a)
-    player_b = make_player(task.spec_b, task.seed * 2 + 1, task.simulations, task.time_budget, task.search_b)
+    evaluators = evaluators or {}
+    player_a = _make_side(task.a, task.seed * 2, task, evaluators)
+    player_b = _make_side(task.b, task.seed * 2 + 1, task, evaluators)
     black, white = (player_a, player_b) if task.a_is_black else (player_b, player_a)
     _, moves = play_game(black, white, task.opening)
     return GameRecord.from_game(
         moves,
-        black=task.spec_a if task.a_is_black else task.spec_b,
-        white=task.spec_b if task.a_is_black else task.spec_a,
+        black=task.a.spec if task.a_is_black else task.b.spec,
+        white=task.b.spec if task.a_is_black else task.a.spec,
         event="arena",
         Round=str(task.index + 1),
         Opening=str(len(task.opening)),
@@ -331,6 +186,220 @@ def _play_task(task: _GameTask) -> GameRecord:
 def _init_worker(factories: dict[str, PlayerFactory]) -> None:
     for name, factory in factories.items():
         register_player(name, factory, replace=True)
+
+
+# ----------------------------------------------------------------------------------------------
+# Served network players: persistent workers, one inference server per network
+
+
+class ArenaError(RuntimeError):
+    """An arena worker process or one of its inference servers failed; the message says which."""
+
+
+def _serving_worker(handles: dict[str, ClientHandle], tasks: Any, results: Any,
+                    factories: dict[str, PlayerFactory]) -> None:
+    """Worker process: play the games of `tasks` until a None, scoring served players' leaves
+    through one `InferenceClient` per server; put `(index, record, error text)` on `results`."""
+    _init_worker(factories)
+    clients = {name: InferenceClient(handle) for name, handle in handles.items()}
+    try:
+        while (task := tasks.get()) is not None:
+            try:
+                results.put((task.index, _play_task(task, clients), None))
+            except Exception:  # reported to the parent, which stops the match
+                results.put((task.index, None, traceback.format_exc()))
+    finally:
+        for client in clients.values():
+            client.close()
+
+
+class ArenaWorkers:
+    """Arena worker processes and the inference servers of their network players, kept across matches.
+
+    Each server holds one network (built in its own process by a picklable evaluator factory,
+    e.g. `amazons.netplay.NetworkEvaluatorFactory`) and one slot per worker; every worker holds
+    one `InferenceClient` of every server. `run_arena(..., workers=self, served={spec: name})`
+    plays a match on these workers, the player `spec` scoring its leaves through server `name`.
+    `publish_weights` loads new weights into a server between matches (evaluation in training
+    keeps one server for the new model and one for the previous, `amazons.evaluation`).
+
+    Example:
+        >>> servers = network_servers(["mcts-net:runs/cpu/models/model-0010.pt"])  # doctest: +SKIP
+        >>> with ArenaWorkers(2, servers) as workers:
+        ...     result = run_arena("mcts-net:runs/cpu/models/model-0010.pt", "greedy", 10,
+        ...                        workers=workers, served={name: name for name in servers})
+
+    Args:
+        processes: worker processes.
+        servers: server name -> zero-argument evaluator factory, run in the server's process.
+        inference: the servers' batching (default: batches of up to 8 leaves per worker, flushed
+            after 1 ms).
+        factories: player factories the workers register (plug-ins registered in this process;
+            the built-in players are always there).
+
+    Raises:
+        ValueError: processes < 1.
+    """
+
+    def __init__(self, processes: int, servers: Mapping[str, Callable[[], Evaluator]],
+                 inference: InferenceConfig | None = None,
+                 factories: Mapping[str, PlayerFactory] | None = None) -> None:
+        if processes < 1:
+            raise ValueError(f"processes must be >= 1, got {processes}")
+        self.processes = processes
+        self.inference = inference or InferenceConfig(inference_batch_size=8 * processes, flush_deadline_ms=1.0)
+        self.factories = dict(factories or {})
+        self.stats: dict[str, dict[str, float]] = {}  # each server's statistics, after `close`
+        self._factories = dict(servers)
+        self._context = _context()
+        self._servers: dict[str, InferenceServer] = {}
+        self._workers: list[multiprocessing.process.BaseProcess] = []
+        self._tasks: Any = None
+        self._results: Any = None
+        self._failed: str | None = None
+
+    @property
+    def server_names(self) -> list[str]:
+        """Names of the servers."""
+        return list(self._factories)
+
+    @property
+    def slot_names(self) -> list[str]:
+        """The shared-memory segments of every server (all unlinked by `close`)."""
+        return [name for server in self._servers.values() for name in server.slot_names]
+
+    @property
+    def pids(self) -> list[int]:
+        """Process ids of the workers."""
+        return [worker.pid for worker in self._workers]
+
+    def start(self) -> None:
+        """Start the servers (each builds its evaluator), then the workers.
+
+        Raises:
+            amazons.inference.InferenceError: a server failed to start (its traceback is included).
+        """
+        try:
+            for name, factory in self._factories.items():
+                server = InferenceServer(factory, self.processes, self.inference, self._context)
+                self._servers[name] = server
+                server.start()
+            self._tasks, self._results = self._context.Queue(), self._context.Queue()
+            for index in range(self.processes):
+                handles = {name: server.handle(index) for name, server in self._servers.items()}
+                worker = self._context.Process(
+                    target=_serving_worker, args=(handles, self._tasks, self._results, self.factories),
+                    name=f"amazons-arena-{index}", daemon=True)
+                worker.start()
+                self._workers.append(worker)
+                for handle in handles.values():  # the worker holds its own copy now: see InferenceServer.start_actor
+                    handle.connection.close()
+        except BaseException:
+            self.close()
+            raise
+
+    def publish_weights(self, server: str, path: str | os.PathLike, version: int) -> None:
+        """Have server `server` load the weights of checkpoint `path` before its next batch.
+
+        Raises:
+            KeyError: no such server. amazons.inference.InferenceError: the server has failed.
+        """
+        self._servers[server].publish_weights(str(path), version)
+
+    def _failure(self) -> str | None:
+        """Why the workers cannot go on (a worker died, a server failed), or None."""
+        for index, worker in enumerate(self._workers):
+            if worker.exitcode is not None:
+                return f"arena worker {index} (pid {worker.pid}) exited with code {worker.exitcode} during a match"
+        for name, server in self._servers.items():
+            try:
+                server.check()
+            except InferenceError as error:
+                return f"inference server {name!r} failed: {error}"
+        return None
+
+    def play(self, tasks: Sequence[_GameTask], timeout_s: float | None = None) -> list[GameRecord]:
+        """Play `tasks` on the workers; the records in task order.
+
+        Raises:
+            ArenaError: a worker died, a server failed or a game raised (the first failure is
+                named; the workers cannot be used again: `close` them), or `timeout_s` passed.
+        """
+        if self._failed is not None:
+            raise ArenaError(f"the arena workers failed before: {self._failed}")
+        if not self._workers:
+            raise ArenaError("the arena workers are not started")
+        for task in tasks:
+            self._tasks.put(task)
+        records: list[GameRecord | None] = [None] * len(tasks)
+        position = {task.index: order for order, task in enumerate(tasks)}
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        waiting = len(tasks)
+        while waiting:
+            try:
+                index, record, error = self._results.get(timeout=0.2)
+            except queue.Empty:
+                failure = self._failure()
+                if failure is None and deadline is not None and time.monotonic() > deadline:
+                    failure = f"the match did not finish within {timeout_s} s"
+                if failure is not None:
+                    self._failed = failure
+                    raise ArenaError(failure) from None
+                continue
+            if error is not None:
+                time.sleep(0.2)  # a dead worker explains the others' errors better: give it time to show
+                self._failed = self._failure() or f"game {index + 1} failed in an arena worker:\n{error}"
+                raise ArenaError(self._failed)
+            records[position[index]] = record
+            waiting -= 1
+        return records
+
+    def close(self, timeout: float = 30.0) -> dict[str, dict[str, float]]:
+        """Stop the workers, then the servers, and unlink every segment; returns each server's
+        statistics (`amazons.inference` batches, rows, ...), also kept in `stats`."""
+        if self._tasks is not None:
+            for worker in self._workers:
+                if worker.is_alive():
+                    self._tasks.put(None)
+        for worker in self._workers:
+            worker.join(timeout)
+            if worker.is_alive():
+                worker.terminate()
+                worker.join(timeout)
+        for name, server in self._servers.items():
+            self.stats[name] = dict(server.stop())
+        for channel in (self._tasks, self._results):
+            if channel is not None:
+                channel.cancel_join_thread()  # tasks a failed match left behind are dropped, not waited for
+                channel.close()
+        self._workers, self._servers, self._tasks, self._results = [], {}, None, None
+        return self.stats
+
+    def __enter__(self) -> ArenaWorkers:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+def network_servers(specs: Sequence[str], device: str = "auto", precision: str = "auto",
+                    max_batch: int = 256) -> dict[str, Callable[[], Evaluator]]:
+    """The network players among `specs` (`mcts-net:MODEL`, `policy-net:MODEL`) -> the evaluator
+    factory of a server for each, keyed by the spec (`amazons.player_factory.served_evaluator_factory`).
+
+    Raises:
+        PlayerSpecError: an unknown player, or a network player without a model.
+        FileNotFoundError: a model file does not exist.
+    """
+    servers: dict[str, Callable[[], Evaluator]] = {}
+    for spec in specs:
+        name, argument = split_spec(spec)
+        if name in NETWORK_PLAYERS and spec not in servers:
+            if not argument or argument == "none":
+                raise PlayerSpecError(f"{name} needs a model, e.g. {name}:default")
+            servers[spec] = served_evaluator_factory(argument, device, precision, max_batch)
+    return servers
 
 
 # ----------------------------------------------------------------------------------------------
@@ -416,44 +485,65 @@ def _context() -> multiprocessing.context.BaseContext:
 def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = None,
               processes: int | None = None, seed: int = 0, opening_plies: int = 4,
               time_budget: float | None = None, search_a: Sequence[tuple[str, str]] = (),
-              search_b: Sequence[tuple[str, str]] = ()) -> ArenaResult:
+              search_b: Sequence[tuple[str, str]] = (), *, base_search_a: SearchConfig | None = None,
+              base_search_b: SearchConfig | None = None, workers: ArenaWorkers | None = None,
+              served: Mapping[str, str] | None = None, device: str = "auto",
+              precision: str = "auto") -> ArenaResult:
     """Play `games` games of A against B, colours alternating (A has Black in even games).
 
     Args:
-        spec_a, spec_b: player specs (see `make_player`).
+        spec_a, spec_b: player specs (see `amazons.player_factory.make_player`).
         games: number of games (pairs share an opening).
         simulations: MCTS simulations per move for MCTS players (None: their default).
         processes: worker processes (default: CPU count, at most `games`); 1 runs in-process.
+            Ignored with `workers`.
         seed: seeds openings and players; the same seed replays the same match.
         opening_plies: random plies before the players take over.
         time_budget: seconds per move for MCTS players instead of simulations.
         search_a, search_b: `SearchConfig` overrides for A's and B's MCTS search, e.g.
             `[("solver", "false"), ("adjudicate", "false")]`.
+        base_search_a, base_search_b: the search A's and B's MCTS players start from instead of
+            their default (the overrides then apply), e.g. an evaluation's configured search.
+        workers: play on these started `ArenaWorkers` instead of a pool of fresh processes.
+        served: player spec -> the server of `workers` that scores its leaves (A and B may use
+            one server each, or share one when they are the same spec).
+        device, precision: where and how network players that load their own model run.
 
     Raises:
         PlayerSpecError: for an unknown player or a bad search override (checked before any
             game starts).
-        ValueError: for games < 1 or opening_plies < 0.
+        ValueError: for games < 1, opening_plies < 0, or a `served` server that `workers` lacks.
+        ArenaError: with `workers`, a worker or server failed.
     """
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
     if opening_plies < 0:
         raise ValueError(f"opening_plies must be >= 0, got {opening_plies}")
-    names = {_split_spec(spec_a)[0], _split_spec(spec_b)[0]}
+    names = {split_spec(spec_a)[0], split_spec(spec_b)[0]}
     search_a, search_b = tuple(search_a), tuple(search_b)
-    for overrides in (search_a, search_b):
-        apply_search_overrides(SearchConfig(), overrides)
-    if "human" in names:
+    for base, overrides in ((base_search_a, search_a), (base_search_b, search_b)):
+        apply_search_overrides(base or SearchConfig(), overrides)
+    served = dict(served or {})
+    if served and workers is None:
+        raise ValueError("served players need workers (ArenaWorkers)")
+    unknown = sorted(set(served.values()) - set(workers.server_names if workers is not None else ()))
+    if unknown:
+        raise ValueError(f"served by unknown servers {unknown}; the workers have {workers.server_names}")
+    if "human" in names and workers is None:
         processes = 1
+    side_a = _Side(spec_a, search_a, base_search_a, served.get(spec_a))
+    side_b = _Side(spec_b, search_b, base_search_b, served.get(spec_b))
     tasks = []
     for index in range(games):
         pair = index // 2
         opening = tuple(random_opening(opening_plies, seed * 1_000_003 + pair))
-        tasks.append(_GameTask(index, spec_a, spec_b, index % 2 == 0, opening,
-                               seed * 1_000_003 + index, simulations, time_budget, search_a, search_b))
-    processes = min(games, processes or os.cpu_count() or 1)
+        tasks.append(_GameTask(index, side_a, side_b, index % 2 == 0, opening, seed * 1_000_003 + index,
+                               simulations, time_budget, device, precision))
     started = time.perf_counter()
-    records = _run_tasks(tasks, processes, {name: _REGISTRY[name] for name in names})
+    if workers is not None:
+        records = workers.play(tasks)
+    else:
+        records = _run_tasks(tasks, min(games, processes or os.cpu_count() or 1), player_factories(sorted(names)))
     seconds = time.perf_counter() - started
     a_wins = [(record.winner == BLACK) == (index % 2 == 0) for index, record in enumerate(records)]
     wins_a = sum(a_wins)
@@ -480,7 +570,9 @@ def main(argv: list[str] | None = None) -> int:
     """Command line: `python -m amazons.arena A B --games N [--simulations N] ...`."""
     parser = argparse.ArgumentParser(
         prog="python -m amazons.arena",
-        description="Play a match between two players and report wins, win rate and Elo.")
+        description="Play a match between two players and report wins, win rate and Elo. With more "
+                    "than one process, network players (mcts-net, policy-net) are served: one "
+                    "inference server per network batches the leaves of every worker process.")
     parser.add_argument("player_a", help=f"player spec, one of: {', '.join(player_names())}")
     parser.add_argument("player_b", help="player spec")
     parser.add_argument("--games", type=int, default=20, help="games to play (default 20)")
@@ -495,6 +587,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="a SearchConfig override for A's search, e.g. solver=false (repeatable)")
     parser.add_argument("--search-b", action="append", default=[], metavar="FIELD=VALUE",
                         help="a SearchConfig override for B's search (repeatable)")
+    parser.add_argument("--device", default="auto",
+                        help="where network models run: auto (a GPU when there is one), cpu, cuda, ...")
+    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+                        help="how network models compute (auto: bf16 on a GPU that has it, fp32 on a CPU)")
+    parser.add_argument("--no-server", action="store_true",
+                        help="load network models in every worker process instead of serving them")
     parser.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
     parser.add_argument("--record", type=Path, default=None,
                         help="also write every game to this file (game record format, docs/play.md)")
@@ -507,11 +605,27 @@ def main(argv: list[str] | None = None) -> int:
             if bad:
                 raise ValueError(f"bad search override {bad[0]!r}: expected FIELD=VALUE, e.g. solver=false")
             overrides.append(tuple((name.strip(), value.strip()) for name, _, value in pairs))
-        result = run_arena(args.player_a, args.player_b, args.games, args.simulations,
-                           args.processes, args.seed, args.opening_plies, args.time_budget,
-                           overrides[0], overrides[1])
-    except ValueError as error:
+        processes = min(args.games, args.processes or os.cpu_count() or 1) if args.games >= 1 else 1
+        specs = [args.player_a, args.player_b]
+        servers = {} if args.no_server or processes < 2 else network_servers(specs, args.device, args.precision)
+        if servers:
+            humans = [spec for spec in specs if split_spec(spec)[0] == "human"]
+            if humans:
+                raise ValueError("a human plays in this process: pass --processes 1")
+        arena_args = (args.player_a, args.player_b, args.games, args.simulations, processes, args.seed,
+                      args.opening_plies, args.time_budget, overrides[0], overrides[1])
+        if servers:
+            with ArenaWorkers(processes, servers, factories=player_factories(
+                    sorted({split_spec(spec)[0] for spec in specs}))) as workers:
+                result = run_arena(*arena_args, workers=workers, served={spec: spec for spec in servers},
+                                   device=args.device, precision=args.precision)
+        else:
+            result = run_arena(*arena_args, device=args.device, precision=args.precision)
+    except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
+    except (ArenaError, InferenceError) as error:
+        print(f"arena: {error}", file=sys.stderr)
+        return 1
     print(result.summary())
     try:
         if args.json is not None:
@@ -527,8 +641,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy: plugins register players with
-    # `amazons.arena`, whose registry must be the one consulted.
+    # Run the imported module's main, not this __main__ copy: worker processes unpickle the game
+    # tasks as `amazons.arena` classes.
     from amazons.arena import main as arena_main
 
     raise SystemExit(arena_main())

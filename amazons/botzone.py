@@ -25,7 +25,11 @@ search trees are allocated once at `--tree-mb` MiB (`SearchConfig.with_tree_memo
 tree ends the turn's search early; after loading Numba's kernels the bot gives back LLVM's code
 pages (`amazons._memory`). See docs/botzone.md for the measured peak.
 
-Imports `amazons.board`, `amazons.mcts`, `amazons.npnet`, `amazons.players`, `amazons.arena` and
+The player is built by `amazons.player_factory.build_model_player` (the builder of every
+model-backed player), with the bot's choices: the tree's memory bound, a search that stops when
+the tree is full, and `--simulations` (when given) instead of the clock.
+
+Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players` and
 `amazons._memory`; never torch.
 """
 
@@ -42,11 +46,10 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
 from amazons._memory import release_library_pages, releasing_library_pages
-from amazons.arena import model_search
 from amazons.board import Board, IllegalMoveError, Move, NotationError
 from amazons.mcts import SearchConfigError, warm_up
-from amazons.npnet import limit_blas_threads
-from amazons.players import MCTSPlayer
+from amazons.player_factory import build_model_player
+from amazons.players import MCTSPlayer, describe_territory, predicted_territory
 
 __all__ = [
     "KEEP_RUNNING_MARKER",
@@ -56,7 +59,6 @@ __all__ = [
     "ProtocolError",
     "TREE_MEMORY_MB",
     "TimeControl",
-    "build_player",
     "format_json_reply",
     "format_simple_reply",
     "main",
@@ -366,7 +368,9 @@ class Bot:
     def debug_text(self) -> str:
         """`"<simulations> simulations, value <v>, <seconds> s[, tree full]"` about the last search,
         then what is known for sure: a proof (`proven win in N plies`) and, once the amazons are
-        separated and the regions decide it, `decided: Black wins by at least N moves`."""
+        separated and the regions decide it, `decided: Black wins by at least N moves`; with a
+        model that has the ownership head, the territory it predicts after the reply
+        (`net territory: Black +5.2`)."""
         report = self.player.last_report
         if report is None:
             return "no search"
@@ -378,28 +382,10 @@ class Bot:
         adjudication = None if self.board.is_game_over() else self.board.adjudicate()
         if adjudication is not None:
             text += f", {adjudication.describe()}"
+        balance = predicted_territory(self.player.search.evaluator, self.board)
+        if balance is not None:
+            text += f", {describe_territory(balance)}"
         return text
-
-
-def build_player(model: str, simulations: int | None, time_budget: float, seed: int | None,
-                 tree_memory_mb: float = TREE_MEMORY_MB) -> MCTSPlayer:
-    """The bot's searcher for `--model` (`"none"`, `"default"` or an exported `.npz` model).
-
-    `"none"` searches with random playouts (the arena's `mcts-rollout` settings); a network model
-    runs in numpy on one BLAS thread with `amazons.arena.NET_CONFIG` (`amazons.arena.model_search`;
-    no torch). Either way the tree is allocated once at `tree_memory_mb` MiB.
-
-    Raises:
-        FileNotFoundError: the model file (or the shipped default) does not exist.
-        amazons.npnet.ModelFileError: a torch checkpoint, or not a usable model file.
-        amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
-    """
-    evaluator, config = model_search(model, seed)
-    if model != "none":
-        limit_blas_threads(1)
-    return MCTSPlayer(evaluator, config.with_tree_memory(tree_memory_mb), simulations=simulations,
-                      time_budget=None if simulations is not None else time_budget,
-                      seed=seed, name=f"botzone:{model}", stop_when_full=True)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -571,12 +557,14 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         print(f"{parser.prog}: error: {error}", file=stderr)
         return EXIT_BAD_INPUT
     release_library_pages(LLVM_LIBRARY)  # Numba's import touched LLVM's code: give it back
-    # Loading the search kernels from Numba's cache (the tree's first kernel in build_player,
-    # then all of them in warm_up) touches LLVM again; after that LLVM is needed no more.
+    # Loading the search kernels from Numba's cache (the tree's first kernel while the player is
+    # built, then all of them in warm_up) touches LLVM again; after that LLVM is needed no more.
     with releasing_library_pages(LLVM_LIBRARY):
         try:
-            player = build_player(args.model, args.simulations, clock.turn_seconds, args.seed,
-                                  args.tree_mb)
+            player = build_model_player(
+                args.model, simulations=args.simulations,
+                time_budget=None if args.simulations is not None else clock.turn_seconds, seed=args.seed,
+                tree_memory_mb=args.tree_mb, name=f"botzone:{args.model}", stop_when_full=True)
         except SearchConfigError as error:
             print(f"{parser.prog}: error: --tree-mb: {error}", file=stderr)
             return EXIT_BAD_INPUT

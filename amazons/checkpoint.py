@@ -6,8 +6,8 @@ A checkpoint is one `torch.save` file holding a dict of tensors and plain values
      "sha256": hex digest of the payload's content,
      "payload": {
         "kind": "learner" | "model",
-        "net_config": NetConfig.to_dict(),
-        "optim_config": OptimConfig.to_dict() | None,   # learner checkpoints
+        "net_config": config_to_dict(net_config),
+        "optim_config": config_to_dict(optim_config) | None,   # learner checkpoints
         "precision": "bf16" | "fp16" | "fp32" | None,    # what "auto" resolved to when saved
         "model": state dict,
         "optimizer", "scheduler", "scaler": state dicts | None,
@@ -27,8 +27,10 @@ A checkpoint is one `torch.save` file holding a dict of tensors and plain values
   mismatch with the learner it should restore.
 * `load_model_for_play` builds the network from the stored config and weights only; it reads
   learner and model-only (`save_model`) checkpoints alike.
+* Stored configs are read with `amazons.config.config_from_dict`: a field a newer version added
+  takes its default, so older checkpoints still load.
 
-Imports torch, numpy, `amazons.net` and `amazons.learn`.
+Imports torch, numpy, `amazons.config`, `amazons.net` and `amazons.learn`.
 """
 
 from __future__ import annotations
@@ -44,8 +46,9 @@ import numpy as np
 import torch
 
 from amazons._atomic import atomic_write
-from amazons.learn import Learner, OptimConfig, OptimConfigError
-from amazons.net import NetConfig, NetConfigError, PolicyValueNet
+from amazons.config import config_from_dict, config_to_dict
+from amazons.learn import Learner, OptimConfig
+from amazons.net import NetConfig, PolicyValueNet
 
 __all__ = [
     "FORMAT",
@@ -149,8 +152,8 @@ def save_checkpoint(path: str | os.PathLike, learner: Learner, extra: dict[str, 
     state = learner.state_dict()
     return _write(path, {
         "kind": "learner",
-        "net_config": learner.model.config.to_dict(),
-        "optim_config": learner.config.to_dict(),
+        "net_config": config_to_dict(learner.model.config),
+        "optim_config": config_to_dict(learner.config),
         "precision": learner.precision,
         "model": state["model"],
         "optimizer": state["optimizer"],
@@ -166,7 +169,7 @@ def save_model(path: str | os.PathLike, model: PolicyValueNet, extra: dict[str, 
     """Write a model-only checkpoint (config + weights), atomically; `load_model_for_play` reads it."""
     return _write(path, {
         "kind": "model",
-        "net_config": model.config.to_dict(),
+        "net_config": config_to_dict(model.config),
         "optim_config": None,
         "precision": None,
         "model": model.state_dict(),
@@ -226,9 +229,16 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
 
 def _net_config(path: Path, payload: dict[str, Any]) -> NetConfig:
     try:
-        return NetConfig.from_dict(payload["net_config"])
-    except (NetConfigError, TypeError, KeyError) as error:
+        return config_from_dict(NetConfig, payload["net_config"])
+    except (ValueError, TypeError, KeyError) as error:
         raise CheckpointError(f"{path}: bad net config: {error}") from None
+
+
+def _optim_config(path: Path, payload: dict[str, Any]) -> OptimConfig:
+    try:
+        return config_from_dict(OptimConfig, payload["optim_config"])
+    except (ValueError, TypeError, KeyError) as error:
+        raise CheckpointError(f"{path}: bad optim config: {error}") from None
 
 
 def _load_weights(path: Path, model: PolicyValueNet, weights: dict[str, Any]) -> None:
@@ -260,12 +270,9 @@ def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list
 def _restore(path: Path, payload: dict[str, Any], learner: Learner, same_optim: bool = True) -> dict[str, Any]:
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    stored_optim = dict(payload["optim_config"])
-    if "betas" in stored_optim:
-        stored_optim["betas"] = tuple(stored_optim["betas"])
-    checks = [("net config", payload["net_config"], learner.model.config.to_dict())]
+    checks = [("net config", config_to_dict(_net_config(path, payload)), config_to_dict(learner.model.config))]
     if same_optim:
-        checks.append(("optim config", stored_optim, learner.config.to_dict()))
+        checks.append(("optim config", config_to_dict(_optim_config(path, payload)), config_to_dict(learner.config)))
     for name, stored, current in checks:
         differences = _config_differences(stored, current)
         if differences:
@@ -321,7 +328,7 @@ def resume_learner(
     payload = load_checkpoint(path)
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    differences = _config_differences(_net_config(path, payload).to_dict(), net.to_dict())
+    differences = _config_differences(config_to_dict(_net_config(path, payload)), config_to_dict(net))
     if differences:
         raise CheckpointError(
             f"{path}: a resumed run cannot change its network's shape or head: "
@@ -339,10 +346,6 @@ def learner_from_checkpoint(path: str | os.PathLike, device: str | torch.device 
     payload = load_checkpoint(path)
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    try:
-        config = OptimConfig.from_dict(payload["optim_config"])
-    except (OptimConfigError, TypeError, KeyError) as error:
-        raise CheckpointError(f"{path}: bad optim config: {error}") from None
-    learner = Learner(PolicyValueNet(_net_config(path, payload)), config, device=device)
+    learner = Learner(PolicyValueNet(_net_config(path, payload)), _optim_config(path, payload), device=device)
     _restore(path, payload, learner)
     return learner

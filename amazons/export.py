@@ -10,8 +10,9 @@ The Botzone bot and terminal play run the network with `amazons.npnet` (numpy on
 3. writes its state dict, the config and the trunk's layer kinds with `amazons.npnet.write_model`
    (atomically, with a SHA-256 digest of the arrays);
 4. reads the file back with `amazons.npnet.load_model` and checks that the numpy forward pass
-   gives the torch model's legal-move priors and values on random positions (largest
-   differences printed; above `TOLERANCE` the export fails and the file is removed).
+   gives the torch model's legal-move priors and values (and the ownership map, when the network
+   has the ownership head) on random positions (largest differences printed; above `TOLERANCE`
+   the export fails and the file is removed).
 
 Imports torch (through `amazons.net` and `amazons.checkpoint`), numpy and `amazons.npnet`.
 """
@@ -31,6 +32,7 @@ import torch
 
 from amazons import engine, npnet
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.config import config_to_dict
 from amazons.net import (
     GlobalSelfAttention,
     PolicyValueNet,
@@ -50,6 +52,7 @@ __all__ = [
     "model_arrays",
     "random_positions",
     "torch_outputs",
+    "torch_ownership",
     "verify_export",
 ]
 
@@ -77,7 +80,7 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
             raise ExportError(f"cannot export a trunk layer of type {type(layer).__name__}")
     arrays = {name: tensor.detach().float().contiguous().numpy().copy()
               for name, tensor in prepared.state_dict().items()}
-    return model.config.to_dict(), trunk, arrays
+    return config_to_dict(model.config), trunk, arrays
 
 
 def random_positions(count: int, seed: int = 0, max_plies: int = 40) -> np.ndarray:
@@ -120,18 +123,38 @@ def torch_outputs(model: PolicyValueNet, positions: np.ndarray) -> tuple[np.ndar
     return priors.cpu().numpy(), output.value.float().cpu().numpy()
 
 
+@torch.no_grad()
+def torch_ownership(model: PolicyValueNet, positions: np.ndarray) -> np.ndarray:
+    """The torch model's ownership map `(B, 64) float32` (eval mode, float32, on the model's
+    device); the model must have the ownership head."""
+    was_training = model.training
+    device = next(model.parameters()).device
+    model.eval()
+    try:
+        features = torch.from_numpy(engine.features(positions, model.config.num_planes)).to(device)
+        return model(features).ownership.float().cpu().numpy()
+    finally:
+        model.train(was_training)
+
+
 def verify_export(model: PolicyValueNet, net: npnet.NumpyNet, positions: np.ndarray) -> dict[str, float]:
     """Largest absolute differences between the torch model and the numpy network.
 
     Returns:
         `{"priors": ..., "values": ...}` over every legal move and every position of `positions`
-        `(B, 3) uint64` (non-terminal).
+        `(B, 3) uint64` (non-terminal), and `"ownership"` over every square when the model has
+        the ownership head.
     """
     expected_priors, expected_values = torch_outputs(model, positions)
     moves, offsets = engine.legal_moves(positions)
-    priors, values = npnet.NumpyEvaluator(net).evaluate(positions, moves, offsets)
-    return {"priors": float(np.abs(priors - expected_priors).max(initial=0.0)),
-            "values": float(np.abs(values - expected_values).max(initial=0.0))}
+    evaluator = npnet.NumpyEvaluator(net)
+    priors, values = evaluator.evaluate(positions, moves, offsets)
+    differences = {"priors": float(np.abs(priors - expected_priors).max(initial=0.0)),
+                   "values": float(np.abs(values - expected_values).max(initial=0.0))}
+    if model.config.ownership_head:
+        expected = torch_ownership(model, positions)
+        differences["ownership"] = float(np.abs(evaluator.ownership(positions) - expected).max(initial=0.0))
+    return differences
 
 
 def export_model(model: PolicyValueNet, path: str | os.PathLike, source: dict[str, Any] | None = None,
@@ -159,9 +182,14 @@ def export_model(model: PolicyValueNet, path: str | os.PathLike, source: dict[st
             path.unlink(missing_ok=True)
             raise ExportError(
                 f"{path}: the numpy network differs from the torch model by {worst:.2e} "
-                f"(priors {differences['priors']:.2e}, values {differences['values']:.2e}; "
-                f"tolerance {TOLERANCE:.0e}); the file was removed")
+                f"({_describe_differences(differences, '.2e')}; tolerance {TOLERANCE:.0e}); "
+                f"the file was removed")
     return path, differences
+
+
+def _describe_differences(differences: dict[str, float], spec: str) -> str:
+    """`"priors 1.2e-07, values 3.0e-08[, ownership ...]"`."""
+    return ", ".join(f"{name} {value:{spec}}" for name, value in differences.items())
 
 
 def _file_digest(path: Path) -> str:
@@ -209,9 +237,10 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         print(f"{parser.prog}: {error}", file=stderr)
         return 2
     net = npnet.load_model(path)
+    heads = f"{net.policy_head} head" + (", ownership head" if net.has_ownership else "")
     print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
-          f"{net.policy_head} head); largest difference from torch over {args.check_positions} "
-          f"positions: priors {differences['priors']:.1e}, values {differences['values']:.1e}",
+          f"{heads}); largest difference from torch over {args.check_positions} "
+          f"positions: {_describe_differences(differences, '.1e')}",
           file=stdout)
     return 0
 

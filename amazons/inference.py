@@ -6,12 +6,16 @@ evaluates their leaves in large batches. The data never travels through a queue:
 * every actor owns one shared-memory **slot** (`multiprocessing.shared_memory`), laid out as
   numpy arrays (positions, move offsets, moves in; priors, values out);
 * an actor writes its leaves into its slot and sends a tiny message `(rows, moves)` on its pipe;
-* the server gathers requests until it holds `inference_batch_size` rows, or `flush_deadline_ms`
-  passed since the oldest request, or every live actor is waiting (so it can never deadlock: one
-  actor with a batch of 256 is served at once, and so are the last actors of a finishing run);
-* it evaluates the concatenated batch with one call of an in-process Evaluator (the network,
-  features and legal-move priors: `amazons.net.NetworkEvaluator`), writes each actor's rows back
-  into that actor's slot and answers with the weights version, a plain int.
+* the server queues requests in arrival order and fills batches of `inference_batch_size` rows
+  from them, across actors, splitting a request that does not fit into the batch being filled
+  (its remaining rows open the next batch); a batch runs when it is full, when
+  `flush_deadline_ms` passed since the oldest request, or when every live actor is waiting (so
+  it can never deadlock: one actor alone is served at once, and so are the last actors of a
+  finishing run);
+* it evaluates each batch with one call of an in-process Evaluator (the network, features and
+  legal-move priors: `amazons.net.NetworkEvaluator`), writes each actor's rows back into that
+  actor's slot and, once all of a request's rows are done, answers with the weights version, a
+  plain int.
 
 The client half, `InferenceClient`, implements the Evaluator protocol, so a search cannot tell it
 from an in-process evaluator. It splits requests larger than its slot into several round trips.
@@ -22,8 +26,8 @@ the server as an error; the server then stops, every other client's next call ra
 shared memory. A server that dies is seen by clients as a closed pipe, and by the owner's
 `check()`.
 
-Imports numpy and the package's engine constants; the server process imports torch only through
-the evaluator factory it is given.
+Imports numpy, the package's engine constants and the `Evaluator` protocol (`amazons.mcts`); the
+server process imports torch only through the evaluator factory it is given.
 """
 
 from __future__ import annotations
@@ -35,29 +39,22 @@ import secrets
 import sys
 import time
 import traceback
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from multiprocessing.shared_memory import SharedMemory
-from typing import Protocol
 
 import numpy as np
 
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
+from amazons.mcts import Evaluator
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
 
 
 class InferenceError(RuntimeError):
     """The inference server or one of its clients failed; the message says which and why."""
-
-
-class Evaluator(Protocol):
-    """The search's Evaluator protocol (see `amazons.mcts`)."""
-
-    def evaluate(
-        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]: ...
 
 
 @dataclass(frozen=True)
@@ -262,6 +259,7 @@ class InferenceServer:
         self._process: mp.process.BaseProcess | None = None
         self._error: str | None = None
         self.stats: dict[str, float] = {}
+        self.loaded_version: int | None = None  # the latest published version the server has loaded
 
     @property
     def slot_names(self) -> list[str]:
@@ -330,22 +328,32 @@ class InferenceServer:
         return process
 
     def publish_weights(self, path: str, version: int) -> None:
-        """Ask the server to load new weights from `path`; later results carry `version`."""
+        """Ask the server to load new weights from `path`; later results carry `version`.
+
+        The server loads them between batches, never between two parts of one request, and
+        acknowledges each load: `loaded_version` (updated by `check`) then says which file it
+        no longer needs (every one published before that version).
+        """
         self.check()
         self._control.send(("weights", str(path), int(version)))
 
     def check(self) -> None:
-        """Raise InferenceError if the server reported an error or died."""
+        """Raise InferenceError if the server reported an error or died; take in its other
+        messages (weights loaded, statistics)."""
         while self._control is not None and self._error is None and self._control.poll(0):
-            message = self._receive_control()
-            if message[0] == "error":
-                self._error = message[1]
-            elif message[0] == "stats":
-                self.stats = message[1]
+            self._take_control_message(self._receive_control())
         if self._error is not None:
             raise InferenceError(self._error)
         if self._process is not None and not self._process.is_alive():
             raise InferenceError(f"inference server exited with code {self._process.exitcode}")
+
+    def _take_control_message(self, message: tuple) -> None:
+        if message[0] == "error":
+            self._error = message[1]
+        elif message[0] == "stats":
+            self.stats = message[1]
+        elif message[0] == "loaded":
+            self.loaded_version = int(message[1])
 
     def _receive_control(self) -> tuple:
         try:
@@ -355,19 +363,24 @@ class InferenceServer:
             return ("error", f"inference server exited (code {code}) without a message")
 
     def stop(self, timeout: float = 10.0) -> dict[str, float]:
-        """Stop the server, close the pipes and unlink every slot; return the server's stats."""
-        if self._control is not None:
+        """Stop the server, close the pipes and unlink every slot; return the server's stats.
+
+        Safe after a start that failed at any point (a process that never started is not waited for)."""
+        started = self._process is not None and self._process.pid is not None
+        if self._control is not None and started:
             try:
                 self._control.send(("stop",))
-                if self._control.poll(timeout):
+                deadline = time.monotonic() + timeout
+                while self._control.poll(max(0.0, deadline - time.monotonic())):
                     message = self._receive_control()
-                    if message[0] == "stats":
-                        self.stats = message[1]
-                    elif message[0] == "error" and self._error is None:
-                        self._error = message[1]
+                    if message[0] == "error" and self._error is not None:
+                        break  # the error is known already; keep the first one
+                    self._take_control_message(message)
+                    if message[0] in ("stats", "error"):
+                        break
             except (OSError, EOFError, BrokenPipeError):
                 pass
-        if self._process is not None:
+        if started:
             self._process.join(timeout)
             if self._process.is_alive():
                 self._process.terminate()
@@ -456,8 +469,27 @@ def _limit_torch_threads(threads: int) -> None:
         torch.set_num_threads(threads)
 
 
+@dataclass
+class _Request:
+    """One client's outstanding request: `rows` leaves in its slot, `served` of them evaluated."""
+
+    client: int
+    rows: int
+    moves: int
+    arrived: float  # perf_counter() when the request came in (the deadline counts from the oldest)
+    served: int = 0
+
+
 class _BatchLoop:
-    """The server's event loop over client pipes and the control pipe."""
+    """The server's event loop over client pipes and the control pipe.
+
+    Requests wait in arrival order. A batch takes rows from the front of that queue, across
+    clients, up to `inference_batch_size`; a request that does not fit in the batch being filled
+    is split at a row boundary and the rest of it goes into the next batch. A client is answered
+    once all its rows are evaluated. Batches run when a full one is pending, when every live
+    client is waiting (nobody can add rows: run what there is), or when the oldest request has
+    waited `flush_deadline_ms`; so a client is never left waiting for rows that cannot come.
+    """
 
     def __init__(
         self,
@@ -473,11 +505,16 @@ class _BatchLoop:
         self.connections = connections
         self.control = control
         self.live = set(range(len(connections)))
-        self.pending: dict[int, tuple[int, int]] = {}
-        self.oldest_request = 0.0
+        self.queue: deque[_Request] = deque()
+        self.pending_rows = 0
+        self.pending_weights: tuple[str, int] | None = None
         self.version = 0
         self.batches = 0
         self.rows = 0
+        self.largest_batch = 0
+        self.requests = 0
+        self.split_requests = 0
+        self.batch_requests = 0  # sum over batches of the requests each batch served rows of
         self.evaluate_seconds = 0.0
         self.started = time.perf_counter()
         self.stopping = False
@@ -487,23 +524,21 @@ class _BatchLoop:
         by_connection = {connection: index for index, connection in enumerate(self.connections)}
         while True:
             if self.stopping:
-                if self.pending:
-                    self._flush()
+                self._evaluate_pending(everything=True)
                 return
             timeout = None
-            if self.pending:
-                timeout = max(0.0, self.oldest_request + deadline - time.perf_counter())
+            if self.queue:
+                timeout = max(0.0, self.queue[0].arrived + deadline - time.perf_counter())
             watched = [self.connections[index] for index in self.live] + [self.control]
             for connection in wait(watched, timeout):
                 if connection is self.control:
                     self._on_control()
                 else:
                     self._on_client(by_connection[connection])
-            pending_rows = sum(rows for rows, _ in self.pending.values())
-            everyone_waiting = self.pending and len(self.pending) == len(self.live)
-            expired = self.pending and time.perf_counter() >= self.oldest_request + deadline
-            if pending_rows >= self.config.inference_batch_size or everyone_waiting or expired:
-                self._flush()
+            everyone_waiting = bool(self.queue) and len(self.queue) >= len(self.live)
+            expired = bool(self.queue) and time.perf_counter() >= self.queue[0].arrived + deadline
+            self._evaluate_pending(everything=everyone_waiting or expired)
+            self._load_pending_weights()
 
     def _on_control(self) -> None:
         try:
@@ -515,11 +550,21 @@ class _BatchLoop:
             self.live.clear()
         elif message[0] == "weights":
             _, path, version = message
-            load = getattr(self.evaluator, "load_weights", None)
-            if load is None:
+            if getattr(self.evaluator, "load_weights", None) is None:
                 raise InferenceError(f"{type(self.evaluator).__name__} cannot load weights")
-            load(path)
-            self.version = version
+            self.pending_weights = (path, version)
+            self._load_pending_weights()
+
+    def _load_pending_weights(self) -> None:
+        """Load published weights, but never between two parts of one request: every row of a
+        reply comes from the weights version the reply names."""
+        if self.pending_weights is None or (self.queue and self.queue[0].served):
+            return
+        path, version = self.pending_weights
+        self.pending_weights = None
+        self.evaluator.load_weights(path)
+        self.version = version
+        self.control.send(("loaded", version))
 
     def _on_client(self, index: int) -> None:
         try:
@@ -531,54 +576,72 @@ class _BatchLoop:
         if message is None:
             self.live.discard(index)
             return
-        if not self.pending:
-            self.oldest_request = time.perf_counter()
-        self.pending[index] = message
+        rows, moves = message
+        self.queue.append(_Request(index, rows, moves, time.perf_counter()))
+        self.pending_rows += rows
+        self.requests += 1
 
-    def _flush(self) -> None:
-        """Evaluate pending requests in batches of at most `inference_batch_size` rows."""
-        group: list[int] = []
-        group_rows = 0
-        for index in sorted(self.pending):
-            rows = self.pending[index][0]
-            if group and group_rows + rows > self.config.inference_batch_size:
-                self._evaluate_group(group)
-                group, group_rows = [], 0
-            group.append(index)
-            group_rows += rows
-        if group:
-            self._evaluate_group(group)
-        self.pending.clear()
+    def _evaluate_pending(self, everything: bool) -> None:
+        """Run full batches while the queue holds one; with `everything`, the rest too."""
+        batch_size = self.config.inference_batch_size
+        while self.pending_rows >= batch_size or (everything and self.pending_rows):
+            self._evaluate_batch(min(batch_size, self.pending_rows))
 
-    def _evaluate_group(self, group: list[int]) -> None:
-        requests = [(index, *self.pending[index]) for index in group]
-        positions = np.concatenate([self.slots[i]["positions"][:rows] for i, rows, _ in requests])
-        moves = np.concatenate([self.slots[i]["moves"][:count] for i, _, count in requests])
-        offsets = [np.zeros(1, dtype=OFFSET_DTYPE)]
+    def _evaluate_batch(self, size: int) -> None:
+        """Evaluate the next `size` queued rows as one batch and answer the requests it completes."""
+        parts: list[tuple[_Request, int, int]] = []  # (request, first row, rows) in batch order
+        taken = 0
+        for request in self.queue:
+            if taken == size:
+                break
+            rows = min(request.rows - request.served, size - taken)
+            parts.append((request, request.served, rows))
+            taken += rows
+        positions, moves, offsets = [], [], [np.zeros(1, dtype=OFFSET_DTYPE)]
         base = 0
-        for index, rows, count in requests:
-            offsets.append(self.slots[index]["offsets"][1 : rows + 1] + base)
-            base += count
-        move_offsets = np.concatenate(offsets)
+        for request, first, rows in parts:
+            slot = self.slots[request.client]
+            first_move, last_move = int(slot["offsets"][first]), int(slot["offsets"][first + rows])
+            positions.append(slot["positions"][first : first + rows])
+            moves.append(slot["moves"][first_move:last_move])
+            offsets.append(slot["offsets"][first + 1 : first + rows + 1] - first_move + base)
+            base += last_move - first_move
         started = time.perf_counter()
-        priors, values = self.evaluator.evaluate(positions, moves, move_offsets)
+        priors, values = self.evaluator.evaluate(np.concatenate(positions), np.concatenate(moves),
+                                                 np.concatenate(offsets))
         self.evaluate_seconds += time.perf_counter() - started
         row, move = 0, 0
-        for index, rows, count in requests:
-            self.slots[index]["priors"][:count] = priors[move : move + count]
-            self.slots[index]["values"][:rows] = values[row : row + rows]
+        for request, first, rows in parts:
+            slot = self.slots[request.client]
+            first_move, last_move = int(slot["offsets"][first]), int(slot["offsets"][first + rows])
+            count = last_move - first_move
+            slot["priors"][first_move:last_move] = priors[move : move + count]
+            slot["values"][first : first + rows] = values[row : row + rows]
             row, move = row + rows, move + count
-            self.connections[index].send(self.version)
+            self.split_requests += first == 0 and rows < request.rows
+            request.served += rows
+        while self.queue and self.queue[0].served == self.queue[0].rows:
+            self.connections[self.queue.popleft().client].send(self.version)
+        self.pending_rows -= row
         self.batches += 1
         self.rows += row
+        self.largest_batch = max(self.largest_batch, row)
+        self.batch_requests += len(parts)
 
     def statistics(self) -> dict[str, float]:
-        """Batches, rows, mean batch fill (rows per batch / batch size), time in the evaluator."""
+        """Batches, rows, mean batch fill (rows per batch / batch size), the largest batch, how
+        many requests a batch served on average and how many requests were split across
+        batches, time in the evaluator."""
+        batches = max(1, self.batches)
         return {
             "batches": float(self.batches),
             "rows": float(self.rows),
-            "mean_batch_rows": self.rows / max(1, self.batches),
-            "mean_batch_fill": self.rows / max(1, self.batches) / self.config.inference_batch_size,
+            "mean_batch_rows": self.rows / batches,
+            "mean_batch_fill": self.rows / batches / self.config.inference_batch_size,
+            "max_batch_rows": float(self.largest_batch),
+            "requests": float(self.requests),
+            "mean_requests_per_batch": self.batch_requests / batches,
+            "split_requests": float(self.split_requests),
             "evaluate_seconds": self.evaluate_seconds,
             "wall_seconds": time.perf_counter() - self.started,
             "pid": float(os.getpid()),

@@ -5,8 +5,10 @@ What this module owns:
 * `SampleBatch`: training samples in a flat CSR form, exactly as the search produced them:
   canonical positions `(B, 3) uint64`, the sparse visit distribution over full moves
   (`label_moves (N, 3) int32`, `label_probs (N,) float32`, `label_offsets (B + 1,) int64`),
-  the outcome `z (B,) float32` for the side to move and the policy weight `(B,) float32` (0 for
-  a playout cap's fast search: no policy target, an empty label). The engine is never asked to
+  the outcome `z (B,) float32` for the side to move, the policy weight `(B,) float32` (0 for
+  a playout cap's fast search: no policy target, an empty label) and the ownership target
+  `(B, 64) int8` with its mask `(B, 64) bool` (each square's owner at the end of the game, +1 the
+  side to move's; a mask of all False means no target). The engine is never asked to
   decode a label: labels are squares, and squares are what the network's tables are indexed by.
 * `augment_batch`: one random symmetry of the 8 per sample, applied to positions and sparse labels
   in one vectorized call each (`amazons.symmetry`, square permutations); `sample_batch` draws a
@@ -17,7 +19,9 @@ What this module owns:
     conditional;
   - factorized head: the three marginal cross-entropies (src, dst, arrow);
   each weighted by the sample's policy weight and averaged over the samples' total policy weight;
-  - value: mean squared error against z, over every sample.
+  - value: mean squared error against z, over every sample;
+  - ownership (networks with the ownership head): squared error over the squares the mask keeps,
+    summed per sample and divided by 64, averaged over the samples that have a target.
 * `OptimConfig` (frozen) and `Learner`: AdamW, warmup + cosine or constant learning rate, gradient
   clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
   optional `torch.compile`, and a metrics dict per step.
@@ -43,20 +47,28 @@ from torch import nn
 from amazons import engine
 from amazons.net import (
     NUM_SQUARES,
+    PRECISION_DTYPES,
+    PRECISIONS,
     FactorizedPolicy,
     JointPolicy,
     NetOutput,
     PolicyValueNet,
     policy_log_tables,
+    resolve_precision,
     segment_ids,
 )
-from amazons.symmetry import NUM_SYMMETRIES, transform_moves, transform_positions
+from amazons.symmetry import (
+    NUM_SYMMETRIES,
+    transform_moves,
+    transform_positions,
+    transform_square_labels,
+)
 
 __all__ = [
-    "PRECISIONS",
     "SCHEDULES",
     "LabelTensors",
     "Learner",
+    "MetricSums",
     "OptimConfig",
     "OptimConfigError",
     "SampleBatch",
@@ -64,15 +76,14 @@ __all__ = [
     "augment_batch",
     "label_tensors",
     "learning_rate_factor",
+    "ownership_loss",
     "policy_loss_terms",
     "policy_metrics",
-    "resolve_precision",
     "sample_batch",
     "value_loss",
 ]
 
 SCHEDULES = ("constant", "cosine")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 LABEL_SUM_TOLERANCE = 1e-3  # how far a sample's label probabilities may sum from 1
 
 
@@ -103,10 +114,21 @@ class SampleBatch:
     label_offsets: np.ndarray  # (B + 1,) int64, CSR offsets of each sample's labels
     z: np.ndarray  # (B,) float32, the game's outcome for the side to move, in [-1, 1]
     policy_weight: np.ndarray | None = None  # (B,) float32 in [0, 1]; 0 = no policy target (empty label)
+    # (B, 64) int8 in {-1, 0, 1}: each square's owner at the end of the game, canonical frame, +1 the
+    # side to move's; default 0
+    ownership: np.ndarray | None = None
+    # (B, 64) bool: the squares the ownership loss counts (not arrows at the end); all False = no target
+    ownership_mask: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.policy_weight is None and isinstance(self.positions, np.ndarray):
             object.__setattr__(self, "policy_weight", np.ones(self.positions.shape[0], np.float32))
+        if isinstance(self.positions, np.ndarray):
+            count = self.positions.shape[0]
+            if self.ownership is None:
+                object.__setattr__(self, "ownership", np.zeros((count, NUM_SQUARES), np.int8))
+            if self.ownership_mask is None:
+                object.__setattr__(self, "ownership_mask", np.zeros((count, NUM_SQUARES), np.bool_))
         _validate_batch(self)
 
     @property
@@ -172,7 +194,8 @@ class SampleBatch:
         np.cumsum(counts, out=offsets[1:])
         rows = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
         return SampleBatch(self.positions[indices], self.label_moves[rows], self.label_probs[rows],
-                           offsets, self.z[indices], self.policy_weight[indices])
+                           offsets, self.z[indices], self.policy_weight[indices],
+                           ownership=self.ownership[indices], ownership_mask=self.ownership_mask[indices])
 
     @classmethod
     def concatenate(cls, batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -191,6 +214,8 @@ class SampleBatch:
             np.concatenate(offsets),
             np.concatenate([b.z for b in batches]),
             np.concatenate([b.policy_weight for b in batches]),
+            ownership=np.concatenate([b.ownership for b in batches]),
+            ownership_mask=np.concatenate([b.ownership_mask for b in batches]),
         )
 
 
@@ -198,6 +223,7 @@ def _validate_batch(batch: SampleBatch) -> None:
     expected = (
         ("positions", np.uint64, 2), ("label_moves", np.int32, 2), ("label_probs", np.float32, 1),
         ("label_offsets", np.int64, 1), ("z", np.float32, 1), ("policy_weight", np.float32, 1),
+        ("ownership", np.int8, 2), ("ownership_mask", np.bool_, 2),
     )
     for name, dtype, ndim in expected:
         array = getattr(batch, name)
@@ -236,6 +262,11 @@ def _validate_batch(batch: SampleBatch) -> None:
             raise SampleError(f"labels of sample {bad[0]} sum to {sums[bad[0]]:.6f}, not 1")
     if not np.all(np.abs(batch.z) <= 1.0):
         raise SampleError("z must be finite and in [-1, 1]")
+    if batch.ownership.shape != (count, NUM_SQUARES) or batch.ownership_mask.shape != (count, NUM_SQUARES):
+        raise SampleError(f"{count} positions need ownership and ownership_mask ({count}, 64), "
+                          f"got {batch.ownership.shape} and {batch.ownership_mask.shape}")
+    if batch.ownership.size and np.abs(batch.ownership).max() > 1:
+        raise SampleError("ownership must hold -1, 0 and +1 only")
 
 
 def augment_batch(
@@ -252,7 +283,8 @@ def augment_batch(
         symmetries: `(B,)` integer symmetry index per sample (see `amazons.symmetry.SYMMETRIES`).
 
     Returns:
-        A new batch; probabilities, outcomes and policy weights are unchanged, label order is kept.
+        A new batch; probabilities, outcomes and policy weights are unchanged, label order is kept;
+        the ownership maps and masks move with their positions.
     """
     if symmetries is None:
         if rng is None:
@@ -269,6 +301,8 @@ def augment_batch(
         batch.label_offsets,
         batch.z,
         batch.policy_weight,
+        ownership=transform_square_labels(batch.ownership, symmetries),
+        ownership_mask=transform_square_labels(batch.ownership_mask, symmetries),
     )
 
 
@@ -297,12 +331,26 @@ class LabelTensors(NamedTuple):
     z: torch.Tensor  # [B] float32 outcome for the side to move
     label_weight: torch.Tensor  # [N] float32, the policy weight of each label's sample
     policy_samples: torch.Tensor  # [] float32, the batch's total policy weight (the policy terms' denominator)
+    ownership: torch.Tensor  # [B, 64] float32 in {-1, 0, 1}, each square's final owner, +1 the side to move's
+    ownership_mask: torch.Tensor  # [B, 64] float32, 1 where the square counts in the ownership loss
+    ownership_samples: torch.Tensor  # [] float32, samples with an ownership target (the loss's denominator)
 
 
 def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> LabelTensors:
-    """Move a batch's labels to `device` (no engine call: labels are squares already)."""
+    """Move a batch's labels to `device` (no engine call: labels are squares already).
+
+    On a GPU the arrays go through pinned host memory with non-blocking copies, so the host
+    does not wait for the device; elsewhere the tensors share the arrays' memory.
+    """
     device = torch.device(device)
     owners = segment_ids(batch.label_offsets)
+    if device.type == "cuda":
+        arrays = (batch.label_moves, batch.label_probs, owners, batch.z, batch.policy_weight[owners],
+                  np.asarray(batch.policy_weight.sum(), dtype=np.float32), batch.ownership,
+                  batch.ownership_mask, np.asarray(batch.ownership_mask.any(axis=1).sum(), dtype=np.float32))
+        moves, probs, index, z, weight, total, ownership, mask, counted = (
+            _to_device(array, device) for array in arrays)
+        return LabelTensors(moves.long(), probs, index, z, weight, total, ownership.float(), mask.float(), counted)
     return LabelTensors(
         torch.from_numpy(batch.label_moves).to(device).long(),
         torch.from_numpy(batch.label_probs).to(device),
@@ -310,7 +358,19 @@ def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> Lab
         torch.from_numpy(batch.z).to(device),
         torch.from_numpy(batch.policy_weight[owners]).to(device),
         torch.tensor(float(batch.policy_weight.sum()), dtype=torch.float32, device=device),
+        torch.from_numpy(batch.ownership).to(device).float(),
+        torch.from_numpy(batch.ownership_mask).to(device).float(),
+        torch.tensor(float(batch.ownership_mask.any(axis=1).sum()), dtype=torch.float32, device=device),
     )
+
+
+def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
+    """`array` on a CUDA `device` through a pinned staging copy, without waiting for the copy.
+
+    The staging memory comes from torch's caching host allocator, which does not hand it out
+    again before the copy that reads it has finished.
+    """
+    return torch.from_numpy(np.ascontiguousarray(array)).pin_memory().to(device, non_blocking=True)
 
 
 def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -351,6 +411,14 @@ def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTenso
 def value_loss(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Mean squared error between the predicted values `[B]` and the outcomes `[B]`."""
     return torch.mean((value.float() - z) ** 2)
+
+
+def ownership_loss(ownership: torch.Tensor, labels: LabelTensors) -> torch.Tensor:
+    """The ownership term: squared error of the predicted owners `[B, 64]` against the targets,
+    over the squares each sample's mask keeps, summed per sample and divided by 64 (KataGo's
+    1 / b^2 per square), averaged over the samples that have a target (0 when none has)."""
+    squared = labels.ownership_mask * (ownership.float() - labels.ownership) ** 2
+    return squared.sum() / (NUM_SQUARES * labels.ownership_samples.clamp_min(1.0))
 
 
 @torch.no_grad()
@@ -405,10 +473,13 @@ class OptimConfig:
     compile: bool = False  # wrap the model's forward in torch.compile
     policy_weight: float = 1.0  # weight of the policy cross-entropy terms in the loss
     value_weight: float = 1.0  # weight of the value MSE in the loss
+    # weight of the ownership term (networks with the ownership head; the term already divides by
+    # the 64 squares, so 1.5 is KataGo's 1.5 / b^2 per square)
+    ownership_weight: float = 1.5
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "eps", "grad_clip_norm", "policy_weight", "value_weight",
-                     "min_lr_ratio"):
+                     "min_lr_ratio", "ownership_weight"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value < 0:
@@ -432,24 +503,6 @@ class OptimConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
 
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (what checkpoints store)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, fields: dict[str, Any]) -> OptimConfig:
-        """Inverse of `to_dict`.
-
-        Raises:
-            OptimConfigError: a field is unknown or missing, or a value is invalid.
-        """
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(fields) - known)
-        missing = sorted(known - set(fields))
-        if unknown or missing:
-            raise OptimConfigError(f"optim config fields: unknown {unknown}, missing {missing}")
-        return cls(**{**fields, "betas": tuple(fields["betas"])})
-
 
 def learning_rate_factor(step: int, config: OptimConfig) -> float:
     """Multiplier of `config.lr` at optimizer step `step` (0-based)."""
@@ -460,22 +513,6 @@ def learning_rate_factor(step: int, config: OptimConfig) -> float:
     span = max(config.total_steps - config.warmup_steps, 1)
     progress = min((step - config.warmup_steps) / span, 1.0)
     return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-def resolve_precision(precision: str, device: torch.device) -> str:
-    """"auto" -> "bf16" on a GPU that supports it, "fp16" on other GPUs, "fp32" on CPU.
-
-    CPUs without native bf16 (most x86 before AVX-512 BF16 / AMX) run bf16 autocast many times
-    slower than fp32, so "auto" does not pick it there; ask for "bf16" explicitly where it pays.
-    """
-    if precision != "auto":
-        return precision
-    if device.type == "cuda":
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "fp32"
-
-
-_AUTOCAST_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class Learner:
@@ -512,7 +549,8 @@ class Learner:
         self.optimizer = torch.optim.AdamW(
             [{"params": decay, "weight_decay": self.config.weight_decay},
              {"params": no_decay, "weight_decay": 0.0}],
-            lr=self.config.lr, betas=self.config.betas, eps=self.config.eps)
+            lr=self.config.lr, betas=self.config.betas, eps=self.config.eps,
+            fused=True if self._skips_on_device() else None)
         config_for_schedule = self.config
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: learning_rate_factor(step, config_for_schedule))
@@ -525,6 +563,13 @@ class Learner:
     @property
     def num_planes(self) -> int:
         return self.model.config.num_planes
+
+    def _skips_on_device(self) -> bool:
+        """Whether a step with a non-finite gradient is skipped by the optimizer itself, on the
+        device (fused AdamW with `found_inf`), rather than by a host-side test. On a GPU the
+        host test would wait for the whole step to finish before queuing the next one; on the
+        CPU there is nothing to wait for, and the plain AdamW keeps its numbers."""
+        return self.device.type == "cuda"
 
     def wrap_model(self, wrapper: Callable[[PolicyValueNet], nn.Module]) -> None:
         """Run `train_step`'s forward pass through `wrapper(self.model)` from now on.
@@ -539,15 +584,23 @@ class Learner:
         self._forward = torch.compile(module) if self.config.compile else module
 
     def _autocast(self) -> torch.autocast:
-        dtype = _AUTOCAST_DTYPES.get(self.precision, torch.float32)
+        dtype = PRECISION_DTYPES[self.precision]
         return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision != "fp32")
 
     def features(self, positions: np.ndarray) -> torch.Tensor:
         """Feature planes of `(B, 3) uint64` positions, on the device, in the model's memory format."""
         rows = positions.shape[0]
+        if self.device.type == "cuda":
+            # A fresh pinned buffer per call (from torch's caching host allocator): the previous
+            # step's non-blocking copy may still be reading the last one.
+            host = torch.empty((rows, self.num_planes, 8, 8), dtype=torch.float32, pin_memory=True)
+            engine.features(positions, self.num_planes, out=host.numpy())
+            features = host.to(self.device, non_blocking=True)
+            if self.config.channels_last:
+                features = features.contiguous(memory_format=torch.channels_last)
+            return features
         if self._host_features.shape[0] < rows:
-            self._host_features = torch.empty((rows, self.num_planes, 8, 8), dtype=torch.float32,
-                                              pin_memory=self.device.type == "cuda")
+            self._host_features = torch.empty((rows, self.num_planes, 8, 8), dtype=torch.float32)
         host = self._host_features[:rows]
         engine.features(positions, self.num_planes, out=host.numpy())
         features = host.to(self.device, non_blocking=True)
@@ -562,6 +615,9 @@ class Learner:
         policy_loss = sum(terms.values())
         terms["value_mse"] = value_loss(output.value, labels.z)
         total = self.config.policy_weight * policy_loss + self.config.value_weight * terms["value_mse"]
+        if output.ownership is not None:
+            terms["ownership_loss"] = ownership_loss(output.ownership, labels)
+            total = total + self.config.ownership_weight * terms["ownership_loss"]
         terms["policy_loss"] = policy_loss
         terms["loss"] = total
         return total, terms
@@ -574,8 +630,25 @@ class Learner:
             (`policy_move`, `policy_arrow` for the joint head; `policy_src`, `policy_dst`,
             `policy_arrow` for the factorized one), `value_mse`, `policy_entropy`,
             `target_entropy`, `policy_kl`, `grad_norm` (before clipping), `lr` (used for this
-            step), `skipped` (1 when a non-finite gradient made the step a no-op), and
-            `loss_scale` with fp16.
+            step), `skipped` (1 when a non-finite gradient made the step a no-op),
+            `ownership_loss` with the ownership head, and `loss_scale` with fp16. Reading them
+            waits for the step; a training loop that should not wait uses `train_step_tensors`
+            and `MetricSums`.
+        """
+        metrics = self.train_step_tensors(batch)
+        names = [name for name, value in metrics.items() if isinstance(value, torch.Tensor)]
+        values = torch.stack([metrics[name] for name in names]).tolist()
+        floats = dict(zip(names, values, strict=True))
+        floats.update({name: value for name, value in metrics.items() if not isinstance(value, torch.Tensor)})
+        return floats
+
+    def train_step_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor | float]:
+        """`train_step` without waiting for the device: the same metrics, as 0-d float32
+        tensors on the learner's device (`lr` is a float), read only when the caller reads them.
+
+        On a GPU nothing in the step makes the host wait (the inputs go through pinned memory,
+        a non-finite gradient is skipped on the device), so the next batch is assembled while
+        this step runs.
         """
         if batch.size == 0:
             raise SampleError("train_step needs at least one sample")
@@ -591,11 +664,15 @@ class Learner:
         max_norm = self.config.grad_clip_norm if self.config.grad_clip_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         lr = self.optimizer.param_groups[0]["lr"]
-        finite = bool(torch.isfinite(grad_norm))
+        finite = torch.isfinite(grad_norm)
         if self.scaler.is_enabled():
             self.scaler.step(self.optimizer)  # skips the update itself on inf/NaN gradients
             self.scaler.update()
-        elif finite:
+        elif self._skips_on_device():
+            self.optimizer.found_inf = (~finite).float()  # what GradScaler hands a fused optimizer
+            self.optimizer.step()
+            del self.optimizer.found_inf
+        elif bool(finite):
             self.optimizer.step()
         with warnings.catch_warnings():
             # A skipped first step makes torch warn that the schedule ran ahead of the optimizer;
@@ -604,12 +681,10 @@ class Learner:
             self.scheduler.step()
         self.step += 1
         terms.update(policy_metrics(output.policy, labels))
-        names = list(terms)
-        values = torch.stack([terms[name].detach().float() for name in names]).tolist()
-        metrics = dict(zip(names, values, strict=True))
-        metrics.update(grad_norm=float(grad_norm), lr=lr, skipped=float(not finite))
+        metrics: dict[str, torch.Tensor | float] = {name: value.detach().float() for name, value in terms.items()}
+        metrics.update(grad_norm=grad_norm.detach().float(), lr=lr, skipped=(~finite).float())
         if self.scaler.is_enabled():
-            metrics["loss_scale"] = float(self.scaler.get_scale())
+            metrics["loss_scale"] = self.scaler._get_scale_async().detach().float()  # get_scale() would wait
         return metrics
 
     @torch.no_grad()
@@ -638,7 +713,12 @@ class Learner:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Inverse of `state_dict` (strict about the model's parameter names and shapes)."""
         self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        # Keep this learner's optimizer kernel (fused on a GPU) whatever the saving one used; a
+        # fused optimizer then gets its step counts on the device, as it needs them.
+        kernel = {key: self.optimizer.param_groups[0].get(key) for key in ("fused", "foreach")}
+        optimizer = state["optimizer"]
+        self.optimizer.load_state_dict({**optimizer, "param_groups": [
+            {**group, **kernel} for group in optimizer["param_groups"]]})
         self.scheduler.load_state_dict(state["scheduler"])
         if self.scaler.is_enabled() and state["scaler"]:
             self.scaler.load_state_dict(state["scaler"])
@@ -661,3 +741,36 @@ class Learner:
         factor = learning_rate_factor(self.scheduler.last_epoch, config)
         for group in self.optimizer.param_groups:
             group["lr"] = config.lr * factor
+
+
+class MetricSums:
+    """Per-step metrics summed where they were computed, without waiting for the device.
+
+    `add` takes what `Learner.train_step_tensors` returns (0-d tensors, and floats); `means`
+    reads every sum with one transfer. Sums are kept in float64, as Python would sum the floats.
+    """
+
+    def __init__(self) -> None:
+        self._tensors: dict[str, torch.Tensor] = {}
+        self._floats: dict[str, float] = {}
+        self.steps = 0
+
+    def add(self, metrics: dict[str, torch.Tensor | float]) -> None:
+        """Add one step's metrics."""
+        for name, value in metrics.items():
+            if isinstance(value, torch.Tensor):
+                value = value.detach().double()
+                self._tensors[name] = self._tensors[name] + value if name in self._tensors else value
+            else:
+                self._floats[name] = self._floats.get(name, 0.0) + float(value)
+        self.steps += 1
+
+    def means(self) -> dict[str, float]:
+        """The mean of each metric over the steps added (empty before the first)."""
+        if not self.steps:
+            return {}
+        names = list(self._tensors)
+        values = torch.stack([self._tensors[name] for name in names]).tolist() if names else []
+        means = {name: value / self.steps for name, value in zip(names, values, strict=True)}
+        means.update({name: value / self.steps for name, value in self._floats.items()})
+        return means

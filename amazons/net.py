@@ -6,8 +6,8 @@ What this module owns:
   20 residual blocks x 256 channels), `medium`, `small` and `tiny`.
 * `PolicyValueNet`: feature planes `(B, 3 | 7, 8, 8)` from `amazons.engine.features` -> stem
   convolution -> residual trunk -> global self-attention over the 64 squares -> a policy head and
-  a value head. It returns **logits only** (and the value, already squashed to [-1, 1], for the
-  side to move). Two policy heads:
+  a value head, and optionally an ownership head. It returns **logits only** (and the value,
+  already squashed to [-1, 1], for the side to move). Two policy heads:
   - `joint` (default): move logits `[B, 64, 64]` = source queries x destination keys, i.e. the
     joint P(src, dst); then a latent simulation: the destination keys are written into the
     features through an update gate, `x_next = x + relu(conv1x1(concat(x, keys)))`, and the
@@ -16,13 +16,18 @@ What this module owns:
     src -> dst -> arrow kept (seeds 001 and 003).
   - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
     version, kept for comparison.
+  The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
+  predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
+  side to move, -1 the opponent (`amazons.replay` documents the target).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
   restricted to legal moves. Both heads reduce to the same two tables, log P(src, dst) `(B, 4096)`
   and log P(arrow | dst) `(B, 4096)`; the prior of a legal move is P(src, dst) * P(arrow | dst),
   renormalized over the position's legal moves.
-* `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process.
+* `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
+  over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
-  chosen dtype and memory format.
+  chosen dtype and memory format (what production evaluates: `amazons.netplay`).
+* `resolve_precision`: what `"auto"` precision means on a device, for training and inference.
 
 Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
 `(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy and `amazons.engine`.
@@ -33,6 +38,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -47,6 +54,8 @@ __all__ = [
     "ATTENTION_PLACEMENTS",
     "NUM_SQUARES",
     "POLICY_HEADS",
+    "PRECISIONS",
+    "PRECISION_DTYPES",
     "PRESETS",
     "FactorizedPolicy",
     "JointPolicy",
@@ -55,19 +64,24 @@ __all__ = [
     "NetInputError",
     "NetOutput",
     "NetworkEvaluator",
+    "OwnershipHead",
     "PolicyValueNet",
     "count_parameters",
     "gather_legal_priors",
     "move_log_probs",
     "net_config",
     "policy_log_tables",
+    "batch_buckets",
     "prepare_for_inference",
+    "resolve_precision",
     "segment_ids",
 ]
 
 NUM_SQUARES = 64
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # how training and inference compute (see `resolve_precision`)
+PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
 class NetConfigError(ValueError):
@@ -92,15 +106,20 @@ class NetConfig:
     head_dim: int = 64  # query/key width of the joint head's bilinear maps; hidden width (factorized)
     value_channels: int = 4  # channels of the value head's 1x1 convolution before its MLP
     value_hidden: int = 256  # hidden units of the value head's MLP
+    ownership_head: bool = False  # add the ownership head: each square's final owner, [B, 64] in [-1, 1]
+    ownership_channels: int = 16  # channels of the ownership head's 1x1 convolution
 
     def __post_init__(self) -> None:
-        positive = ("blocks", "channels", "attention_dim", "head_dim", "value_channels", "value_hidden")
+        positive = ("blocks", "channels", "attention_dim", "head_dim", "value_channels", "value_hidden",
+                    "ownership_channels")
         for name in positive + ("attention_blocks",):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise NetConfigError(f"{name} must be an int, got {value!r}")
             if value < (1 if name in positive else 0):
                 raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, got {value}")
+        if not isinstance(self.ownership_head, bool):
+            raise NetConfigError(f"ownership_head must be true or false, got {self.ownership_head!r}")
         if self.num_planes not in engine.FEATURE_PLANES:
             raise NetConfigError(f"num_planes must be 3 or 7, got {self.num_planes!r}")
         if self.policy_head not in POLICY_HEADS:
@@ -118,24 +137,6 @@ class NetConfig:
     def replace(self, **changes: Any) -> NetConfig:
         """A copy with some fields changed (validated again)."""
         return dataclasses.replace(self, **changes)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The fields as a plain dict (what checkpoints store)."""
-        return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, fields: dict[str, Any]) -> NetConfig:
-        """Inverse of `to_dict`.
-
-        Raises:
-            NetConfigError: a field is unknown or missing, or a value is invalid.
-        """
-        known = {field.name for field in dataclasses.fields(cls)}
-        unknown = sorted(set(fields) - known)
-        missing = sorted(known - set(fields))
-        if unknown or missing:
-            raise NetConfigError(f"net config fields: unknown {unknown}, missing {missing}")
-        return cls(**fields)
 
 
 PRESETS: dict[str, NetConfig] = {
@@ -159,6 +160,28 @@ def net_config(preset: str = "resnet40", **overrides: Any) -> NetConfig:
         return PRESETS[preset].replace(**overrides)
     except TypeError as error:  # an unknown field name
         raise NetConfigError(f"preset {preset!r}: {error}") from None
+
+
+def resolve_precision(precision: str, device: str | torch.device) -> str:
+    """The precision `precision` names on `device`: "auto" -> "bf16" on a GPU that supports it,
+    "fp16" on other GPUs, "fp32" on a CPU; "bf16", "fp16" and "fp32" as they are.
+
+    The one resolver of the learner (`OptimConfig.precision`) and of inference (the server's and
+    the network players' `precision`). On a CPU "auto" keeps fp32, exact to the training model:
+    CPUs without native bf16 (most x86 before AVX-512 BF16 / AMX) run bf16 many times slower,
+    and where bf16 is native it is faster but looser (docs/BENCHMARKS.md); ask for "bf16"
+    explicitly where it pays. `PRECISION_DTYPES` maps the result to the torch dtype.
+
+    Raises:
+        NetConfigError: `precision` is not one of `PRECISIONS`.
+    """
+    if precision not in PRECISIONS:
+        raise NetConfigError(f"precision must be one of {PRECISIONS}, got {precision!r}")
+    if precision != "auto":
+        return precision
+    if torch.device(device).type == "cuda":
+        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
+    return "fp32"
 
 
 # ------------------------------------------------------------------------------------------------
@@ -185,6 +208,7 @@ class NetOutput(NamedTuple):
 
     policy: JointPolicy | FactorizedPolicy  # logits only
     value: torch.Tensor  # [B] float in [-1, 1], for the side to move
+    ownership: torch.Tensor | None = None  # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
 
 
 # ------------------------------------------------------------------------------------------------
@@ -330,6 +354,19 @@ class ValueHead(nn.Module):
         return torch.tanh(self.out(F.relu(self.hidden(reduced)))).squeeze(-1)
 
 
+class OwnershipHead(nn.Module):
+    """1x1 conv-BN-ReLU, 1x1 conv to one plane, tanh: each square's predicted owner at the end of
+    the game, `[B, 64]` in [-1, 1] (+1 the side to move, -1 the opponent, 0 neutral)."""
+
+    def __init__(self, channels: int, hidden: int) -> None:
+        super().__init__()
+        self.hidden = ConvBN(channels, hidden, 1)
+        self.out = nn.Conv2d(hidden, 1, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.out(F.relu(self.hidden(x)))).flatten(1)
+
+
 def _attention_after(config: NetConfig) -> set[int]:
     """Indices of the residual blocks followed by an attention block when they are spread."""
     count = config.attention_blocks
@@ -369,9 +406,14 @@ class PolicyValueNet(nn.Module):
         else:
             self.policy_head = FactorizedPolicyHead(channels, config.head_dim)
         self.value_head = ValueHead(channels, config.value_channels, config.value_hidden)
+        if config.ownership_head:
+            self.ownership_head = OwnershipHead(channels, config.ownership_channels)
 
-    def forward(self, features: torch.Tensor) -> NetOutput:
+    def forward(self, features: torch.Tensor, with_ownership: bool = True) -> NetOutput:
         """Logits and value of a batch of feature planes `[B, num_planes, 8, 8]`.
+
+        `with_ownership=False` skips the ownership head (the search's evaluations do not use it);
+        `NetOutput.ownership` is None then, and always without the head.
 
         Raises:
             NetInputError: if the input is not `[B, num_planes, 8, 8]`.
@@ -382,7 +424,8 @@ class PolicyValueNet(nn.Module):
                 f"got {list(features.shape)}"
             )
         x = self.trunk(F.relu(self.stem(features)))
-        return NetOutput(self.policy_head(x), self.value_head(x))
+        ownership = self.ownership_head(x) if with_ownership and self.config.ownership_head else None
+        return NetOutput(self.policy_head(x), self.value_head(x), ownership)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -535,23 +578,48 @@ def _describe(array: object) -> str:
     return type(array).__name__
 
 
+def batch_buckets(max_batch: int) -> tuple[int, ...]:
+    """Powers of two from 1 up to the first one >= `max_batch`: the fixed batch sizes a
+    `NetworkEvaluator` with buckets pads its batches to (`(1, 2, 4, ..., 256)` for 256).
+
+    Raises:
+        NetInputError: max_batch < 1.
+    """
+    if max_batch < 1:
+        raise NetInputError(f"max_batch must be >= 1, got {max_batch}")
+    return tuple(1 << power for power in range((max_batch - 1).bit_length() + 1))
+
+
 class NetworkEvaluator:
     """The search's Evaluator protocol on a `PolicyValueNet`, in this process.
 
-    `evaluate` computes the feature planes with `amazons.engine.features`, runs the network once
-    (eval mode, no autograd, autocast to `dtype` unless float32) and turns its logits into priors
-    over the legal moves with `gather_legal_priors`. The model is used live (not copied): weights
-    changed by a learner are seen by the next call. Pass `prepare_for_inference(model, ...)` for a
-    faster frozen copy.
+    `evaluate` computes the feature planes with `amazons.engine.features`, runs the network (eval
+    mode, no autograd, autocast to `dtype` unless float32) and turns its logits into priors over
+    the legal moves with `gather_legal_priors`. The model is used as given (not copied): weights
+    changed by a learner are seen by the next call. Production passes the model
+    `prepare_for_inference` makes (`amazons.netplay.load_network_evaluator`).
+
+    Fixed batch sizes: with `batch_buckets`, a batch of B positions runs padded (with empty
+    boards, whose outputs are dropped) to the smallest bucket >= B, and batches above the largest
+    bucket run in chunks of it. Eval-mode rows are independent, so padding changes no output; it
+    gives the network a few shapes only, which `cuda_graphs` captures, one CUDA graph per bucket
+    on its first use (forward and log-probability tables; the priors of the legal moves are
+    gathered after the replay). On a CPU buckets only add padded rows: production leaves them off
+    there, and the tests run them with graphs off.
 
     Args:
         model: the network.
         num_planes: feature planes to compute; must equal `model.config.num_planes`.
         device: where the network runs.
         dtype: compute dtype: `torch.float32`, `torch.bfloat16` or `torch.float16`.
+        batch_buckets: increasing batch sizes to pad to (`batch_buckets(max_batch)`); empty: each
+            batch runs at its own size.
+        cuda_graphs: replay a captured CUDA graph per bucket (CUDA only, needs `batch_buckets`).
+            A capture that fails is reported on stderr once and the evaluator runs eagerly.
 
     Raises:
-        NetInputError: `num_planes` does not match the model, or an unsupported `dtype`.
+        NetInputError: `num_planes` does not match the model, an unsupported `dtype`, buckets
+            that do not increase, or `cuda_graphs` without buckets or off CUDA.
     """
 
     def __init__(
@@ -560,17 +628,40 @@ class NetworkEvaluator:
         num_planes: int,
         device: str | torch.device = "cpu",
         dtype: torch.dtype = torch.float32,
+        batch_buckets: Sequence[int] = (),
+        cuda_graphs: bool = False,
     ) -> None:
         if num_planes != model.config.num_planes:
             raise NetInputError(
                 f"num_planes={num_planes} but the model takes {model.config.num_planes} planes")
         if dtype not in (torch.float32, torch.bfloat16, torch.float16):
             raise NetInputError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
+        buckets = tuple(int(size) for size in batch_buckets)
+        if any(size < 1 for size in buckets) or list(buckets) != sorted(set(buckets)):
+            raise NetInputError(f"batch_buckets must be increasing positive sizes, got {buckets}")
         self.device = torch.device(device)
-        self.model = model.to(self.device)
+        if cuda_graphs and (self.device.type != "cuda" or not buckets):
+            raise NetInputError(f"cuda_graphs needs a CUDA device and batch_buckets, got {self.device} "
+                                f"and {buckets}")
         self.num_planes = num_planes
         self.dtype = dtype
+        self.batch_buckets = buckets
+        self.cuda_graphs = cuda_graphs
         self._features = torch.empty(0)
+        self._graphs: dict[int, tuple[torch.Tensor, Any, tuple[torch.Tensor, ...]]] = {}
+        self.model = model.to(self.device)
+
+    def replace_model(self, model: PolicyValueNet) -> None:
+        """Evaluate with `model` from now on (same input planes); captured graphs are dropped.
+
+        Raises:
+            NetInputError: `model` takes other feature planes.
+        """
+        if model.config.num_planes != self.num_planes:
+            raise NetInputError(
+                f"the new model takes {model.config.num_planes} planes, this evaluator computes {self.num_planes}")
+        self._graphs = {}
+        self.model = model.to(self.device)
 
     def _feature_buffer(self, rows: int) -> torch.Tensor:
         """A reusable `[rows, planes, 8, 8] float32` host buffer (pinned when feeding a GPU)."""
@@ -579,6 +670,65 @@ class NetworkEvaluator:
             self._features = torch.empty((capacity, self.num_planes, 8, 8), dtype=torch.float32,
                                          pin_memory=self.device.type == "cuda")
         return self._features[:rows]
+
+    def _chunks(self, rows: int) -> list[tuple[int, int, int]]:
+        """`(first row, rows, padded size)` of each forward pass over `rows` positions."""
+        if not self.batch_buckets:
+            return [(0, rows, rows)]
+        largest = self.batch_buckets[-1]
+        chunks = []
+        for first in range(0, rows, largest):
+            count = min(largest, rows - first)
+            chunks.append((first, count, next(size for size in self.batch_buckets if size >= count)))
+        return chunks
+
+    def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """`(log_move [B, 4096], log_arrow [B, 4096], values [B])`, float32, of a device batch
+        (the ownership head, if any, is skipped: the search does not use it)."""
+        output = self.model(features, with_ownership=False)
+        log_move, log_arrow = policy_log_tables(output.policy)
+        return log_move, log_arrow, output.value.float()
+
+    def _graphed_tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`_tables` of a bucket-sized batch through that bucket's CUDA graph (captured now if new)."""
+        size = features.shape[0]
+        if size not in self._graphs:
+            static_input = features.clone()
+            stream = torch.cuda.Stream(device=self.device)
+            stream.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(stream):
+                for _ in range(3):  # warm-up outside the capture: cuDNN's choices, allocations
+                    self._tables(static_input)
+            torch.cuda.current_stream(self.device).wait_stream(stream)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                static_outputs = self._tables(static_input)
+            self._graphs[size] = (static_input, graph, static_outputs)
+        static_input, graph, static_outputs = self._graphs[size]
+        static_input.copy_(features)
+        graph.replay()
+        return tuple(output.clone() for output in static_outputs)  # the next replay overwrites them
+
+    def _forward(self, features: torch.Tensor, chunks: list[tuple[int, int, int]]) -> list[torch.Tensor]:
+        """`_tables` of the real rows of padded device `features`, chunk by chunk (`_chunks`)."""
+        parts = []
+        for first, count, size in chunks:
+            chunk = features[first:first + size]
+            tables = None
+            if self.cuda_graphs:
+                try:
+                    tables = self._graphed_tables(chunk)
+                except RuntimeError as error:  # a capture the device or a kernel refuses: run eagerly
+                    print(f"NetworkEvaluator: CUDA graph capture failed ({error}); running without graphs",
+                          file=sys.stderr)
+                    self.cuda_graphs = False
+                    self._graphs = {}
+            if tables is None:
+                tables = self._tables(chunk)
+            parts.append([table[:count] for table in tables])
+        if len(parts) == 1:
+            return parts[0]
+        return [torch.cat([part[index] for part in parts]) for index in range(3)]
 
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
@@ -603,6 +753,54 @@ class NetworkEvaluator:
         rows = positions.shape[0]
         if rows == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.float32)
+        chunks = self._chunks(rows)
+        host = self._feature_buffer(chunks[-1][0] + chunks[-1][2])
+        engine.features(positions, self.num_planes, out=host[:rows].numpy())
+        host[rows:].zero_()  # padding rows: empty boards
+        model = self.model
+        was_training = model.training
+        model.eval()
+        stem_weight = model.stem.conv.weight
+        try:
+            # Autocast's cache of cast weights cannot live inside a captured graph.
+            with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
+                                                        enabled=self.dtype != torch.float32,
+                                                        cache_enabled=not self.cuda_graphs):
+                features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
+                if stem_weight.is_contiguous(memory_format=torch.channels_last):
+                    features = features.contiguous(memory_format=torch.channels_last)
+                log_move, log_arrow, values = self._forward(features, chunks)
+                batch_index = torch.from_numpy(segment_ids(move_offsets)).to(self.device)
+                priors = gather_legal_priors(
+                    log_move, log_arrow, torch.from_numpy(moves).to(self.device), batch_index)
+        finally:
+            model.train(was_training)
+        return priors.cpu().numpy(), values.cpu().numpy()
+
+    @property
+    def has_ownership(self) -> bool:
+        """Whether the model has the ownership head (`ownership` answers)."""
+        return bool(self.model.config.ownership_head)
+
+    def ownership(self, positions: np.ndarray) -> np.ndarray:
+        """The ownership head's prediction for each position: `(B, 64) float32` in [-1, 1], in
+        the position's canonical frame, +1 where the side to move is expected to own the square at
+        the end of the game, -1 the opponent. The search never asks for it (`evaluate` skips the
+        head); one eager forward pass, without buckets or graphs.
+
+        Args:
+            positions: `(B, 3) uint64` canonical positions.
+
+        Raises:
+            NetInputError: the model has no ownership head, or `positions` is not `(B, 3)`.
+        """
+        if not self.has_ownership:
+            raise NetInputError("the model has no ownership head (NetConfig.ownership_head is false)")
+        if not isinstance(positions, np.ndarray) or positions.ndim != 2:
+            raise NetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
+        rows = positions.shape[0]
+        if rows == 0:
+            return np.zeros((0, NUM_SQUARES), np.float32)
         host = self._feature_buffer(rows)
         engine.features(positions, self.num_planes, out=host.numpy())
         model = self.model
@@ -615,12 +813,7 @@ class NetworkEvaluator:
                 features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
                 if stem_weight.is_contiguous(memory_format=torch.channels_last):
                     features = features.contiguous(memory_format=torch.channels_last)
-                output = model(features)
-                log_move, log_arrow = policy_log_tables(output.policy)
-                batch_index = torch.from_numpy(segment_ids(move_offsets)).to(self.device)
-                priors = gather_legal_priors(
-                    log_move, log_arrow, torch.from_numpy(moves).to(self.device), batch_index)
-                values = output.value.float()
+                ownership = model(features).ownership.float()
         finally:
             model.train(was_training)
-        return priors.cpu().numpy(), values.cpu().numpy()
+        return ownership.cpu().numpy()

@@ -1,14 +1,20 @@
-"""Network-backed evaluators and players.
+"""The network as production evaluates it: the prepared model, in process or in the inference server.
 
+* `ReloadableNetworkEvaluator`: the Evaluator that the inference server, the arena's network
+  players, the web board and evaluation run. It evaluates the model that
+  `amazons.net.prepare_for_inference` makes from a checkpoint's weights (batch norms folded into
+  the convolutions, channels_last), under autocast at the resolved precision (bf16 on a GPU that
+  has it, fp32 on a CPU: `amazons.net.resolve_precision`), and on CUDA over fixed batch buckets
+  with one captured CUDA graph each (`amazons.net.NetworkEvaluator`). It keeps the checkpoint's
+  own (unfolded) model beside the prepared one, so `load_weights(path)` loads the learner's next
+  weights and prepares them again.
+* `load_network_evaluator`: a checkpoint as that evaluator, in this process.
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
-  build its evaluator from a model file, with `load_weights(path)` for weights the learner
-  publishes later.
-* `cpu_network_evaluator`: a checkpoint as an in-process CPU evaluator, for the arena's network
-  players (the bot and terminal play run exported models in numpy: `amazons.arena.model_search`).
-* Arena players `mcts-net:PATH` (MCTS with the network's priors and values) and `policy-net:PATH`
-  (the raw policy: the legal move with the highest prior, no search), registered with
-  `amazons.arena` by `register_network_players()`; the arena calls it itself when it meets one
-  of these names, so torch is imported only when a network player is asked for.
+  build the same evaluator.
+
+The bot and terminal play never come here: they run exported numpy models (`amazons.npnet`),
+whose batch norms were folded at export. Players are built by `amazons.player_factory`, which
+imports this module when a `.pt` model is asked for.
 
 Imports torch (through `amazons.net` and `amazons.checkpoint`).
 """
@@ -18,18 +24,26 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
-from amazons import engine
-from amazons.arena import NET_CONFIG, PlayerOptions, PlayerSpecError, register_player
-from amazons.board import Board, Move
-from amazons.checkpoint import load_checkpoint, load_model_for_play
-from amazons.net import NetworkEvaluator
-from amazons.players import BasePlayer, MCTSPlayer, Player
+from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.net import (
+    PRECISION_DTYPES,
+    NetworkEvaluator,
+    PolicyValueNet,
+    batch_buckets,
+    prepare_for_inference,
+    resolve_precision,
+)
 
-NET_SEARCH = NET_CONFIG  # evaluation and play: no noise, argmax after the search
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+__all__ = [
+    "NetworkEvaluatorFactory",
+    "ReloadableNetworkEvaluator",
+    "load_network_evaluator",
+    "resolve_device",
+]
+
+DEFAULT_MAX_BATCH = 256  # the largest batch bucket unless told otherwise (the gpu preset's batch)
 
 
 def resolve_device(device: str) -> str:
@@ -39,29 +53,62 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def resolve_inference_dtype(dtype: str, device: str) -> torch.dtype:
-    """"auto" -> bf16 on a GPU that supports it (fp16 on older ones), fp32 on the CPU."""
-    if dtype == "auto":
-        if device.startswith("cuda"):
-            return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-        return torch.float32
-    if dtype not in DTYPES:
-        raise ValueError(f"inference dtype must be one of {sorted(DTYPES)} or 'auto', got {dtype!r}")
-    return DTYPES[dtype]
-
-
 class ReloadableNetworkEvaluator(NetworkEvaluator):
-    """A `NetworkEvaluator` whose weights can be replaced from a checkpoint file."""
+    """The production evaluator: the prepared copy of `model`, rebuilt by `load_weights`.
+
+    Args:
+        model: the network as checkpoints hold it (batch norms unfolded); kept on the CPU as the
+            source of the prepared copy, which runs on `device`.
+        device: "auto", "cpu", "cuda", "cuda:1", ...
+        precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`); the
+            prepared model keeps fp32 weights and runs under autocast to this precision.
+        max_batch: the largest batch bucket (CUDA graphs only; larger batches run in chunks).
+        cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
+
+    Raises:
+        amazons.net.NetInputError, amazons.net.NetConfigError: a bad precision, or `cuda_graphs`
+            off CUDA.
+    """
+
+    def __init__(self, model: PolicyValueNet, device: str = "auto", precision: str = "auto",
+                 max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None) -> None:
+        resolved = torch.device(resolve_device(device))
+        graphs = resolved.type == "cuda" if cuda_graphs is None else cuda_graphs
+        self.source = model.cpu().eval()
+        self.precision = resolve_precision(precision, resolved)
+        super().__init__(prepare_for_inference(self.source), model.config.num_planes, resolved,
+                         PRECISION_DTYPES[self.precision], batch_buckets(max_batch) if graphs else (), graphs)
 
     def load_weights(self, path: str | os.PathLike) -> None:
-        """Load the model weights of a learner or model checkpoint (same architecture).
+        """Load a learner or model checkpoint's weights (same architecture) and prepare them.
 
         Raises:
             amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
         """
         payload = load_checkpoint(path)
-        self.model.load_state_dict(payload["model"])
-        self.model.eval()
+        try:
+            self.source.load_state_dict(payload["model"])
+        except RuntimeError as error:
+            raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
+        self.replace_model(prepare_for_inference(self.source))
+
+
+def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precision: str = "auto",
+                           max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None,
+                           torch_threads: int | None = None) -> ReloadableNetworkEvaluator:
+    """The network of a learner or model checkpoint as the production evaluator, in this process.
+
+    Args:
+        path: the checkpoint.
+        device, precision, max_batch, cuda_graphs: see `ReloadableNetworkEvaluator`.
+        torch_threads: set torch's intra-op threads (process-wide) first; None leaves them.
+
+    Raises:
+        amazons.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
+    """
+    if torch_threads is not None:
+        torch.set_num_threads(torch_threads)
+    return ReloadableNetworkEvaluator(load_model_for_play(path, "cpu"), device, precision, max_batch, cuda_graphs)
 
 
 @dataclass(frozen=True)
@@ -71,66 +118,16 @@ class NetworkEvaluatorFactory:
     Attributes:
         model_path: a learner or model checkpoint.
         device: "auto", "cpu", "cuda", "cuda:1", ...
-        dtype: "auto", "fp32", "bf16" or "fp16".
+        dtype: the precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`).
+        max_batch: the largest batch bucket of the CUDA graphs (the server's inference batch).
+        cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
     """
 
     model_path: str
     device: str = "auto"
     dtype: str = "auto"
+    max_batch: int = DEFAULT_MAX_BATCH
+    cuda_graphs: bool | None = None
 
     def __call__(self) -> ReloadableNetworkEvaluator:
-        device = resolve_device(self.device)
-        model = load_model_for_play(self.model_path, device)
-        return ReloadableNetworkEvaluator(
-            model, model.config.num_planes, device, resolve_inference_dtype(self.dtype, device)
-        )
-
-
-def cpu_network_evaluator(path: str | os.PathLike) -> NetworkEvaluator:
-    """The network of a learner or model checkpoint as an fp32 evaluator on the CPU, in this process.
-
-    Raises:
-        amazons.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
-    """
-    model = load_model_for_play(path, "cpu")
-    return NetworkEvaluator(model, model.config.num_planes, "cpu", torch.float32)
-
-
-def _evaluator_for(path: str | None, name: str) -> NetworkEvaluator:
-    if not path:
-        raise PlayerSpecError(f"{name} needs a model path, e.g. {name}:runs/cpu/models/latest.pt")
-    torch.set_num_threads(1)
-    return cpu_network_evaluator(path)
-
-
-class PolicyPlayer(BasePlayer):
-    """Plays the legal move the network's policy ranks highest (no search)."""
-
-    def __init__(self, evaluator: NetworkEvaluator, name: str = "policy-net") -> None:
-        self.name = name
-        self.evaluator = evaluator
-
-    def choose_move(self, board: Board) -> Move:
-        position = board.canonical_position()[None]
-        moves, offsets = engine.legal_moves(position)
-        if moves.shape[0] == 0:
-            raise PlayerSpecError("no legal move: the game is over")
-        priors, _ = self.evaluator.evaluate(position, moves, offsets)
-        best = board.canonical_to_real(moves[int(np.argmax(priors))])
-        return Move(*best.tolist())
-
-
-def _make_mcts_net(argument: str | None, options: PlayerOptions) -> Player:
-    evaluator = _evaluator_for(argument, "mcts-net")
-    return MCTSPlayer(evaluator, options.search_config(NET_SEARCH), simulations=options.simulations,
-                      time_budget=options.time_budget, seed=options.seed, name=f"mcts-net:{argument}")
-
-
-def _make_policy_net(argument: str | None, options: PlayerOptions) -> Player:
-    return PolicyPlayer(_evaluator_for(argument, "policy-net"), name=f"policy-net:{argument}")
-
-
-def register_network_players() -> None:
-    """Register `mcts-net:PATH` and `policy-net:PATH` with the arena (idempotent)."""
-    register_player("mcts-net", _make_mcts_net, replace=True)
-    register_player("policy-net", _make_policy_net, replace=True)
+        return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch, self.cuda_graphs)

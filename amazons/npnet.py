@@ -4,20 +4,24 @@ What this module owns:
 
 * The exported model format (`FORMAT`, `VERSION`): one `.npz` file (numpy's zip of `.npy`
   arrays) read with `allow_pickle=False`, so loading can never run code. It holds
-  - `header`: a `uint8` array of UTF-8 JSON: `{"format": "amazons-npnet", "version": 1,
+  - `header`: a `uint8` array of UTF-8 JSON: `{"format": "amazons-npnet", "version": 2,
     "net_config": {...}, "trunk": ["residual", ..., "attention"], "sha256": "...",
-    "source": {...}}`; `net_config` is `amazons.net.NetConfig.to_dict()`, `trunk` names the
+    "source": {...}}`; `net_config` is the network's `NetConfig` as
+    `amazons.config.config_to_dict` writes it, `trunk` names the
     trunk's layers in order, `sha256` digests every array (name, dtype, shape, bytes) and
     `source` says where the weights came from (checkpoint file, its digest, step, torch version);
   - every weight as a `float32` array named like the inference-prepared torch model's state dict
     (`amazons.net.prepare_for_inference`: batch norms folded into the convolutions), in torch's
     layouts: convolutions `(out, in, k, k)` with a bias `(out,)`, linear layers `(out, in)`.
+  Version 2 added the ownership head's arrays (present when `net_config["ownership_head"]`);
+  version 1 files, whose configs predate the field, load as networks without it.
   `write_model` writes it atomically (`amazons._atomic`); `load_model` checks the header, the
   names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
   the file and what is wrong.
 * `NumpyNet`: the forward pass of `amazons.net.PolicyValueNet` in float32 numpy, every preset,
   both policy heads and the global self-attention blocks: feature planes `(B, P, 8, 8)` in, the
-  two log-probability tables of `amazons.net.policy_log_tables` and the value out. Inside, a
+  two log-probability tables of `amazons.net.policy_log_tables` and the value out; the ownership
+  head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
   board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
   product and 3x3 convolutions one product over gathered 3x3 neighbourhoods.
 * `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | dst),
@@ -58,7 +62,8 @@ __all__ = [
 ]
 
 FORMAT = "amazons-npnet"
-VERSION = 1
+VERSION = 2  # 2: the ownership head's arrays when the config has the head
+READABLE_VERSIONS = (1, 2)  # version 1 files have no ownership head
 HEADER_KEY = "header"
 NUM_SQUARES = 64
 TRUNK_LAYERS = ("residual", "attention")
@@ -83,8 +88,9 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
     """Name -> shape of every array an exported model of this config and trunk must hold.
 
     Args:
-        net_config: `NetConfig.to_dict()` fields (`num_planes`, `channels`, `attention_dim`,
-            `policy_head`, `head_dim`, `value_channels`, `value_hidden` are used).
+        net_config: the `NetConfig` fields, as a dict (`num_planes`, `channels`, `attention_dim`,
+            `policy_head`, `head_dim`, `value_channels`, `value_hidden` are used, and
+            `ownership_channels` when `ownership_head` is true; a missing `ownership_head` is false).
         trunk: the trunk's layers in order, each `"residual"` or `"attention"`.
 
     Raises:
@@ -134,7 +140,27 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
     shapes["value_head.hidden.bias"] = (value_hidden,)
     shapes["value_head.out.weight"] = (1, value_hidden)
     shapes["value_head.out.bias"] = (1,)
+    if _has_ownership(net_config):
+        hidden = net_config.get("ownership_channels")
+        if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
+            raise ModelFileError(f"net_config field 'ownership_channels' must be a positive int, got {hidden!r}")
+        shapes["ownership_head.hidden.conv.weight"] = (hidden, channels, 1, 1)
+        shapes["ownership_head.hidden.conv.bias"] = (hidden,)
+        shapes["ownership_head.out.weight"] = (1, hidden, 1, 1)
+        shapes["ownership_head.out.bias"] = (1,)
     return shapes
+
+
+def _has_ownership(net_config: dict[str, Any]) -> bool:
+    """Whether a config has the ownership head (absent from configs older than the field).
+
+    Raises:
+        ModelFileError: the field is there but not a bool.
+    """
+    head = net_config.get("ownership_head", False)
+    if not isinstance(head, bool):
+        raise ModelFileError(f"net_config field 'ownership_head' must be true or false, got {head!r}")
+    return head
 
 
 def array_digest(arrays: dict[str, np.ndarray]) -> str:
@@ -172,7 +198,7 @@ def write_model(
 
     Args:
         path: the target, conventionally `*.npz`.
-        net_config: `NetConfig.to_dict()` of the network.
+        net_config: the network's `NetConfig`, as a dict (`amazons.config.config_to_dict`).
         trunk: its trunk layers in order (`"residual"` / `"attention"`).
         arrays: every weight `expected_shapes` names, float32, batch norms already folded.
         source: plain JSON values describing where the weights came from.
@@ -204,9 +230,10 @@ def _read_header(path: Path, data: Any) -> dict[str, Any]:
         raise ModelFileError(f"{path}: the header is not JSON: {error}") from None
     if not isinstance(header, dict) or header.get("format") != FORMAT:
         raise ModelFileError(f"{path}: not an exported amazons model (format is not {FORMAT!r})")
-    if header.get("version") != VERSION:
+    if header.get("version") not in READABLE_VERSIONS:
         raise ModelFileError(
-            f"{path}: exported model format version {header.get('version')!r}; this code reads {VERSION}")
+            f"{path}: exported model format version {header.get('version')!r}; this code reads "
+            f"{', '.join(map(str, READABLE_VERSIONS))}")
     if not isinstance(header.get("net_config"), dict) or not isinstance(header.get("trunk"), list):
         raise ModelFileError(f"{path}: the header lacks 'net_config' or 'trunk'")
     return header
@@ -296,7 +323,7 @@ class NumpyNet:
     Build it with `load_model`; the weights are converted once into matrix layouts.
 
     Args:
-        net_config: the network's `NetConfig.to_dict()` fields.
+        net_config: the network's `NetConfig` fields, as a dict.
         trunk: its trunk layers in order (`"residual"` / `"attention"`).
         arrays: the exported weights (see the module docstring), checked by the caller.
         source: where the weights came from (kept for display).
@@ -309,6 +336,7 @@ class NumpyNet:
         self.source = dict(source or {})
         self.num_planes = int(net_config["num_planes"])
         self.policy_head = net_config["policy_head"]
+        self.has_ownership = _has_ownership(net_config)
         self._channels = int(net_config["channels"])
         self._key_dim = int(net_config["attention_dim"])
         self._head_dim = int(net_config["head_dim"])
@@ -343,10 +371,15 @@ class NumpyNet:
                        bias("value_head.hidden.bias"),
                        np.ascontiguousarray(arrays["value_head.out.weight"].T),
                        bias("value_head.out.bias"))
+        self._ownership: tuple[np.ndarray, ...] = ()
+        if self.has_ownership:
+            self._ownership = (_pointwise(arrays["ownership_head.hidden.conv.weight"]),
+                               bias("ownership_head.hidden.conv.bias"),
+                               _pointwise(arrays["ownership_head.out.weight"]), bias("ownership_head.out.bias"))
 
     def num_parameters(self) -> int:
         """Number of weights (after batch-norm folding)."""
-        parts = [*self._stem, *self._policy, *self._value]
+        parts = [*self._stem, *self._policy, *self._value, *self._ownership]
         parts += [array for _, layer in self._trunk for array in layer]
         return int(sum(array.size for array in parts))
 
@@ -365,6 +398,34 @@ class NumpyNet:
         Raises:
             NpNetInputError: `features` is not a `(B, num_planes, 8, 8)` float32 array.
         """
+        x = self._trunk_output(features)
+        if self.policy_head == "joint":
+            log_move, log_arrow = self._joint_policy(x)
+        else:
+            log_move, log_arrow = self._factorized_policy(x)
+        return log_move, log_arrow, self._value_head(x)
+
+    def ownership(self, features: np.ndarray) -> np.ndarray:
+        """The ownership head's map of feature planes (the trunk, then the head only).
+
+        Args:
+            features: `(B, num_planes, 8, 8) float32` from `amazons.engine.features`.
+
+        Returns:
+            `(B, 64) float32` in [-1, 1], canonical frame: +1 where the side to move is expected to
+            own the square at the end of the game, -1 the opponent.
+
+        Raises:
+            NpNetInputError: the network has no ownership head, or `features` is malformed.
+        """
+        if not self.has_ownership:
+            raise NpNetInputError("the network has no ownership head")
+        hidden_w, hidden_b, out_w, out_b = self._ownership
+        hidden = _relu(self._trunk_output(features) @ hidden_w + hidden_b)  # (B, 64, hidden)
+        return np.tanh(hidden @ out_w + out_b)[:, :, 0]
+
+    def _trunk_output(self, features: np.ndarray) -> np.ndarray:
+        """The stem and the trunk: `(B, 64, channels)`, square-major."""
         if not isinstance(features, np.ndarray) or features.dtype != np.float32 \
                 or features.shape[1:] != (self.num_planes, 8, 8) or features.ndim != 4:
             raise NpNetInputError(
@@ -374,11 +435,7 @@ class NumpyNet:
         x = _relu(self._conv3x3(x, *self._stem))
         for kind, layer in self._trunk:
             x = self._residual(x, *layer) if kind == "residual" else self._attention(x, *layer)
-        if self.policy_head == "joint":
-            log_move, log_arrow = self._joint_policy(x)
-        else:
-            log_move, log_arrow = self._factorized_policy(x)
-        return log_move, log_arrow, self._value_head(x)
+        return x
 
     @staticmethod
     def _conv3x3(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
@@ -534,6 +591,24 @@ class NumpyEvaluator:
         planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
         log_move, log_arrow, values = self.net.forward(planes)
         return legal_priors(log_move, log_arrow, moves, move_offsets), values.astype(np.float32)
+
+    @property
+    def has_ownership(self) -> bool:
+        """Whether the network has the ownership head (`ownership` answers)."""
+        return self.net.has_ownership
+
+    def ownership(self, positions: np.ndarray) -> np.ndarray:
+        """The ownership head's prediction, `(B, 64) float32` in [-1, 1], for `(B, 3) uint64`
+        canonical positions, in their canonical frame (+1 the side to move's square).
+
+        Raises:
+            NpNetInputError: no ownership head, or `positions` is not `(B, 3) uint64`.
+        """
+        if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 or positions.ndim != 2 \
+                or positions.shape[1] != 3:
+            raise NpNetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
+        planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
+        return self.net.ownership(planes).astype(np.float32)
 
 
 

@@ -6,16 +6,16 @@ row 0 at the bottom of Botzone's picture, so Botzone `(x, y)` is cell `(7 - y) *
 player 0 is Black. The player replays the game so far into an OpenSpiel state and asks the bot
 for the three decisions in turn, giving each a third of the move's time budget (or
 `simulations` simulations each). Spec: `openspiel-mcts` or `openspiel-mcts:N` (N rollouts per
-leaf). The arena imports this module only when the player is asked for.
+leaf), built by `amazons.player_factory`. This module imports `pyspiel` only when a player is
+built.
 """
 
 from __future__ import annotations
 
-from amazons.arena import PlayerOptions, PlayerSpecError, register_player
 from amazons.board import Board, Move
-from amazons.players import BasePlayer, Player, PlayerError
+from amazons.players import BasePlayer, PlayerError
 
-__all__ = ["OpenSpielMCTSPlayer", "cell_of", "register_openspiel_players", "square_of"]
+__all__ = ["OpenSpielMCTSPlayer", "cell_of", "square_of"]
 
 UCT_C = 2.0  # OpenSpiel's default exploration constant for its MCTS examples
 MAX_MEMORY_MB = 1000
@@ -87,18 +87,3 @@ class OpenSpielMCTSPlayer(BasePlayer):
         if move.as_tuple() not in {legal.as_tuple() for legal in board.legal_moves()}:
             raise PlayerError(f"OpenSpiel's MCTSBot chose {move.to_botzone()}, which is not legal here")
         return move
-
-
-def _make_openspiel_mcts(argument: str | None, options: PlayerOptions) -> Player:
-    rollouts = 1
-    if argument is not None:
-        try:
-            rollouts = int(argument)
-        except ValueError:
-            raise PlayerSpecError(f"openspiel-mcts:N needs an integer N, got {argument!r}") from None
-    return OpenSpielMCTSPlayer(options.simulations, options.time_budget, rollouts, options.seed)
-
-
-def register_openspiel_players() -> None:
-    """Register `openspiel-mcts` with the arena (idempotent)."""
-    register_player("openspiel-mcts", _make_openspiel_mcts, replace=True)

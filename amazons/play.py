@@ -10,9 +10,10 @@
 `ReplaySession` steps through a record. `main(argv, stdin, stdout, stderr)` wires both to the
 command line and returns the exit status, so the whole loop runs under tests with string streams.
 
-The AI is the arena's rollout MCTS for `--model none`; a network model (`default`, the shipped
-one, or an exported `.npz` model) runs in numpy (`amazons.npnet`): terminal play never imports
-torch. Imports `board`, `mcts`, `npnet`, `players`, `arena` (`model_search`) and `records`.
+The AI is built by `amazons.player_factory.build_model_player`, the builder of every
+model-backed player: rollout MCTS for `--model none`; a network model (`default`, the shipped
+one, or an exported `.npz` model) runs in numpy (`amazons.npnet`), one BLAS thread: terminal
+play never imports torch. Imports `board`, `player_factory`, `players` and `records`.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ from typing import TextIO
 
 import numpy as np
 
-from amazons.arena import model_search
 from amazons.board import (
     BLACK,
     COLOR_NAMES,
@@ -40,11 +40,11 @@ from amazons.board import (
     Move,
     NotationError,
 )
-from amazons.npnet import limit_blas_threads
-from amazons.players import MCTSPlayer
+from amazons.player_factory import build_model_player
+from amazons.players import MCTSPlayer, describe_territory, predicted_territory
 from amazons.records import RESULT_TEXT, GameRecord, RecordError, read_records, write_records
 
-__all__ = ["PlaySession", "ReplaySession", "build_ai", "main", "render_board"]
+__all__ = ["PlaySession", "ReplaySession", "main", "render_board"]
 
 # ANSI escapes; a terminal that does not understand them is asked for `--no-color` or NO_COLOR.
 _RESET = "\x1b[0m"
@@ -281,7 +281,8 @@ class PlaySession:
             self.console.say(f"  {_describe_move(Move(*row))}")
 
     def hint(self) -> None:
-        """Search the current position with the AI and print its top moves, shares and values."""
+        """Search the current position with the AI and print its top moves, shares and values,
+        then, when the model has the ownership head, the territory balance it predicts."""
         self.ai.choose_move(self.board.copy())
         report = self.ai.last_report
         if report is None:
@@ -289,6 +290,9 @@ class PlaySession:
             return
         self.console.say(f"Hint (values for {COLOR_NAMES[self.board.turn]}, the side to move):")
         self.console.say(report.format(top=5))
+        balance = predicted_territory(self.ai.search.evaluator, self.board)
+        if balance is not None:
+            self.console.say(describe_territory(balance))
 
     def undo(self) -> None:
         """Take back the human's last move and the AI's reply."""
@@ -391,27 +395,6 @@ class ReplaySession:
             self.console.say(f"end of the record: result {self.record.result} ({ending})")
 
 
-def build_ai(model: str, simulations: int | None = None, time_budget: float | None = None,
-             seed: int | None = None) -> MCTSPlayer:
-    """The AI a `--model` option names, at the given strength.
-
-    `none`: MCTS with random-playout values and the arena's rollout search settings
-    (`mcts-rollout`). `default` or the path of an exported `.npz` model: MCTS with the network
-    in numpy, on one BLAS thread (`amazons.arena.model_search`; no torch).
-
-    Raises:
-        FileNotFoundError: no shipped model for `default`, or no file at the path.
-        amazons.npnet.ModelFileError: a torch checkpoint, or not a usable model file.
-        amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
-    """
-    evaluator, config = model_search(model, seed)
-    if model != "none":
-        limit_blas_threads(1)
-    name = "mcts-rollout" if model == "none" else f"mcts-net:{model}"
-    return MCTSPlayer(evaluator, config, simulations=simulations, time_budget=time_budget, seed=seed,
-                      name=name)
-
-
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m amazons.play",
@@ -492,7 +475,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         return _replay(args, stdin, stdout, stderr, color)
 
     try:
-        ai = build_ai(args.model, args.simulations, args.time, args.seed)
+        ai = build_model_player(args.model, simulations=args.simulations, time_budget=args.time, seed=args.seed)
     except (OSError, ValueError, ImportError) as error:
         hint = "" if args.model == "none" else " (--model none plays without a network)"
         print(f"play: cannot load the model {args.model!r}: {error}{hint}", file=stderr)

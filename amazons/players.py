@@ -6,8 +6,14 @@ optional hooks: `reset()` before a new game and `observe(board, move)` after any
 its tree across turns. `BasePlayer` gives both hooks as no-ops.
 
 Players here: `RandomPlayer`, `GreedyPlayer` (one-ply mobility/territory heuristic),
-`MCTSPlayer` (any `Evaluator`; a simulation count or a time budget) and `HumanPlayer` (terminal).
-They never import torch: a network player is an `MCTSPlayer` given a network evaluator.
+`MCTSPlayer` (any `Evaluator`; a simulation count or a time budget), `PolicyPlayer` (an
+evaluator's highest prior, no search) and `HumanPlayer` (terminal). They never import torch: a
+network player is an `MCTSPlayer` or a `PolicyPlayer` given a network evaluator, built by
+`amazons.player_factory`.
+
+`predicted_territory` reads an evaluator's ownership head (`NumpyEvaluator.ownership`,
+`NetworkEvaluator.ownership`) as Black's expected territory lead; `describe_territory` words it
+for terminal play's `hint` and the Botzone bot's debug line.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from typing import Protocol, TextIO, runtime_checkable
 import numpy as np
 
 from amazons import engine
-from amazons.board import Board, Move, NotationError
+from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, Move, NotationError
 from amazons.mcts import BatchedSearch, Evaluator, SearchConfig, SearchResult
 from amazons.symmetry import canonical_to_real, real_to_canonical
 
@@ -32,8 +38,11 @@ __all__ = [
     "MCTSPlayer",
     "Player",
     "PlayerError",
+    "PolicyPlayer",
     "RandomPlayer",
     "SearchReport",
+    "describe_territory",
+    "predicted_territory",
 ]
 
 
@@ -301,6 +310,31 @@ class MCTSPlayer(BasePlayer):
         self.search.advance(0, canonical)
 
 
+class PolicyPlayer(BasePlayer):
+    """Plays the legal move an evaluator's priors rank highest (no search): a network's raw policy.
+
+    Args:
+        evaluator: an `amazons.mcts.Evaluator` (a network's; uniform priors would pick the first move).
+    """
+
+    def __init__(self, evaluator: Evaluator, name: str = "policy-net") -> None:
+        self.name = name
+        self.evaluator = evaluator
+
+    def choose_move(self, board: Board) -> Move:
+        """The legal move with the highest prior.
+
+        Raises:
+            PlayerError: the game is over.
+        """
+        position = board.canonical_position()[None]
+        moves, offsets = engine.legal_moves(position)
+        if moves.shape[0] == 0:
+            raise PlayerError("the game is over: the side to move has no legal move")
+        priors, _ = self.evaluator.evaluate(position, moves, offsets)
+        return Move(*canonical_to_real(moves[int(np.argmax(priors))], board.turn).tolist())
+
+
 class HumanPlayer(BasePlayer):
     """Reads moves from a terminal: algebraic `d8-d4/f6` or Botzone `3 0 3 4 5 2`.
 
@@ -352,3 +386,33 @@ class HumanPlayer(BasePlayer):
                 self._say(f"{move} is not legal here")
                 continue
             return move
+
+
+def predicted_territory(evaluator: object, board: Board) -> float | None:
+    """Black's territory lead at the end of the game, as the evaluator's ownership head sees it.
+
+    The sum of the predicted owners (+1 Black, -1 White, between them an expectation) over every
+    square that is not an arrow now: the expected count of squares Black will own minus White's.
+    Amazons count for their side in the target, four each, so they cancel in the balance.
+
+    Args:
+        evaluator: any evaluator; only one with `has_ownership` true and an `ownership(positions)`
+            method answers (a network with the ownership head).
+        board: the position.
+
+    Returns:
+        The balance (positive: Black leads), or None when the evaluator has no ownership head.
+    """
+    if not getattr(evaluator, "has_ownership", False):
+        return None
+    position = board.canonical_position()
+    ownership = np.asarray(evaluator.ownership(position[None]), dtype=np.float64)[0]
+    arrows = np.unpackbits(position[2:3].astype("<u8").view(np.uint8), bitorder="little").astype(bool)
+    balance = float(ownership[~arrows].sum())  # canonical frame: + is the side to move's
+    return balance if board.turn == BLACK else -balance
+
+
+def describe_territory(balance: float) -> str:
+    """`"net territory: Black +5.2"`: the side `balance` (Black's lead) favours, and by how much."""
+    leader = BLACK if balance >= 0 else WHITE
+    return f"net territory: {COLOR_NAMES[leader].capitalize()} +{abs(balance):.1f}"

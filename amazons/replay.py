@@ -7,16 +7,24 @@ engine: they are square triples from the search, in the same canonical frame as 
 A sample's `policy_weight` says how much its policy target counts in training: 1 for a full
 search, 0 for a playout cap's fast search, whose label is empty (its value target still counts).
 
+The ownership target (an auxiliary target after KataGo's) is stored sparsely: one map per game of
+each square's owner at the game's final (or adjudicated) position, in the real frame with Black
++1, a mask of the squares that count (every square but the final arrows), and per sample the side
+to move as a sign (+1 Black, -1 White, 0 no target). `GameSamples.ownership_targets` turns them
+into each sample's target in its own canonical frame (+1 the side to move's square).
+
 On disk, games are stored in chunks `replay/chunk-NNNNNNNN.npz` (numpy's compressed archive, no
 pickles), each written to a temporary file and renamed, so a crash loses at most the games not yet
 flushed. A chunk that cannot be read or whose arrays do not fit together raises
 `ReplayChunkError` naming the file; `ReplayBuffer` skips such chunks and reports them. Chunks
 carry `format_version` (CHUNK_FORMAT_VERSION); version 1 chunks (no version array, written before
-`policy_weight` existed) load with every policy weight 1.
+`policy_weight` existed) load with every policy weight 1, and version 1 and 2 chunks (before the
+ownership arrays) load with no ownership target.
 
-The buffer keeps a sliding window of the newest positions (sized in positions) and samples
-uniformly from it; `amazons.learn.augment_batch` then gives each sample a random one of the 8
-symmetries.
+The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays,
+one row per position and one per label entry, and samples uniformly from it with vectorized
+gathers (the labels through their CSR offsets: no Python step per sample);
+`amazons.learn.augment_batch` then gives each sample a random one of the 8 symmetries.
 
 Imports numpy only.
 """
@@ -34,7 +42,8 @@ import numpy as np
 from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
-CHUNK_FORMAT_VERSION = 2  # 1: no policy_weight (every sample a full search); 2: policy_weight
+# 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target
+CHUNK_FORMAT_VERSION = 3
 _CHUNK_KEYS_V1 = (
     "positions",
     "label_moves",
@@ -45,7 +54,9 @@ _CHUNK_KEYS_V1 = (
     "played_moves",
     "game_offsets",
 )
-_CHUNK_KEYS = _CHUNK_KEYS_V1 + ("policy_weight",)
+_CHUNK_KEYS_V2 = _CHUNK_KEYS_V1 + ("policy_weight",)
+_CHUNK_KEYS = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sign")
+NUM_SQUARES = 64
 
 
 class ReplayChunkError(ValueError):
@@ -69,6 +80,13 @@ class GameSamples:
         game_offsets: `(G + 1,) int64`; game g is positions `game_offsets[g]:game_offsets[g+1]`.
         policy_weight: `(T,) float32` in [0, 1], how much each position's policy target counts
             (0: a playout cap's fast search, no target); None means 1 everywhere.
+        ownership: `(G, 64) int8`, each game's owner of every square at its final (or
+            adjudicated) position, real frame: +1 Black's, -1 White's, 0 neutral or an arrow
+            (`amazons.selfplay.final_ownership`); None means 0 everywhere.
+        ownership_mask: `(G, 64) bool`, the squares the ownership target counts (all but the
+            final arrows); all False for a game without a target (None: every game).
+        ownership_sign: `(T,) int8`, the side to move at each position, +1 Black, -1 White, 0 for
+            a position without an ownership target (None: every position).
     """
 
     positions: np.ndarray
@@ -80,10 +98,21 @@ class GameSamples:
     played_moves: np.ndarray
     game_offsets: np.ndarray = field(default_factory=lambda: np.zeros(1, dtype=np.int64))
     policy_weight: np.ndarray | None = None
+    ownership: np.ndarray | None = None
+    ownership_mask: np.ndarray | None = None
+    ownership_sign: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.policy_weight is None and isinstance(self.positions, np.ndarray):
             self.policy_weight = np.ones(self.positions.shape[0], np.float32)
+        if isinstance(self.game_offsets, np.ndarray) and isinstance(self.positions, np.ndarray):
+            games = max(self.game_offsets.shape[0] - 1, 0)
+            if self.ownership is None:
+                self.ownership = np.zeros((games, NUM_SQUARES), np.int8)
+            if self.ownership_mask is None:
+                self.ownership_mask = np.zeros((games, NUM_SQUARES), np.bool_)
+            if self.ownership_sign is None:
+                self.ownership_sign = np.zeros(self.positions.shape[0], np.int8)
 
     @property
     def num_positions(self) -> int:
@@ -109,6 +138,9 @@ class GameSamples:
             "played_moves": (np.int32, 2),
             "game_offsets": (np.int64, 1),
             "policy_weight": (np.float32, 1),
+            "ownership": (np.int8, 2),
+            "ownership_mask": (np.bool_, 2),
+            "ownership_sign": (np.int8, 1),
         }
         for name, (dtype, ndim) in expected.items():
             array = getattr(self, name)
@@ -151,6 +183,12 @@ class GameSamples:
                 problems.append("label_policy does not sum to 1 over each position's moves")
         if not np.isin(self.z, (-1, 1)).all():
             problems.append("z holds values other than -1 and +1")
+        games = self.num_games
+        if self.ownership.shape != (games, NUM_SQUARES) or self.ownership_mask.shape != (games, NUM_SQUARES) \
+                or self.ownership_sign.shape != (count,):
+            problems.append("ownership and ownership_mask must be (G, 64), ownership_sign (T,)")
+        elif not (np.isin(self.ownership, (-1, 0, 1)).all() and np.isin(self.ownership_sign, (-1, 0, 1)).all()):
+            problems.append("ownership and ownership_sign hold values other than -1, 0 and +1")
         if problems:
             raise ReplayChunkError(f"{source}: {problems[0]}")
 
@@ -177,13 +215,38 @@ class GameSamples:
                 + [part.game_offsets[1:] + base for part, base in zip(parts, position_base, strict=True)]
             ),
             policy_weight=np.concatenate([part.policy_weight for part in parts]),
+            ownership=np.concatenate([part.ownership for part in parts]),
+            ownership_mask=np.concatenate([part.ownership_mask for part in parts]),
+            ownership_sign=np.concatenate([part.ownership_sign for part in parts]),
         )
+
+    def ownership_targets(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The ownership targets of the positions at `indices`, each in its own canonical frame.
+
+        The canonical frame is the side to move's view (White's is the real board turned by 180
+        degrees: canonical square s is real square 63 - s), and +1 marks the side to move's squares.
+
+        Args:
+            indices: `(K,)` integer position indices in 0..T-1.
+
+        Returns:
+            `(ownership (K, 64) int8, mask (K, 64) bool)`: the target and the squares it counts;
+            a position without a target (sign 0) gets zeros and an all-False mask.
+        """
+        indices = np.asarray(indices, dtype=np.int64)
+        games = np.searchsorted(self.game_offsets, indices, side="right") - 1
+        sign = self.ownership_sign[indices]
+        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES), np.arange(NUM_SQUARES))
+        rows = games[:, None]
+        ownership = (self.ownership[rows, squares] * sign[:, None]).astype(np.int8)
+        mask = self.ownership_mask[rows, squares] & (sign != 0)[:, None]
+        return ownership, mask
 
 
 def save_chunk(path: str | os.PathLike, samples: GameSamples) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename)."""
     samples.validate(str(path))
-    arrays = {key: getattr(samples, key) for key in _CHUNK_KEYS}
+    arrays = {key: getattr(samples, key) for key in _CHUNK_KEYS}  # every key of the current version
     arrays["format_version"] = np.array(CHUNK_FORMAT_VERSION, np.int64)
     atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
 
@@ -201,7 +264,7 @@ def load_chunk(path: str | os.PathLike) -> GameSamples:
             if not 1 <= version <= CHUNK_FORMAT_VERSION:
                 raise ReplayChunkError(
                     f"{path}: format_version {version}; this code reads 1 to {CHUNK_FORMAT_VERSION}")
-            keys = _CHUNK_KEYS_V1 if version == 1 else _CHUNK_KEYS
+            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2}.get(version, _CHUNK_KEYS)
             missing = [key for key in keys if key not in archive.files]
             if missing:
                 raise ReplayChunkError(f"{path}: missing arrays {missing}")
@@ -222,6 +285,77 @@ def load_chunk(path: str | os.PathLike) -> GameSamples:
 SAMPLING_STREAM = 0x5A3B1E
 
 
+class _Columns:
+    """Arrays that share one row range: rows are appended at the end and dropped from the front.
+
+    Live rows are `first:stop` of each array. A row's logical index (`base + physical row`)
+    never changes, so other arrays can point at rows across compactions. Appending past the end
+    moves the live rows to the front, and makes room for 1.5 times what is live when that is
+    not enough: each row is copied a bounded number of times on average.
+    """
+
+    def __init__(self, fields: dict[str, tuple[tuple[int, ...], type]]) -> None:
+        self.arrays = {name: np.empty((0, *shape), dtype) for name, (shape, dtype) in fields.items()}
+        self.base = 0  # logical index of physical row 0
+        self.first = 0
+        self.stop = 0
+
+    def __len__(self) -> int:
+        return self.stop - self.first
+
+    @property
+    def logical_stop(self) -> int:
+        """The logical index the next appended row gets."""
+        return self.base + self.stop
+
+    def append(self, values: dict[str, np.ndarray]) -> None:
+        """Append rows (one array per field, equal lengths)."""
+        count = next(iter(values.values())).shape[0]
+        capacity = next(iter(self.arrays.values())).shape[0]
+        if self.stop + count > capacity:
+            live = self.stop - self.first
+            if live + count > capacity:
+                capacity = max(1024, (live + count) * 3 // 2)
+                self.arrays = {name: _moved(array, self.first, self.stop, capacity)
+                               for name, array in self.arrays.items()}
+            else:
+                for array in self.arrays.values():
+                    array[:live] = array[self.first : self.stop]
+            self.base += self.first
+            self.first, self.stop = 0, live
+        for name, array in self.arrays.items():
+            array[self.stop : self.stop + count] = values[name]
+        self.stop += count
+
+    def drop_front(self, count: int) -> None:
+        """Forget the `count` oldest rows."""
+        self.first += count
+
+    def take(self, name: str, logical_first: int, count: int) -> np.ndarray:
+        """A copy of `count` rows of `name` from logical index `logical_first` on."""
+        start = logical_first - self.base
+        return self.arrays[name][start : start + count].copy()
+
+
+def _moved(array: np.ndarray, first: int, stop: int, capacity: int) -> np.ndarray:
+    """`array[first:stop]` at the front of a new array of `capacity` rows."""
+    grown = np.empty((capacity, *array.shape[1:]), array.dtype)
+    grown[: stop - first] = array[first:stop]
+    return grown
+
+
+@dataclass(frozen=True)
+class _ChunkSpan:
+    """Where one chunk of the window lies in the flat arrays (logical indices)."""
+
+    first_position: int
+    positions: int
+    first_label: int
+    labels: int
+    first_game: int
+    game_offsets: np.ndarray
+
+
 class ReplayBuffer:
     """The newest `window_positions` samples, persisted as chunks under `directory`.
 
@@ -233,6 +367,10 @@ class ReplayBuffer:
         seed: seed of the sampling generator. The generator is a stream of its own
             (`SAMPLING_STREAM`), so it never repeats the draws of another generator seeded
             with the same integer, such as the learner's symmetry draws.
+
+    The window lives in flat arrays (positions and per-position fields, label entries), chunk
+    after chunk, so `sample` gathers a batch with a few vectorized index operations whatever the
+    number of chunks.
 
     Attributes:
         skipped_chunks: (path, reason) of chunks that could not be loaded.
@@ -247,7 +385,19 @@ class ReplayBuffer:
         self.window_positions = window_positions
         self.rng = np.random.default_rng([seed, SAMPLING_STREAM])
         self.skipped_chunks: list[tuple[str, str]] = []
-        self._chunks: list[GameSamples] = []
+        self._spans: list[_ChunkSpan] = []
+        self._positions = _Columns({
+            "positions": ((3,), np.uint64), "z": ((), np.int8), "policy_weight": ((), np.float32),
+            "played_moves": ((3,), np.int32),
+            "label_start": ((), np.int64),  # logical row of the position's first label entry
+            "label_count": ((), np.int64),
+            "ownership_sign": ((), np.int8),
+            "game_row": ((), np.int64),  # logical row of the position's game in `_games`
+        })
+        self._games = _Columns({"ownership": ((NUM_SQUARES,), np.int8),
+                                "ownership_mask": ((NUM_SQUARES,), np.bool_)})
+        self._labels = _Columns({"label_moves": ((3,), np.int32), "label_visits": ((), np.int32),
+                                 "label_policy": ((), np.float32)})
         self._next_index = 0
         self.total_games = 0
         self.total_positions = 0
@@ -278,8 +428,9 @@ class ReplayBuffer:
                 continue
             loaded.append(chunk)
             held += chunk.num_positions
-        self._chunks = loaded[::-1]
-        self.total_games = sum(chunk.num_games for chunk in self._chunks)
+        for chunk in reversed(loaded):
+            self._append(chunk)
+        self.total_games = sum(chunk.num_games for chunk in loaded)
         self.total_positions = held
 
     def add(self, samples: GameSamples) -> Path:
@@ -298,24 +449,58 @@ class ReplayBuffer:
 
     def add_to_window(self, samples: GameSamples) -> None:
         """Add `samples` to the sampling window without writing a chunk."""
-        self._chunks.append(samples)
+        self._append(samples)
         self.total_games += samples.num_games
         self.total_positions += samples.num_positions
         self._evict()
 
+    def _append(self, samples: GameSamples) -> None:
+        counts = np.diff(samples.label_offsets)
+        games = samples.num_games
+        self._spans.append(_ChunkSpan(self._positions.logical_stop, samples.num_positions,
+                                      self._labels.logical_stop, int(samples.label_offsets[-1]),
+                                      self._games.logical_stop, samples.game_offsets.copy()))
+        game_of_position = np.repeat(np.arange(games, dtype=np.int64), np.diff(samples.game_offsets))
+        self._positions.append({
+            "positions": samples.positions, "z": samples.z, "policy_weight": samples.policy_weight,
+            "played_moves": samples.played_moves,
+            "label_start": self._labels.logical_stop + samples.label_offsets[:-1], "label_count": counts,
+            "ownership_sign": samples.ownership_sign,
+            "game_row": self._games.logical_stop + game_of_position,
+        })
+        self._labels.append({"label_moves": samples.label_moves, "label_visits": samples.label_visits,
+                             "label_policy": samples.label_policy})
+        if games:
+            self._games.append({"ownership": samples.ownership, "ownership_mask": samples.ownership_mask})
+
     @property
     def window(self) -> tuple[GameSamples, ...]:
-        """The chunks in the window, oldest first (to copy the window to another buffer)."""
-        return tuple(self._chunks)
+        """The chunks in the window, oldest first (copies, to hand the window to another buffer)."""
+        chunks = []
+        for span in self._spans:
+            counts = self._positions.take("label_count", span.first_position, span.positions)
+            chunk = {name: self._positions.take(name, span.first_position, span.positions)
+                     for name in ("positions", "z", "policy_weight", "played_moves", "ownership_sign")}
+            chunk.update({name: self._labels.take(name, span.first_label, span.labels)
+                          for name in ("label_moves", "label_visits", "label_policy")})
+            chunk.update({name: self._games.take(name, span.first_game, span.game_offsets.shape[0] - 1)
+                          for name in ("ownership", "ownership_mask")})
+            chunks.append(GameSamples(label_offsets=np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)]),
+                                      game_offsets=span.game_offsets.copy(), **chunk))
+        return tuple(chunks)
 
     def _evict(self) -> None:
-        held = sum(chunk.num_positions for chunk in self._chunks)
-        while len(self._chunks) > 1 and held - self._chunks[0].num_positions >= self.window_positions:
-            held -= self._chunks.pop(0).num_positions
+        held = len(self._positions)
+        while len(self._spans) > 1 and held - self._spans[0].positions >= self.window_positions:
+            oldest = self._spans.pop(0)
+            self._positions.drop_front(oldest.positions)
+            self._labels.drop_front(oldest.labels)
+            self._games.drop_front(oldest.game_offsets.shape[0] - 1)
+            held -= oldest.positions
 
     def __len__(self) -> int:
         """Positions available for sampling (the window may hold a little more than its size)."""
-        return sum(chunk.num_positions for chunk in self._chunks)
+        return len(self._positions)
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
         """Draw `batch_size` samples uniformly from the window.
@@ -325,39 +510,45 @@ class ReplayBuffer:
             symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
             `label_probs (N,) float32` (the stored policy target, renormalized),
             `label_offsets (B + 1,) int64`, `z (B,) float32`,
-            `policy_weight (B,) float32` (0 for fast searches, whose labels are empty).
+            `policy_weight (B,) float32` (0 for fast searches, whose labels are empty),
+            `ownership (B, 64) int8` and `ownership_mask (B, 64) bool` (each sample's ownership
+            target in its canonical frame, `GameSamples.ownership_targets`).
 
         Raises:
             ValueError: if the buffer is empty.
         """
-        if not self._chunks:
+        held = len(self._positions)
+        if not held:
             raise ValueError("the replay buffer is empty")
-        sizes = np.array([chunk.num_positions for chunk in self._chunks])
-        ends = np.cumsum(sizes)
-        picks = self.rng.integers(0, ends[-1], size=batch_size)
-        chunk_of = np.searchsorted(ends, picks, side="right")
-        within = picks - (ends - sizes)[chunk_of]
-        positions = np.empty((batch_size, 3), dtype=np.uint64)
-        z = np.empty(batch_size, dtype=np.float32)
-        policy_weight = np.empty(batch_size, dtype=np.float32)
-        label_parts, policy_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
-        for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(), strict=True)):
-            chunk = self._chunks[chunk_index]
-            start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
-            positions[row] = chunk.positions[index]
-            z[row] = chunk.z[index]
-            policy_weight[row] = chunk.policy_weight[index]
-            label_parts.append(chunk.label_moves[start:stop])
-            policy_parts.append(chunk.label_policy[start:stop])
-            counts[row] = stop - start
-        policy = np.concatenate(policy_parts).astype(np.float64)
-        label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
+        rows = self._positions.first + self.rng.integers(0, held, size=batch_size)
+        columns = self._positions.arrays
+        counts = columns["label_count"][rows]
+        label_offsets = np.zeros(batch_size + 1, dtype=np.int64)
+        np.cumsum(counts, out=label_offsets[1:])
+        # CSR gather: label entry j of the batch is row first_label(sample) + (j - offset(sample)).
+        starts = columns["label_start"][rows] - self._labels.base
+        label_rows = np.repeat(starts - label_offsets[:-1], counts) + np.arange(label_offsets[-1])
+        policy = self._labels.arrays["label_policy"][label_rows].astype(np.float64)
+        ownership, ownership_mask = self._ownership_targets(rows)
         totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy, minlength=batch_size)
         return {
-            "positions": positions,
-            "label_moves": np.concatenate(label_parts),
+            "positions": columns["positions"][rows],
+            "label_moves": np.take(self._labels.arrays["label_moves"], label_rows, axis=0),  # faster than [rows]
             "label_probs": (policy / np.repeat(totals, counts)).astype(np.float32),
             "label_offsets": label_offsets,
-            "z": z,
-            "policy_weight": policy_weight,
+            "z": columns["z"][rows].astype(np.float32),
+            "policy_weight": columns["policy_weight"][rows],
+            "ownership": ownership,
+            "ownership_mask": ownership_mask,
         }
+
+    def _ownership_targets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Ownership targets `(B, 64) int8` and masks `(B, 64) bool` of the positions at physical
+        `rows`, each in its own canonical frame (as `GameSamples.ownership_targets` gives them)."""
+        columns = self._positions.arrays
+        sign = columns["ownership_sign"][rows]
+        games = (columns["game_row"][rows] - self._games.base)[:, None]
+        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES), np.arange(NUM_SQUARES))
+        ownership = (self._games.arrays["ownership"][games, squares] * sign[:, None]).astype(np.int8)
+        mask = self._games.arrays["ownership_mask"][games, squares] & (sign != 0)[:, None]
+        return ownership, mask

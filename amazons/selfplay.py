@@ -3,7 +3,8 @@
 Each actor runs a `BatchedSearch` over G games in lockstep and evaluates leaves through its
 `InferenceClient` (one slot of the shared-memory server), so the network always sees batches of
 up to G x K leaves per actor, merged across actors by the server. Every finished game becomes
-samples (canonical position, sparse visit counts, outcome z for the side to move) and a game record
+samples (canonical position, sparse visit counts, outcome z for the side to move, the ownership
+target of `final_ownership`) and a game record
 (moves in Botzone coordinates); the actor sends them to the parent, which persists them as replay
 chunks as they arrive.
 
@@ -32,7 +33,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from amazons.board import Adjudication, Board, Move
+from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy
 from amazons.records import GameRecord
@@ -46,6 +47,7 @@ class SelfPlayError(RuntimeError):
 
 POLICY_TARGETS = ("completed_q", "visits")
 PLAYOUT_CAP_STREAM = 0x9C4F  # tags the generator that draws full or fast searches
+ENDLESS_STREAM = 0xE0D1  # tags the seeds of endless tasks (apart from the per-iteration tasks')
 
 
 def self_play_search_config() -> SearchConfig:
@@ -95,15 +97,43 @@ class SelfPlayConfig:
         return improved_policy(result, self.target_c_visit, self.target_c_scale)
 
 
+def final_ownership(board: Board) -> tuple[np.ndarray, np.ndarray]:
+    """The ownership target of a finished (or adjudicated) game, from its last position `board`.
+
+    Every square goes to the side whose amazons reach it in fewer queen moves through empty
+    squares (`Board.territory`); a square holding an amazon belongs to that amazon's side (both
+    sides always have four, so the amazons add nothing to the balance); a square both reach
+    equally soon, or neither reaches, is neutral. Arrows are masked out: the loss ignores them.
+
+    Returns:
+        `(ownership (64,) int8, mask (64,) bool)`, real frame: ownership +1 Black's, -1 White's,
+        0 neutral or an arrow; mask True on every square but the arrows.
+    """
+    ownership = board.territory().copy()
+    ownership[board.amazons(BLACK)] = 1
+    ownership[board.amazons(WHITE)] = -1
+    mask = np.ones(64, np.bool_)
+    mask[board.arrows()] = False
+    ownership[~mask] = 0
+    return ownership, mask
+
+
 @dataclass(frozen=True)
 class ActorTask:
-    """One actor's share of an iteration."""
+    """One actor's share of an iteration, or (`num_games` None) an endless task: play on,
+    starting a new game in each lane as soon as one ends, until told to stop."""
 
     actor_id: int
-    num_games: int
+    num_games: int | None
     config: SelfPlayConfig
     seed: int
     player_name: str = "selfplay"
+
+
+# What the owner may send an actor during an endless task, besides the next task or None (exit).
+PAUSE = "pause"  # hold still after the current search round (no CPU, no requests) until RESUME
+RESUME = "resume"
+STOP = "stop"  # end the endless task now; the games in progress are dropped
 
 
 @dataclass
@@ -117,6 +147,7 @@ class _GameInProgress:
     policy_weight: list[float] = field(default_factory=list)
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
+    versions: list[int] = field(default_factory=list)  # weights version of each position's search
 
     @property
     def winner(self) -> int | None:
@@ -131,6 +162,7 @@ class _GameInProgress:
         if winner is None:
             raise SelfPlayError("samples requested for a game that is not over")
         counts = np.array([moves.shape[0] for moves in self.label_moves], dtype=np.int64)
+        ownership, mask = final_ownership(self.board)
         return GameSamples(
             positions=np.stack(self.positions).astype(np.uint64),
             label_moves=np.concatenate(self.label_moves).astype(np.int32),
@@ -141,26 +173,37 @@ class _GameInProgress:
             played_moves=np.stack(self.played).astype(np.int32),
             game_offsets=np.array([0, len(self.positions)], dtype=np.int64),
             policy_weight=np.array(self.policy_weight, dtype=np.float32),
+            ownership=ownership[None],
+            ownership_mask=mask[None],
+            ownership_sign=np.where(np.array(self.turns) == BLACK, 1, -1).astype(np.int8),
         )
 
 
 def play_games(
     search: BatchedSearch,
-    num_games: int,
-    on_game: Callable[[GameSamples, list[Move], Adjudication | None], None],
+    num_games: int | None,
+    on_game: Callable[..., None],
     label: Callable[[SearchResult], np.ndarray] = improved_policy,
     adjudicate: bool = True,
     full_search_prob: float = 1.0,
     fast_simulations: int = 0,
     rng: np.random.Generator | None = None,
+    keep_playing: Callable[[], bool] | None = None,
+    weights_version: Callable[[], int] | None = None,
+    stats: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Play `num_games` self-play games with `search` (G games at a time) and report each.
+    """Play self-play games with `search` (G games at a time) and report each.
+
+    A game that ends frees its lane and a new game starts there at once, while the other lanes
+    go on, so every search round evaluates G games' leaves until the last games of a finite run.
 
     Args:
         search: a BatchedSearch over G games; its evaluator is used for every leaf.
-        num_games: games to finish in total.
+        num_games: games to finish in total; None plays on until `keep_playing` says stop.
         on_game: called with (samples, moves, adjudication) for every finished game;
-            `adjudication` is None for a game played to its end.
+            `adjudication` is None for a game played to its end. With `weights_version`, also
+            with the keyword `versions`: `(T,) int64`, the weights version each position was
+            searched with.
         label: the policy target of a root's search result (`SelfPlayConfig.policy_label`).
         adjudicate: end a game as soon as `Board.adjudicate` decides it; its samples take the
             exact result.
@@ -170,31 +213,43 @@ def play_games(
         fast_simulations: simulations of a fast search.
         rng: draws full or fast per move (default: a fixed stream); unused when the
             probability is 1.
+        keep_playing: asked before every search round; False stops at once, leaving the games
+            in progress unfinished (and unreported).
+        weights_version: the version of the weights the evaluator answered with last (e.g.
+            `InferenceClient.weights_version`), recorded per position.
+        stats: counters to update in place as the games go (the same keys as the result), so
+            that a caller can read them while an endless run plays on.
 
     Returns:
         Counters: games, positions, full searches (positions with a policy target),
         simulations, leaves evaluated, games adjudicated, seconds.
 
     Raises:
-        ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1.
+        ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1;
+            `num_games` None without `keep_playing`.
     """
     if not 0.0 < full_search_prob <= 1.0 or (full_search_prob < 1.0 and fast_simulations < 1):
         raise ValueError(f"full_search_prob must be in (0, 1] and fast_simulations >= 1 with a playout "
                          f"cap, got {full_search_prob!r} and {fast_simulations!r}")
+    if num_games is None and keep_playing is None:
+        raise ValueError("num_games None (play on) needs keep_playing to say when to stop")
     started = time.perf_counter()
     cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
-    full_searches = 0
-    slots = min(search.num_games, num_games)
+    counters = stats if stats is not None else {}
+    for key in ("games", "positions", "full_searches", "simulations", "leaves_evaluated", "adjudicated"):
+        counters[key] = 0.0
+    slots = search.num_games if num_games is None else min(search.num_games, num_games)
     games = {slot: _GameInProgress() for slot in range(slots)}
     search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]), list(games))
-    started_games, finished, positions, simulations, leaves, adjudicated = slots, 0, 0, 0, 0, 0
-    while games:
+    started_games = slots
+    while games and (keep_playing is None or keep_playing()):
         active = np.array(sorted(games), dtype=np.int32)
         full = _full_searches(cap_rng, active.shape[0], full_search_prob)
-        stats = search.search(np.where(full, search.config.simulations, fast_simulations), games=active,
-                              explore=full)
-        simulations += stats.simulations
-        leaves += stats.leaves_evaluated
+        round_stats = search.search(np.where(full, search.config.simulations, fast_simulations), games=active,
+                                    explore=full)
+        counters["simulations"] += round_stats.simulations
+        counters["leaves_evaluated"] += round_stats.leaves_evaluated
+        version = weights_version() if weights_version is not None else 0
         plies = np.array([games[slot].board.ply for slot in active.tolist()])
         chosen = search.select_moves(plies, games=active)
         for slot, move, is_full in zip(active.tolist(), chosen, full.tolist(), strict=True):
@@ -207,40 +262,38 @@ def play_games(
                 game.label_moves.append(result.moves[kept])
                 game.label_visits.append(result.visits[kept])
                 game.label_policy.append(probabilities[kept])
-                full_searches += 1
+                counters["full_searches"] += 1
             else:
                 game.label_moves.append(np.zeros((0, 3), np.int32))
                 game.label_visits.append(np.zeros(0, np.int32))
                 game.label_policy.append(np.zeros(0, np.float32))
             game.policy_weight.append(1.0 if is_full else 0.0)
+            game.versions.append(version)
             game.turns.append(game.board.turn)
             real = canonical_to_real(move, game.board.turn)
             game.played.append(real)
             game.board.push(Move(*real.tolist()))
-            positions += 1
+            counters["positions"] += 1
             if adjudicate and not game.board.is_game_over():
                 game.adjudication = game.board.adjudicate()
             if game.winner is None:
                 search.advance(slot, move)
                 continue
-            on_game(game.samples(), game.board.move_stack, game.adjudication)
-            finished += 1
-            adjudicated += game.adjudication is not None
-            if started_games < num_games:
+            counters["games"] += 1
+            counters["adjudicated"] += game.adjudication is not None
+            if weights_version is None:
+                on_game(game.samples(), game.board.move_stack, game.adjudication)
+            else:
+                on_game(game.samples(), game.board.move_stack, game.adjudication,
+                        versions=np.array(game.versions, dtype=np.int64))
+            if num_games is None or started_games < num_games:
                 games[slot] = _GameInProgress()
                 search.set_roots(games[slot].board.canonical_position(), [slot])
                 started_games += 1
             else:
                 del games[slot]
-    return {
-        "games": float(finished),
-        "positions": float(positions),
-        "full_searches": float(full_searches),
-        "simulations": float(simulations),
-        "leaves_evaluated": float(leaves),
-        "adjudicated": float(adjudicated),
-        "seconds": time.perf_counter() - started,
-    }
+    counters["seconds"] = time.perf_counter() - started
+    return dict(counters)
 
 
 def _full_searches(rng: np.random.Generator, count: int, probability: float) -> np.ndarray:
@@ -254,36 +307,45 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                results: mp.Queue) -> None:
     """Actor process entry point: play the games each task asks for, until a None task.
 
-    A task is `ActorTask`; for each, the actor sends ("game", actor_id, samples, record) per
-    finished game, then ("done", actor_id, stats), or ("error", actor_id, text) if it fails and
-    then exits. `tasks` is the receiving end of a pipe whose only sending end the owner holds, so
-    an owner that dies (killed, or stopped by a signal without cleaning up) ends the actor too.
+    A task is `ActorTask`; for each, the actor sends ("game", actor_id, samples, record, info)
+    per finished game (`info`: the weights version of each position, whether it was
+    adjudicated, and the actor's simulations and leaves evaluated so far in this task), then
+    ("done", actor_id, stats), or ("error", actor_id, text) if it fails and then exits. During
+    an endless task it reads PAUSE, RESUME and STOP between search rounds. `tasks` is the
+    receiving end of a pipe whose only sending end the owner holds, so an owner that dies
+    (killed, or stopped by a signal without cleaning up) ends the actor too.
     """
     client = InferenceClient(handle)
+    pipe = _TaskPipe(tasks)
     search: BatchedSearch | None = None
     try:
-        while (task := _next_task(tasks)) is not None:
+        while (task := pipe.next_task()) is not None:
             rng = np.random.default_rng(task.seed)
             time.sleep(float(rng.uniform(0, config.start_jitter_s)))
             if search is None:
                 search = BatchedSearch(client, config.search, config.games_in_parallel, seed=task.seed)
+            counters: dict[str, float] = {}
 
             def send(samples: GameSamples, moves: list[Move], adjudication: Adjudication | None,
-                     task: ActorTask = task) -> None:
+                     versions: np.ndarray, task: ActorTask = task, counters: dict[str, float] = counters) -> None:
                 extra = {} if adjudication is None else {"Termination": adjudication.describe()}
                 record = GameRecord.from_game(
                     moves, task.player_name, task.player_name, event="selfplay",
                     winner=None if adjudication is None else adjudication.winner,
                     Actor=str(actor_id), Weights=str(client.weights_version), **extra,
                 )
-                results.put(("game", actor_id, samples, record))
+                info = {"versions": versions, "adjudicated": adjudication is not None,
+                        "simulations": counters["simulations"], "leaves_evaluated": counters["leaves_evaluated"]}
+                results.put(("game", actor_id, samples, record, info))
 
             trips, waited = client.round_trips, client.round_trip_seconds
             stats = play_games(search, task.num_games, send, task.config.policy_label,
                                adjudicate=task.config.adjudicate,
                                full_search_prob=task.config.full_search_prob,
                                fast_simulations=task.config.fast_simulations,
-                               rng=np.random.default_rng([task.seed, PLAYOUT_CAP_STREAM]))
+                               rng=np.random.default_rng([task.seed, PLAYOUT_CAP_STREAM]),
+                               keep_playing=pipe.keep_playing if task.num_games is None else None,
+                               weights_version=lambda: client.weights_version, stats=counters)
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
             results.put(("done", actor_id, stats))
@@ -298,12 +360,54 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
             results.cancel_join_thread()  # nobody reads the queue any more: do not wait to flush it
 
 
-def _next_task(tasks: Connection) -> ActorTask | None:
-    """The next task, or None when asked to stop or when the owner's end of the pipe is gone."""
-    try:
-        return tasks.recv()
-    except (EOFError, OSError):
+class _TaskPipe:
+    """An actor's end of its task pipe: tasks, and the PAUSE / RESUME / STOP of an endless task.
+
+    A closed pipe (the owner is gone, or sent None) ends the actor."""
+
+    def __init__(self, connection: Connection) -> None:
+        self.connection = connection
+        self.closed = False
+
+    def _receive(self) -> object:
+        try:
+            message = self.connection.recv()
+        except (EOFError, OSError):
+            message = None
+        self.closed = message is None
+        return message
+
+    def next_task(self) -> ActorTask | None:
+        """The next task, or None when asked to stop or when the owner's end of the pipe is gone."""
+        while not self.closed:
+            message = self._receive()
+            if isinstance(message, ActorTask):
+                return message
+            # otherwise None, or a PAUSE / RESUME / STOP that came after its task ended
         return None
+
+    def keep_playing(self) -> bool:
+        """Between search rounds of an endless task: False on STOP (or exit); waits while paused."""
+        paused = False
+        while paused or self.connection.poll():
+            message = self._receive()
+            if message is None or message == STOP:
+                return False
+            paused = message == PAUSE
+        return True
+
+
+@dataclass
+class FinishedGame:
+    """A game an actor finished during an endless task, as the owner receives it."""
+
+    actor_id: int
+    samples: GameSamples
+    record: GameRecord
+    versions: np.ndarray  # (T,) int64, the weights version each position was searched with
+    adjudicated: bool  # ended by adjudication before the rules' end
+    simulations: float  # the actor's simulations since its endless task began, when it sent this game
+    leaves_evaluated: float  # likewise, leaves evaluated
 
 
 @dataclass
@@ -346,7 +450,11 @@ class SelfPlayWorkers:
         config: self-play settings (fixed for the workers' lifetime).
         context: multiprocessing context (spawn by default).
 
-    Use `play(...)` once per iteration and `close()` at the end (or a `with` block).
+    Two ways to use them: `play(...)` once per iteration (every actor plays its share of the
+    games, then waits), or `start(...)` once, then `collect(...)` the games as they finish,
+    `pause()` / `resume()` to hold the actors back, and `stop()`: endless tasks, in which an
+    actor starts a new game in a lane as soon as one ends, so its batches stay full. `close()`
+    at the end (or a `with` block).
     """
 
     def __init__(
@@ -369,6 +477,10 @@ class SelfPlayWorkers:
                                                    (actor_id, config, receiver, self._results)))
             receiver.close()  # the actor holds its own copy; the sending end stays here alone
             self._tasks.append(sender)
+        self._endless: set[int] = set()  # actors playing an endless task
+        self._suspects: dict[int, float] = {}
+        self._paused_since: float | None = None
+        self._paused_seconds = 0.0
 
     def play(
         self,
@@ -439,6 +551,103 @@ class SelfPlayWorkers:
         report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report
 
+    def start(self, stream: int) -> None:
+        """Start an endless task on every actor (seeded from the config's seed and `stream`).
+
+        Raises:
+            SelfPlayError: if endless tasks are running already.
+        """
+        if self._endless:
+            raise SelfPlayError("the actors are already playing endless tasks")
+        seeds = np.random.SeedSequence([self.config.seed, stream, ENDLESS_STREAM]).spawn(self.config.num_actors)
+        for actor_id, tasks in enumerate(self._tasks):
+            tasks.send(ActorTask(actor_id, None, self.config, int(seeds[actor_id].generate_state(1)[0])))
+        self._endless = set(range(self.config.num_actors))
+
+    def collect(self, timeout: float = 0.0) -> list[FinishedGame]:
+        """The games finished since the last call, waiting up to `timeout` seconds for the first.
+
+        Raises:
+            SelfPlayError: if an actor dies or reports an error, or the server fails; every actor
+                process is terminated before it is raised.
+        """
+        finished: list[FinishedGame] = []
+        try:
+            message = self._next_message(timeout)
+            while message is not None:
+                if message[0] == "game":
+                    finished.append(_finished_game(message))
+                elif message[0] == "done":
+                    self._endless.discard(message[1])
+                else:
+                    _check_server(self.server)
+                    raise SelfPlayError(f"actor {message[1]} failed: {message[2]}")
+                message = self._next_message(0.0)
+            _check_server(self.server)
+            _check_actors(self._actors, self._endless, self._suspects)
+        except BaseException:
+            self.terminate()
+            raise
+        return finished
+
+    def _next_message(self, timeout: float) -> tuple | None:
+        try:
+            return self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
+        except queue.Empty:
+            return None
+
+    def pause(self) -> None:
+        """Hold every actor after its current search round (throttling self-play); nothing
+        when no endless task is running."""
+        if self._paused_since is None and self._endless:
+            self._send_endless(PAUSE)
+            self._paused_since = time.perf_counter()
+
+    def resume(self) -> None:
+        """Let paused actors play on."""
+        if self._paused_since is not None:
+            self._send_endless(RESUME)
+            self._paused_seconds += time.perf_counter() - self._paused_since
+            self._paused_since = None
+
+    @property
+    def paused(self) -> bool:
+        """Whether `pause` holds the actors."""
+        return self._paused_since is not None
+
+    @property
+    def paused_seconds(self) -> float:
+        """Wall seconds the actors have been held by `pause` so far."""
+        current = time.perf_counter() - self._paused_since if self._paused_since is not None else 0.0
+        return self._paused_seconds + current
+
+    def _send_endless(self, message: str) -> None:
+        for actor_id in self._endless:
+            with contextlib.suppress(OSError):  # a dead actor is reported by the next `collect`
+                self._tasks[actor_id].send(message)
+
+    def stop(self, on_games: Callable[[list[FinishedGame]], None] | None = None, timeout: float = 60.0) -> None:
+        """End the endless tasks: every actor drops the games it is playing and reports done.
+
+        Games that finished before an actor read the stop are handed to `on_games` (else
+        dropped).
+
+        Raises:
+            SelfPlayError: as `collect`, or if an actor does not stop within `timeout` seconds.
+        """
+        self._send_endless(STOP)
+        if self._paused_since is not None:
+            self._paused_seconds += time.perf_counter() - self._paused_since
+            self._paused_since = None
+        deadline = time.monotonic() + timeout
+        while self._endless:
+            if time.monotonic() > deadline:
+                self.terminate()
+                raise SelfPlayError(f"actors {sorted(self._endless)} did not stop within {timeout} s")
+            late = self.collect(0.2)
+            if late and on_games is not None:
+                on_games(late)
+
     def close(self, timeout: float = 30.0) -> None:
         """Ask every actor to finish, then wait for them (terminating any that hang)."""
         for tasks, process in zip(self._tasks, self._actors, strict=True):
@@ -464,6 +673,12 @@ class SelfPlayWorkers:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def _finished_game(message: tuple) -> FinishedGame:
+    _, actor_id, samples, record, info = message
+    return FinishedGame(actor_id, samples, record, info["versions"], info["adjudicated"],
+                        info["simulations"], info["leaves_evaluated"])
 
 
 def _check_server(server: InferenceServer) -> None:

@@ -1,15 +1,21 @@
 """The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]`.
 
-Each iteration:
-1. self-play: persistent actor processes play `games_per_iteration` games with the latest
-   weights through the shared-memory inference server; games land in the replay buffer (chunks
-   on disk) and in `games/selfplay.txt` as they finish;
-2. training: `ceil(new_positions * sample_reuse / train_batch_size)` steps (bounded) on
-   uniformly sampled, symmetry-augmented batches from the replay window;
-3. evaluation (every `eval_every` iterations): arena matches of the new model against the
-   previous one and the baseline players, fitted into an Elo ladder with RandomPlayer at 0;
-4. checkpoint: the learner (model, optimizer, scheduler, RNGs, step) and a model file for play,
-   then the new weights are published to the server.
+An iteration is `games_per_iteration` self-play games and the training steps they are owed,
+`ceil(new_positions * sample_reuse / train_batch_size)` (bounded), on uniformly sampled,
+symmetry-augmented batches from the replay window; then a model file for play, the checkpoint
+(model, optimizer, scheduler, RNGs, step), `state.json` and a metrics line; every `eval.every`
+iterations an evaluation (arena matches of the new model against the previous one and the
+baseline players, the network players served by inference servers on the run's device
+(`amazons.evaluation`), fitted into an Elo ladder with RandomPlayer at 0).
+
+`pipeline.mode` says how the parts share the machine (`amazons.pipeline`):
+* `async` (the presets'): persistent actor processes play without pause through the
+  shared-memory inference server (a lane whose game ends starts the next at once), the learner
+  trains in this process at the same time, holding `sample_reuse` samples per position played,
+  and publishes its weights every `pipeline.publish_every_steps` steps; the evaluation runs in a
+  thread beside them (`Run.run_async`);
+* `sync`: self-play, training and evaluation one after the other, the weights published once
+  per iteration (`Run.run_iteration`).
 
 Everything a run needs is in its run directory: `config.json` (the resolved config),
 `checkpoints/latest.pt`, `models/model-NNNN.pt`, `replay/chunk-*.npz`, `games/*.txt`,
@@ -43,28 +49,26 @@ import numpy as np
 import torch
 
 from amazons._atomic import atomic_write
-from amazons.arena import run_arena
 from amazons.checkpoint import resume_learner, save_checkpoint, save_model
+from amazons.config import config_from_dict, config_to_dict
 from amazons.distributed.config import RayConfig
+from amazons.evaluation import EvalConfig, Evaluation
 from amazons.inference import InferenceConfig, InferenceServer
-from amazons.learn import Learner, OptimConfig, SampleBatch, augment_batch
+from amazons.learn import Learner, MetricSums, OptimConfig, SampleBatch, augment_batch
 from amazons.mcts import SearchConfig
 from amazons.net import NetConfig, PolicyValueNet, count_parameters, net_config
-from amazons.netplay import NetworkEvaluatorFactory, register_network_players, resolve_device
+from amazons.netplay import NetworkEvaluatorFactory, resolve_device
+from amazons.pipeline import (
+    BackgroundEvaluation,
+    IterationLedger,
+    PipelineConfig,
+    StepBudget,
+    WeightsPublisher,
+    steps_for_positions,
+)
 from amazons.records import GameRecord, write_records
 from amazons.replay import GameSamples, ReplayBuffer
-from amazons.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
-
-
-@dataclass(frozen=True)
-class EvalConfig:
-    """How each iteration's model is measured."""
-
-    every: int = 1  # evaluate every this many iterations (0 = never)
-    games: int = 10  # games against each opponent (colours alternate)
-    simulations: int = 64  # MCTS simulations per move for the network player
-    opponents: tuple[str, ...] = ("previous", "random", "greedy")  # "previous" = last iteration's model
-    processes: int = 2  # arena worker processes
+from amazons.selfplay import FinishedGame, SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,7 @@ class TrainConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # async or sync phases, ratio, publishing
     ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's settings (`--backend ray`)
 
     def __post_init__(self) -> None:
@@ -105,7 +110,7 @@ def preset_config(name: str) -> TrainConfig:
 
     `cpu`: a small net and modest searches, so that a 2-core machine improves visibly within an
     hour. `gpu`: the design's ResNet-40 (20 x 256, joint head, attention), training batch 512 and
-    inference batches up to 256 from many actors.
+    inference batches up to 1024 rows merged from several actors. Both run the async pipeline.
     """
     if name == "cpu":
         return TrainConfig(
@@ -124,8 +129,11 @@ def preset_config(name: str) -> TrainConfig:
             inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),
             games_per_iteration=64,
             train_batch_size=256,
-            sample_reuse=12.0,
+            # 16, not 12: at 12 the learner leaves part of the second core idle beside the
+            # inference server, which bounds self-play (docs/BENCHMARKS.md, --suite train).
+            sample_reuse=16.0,
             eval=EvalConfig(every=2, games=10, simulations=48, processes=2),
+            pipeline=PipelineConfig(mode="async", publish_every_steps=10, slack_steps=100),
         )
     if name == "gpu":
         return TrainConfig(
@@ -139,51 +147,21 @@ def preset_config(name: str) -> TrainConfig:
                 search=SearchConfig(simulations=400, leaves_per_game=4, root_noise=True,
                                     temperature_moves=12),
             ),
-            inference=InferenceConfig(inference_batch_size=256, flush_deadline_ms=1.0),
+            # Each actor sends up to 64 x 4 = 256 rows: a batch merges four actors' requests.
+            inference=InferenceConfig(inference_batch_size=1024, flush_deadline_ms=2.0),
             games_per_iteration=768,
             train_batch_size=512,
             sample_reuse=4.0,
             max_steps=4000,
             replay_window_positions=1_000_000,
             eval=EvalConfig(every=2, games=20, simulations=200, processes=8),
+            pipeline=PipelineConfig(mode="async", publish_every_steps=50, slack_steps=200),
         )
     raise ValueError(f"unknown preset {name!r}; choose 'cpu' or 'gpu'")
 
 
 # ------------------------------------------------------------------------------------------------
-# Config as plain data
-
-
-def config_to_dict(config: Any) -> Any:
-    """Nested dataclasses -> JSON-ready dicts (tuples become lists)."""
-    if dataclasses.is_dataclass(config):
-        return {item.name: config_to_dict(getattr(config, item.name)) for item in dataclasses.fields(config)}
-    if isinstance(config, tuple):
-        return [config_to_dict(value) for value in config]
-    return config
-
-
-def config_from_dict(cls: type, data: dict[str, Any]) -> Any:
-    """Inverse of `config_to_dict` for the dataclass `cls`.
-
-    Raises:
-        ValueError: naming an unknown field.
-    """
-    hints = typing.get_type_hints(cls)
-    known = {item.name for item in dataclasses.fields(cls)}
-    unknown = sorted(set(data) - known)
-    if unknown:
-        raise ValueError(f"{cls.__name__}: unknown fields {unknown}")
-    values = {}
-    for name, value in data.items():
-        hint = hints[name]
-        if dataclasses.is_dataclass(hint):
-            values[name] = config_from_dict(hint, value)
-        elif typing.get_origin(hint) is tuple:
-            values[name] = tuple(value)
-        else:
-            values[name] = value
-    return cls(**values)
+# Config overrides (dicts <-> configs: `amazons.config`)
 
 
 def _parse_value(text: str, current: Any, path: str) -> Any:
@@ -288,8 +266,8 @@ def training_steps(config: TrainConfig, new_positions: int, world_size: int = 1)
     samples drawn per new position stay `sample_reuse` and the steps shrink as ranks are added;
     the result is bounded by `min_steps` and `max_steps`.
     """
-    steps = math.ceil(new_positions * config.sample_reuse / (config.train_batch_size * world_size))
-    return min(max(steps, config.min_steps), config.max_steps)
+    return steps_for_positions(new_positions, config.sample_reuse, config.train_batch_size * world_size,
+                               config.min_steps, config.max_steps)
 
 
 class Run:
@@ -332,15 +310,20 @@ class Run:
             save_model(self.model_path(self.iteration), self.learner.model, {"iteration": self.iteration})
         factory = NetworkEvaluatorFactory(str(self.model_path(self.iteration)), config.device, config.inference_dtype)
         print(f"run {self.run_dir}: preset {config.preset}, net {count_parameters(self.learner.model):,} parameters, "
-              f"device {self.device}, iteration {self.iteration}/{config.iterations}, "
+              f"device {self.device}, {config.pipeline.mode} pipeline, iteration {self.iteration}/{config.iterations}, "
               f"replay {len(self.replay):,} positions", flush=True)
         with InferenceServer(factory, config.selfplay.num_actors, config.inference) as server:
-            server.publish_weights(str(self.model_path(self.iteration)), self.iteration)
+            if config.pipeline.mode == "sync":
+                server.publish_weights(str(self.model_path(self.iteration)), self.iteration)
             with SelfPlayWorkers(server, config.selfplay) as workers:
+                if config.pipeline.mode == "async" and self.iteration < config.iterations:
+                    self.run_async(server, workers, progress)
                 while self.iteration < config.iterations:
                     self.run_iteration(server, workers, progress)
 
     def run_iteration(self, server: InferenceServer, workers: SelfPlayWorkers, progress: bool) -> None:
+        """One iteration of the synchronous pipeline: self-play, then training, then evaluation
+        (weights versions are iterations)."""
         config = self.config
         iteration = self.iteration + 1
         started = time.perf_counter()
@@ -390,45 +373,180 @@ class Run:
         return report
 
     def train(self, new_positions: int, progress: bool) -> dict[str, float]:
+        """The synchronous training phase: `training_steps` steps on the replay window."""
         config = self.config
         steps = training_steps(config, new_positions, self.world_size)
         bar = _progress_bar(steps, f"iter {self.iteration + 1} training", "step", progress)
-        totals: dict[str, float] = {}
+        sums = MetricSums()
         started = time.perf_counter()
-        for _ in range(steps):
-            batch = augment_batch(SampleBatch(**self.replay.sample(config.train_batch_size)), self.learner.rng)
-            step_metrics = self.learner.train_step(batch)
-            for key, value in step_metrics.items():
-                totals[key] = totals.get(key, 0.0) + value
+        for step in range(steps):
+            step_metrics = self.train_step()
+            sums.add(step_metrics)
             if bar is not None:
                 bar.update(1)
-                bar.set_postfix(loss=f"{step_metrics.get('loss', float('nan')):.3f}", refresh=False)
+                if step % LOG_EVERY_STEPS == 0:  # reading the loss waits for the device
+                    bar.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - started
-        result = {f"train/{key}": value / max(steps, 1) for key, value in totals.items()}
-        samples = steps * config.train_batch_size * self.world_size
+        return self.train_metrics(sums, steps, seconds)
+
+    def train_step(self) -> dict[str, torch.Tensor | float]:
+        """One learner step on a batch drawn from the replay window and augmented."""
+        batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)), self.learner.rng)
+        return self.learner.train_step_tensors(batch)
+
+    def train_metrics(self, sums: MetricSums, steps: int, seconds: float) -> dict[str, float]:
+        """`train/*` metrics of `steps` steps that took `seconds` of the learner's time."""
+        result = {f"train/{key}": value for key, value in sums.means().items()}
+        samples = steps * self.config.train_batch_size * self.world_size
         result.update({"train/steps": steps, "train/samples_per_s": samples / max(seconds, 1e-9),
                        "train/replay_positions": len(self.replay), "train/learner_step": self.learner.step})
         return result
 
-    def evaluate(self, iteration: int) -> dict[str, float]:
-        config = self.config.eval
-        register_network_players()
-        name = f"iter-{iteration:04d}"
-        spec = f"mcts-net:{self.model_path(iteration)}"
-        results: dict[str, float] = {}
-        for opponent in config.opponents:
-            if opponent == "previous":
-                opponent_name, opponent_spec = f"iter-{iteration - 1:04d}", f"mcts-net:{self.model_path(iteration - 1)}"
+    # --------------------------------------------------------------------------------------------
+    # The asynchronous pipeline
+
+    def run_async(self, server: InferenceServer, workers: SelfPlayWorkers, progress: bool) -> None:
+        """Self-play, training and evaluation at once until `config.iterations` (see
+        `amazons.pipeline`): the actors play endless tasks, this loop takes their games into the
+        replay window, trains whenever the ratio allows, publishes weights every
+        `pipeline.publish_every_steps` steps and closes iterations; evaluation runs in a thread."""
+        config = self.config
+        budget = StepBudget(config.games_per_iteration, config.sample_reuse,
+                            config.train_batch_size * self.world_size, config.min_steps, config.max_steps,
+                            config.pipeline.slack_steps)
+        publisher = WeightsPublisher(self.run_dir / "weights", server)
+        publisher.publish(self.learner.step, path=self.model_path(self.iteration))
+        evaluation = BackgroundEvaluation(self.evaluate)
+        clock = _AsyncClock(workers)
+        bar = _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress)
+        last_counters: dict[int, tuple[float, float]] = {}
+        workers.start(stream=self.iteration)
+        while self.iteration < config.iterations:
+            evaluation.check()
+            if budget.may_step():
+                finished = workers.collect(0.0)
+            else:  # ahead of self-play: wait for games
+                waited = time.perf_counter()
+                finished = workers.collect(ASYNC_WAIT_S)
+                clock.learner_wait += time.perf_counter() - waited
+            if finished:
+                self.take_games(finished, budget, publisher, last_counters)
+                if self.iteration + 1 == config.iterations and budget.current.games >= config.games_per_iteration:
+                    workers.stop(on_games=lambda late: self.take_games(late, budget, publisher, last_counters))
+            if budget.may_step():
+                stepped = time.perf_counter()
+                clock.sums.add(self.train_step())
+                clock.learner_seconds += time.perf_counter() - stepped
+                budget.current.steps += 1
+                if self.learner.step % config.pipeline.publish_every_steps == 0:
+                    publisher.publish(self.learner.step, model=self.learner.model)
+            if budget.should_pause(workers.paused):
+                workers.pause()
             else:
-                opponent_name, opponent_spec = opponent, opponent
-            result = run_arena(spec, opponent_spec, config.games, simulations=config.simulations,
-                               processes=config.processes, seed=self.config.seed * 7919 + iteration)
+                workers.resume()
+            clock.show(bar, budget.current)
+            if budget.iteration_done():
+                if bar is not None:
+                    bar.close()
+                self.finish_async_iteration(budget.finish_iteration(), clock, evaluation, workers, publisher)
+                clock = _AsyncClock(workers)
+                bar = (None if self.iteration >= config.iterations else
+                       _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress))
+        workers.stop()
+
+    def take_games(self, finished: list[FinishedGame], budget: StepBudget, publisher: WeightsPublisher,
+                   last_counters: dict[int, tuple[float, float]]) -> None:
+        """Persist finished games (one replay chunk, their records) and count them in the
+        iterations they belong to."""
+        self.replay.add(GameSamples.concatenate([game.samples for game in finished]))
+        write_records(self.run_dir / "games" / "selfplay.txt", [game.record for game in finished], append=True)
+        for game in finished:
+            ledger = budget.ledger_for_game()
+            ledger.games += 1
+            ledger.positions += game.samples.num_positions
+            ledger.full_searches += int((game.samples.policy_weight > 0).sum())
+            ledger.adjudicated += game.adjudicated
+            simulations, leaves = last_counters.get(game.actor_id, (0.0, 0.0))
+            ledger.simulations += game.simulations - simulations
+            ledger.leaves_evaluated += game.leaves_evaluated - leaves
+            last_counters[game.actor_id] = (game.simulations, game.leaves_evaluated)
+            ledger.lag_versions += float(publisher.lag_versions(game.versions).sum())
+            ledger.lag_steps += float((self.learner.step - game.versions).sum())
+
+    def finish_async_iteration(self, ledger: IterationLedger, clock: _AsyncClock,
+                               evaluation: BackgroundEvaluation, workers: SelfPlayWorkers,
+                               publisher: WeightsPublisher) -> None:
+        """Close an iteration of the async pipeline: model file, evaluation started beside,
+        checkpoint, metrics line. The last iteration waits for its evaluation."""
+        config = self.config
+        iteration = self.iteration + 1
+        self.iteration = iteration
+        seconds = time.perf_counter() - clock.started
+        save_model(self.model_path(iteration), self.learner.model, {"iteration": iteration})
+        metrics: dict[str, float] = {"iteration": iteration}
+        metrics.update({
+            "selfplay/games": ledger.games,
+            "selfplay/positions": ledger.positions,
+            "selfplay/full_searches": ledger.full_searches,
+            "selfplay/positions_per_s": ledger.positions / seconds,
+            "selfplay/sims_per_s": ledger.simulations / seconds,
+            "selfplay/evals_per_s": ledger.leaves_evaluated / seconds,
+            "selfplay/seconds": seconds,
+            "selfplay/mean_game_plies": ledger.positions / max(ledger.games, 1),
+            "selfplay/adjudicated_share": ledger.adjudicated / max(ledger.games, 1),
+        })
+        metrics.update(self.train_metrics(clock.sums, ledger.steps, clock.learner_seconds))
+        samples = ledger.steps * config.train_batch_size * self.world_size
+        metrics.update({
+            "pipeline/samples_per_position": samples / max(ledger.positions, 1),
+            "pipeline/samples_per_s": samples / seconds,
+            "pipeline/learner_wait_s": clock.learner_wait,
+            "pipeline/actor_throttle_s": workers.paused_seconds - clock.paused_at_start,
+            "pipeline/weights_lag_versions": ledger.lag_versions / max(ledger.positions, 1),
+            "pipeline/weights_lag_steps": ledger.lag_steps / max(ledger.positions, 1),
+            "pipeline/weights_version": publisher.versions[-1],
+        })
+        results = []  # evaluations finished by now, oldest first
+        if config.eval.every and iteration % config.eval.every == 0:
+            waited = time.perf_counter()
+            results.append(evaluation.wait())  # one evaluation at a time
+            metrics["pipeline/eval_wait_s"] = time.perf_counter() - waited
+            evaluation.start(iteration)
+        else:
+            results.append(evaluation.poll())
+        if iteration >= config.iterations:
+            workers.stop()
+            results.append(evaluation.wait())
+        results = [result for result in results if result is not None]
+        for older in results[:-1]:  # a line holds one evaluation: the newest; older ones go to TensorBoard
+            for key, value in older.metrics.items():
+                self.writer.add_scalar(key, float(value), older.iteration)
+        if results:
+            metrics.update({**results[-1].metrics, "eval/iteration": results[-1].iteration,
+                            "eval/seconds": results[-1].seconds})
+        self.checkpoint()
+        metrics["iteration_seconds"] = time.perf_counter() - clock.started
+        self.log(iteration, metrics)
+
+    def evaluate(self, iteration: int) -> dict[str, float]:
+        """Arena matches of this iteration's model against the previous one and the baselines
+        (`amazons.evaluation.Evaluation`: the network players served by inference servers on the
+        run's device), then the Elo ladder over every match so far, written to `elo.json`."""
+        config = self.config.eval
+        name = f"iter-{iteration:04d}"
+        with Evaluation(config, self.config.device, self.config.inference_dtype) as evaluation:
+            outcomes = evaluation.run(self.model_path(iteration), self.model_path(iteration - 1), iteration,
+                                      seed=self.config.seed * 7919 + iteration)
+        results: dict[str, float] = {}
+        for opponent, result in outcomes.items():
+            opponent_name = f"iter-{iteration - 1:04d}" if opponent == "previous" else opponent
             self.matches.append({"a": name, "b": opponent_name, "wins_a": result.wins_a, "games": result.games})
             results[f"eval/win_rate_vs_{opponent}"] = result.win_rate
             print(f"  eval {name} vs {opponent_name}: {result.wins_a}/{result.games} wins, Elo {result.elo:+.0f} "
                   f"[{result.elo_low:+.0f}, {result.elo_high:+.0f}]", flush=True)
+        results["eval/server_rows"] = sum(stats.get("rows", 0.0) for stats in evaluation.stats.values())
         ratings = fit_elo(self.matches)
         (self.run_dir / "elo.json").write_text(json.dumps({"ratings": ratings, "matches": self.matches}, indent=2) + "\n")
         results["eval/elo"] = ratings[name]
@@ -444,9 +562,10 @@ class Run:
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()}) + "\n")
         self.metrics_file.flush()
+        evaluated = int(metrics.get("eval/iteration", iteration))  # async: an earlier model's evaluation
         for key, value in metrics.items():
             if key != "iteration":
-                self.writer.add_scalar(key, float(value), iteration)
+                self.writer.add_scalar(key, float(value), evaluated if key.startswith("eval/") else iteration)
         self.writer.flush()
         summary = ", ".join(f"{key.split('/')[-1]} {metrics[key]:.3g}" for key in
                             ("train/loss", "selfplay/positions_per_s", "eval/elo") if key in metrics)
@@ -455,6 +574,33 @@ class Run:
     def close(self) -> None:
         self.metrics_file.close()
         self.writer.close()
+
+
+LOG_EVERY_STEPS = 10  # the training progress bar reads the loss (waiting for the device) this often
+ASYNC_WAIT_S = 0.05  # async: how long the learner waits for games at a time when it is ahead
+
+
+class _AsyncClock:
+    """Timers and metric sums of one iteration of the async pipeline."""
+
+    def __init__(self, workers: SelfPlayWorkers) -> None:
+        self.started = time.perf_counter()
+        self.sums = MetricSums()
+        self.learner_seconds = 0.0
+        self.learner_wait = 0.0
+        self.paused_at_start = workers.paused_seconds
+        self._shown = 0.0
+
+    def show(self, bar: Any, ledger: IterationLedger) -> None:
+        """Refresh the progress bar, at most once a second (the loss read waits for the device)."""
+        now = time.perf_counter()
+        if bar is None or now - self._shown < 1.0:
+            return
+        self._shown = now
+        bar.n = min(ledger.games, bar.total)
+        loss = self.sums.means().get("loss", float("nan"))
+        bar.set_postfix(steps=ledger.steps, loss=f"{loss:.3f}",
+                        pos_s=f"{ledger.positions / (now - self.started):.0f}", refresh=True)
 
 
 def _progress_bar(total: int, description: str, unit: str, enabled: bool) -> Any:

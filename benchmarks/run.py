@@ -1,10 +1,12 @@
-"""Benchmark runner: `python benchmarks/run.py [--suite engine,mcts,nn,selfplay,botzone,envs,solver,ray|all] [--json PATH]`.
+"""Benchmark runner: `python benchmarks/run.py [--suite engine,mcts,nn,selfplay,botzone,envs,solver,ray,train,gpu|all] [--json PATH]`.
 
 Each suite lives in `benchmarks/suite_<name>.py` and exposes
 `run(quick: bool) -> dict[str, float]`, a flat map from metric name (`<suite>.<what>`) to value.
 The runner prints one table and, with `--json`, writes
 `{"suite": ..., "machine": {...}, "metrics": {NAME: number}}`.
 Numba compilation and other warm-up happen inside each suite before its clocks start.
+`all` runs every suite but `gpu`, which needs a CUDA device (on a machine without one it says so
+and exits with status 1).
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import sys
 import time
 from pathlib import Path
 
-SUITES = ("engine", "mcts", "nn", "selfplay", "botzone", "envs", "solver", "ray")
+SUITES = ("engine", "mcts", "nn", "selfplay", "botzone", "envs", "solver", "ray", "train")
+EXTRA_SUITES = ("gpu",)  # named explicitly, never part of `all`
 
 
 def machine_facts() -> dict[str, object]:
@@ -52,9 +55,9 @@ def machine_facts() -> dict[str, object]:
 def parse_suites(text: str) -> list[str]:
     """Turn `engine,mcts` or `all` into a list of known suite names."""
     names = list(SUITES) if text == "all" else [name.strip() for name in text.split(",") if name.strip()]
-    unknown = [name for name in names if name not in SUITES]
+    unknown = [name for name in names if name not in SUITES + EXTRA_SUITES]
     if unknown:
-        raise SystemExit(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES)} or 'all'")
+        raise SystemExit(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES + EXTRA_SUITES)} or 'all'")
     return names
 
 

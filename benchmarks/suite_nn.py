@@ -1,23 +1,34 @@
 """Benchmark suite `nn`: network inference and training throughput.
 
+Inference figures measure the path production runs: the model of
+`amazons.netplay.ReloadableNetworkEvaluator` (the inference server's, the arena's network
+players', the web board's and evaluation's evaluator), i.e. `prepare_for_inference(model)` (batch
+norms folded, channels_last, eval, no autograd, fp32 weights) under autocast to the precision.
+
 Keys (all numbers):
 
-* `nn.<preset>.<dtype>.b<batch>.positions_per_s`: forward passes of `prepare_for_inference(model,
-  dtype)` (batch norms folded, channels_last, eval, no autograd) on a ready feature tensor; the
-  best of three timing windows. `dtype` is fp32 or bf16 (weights and activations in that dtype).
-  Batches 1 to 1024 (quick: 1, 16, 256). On a CPU a measurement whose single call would take
-  longer than `CPU_CALL_LIMIT_S` (extrapolated from the previous batch size) is not run; the key
-  `nn.<preset>.<dtype>.b<batch>.skipped_on_cpu` = 1 says so.
-* `nn.tiny.fp32.b256.evaluator_positions_per_s`: the whole `NetworkEvaluator.evaluate` call
-  (features from the engine, forward, priors of every legal move) on real positions.
+* `nn.<preset>.<precision>.b<batch>.positions_per_s`: forward passes of that production model on
+  a ready feature tensor; the best of three timing windows. `precision` is fp32 or bf16 (bf16
+  autocast, as the server runs it on a GPU). Batches 1 to 1024 (quick: 1, 16, 256). On a CPU a
+  measurement whose single call would take longer than `CPU_CALL_LIMIT_S` (extrapolated from the
+  previous batch size) is not run; the key `nn.<preset>.<precision>.b<batch>.skipped_on_cpu` = 1
+  says so.
+* `nn.tiny.<precision>.b256.evaluator_positions_per_s`: the production evaluator's whole
+  `evaluate` call (features from the engine, forward, priors of every legal move) on real
+  positions, at the precision "auto" resolves to on the device (fp32 on a CPU); on CUDA with its
+  CUDA graphs over batch buckets.
 * `nn.tiny.fp32.b256.compiled.positions_per_s` (not with --quick): the same forward as the grid's
   under `torch.compile` with inductor's `freezing` (weights as constants: convolutions pre-packed
-  and fused with their ReLU / residual add). The compile time (tens of seconds) is not counted.
+  and fused with their ReLU / residual add), a variant production does not run. The compile time
+  (tens of seconds) is not counted.
 * `nn.<preset>.train_samples_per_s` at batch `nn.<preset>.train_batch`: `Learner.train_step`
   (features, forward, losses, backward, clipping, AdamW), fp32 on a CPU, bf16 autocast on a GPU.
 * `nn.<preset>.flops_per_position`: multiply-adds x 2 of one forward pass (convolutions, matrix
   products), counted by `torch.utils.flop_counter`; `nn.resnet40.trunk_flops_per_position`: the
   40 trunk convolutions alone (3.02e9).
+* GPU only: `nn.resnet40.bf16.b256.evaluator_positions_per_s`: the production evaluator's whole
+  call on ResNet-40 (bf16 autocast, a CUDA graph per batch bucket), and
+  `nn.resnet40.bf16.b256.evaluator_no_graphs_positions_per_s`, the same without graphs.
 * GPU only: `nn.resnet40.bf16.b{256,1024}.{eager,compiled,cudagraph,compiled_cudagraph}.positions_per_s`
   and `.flop_fraction` = positions/s x flops_per_position / the GPU's dense bf16 peak
   (`nn.gpu_peak_bf16_flops`; from the device name, or the `AMAZONS_GPU_PEAK_FLOPS` environment
@@ -46,9 +57,10 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from amazons import engine
 from amazons.learn import Learner, OptimConfig, SampleBatch
-from amazons.net import PRESETS, NetworkEvaluator, PolicyValueNet, net_config, prepare_for_inference
+from amazons.net import PRESETS, PolicyValueNet, net_config, prepare_for_inference
+from amazons.netplay import ReloadableNetworkEvaluator
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+PRECISIONS = ("fp32", "bf16")
 BATCHES = (1, 4, 16, 64, 256, 1024)
 QUICK_BATCHES = (1, 16, 256)
 CPU_CALL_LIMIT_S = 2.0  # skip CPU measurements whose one call would take longer than this
@@ -60,27 +72,29 @@ GPU_PEAKS = (("H100 PCIe", 756e12), ("H100", 989e12), ("H200", 989e12), ("H800",
              ("A100", 312e12), ("A10G", 70e12), ("L40S", 362e12), ("L4", 121e12), ("4090", 165e12))
 
 
-def _synchronize(device: torch.device) -> None:
+def synchronize(device: torch.device) -> None:
+    """Wait for the device's queued work (a no-op off CUDA)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
 
 
-def _seconds_per_call(call: Callable[[], object], device: torch.device, window_s: float) -> float:
+def seconds_per_call(call: Callable[[], object], device: torch.device, window_s: float) -> float:
     """Best per-call time over three windows of n calls each, n sized from one timed call."""
-    call()  # warm-up (allocations, kernel selection)
-    _synchronize(device)
+    for _ in range(3):  # warm-up (allocations, kernel selection; oneDNN's first calls are slower)
+        call()
+    synchronize(device)
     started = time.perf_counter()
     call()
-    _synchronize(device)
+    synchronize(device)
     single = time.perf_counter() - started
     repeats = max(1, math.ceil(window_s / max(single, 1e-6)))
     best = single
     for _ in range(3):
-        _synchronize(device)
+        synchronize(device)
         started = time.perf_counter()
         for _ in range(repeats):
             call()
-        _synchronize(device)
+        synchronize(device)
         best = min(best, (time.perf_counter() - started) / repeats)
     return best
 
@@ -119,6 +133,13 @@ def flops_per_position(model: PolicyValueNet) -> float:
     return float(counter.get_total_flops())
 
 
+def _autocast_forward(evaluator: ReloadableNetworkEvaluator, x: torch.Tensor) -> object:
+    """The production model's forward as `NetworkEvaluator.evaluate` runs it: autocast entered for
+    the call (so bf16 weights are cast again at every call, as in production)."""
+    with torch.autocast(x.device.type, dtype=evaluator.dtype, enabled=evaluator.dtype != torch.float32):
+        return evaluator.model(x)
+
+
 def _inference_grid(device: torch.device, batches: tuple[int, ...], window_s: float,
                     rng: np.random.Generator) -> dict[str, float]:
     metrics: dict[str, float] = {}
@@ -127,32 +148,38 @@ def _inference_grid(device: torch.device, batches: tuple[int, ...], window_s: fl
         torch.manual_seed(0)
         model = PolicyValueNet(net_config(preset))
         metrics[f"nn.{preset}.flops_per_position"] = flops_per_position(model)
-        for dtype_name, dtype in DTYPES.items():
-            prepared = prepare_for_inference(model, dtype).to(device)
+        for precision in PRECISIONS:
+            production = ReloadableNetworkEvaluator(model, str(device), precision, cuda_graphs=False)
             previous_rate = None
             for batch in batches:
-                key = f"nn.{preset}.{dtype_name}.b{batch}"
+                key = f"nn.{preset}.{precision}.b{batch}"
                 if device.type == "cpu" and previous_rate is not None \
                         and batch / previous_rate > CPU_CALL_LIMIT_S:
                     metrics[f"{key}.skipped_on_cpu"] = 1.0
                     continue
-                x = features[:batch].to(device=device, dtype=dtype).contiguous(
-                    memory_format=torch.channels_last)
+                x = features[:batch].to(device=device).contiguous(memory_format=torch.channels_last)
                 with torch.inference_mode():
-                    seconds = _seconds_per_call(lambda m=prepared, x=x: m(x), device, window_s)
+                    seconds = seconds_per_call(lambda e=production, x=x: _autocast_forward(e, x), device, window_s)
                 previous_rate = batch / seconds
                 metrics[f"{key}.positions_per_s"] = previous_rate
     return metrics
 
 
-def _evaluator_figure(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+def _evaluator_rate(preset: str, device: torch.device, window_s: float, rng: np.random.Generator,
+                    cuda_graphs: bool | None = None) -> tuple[str, float]:
+    """The production evaluator's whole call at batch 256 on real positions: (precision, positions/s)."""
     torch.manual_seed(0)
-    model = prepare_for_inference(PolicyValueNet(net_config("tiny"))).to(device)
-    evaluator = NetworkEvaluator(model, 7, device=device)
+    evaluator = ReloadableNetworkEvaluator(PolicyValueNet(net_config(preset)), str(device), "auto",
+                                           cuda_graphs=cuda_graphs)
     positions = random_batch(rng, 256).positions
     moves, offsets = engine.legal_moves(positions)
-    seconds = _seconds_per_call(lambda: evaluator.evaluate(positions, moves, offsets), device, window_s)
-    return {"nn.tiny.fp32.b256.evaluator_positions_per_s": 256 / seconds}
+    seconds = seconds_per_call(lambda: evaluator.evaluate(positions, moves, offsets), device, window_s)
+    return evaluator.precision, 256 / seconds
+
+
+def _evaluator_figure(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+    precision, rate = _evaluator_rate("tiny", device, window_s, rng)
+    return {f"nn.tiny.{precision}.b256.evaluator_positions_per_s": rate}
 
 
 def _compiled_tiny(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
@@ -166,7 +193,7 @@ def _compiled_tiny(device: torch.device, window_s: float, rng: np.random.Generat
     try:
         with inductor_config.patch(freezing=True), torch.inference_mode():
             compiled = torch.compile(model, dynamic=False)
-            seconds = _seconds_per_call(lambda: compiled(x), device, window_s)
+            seconds = seconds_per_call(lambda: compiled(x), device, window_s)
     except Exception as error:  # no C++ compiler, or an inductor failure: report, go on
         print(f"suite_nn: {key} failed: {type(error).__name__}: {error}", file=sys.stderr)
         return {f"{key}.failed": 1.0}
@@ -181,7 +208,7 @@ def _training(device: torch.device, presets: tuple[str, ...], window_s: float,
         batch = random_batch(rng, batch_size)
         torch.manual_seed(0)
         learner = Learner(PolicyValueNet(net_config(preset)), OptimConfig(), device=device, seed=0)
-        seconds = _seconds_per_call(lambda lr=learner, b=batch: lr.train_step(b), device, window_s)
+        seconds = seconds_per_call(lambda lr=learner, b=batch: lr.train_step(b), device, window_s)
         metrics[f"nn.{preset}.train_samples_per_s"] = batch_size / seconds
         metrics[f"nn.{preset}.train_batch"] = float(batch_size)
     return metrics
@@ -247,7 +274,7 @@ def _gpu_resnet40(device: torch.device, window_s: float, rng: np.random.Generato
             try:
                 with inductor_config.patch(freezing=True), torch.inference_mode():
                     call = build(x)
-                    seconds = _seconds_per_call(call, device, window_s)
+                    seconds = seconds_per_call(call, device, window_s)
             except Exception as error:  # one failing variant must not hide the others' figures
                 print(f"suite_nn: {key} failed: {type(error).__name__}: {error}", file=sys.stderr)
                 metrics[f"{key}.failed"] = 1.0
@@ -259,6 +286,14 @@ def _gpu_resnet40(device: torch.device, window_s: float, rng: np.random.Generato
                 metrics[f"{key}.flop_fraction"] = rate * flops / peak
                 if batch == 1024:
                     fractions_b1024.append(rate * flops / peak)
+    for key, graphs in (("evaluator", None), ("evaluator_no_graphs", False)):
+        try:
+            _, rate = _evaluator_rate("resnet40", device, window_s, rng, cuda_graphs=graphs)
+            metrics[f"nn.resnet40.bf16.b256.{key}_positions_per_s"] = rate
+        except Exception as error:  # reported like the variants below, never as a 0
+            print(f"suite_nn: nn.resnet40.bf16.b256.{key} failed: {type(error).__name__}: {error}",
+                  file=sys.stderr)
+            metrics[f"nn.resnet40.bf16.b256.{key}.failed"] = 1.0
     if len(failures) == 2 * len(variants):
         raise RuntimeError("every ResNet-40 GPU variant failed:\n" + "\n".join(failures))
     if peak is not None and fractions_b1024:  # no figure at all rather than a 0.0

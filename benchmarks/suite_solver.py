@@ -25,7 +25,7 @@ from amazons import engine
 from amazons.board import Board, Move
 from amazons.mcts import BatchedSearch
 from amazons.models import default_checkpoint_path
-from amazons.netplay import cpu_network_evaluator
+from amazons.netplay import load_network_evaluator
 from amazons.selfplay import play_games
 from amazons.train import preset_config
 
@@ -33,7 +33,7 @@ from amazons.train import preset_config
 def run(quick: bool) -> dict[str, float]:
     torch.set_num_threads(1)
     config = preset_config("cpu").selfplay
-    evaluator = cpu_network_evaluator(default_checkpoint_path())
+    evaluator = load_network_evaluator(default_checkpoint_path(), "cpu", "fp32")
     games: list[list[Move]] = []
     search = BatchedSearch(evaluator, config.search, config.games_in_parallel, seed=0)
     play_games(search, 2, lambda samples, moves, verdict: None, config.policy_label, adjudicate=False)

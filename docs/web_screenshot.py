@@ -22,7 +22,7 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 from amazons.board import Board
-from amazons.play import build_ai
+from amazons.player_factory import build_model_player
 from amazons.records import GameRecord, write_records
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -33,7 +33,7 @@ PLIES = 14
 
 def opening(plies: int) -> list:
     """The first `plies` moves of the shipped network playing itself (64 simulations, seeded)."""
-    players = [build_ai("default", simulations=64, seed=seed) for seed in (1, 2)]
+    players = [build_model_player("default", simulations=64, seed=seed) for seed in (1, 2)]
     board = Board()
     moves = []
     for _ in range(plies):

@@ -23,16 +23,17 @@ from amazons.board import BLACK, Board, Move
 from amazons.botzone import (
     KEEP_RUNNING_MARKER,
     NO_MOVE,
+    TREE_MEMORY_MB,
     Bot,
     ProtocolError,
     TimeControl,
-    build_player,
     format_json_reply,
     main,
     parse_json,
     parse_simple,
     parse_update,
 )
+from amazons.player_factory import build_model_player
 from amazons.players import RandomPlayer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -241,7 +242,7 @@ def test_time_control_deadlines():
 
 
 def test_bot_replies_legally_and_keeps_its_tree_across_turns():
-    bot = Bot(build_player("none", simulations=64, time_budget=1.0, seed=0))
+    bot = Bot(build_model_player("none", simulations=64, seed=0, tree_memory_mb=TREE_MEMORY_MB, stop_when_full=True))
     history = [Move.from_botzone(text) for text in WIKI_MOVES]
     move = bot.reply(history)
     assert bot.board.move_stack == history + [move]
@@ -254,7 +255,7 @@ def test_bot_replies_legally_and_keeps_its_tree_across_turns():
 
 
 def test_bot_rejects_an_illegal_history_naming_the_move():
-    bot = Bot(build_player("none", simulations=8, time_budget=1.0, seed=0))
+    bot = Bot(build_model_player("none", simulations=8, seed=0, tree_memory_mb=TREE_MEMORY_MB, stop_when_full=True))
     history = [Move.from_botzone(text) for text in WIKI_MOVES]
     history[2] = Move.from_botzone("0 5 0 4 0 3")  # a White amazon, on Black's move
     with pytest.raises(ProtocolError, match="move 3 of the game, '0 5 0 4 0 3'.*black"):
@@ -263,7 +264,7 @@ def test_bot_rejects_an_illegal_history_naming_the_move():
 
 def test_bot_with_a_time_budget_stops_near_its_deadline():
     # A tree large enough that the deadline, not the memory bound, ends the search.
-    bot = Bot(build_player("none", simulations=None, time_budget=1.0, seed=0, tree_memory_mb=1024))
+    bot = Bot(build_model_player("none", time_budget=1.0, seed=0, tree_memory_mb=1024, stop_when_full=True))
     bot.reply([], deadline=time.perf_counter() + 0.05)  # Numba kernels load here
     started = time.perf_counter()
     bot.reply([bot.board.move_stack[0], RandomPlayer(seed=2).choose_move(bot.board)],

@@ -11,6 +11,7 @@ import pytest
 import torch
 from test_learn import random_batch
 
+from amazons import checkpoint as checkpoint_module
 from amazons import engine
 from amazons.checkpoint import (
     CheckpointError,
@@ -195,3 +196,24 @@ def test_extra_must_hold_plain_values(trained, tmp_path):
     learner, _ = trained
     with pytest.raises(CheckpointError, match=r"payload\.extra\.when"):
         save_checkpoint(tmp_path / "bad.pt", learner, extra={"when": np.float64(1.0)})
+
+
+def test_a_checkpoint_with_an_older_config_field_set_still_loads(trained, tmp_path):
+    """Configs are read by `amazons.config.config_from_dict`: fields added since take defaults,
+    betas stored as a tuple (older saves) or a list compare equal, unknown fields are named."""
+    learner, path = trained
+    payload = load_checkpoint(path)
+    older = dict(payload)
+    older["optim_config"] = {key: value for key, value in payload["optim_config"].items()
+                             if key not in ("policy_weight", "value_weight")}
+    older["optim_config"]["betas"] = tuple(older["optim_config"]["betas"])
+    older["net_config"] = {key: value for key, value in payload["net_config"].items()
+                           if key != "attention_placement"}
+    older.pop("torch_version")
+    old_path = checkpoint_module._write(tmp_path / "older.pt", older)
+    restored = learner_from_checkpoint(old_path)
+    assert restored.config == learner.config and restored.model.config == learner.model.config
+    restore_learner(old_path, make_learner())
+    typo = {**older, "net_config": {**payload["net_config"], "chanels": 32}}
+    with pytest.raises(CheckpointError, match=r"typo\.pt: bad net config: NetConfig: unknown fields \['chanels'\]"):
+        load_model_for_play(checkpoint_module._write(tmp_path / "typo.pt", typo))

@@ -328,7 +328,7 @@ def test_gymnasium_illegal_actions_lose_or_raise(gymnasium_env) -> None:
 
 
 def test_gymnasium_accepts_a_player_object_and_rejects_bad_arguments(gymnasium_env) -> None:
-    from amazons.arena import PlayerSpecError
+    from amazons.player_factory import PlayerSpecError
 
     env = gymnasium_env.AmazonsEnv(RandomPlayer(seed=3), agent_color="white")
     _, info = env.reset()

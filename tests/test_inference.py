@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import os
+import queue
 import signal
 import time
 from functools import partial
@@ -11,11 +12,13 @@ from functools import partial
 import numpy as np
 import pytest
 from inference_actors import (
+    VersionedEchoEvaluator,
     echo_actor,
     echo_outputs,
     looping_actor,
     make_echo_evaluator,
     random_leaves,
+    uneven_actor,
 )
 
 from amazons import engine
@@ -71,6 +74,61 @@ def test_actors_that_finish_unevenly_do_not_deadlock():
     assert [report[1] for report in reports] == [0, 0, 0]
 
 
+@pytest.mark.parametrize("deadline_ms", [3.0, 60_000.0], ids=["deadline", "no-deadline"])
+def test_many_uneven_actors_share_batches_and_get_their_own_rows(deadline_ms):
+    # Ten actors: some sleep between requests, request sizes run from 1 row to more than a whole
+    # batch, and they finish at different times. Batches merge actors, split requests that do
+    # not fit, never exceed the batch size, and (even with a deadline that never expires, where
+    # only full batches and "everyone is waiting" can flush) nobody waits forever.
+    config = InferenceConfig(inference_batch_size=48, flush_deadline_ms=deadline_ms, slot_rows=128,
+                             slot_moves=128 * engine.MAX_MOVES)
+    plans = [(6 + 2 * index, 100 if index % 3 == 0 else 12, 0.05 if index % 2 else 0.0) for index in range(10)]
+    results = SPAWN.Queue()
+    with InferenceServer(make_echo_evaluator, num_clients=len(plans), config=config) as server:
+        actors = [server.start_actor(index, uneven_actor, (requests, 500 + index, max_rows, pause_s, results))
+                  for index, (requests, max_rows, pause_s) in enumerate(plans)]
+        reports = sorted(results.get(timeout=120) for _ in actors)
+        for actor in actors:
+            actor.join(30)
+        stats = server.stop()
+    assert [report[:2] for report in reports] == [(index, 0) for index in range(len(plans))], reports
+    assert stats["rows"] == sum(report[2] for report in reports)
+    assert stats["max_batch_rows"] <= config.inference_batch_size
+    assert stats["split_requests"] > 0
+    # Merged across actors: always without a deadline (only full batches and "everyone waiting"
+    # flush); with one, at least some batches (how many depends on the machine's timing).
+    assert stats["mean_requests_per_batch"] > (1.5 if deadline_ms > 1000 else 1.0)
+
+
+def test_published_weights_are_acknowledged_and_never_split_a_reply(tmp_path):
+    config = InferenceConfig(inference_batch_size=8, flush_deadline_ms=1.0, slot_rows=64)
+    results = SPAWN.Queue()
+    with InferenceServer(VersionedEchoEvaluator, num_clients=3, config=config) as server:
+        actors = [server.start_actor(index, uneven_actor, (40, 700 + index, 30, 0.01, results))
+                  for index in range(3)]
+        reports, version, deadline = [], 0, time.monotonic() + 120
+        while len(reports) < len(actors) and time.monotonic() < deadline:
+            version += 1  # new weights every 20 ms while the actors run
+            server.publish_weights(str(tmp_path / f"weights-{version}.pt"), version)
+            try:
+                reports.append(results.get(timeout=0.02))
+            except queue.Empty:
+                pass
+        for actor in actors:
+            actor.join(30)
+        while server.loaded_version != version and time.monotonic() < deadline:
+            server.check()
+            time.sleep(0.01)
+        assert server.loaded_version == version
+        stats = server.stop()
+    reports.sort()
+    # Every value matched the echo plus the version its reply named: no reply mixed two weights,
+    # although requests were split across batches while new weights kept arriving.
+    assert [report[1] for report in reports] == [0, 0, 0]
+    assert stats["split_requests"] > 0
+    assert len(set().union(*(report[3] for report in reports))) > 1
+
+
 def test_requests_larger_than_the_slot_are_split():
     config = InferenceConfig(inference_batch_size=8, slot_rows=5, slot_moves=engine.MAX_MOVES)
     with InferenceServer(make_echo_evaluator, num_clients=1, config=config) as server:
@@ -114,6 +172,18 @@ def test_server_start_failure_is_reported_and_cleaned_up():
     with pytest.raises(InferenceError, match="no such checkpoint"):
         server.start()
     assert server.slot_names == []
+
+
+def test_a_server_process_that_cannot_be_launched_raises_the_launch_error_and_leaves_nothing():
+    unpicklable = lambda: None  # noqa: E731  (spawn must pickle the factory: the launch fails)
+    server = InferenceServer(unpicklable, num_clients=2)
+    started = time.monotonic()
+    with pytest.raises(Exception, match="pickle") as raised:
+        server.start()
+    assert not isinstance(raised.value, AssertionError)  # the launch's own error, not stop()'s
+    assert time.monotonic() - started < 5  # no wait for a server that never started
+    assert server.slot_names == []
+    server.stop()  # stopping again is harmless
 
 
 def _raise_missing(path: str):

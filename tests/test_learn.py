@@ -15,8 +15,10 @@ import pytest
 import torch
 
 from amazons import engine
+from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.learn import (
     Learner,
+    MetricSums,
     OptimConfig,
     OptimConfigError,
     SampleBatch,
@@ -309,13 +311,13 @@ def test_policy_weights_travel_with_their_samples(batch):
 
 def test_optim_config_validation_and_round_trip():
     config = OptimConfig(lr=1e-3, schedule="constant")
-    assert OptimConfig.from_dict(config.to_dict()) == config
+    assert config_from_dict(OptimConfig, config_to_dict(config)) == config
     for bad in ({"lr": 0.0}, {"schedule": "linear"}, {"precision": "int8"}, {"betas": (0.9, 1.0)},
                 {"warmup_steps": -1}, {"grad_clip_norm": math.nan}):
         with pytest.raises(OptimConfigError, match=next(iter(bad)).split("_")[0]):
             OptimConfig(**bad)
-    with pytest.raises(OptimConfigError, match="unknown"):
-        OptimConfig.from_dict({**config.to_dict(), "momentum": 0.9})
+    with pytest.raises(ConfigError, match="OptimConfig: unknown fields .*momentum"):
+        config_from_dict(OptimConfig, {**config_to_dict(config), "momentum": 0.9})
 
 
 def test_learning_rate_schedule():
@@ -369,6 +371,63 @@ def test_mixed_precision_steps_run_on_cpu(batch, precision):
     assert all(math.isfinite(value) for value in metrics.values()), metrics
     assert ("loss_scale" in metrics) == (precision == "fp16")
     assert learner.step >= 1
+
+
+def test_lazy_step_metrics_and_their_sums_equal_the_float_ones(batch):
+    learners = []
+    for _ in range(2):
+        torch.manual_seed(0)
+        learners.append(Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=3), seed=0))
+    floats, sums = [], MetricSums()
+    for _ in range(3):
+        floats.append(learners[0].train_step(batch))
+        sums.add(learners[1].train_step_tensors(batch))
+    means = sums.means()
+    assert set(means) == set(floats[0])
+    for name in means:  # the same per-step numbers, summed in float64 as Python sums floats
+        assert means[name] == sum(step[name] for step in floats) / 3, name
+    for have, want in zip(learners[1].model.parameters(), learners[0].model.parameters(), strict=True):
+        assert torch.equal(have, want)
+    assert MetricSums().means() == {}
+
+
+class DeviceSkipLearner(Learner):
+    """The GPU's way of skipping a non-finite step (fused AdamW with `found_inf`), on the CPU."""
+
+    def _skips_on_device(self) -> bool:
+        return True
+
+
+def test_a_non_finite_gradient_is_skipped_on_the_device(batch):
+    torch.manual_seed(0)
+    learner = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=0)
+    assert learner.optimizer.param_groups[0]["fused"]
+    learner.train_step(batch)
+    before = [p.detach().clone() for p in learner.model.parameters()]
+    moments = {key: value.clone() for key, value in learner.optimizer.state[next(learner.model.parameters())].items()}
+    poison = next(learner.model.parameters()).register_hook(lambda grad: grad * float("nan"))
+    metrics = learner.train_step(batch)
+    poison.remove()
+    assert metrics["skipped"] == 1.0 and math.isnan(metrics["grad_norm"])
+    assert all(torch.equal(p, b) for p, b in zip(learner.model.parameters(), before, strict=True))
+    state = learner.optimizer.state[next(learner.model.parameters())]
+    assert all(torch.equal(state[key], value) for key, value in moments.items())  # step count too
+    assert learner.train_step(batch)["skipped"] == 0.0
+    assert not all(torch.equal(p, b) for p, b in zip(learner.model.parameters(), before, strict=True))
+
+
+def test_learner_state_loads_across_optimizer_kernels(batch):
+    torch.manual_seed(0)
+    plain = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=0)
+    plain.train_step(batch)
+    fused = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=1)
+    fused.load_state_dict(plain.state_dict())
+    assert fused.optimizer.param_groups[0]["fused"] and fused.step == 1
+    fused.train_step(batch)
+    back = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=2)
+    back.load_state_dict(fused.state_dict())
+    assert not back.optimizer.param_groups[0]["fused"] and back.step == 2
+    assert back.train_step(batch)["skipped"] == 0.0
 
 
 def test_auto_precision_is_fp32_on_cpu():

@@ -21,11 +21,12 @@ def test_the_shipped_model_is_small_loadable_and_described():
     for key in ("command", "training_wall_clock_s", "hardware", "config", "iterations"):
         assert key in info, key
     from amazons.checkpoint import load_model_for_play
+    from amazons.config import config_from_dict
     from amazons.net import NetConfig
     from amazons.npnet import load_model
 
     model = load_model_for_play(path)
-    assert model.config == NetConfig.from_dict(info["config"]["net"])
+    assert model.config == config_from_dict(NetConfig, info["config"]["net"])
     exported = load_model(default_model_path())
     assert exported.config == info["config"]["net"]
     assert default_model_path().stat().st_size <= 10 * 1024 * 1024

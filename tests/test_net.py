@@ -10,6 +10,7 @@ import torch
 from test_learn import random_positions
 
 from amazons import engine
+from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.mcts import BatchedSearch, SearchConfig
 from amazons.net import (
     PRESETS,
@@ -93,7 +94,7 @@ def test_three_plane_network_and_input_checks(positions):
 
 def test_config_validation_and_round_trip():
     config = net_config("small", policy_head="factorized")
-    assert NetConfig.from_dict(config.to_dict()) == config
+    assert config_from_dict(NetConfig, config_to_dict(config)) == config
     with pytest.raises(NetConfigError, match="unknown preset"):
         net_config("huge")
     with pytest.raises(NetConfigError, match="policy_head"):
@@ -104,8 +105,10 @@ def test_config_validation_and_round_trip():
         net_config("tiny", blocks=0)
     with pytest.raises(NetConfigError, match="depth"):
         net_config("tiny", depth=3)
-    with pytest.raises(NetConfigError, match="unknown"):
-        NetConfig.from_dict({**config.to_dict(), "dropout": 0.1})
+    with pytest.raises(ConfigError, match=r"NetConfig: unknown fields \['dropout'\]"):
+        config_from_dict(NetConfig, {**config_to_dict(config), "dropout": 0.1})
+    with pytest.raises(NetConfigError, match="blocks"):
+        config_from_dict(NetConfig, {**config_to_dict(config), "blocks": 0})
 
 
 def test_attention_placement():

@@ -275,8 +275,9 @@ def test_the_bot_and_terminal_play_never_import_torch():
         "code = main(['--model', 'default', '--simulations', '16', '--restart-per-turn'],\n"
         "            io.StringIO('1\\n-1 -1 -1 -1 -1 -1\\n'), out, sys.stderr)\n"
         "assert code == 0 and len(out.getvalue().split()) == 6, out.getvalue()\n"
-        "from amazons.play import build_ai\n"
-        "build_ai('default', simulations=8)\n"
+        "import amazons.play\n"
+        "from amazons.player_factory import build_model_player\n"
+        "build_model_player('default', simulations=8)\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n"
         "print('torch-free')\n")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT,

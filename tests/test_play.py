@@ -11,10 +11,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amazons.arena import ROLLOUT_CONFIG
 from amazons.board import BLACK, WHITE, Board, Move
 from amazons.mcts import RolloutEvaluator
 from amazons.play import PlaySession, ReplaySession, main, render_board
+from amazons.player_factory import ROLLOUT_SEARCH
 from amazons.players import MCTSPlayer
 from amazons.records import GameRecord, read_records, write_records
 
@@ -133,7 +133,7 @@ class _Typist(io.TextIOBase):
 
 
 def _rollout_ai(simulations: int = 16, seed: int = 0) -> MCTSPlayer:
-    return MCTSPlayer(RolloutEvaluator(seed=seed), ROLLOUT_CONFIG, simulations=simulations,
+    return MCTSPlayer(RolloutEvaluator(seed=seed), ROLLOUT_SEARCH, simulations=simulations,
                       seed=seed, name="mcts-rollout")
 
 

@@ -13,18 +13,15 @@ from pathlib import Path
 import pytest
 
 from amazons.arena import (
-    PlayerSpecError,
     elo_from_score,
     elo_interval,
-    make_player,
     play_game,
-    player_names,
     random_opening,
-    register_player,
     run_arena,
 )
 from amazons.board import BLACK, WHITE, Board, Move
 from amazons.mcts import RolloutEvaluator, SearchConfig, UniformEvaluator
+from amazons.player_factory import PlayerSpecError, make_player, player_names, register_player
 from amazons.players import (
     GreedyPlayer,
     HumanPlayer,

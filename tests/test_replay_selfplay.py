@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -316,3 +318,128 @@ def test_selfplay_workers_apply_the_playout_cap(tmp_path):
     samples = GameSamples.concatenate(collected)
     assert report.full_searches == int((samples.policy_weight == 1).sum())
     assert 0 < report.full_searches < report.positions
+
+
+def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+    """`ReplayBuffer.sample` as it was before the window lived in flat arrays: one Python step
+    per sample over the window's chunks. The obviously-correct reference for the gather."""
+    sizes = np.array([chunk.num_positions for chunk in chunks])
+    ends = np.cumsum(sizes)
+    picks = rng.integers(0, ends[-1], size=batch_size)
+    chunk_of = np.searchsorted(ends, picks, side="right")
+    within = picks - (ends - sizes)[chunk_of]
+    positions = np.empty((batch_size, 3), dtype=np.uint64)
+    z = np.empty(batch_size, dtype=np.float32)
+    policy_weight = np.empty(batch_size, dtype=np.float32)
+    ownership = np.empty((batch_size, 64), dtype=np.int8)
+    ownership_mask = np.empty((batch_size, 64), dtype=np.bool_)
+    label_parts, policy_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
+    for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(), strict=True)):
+        chunk = chunks[chunk_index]
+        start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
+        positions[row] = chunk.positions[index]
+        (ownership[row],), (ownership_mask[row],) = chunk.ownership_targets(np.array([index]))
+        z[row] = chunk.z[index]
+        policy_weight[row] = chunk.policy_weight[index]
+        label_parts.append(chunk.label_moves[start:stop])
+        policy_parts.append(chunk.label_policy[start:stop])
+        counts[row] = stop - start
+    policy = np.concatenate(policy_parts).astype(np.float64)
+    label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
+    totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy, minlength=batch_size)
+    return {
+        "positions": positions,
+        "label_moves": np.concatenate(label_parts),
+        "label_probs": (policy / np.repeat(totals, counts)).astype(np.float32),
+        "label_offsets": label_offsets,
+        "z": z,
+        "policy_weight": policy_weight,
+        "ownership": ownership,
+        "ownership_mask": ownership_mask,
+    }
+
+
+def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, finished_games):
+    from amazons.learn import SampleBatch, augment_batch
+
+    capped, _ = play_capped_games(4, 0.5, seed=3)  # fast searches: empty labels in the window
+    parts = [samples for samples, _, _ in finished_games] + [capped]
+    old_format = tmp_path / "old"  # a version 1 chunk (no policy_weight) loads into the window too
+    old_format.mkdir()
+    np.savez_compressed(old_format / "chunk-00000000.npz", **{key: getattr(parts[0], key) for key in (
+        "positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z", "played_moves",
+        "game_offsets")})
+    # A window small enough that adding chunks evicts old ones and moves the flat arrays around.
+    window = 2 * max(part.num_positions for part in parts)
+    buffer = ReplayBuffer(old_format, window_positions=window, seed=5)
+    learner_rng, reference_rng = np.random.default_rng(9), np.random.default_rng(9)
+    for round_index in range(40):
+        buffer.add_to_window(parts[round_index % len(parts)])
+        chunks = list(buffer.window)
+        assert sum(chunk.num_positions for chunk in chunks) == len(buffer)
+        drawing = np.random.default_rng()
+        drawing.bit_generator.state = buffer.rng.bit_generator.state
+        expected = reference_sample(chunks, drawing, 96)
+        drawn = buffer.sample(96)
+        assert drawn.keys() == expected.keys()
+        for key, value in expected.items():
+            assert drawn[key].dtype == value.dtype, key
+            np.testing.assert_array_equal(drawn[key], value, err_msg=key)
+        batch = augment_batch(SampleBatch(**drawn), learner_rng)
+        reference = augment_batch(SampleBatch(**expected), reference_rng)
+        for key in ("positions", "label_moves", "label_probs", "label_offsets", "z", "policy_weight",
+                    "ownership", "ownership_mask"):
+            np.testing.assert_array_equal(getattr(batch, key), getattr(reference, key), err_msg=key)
+    assert buffer.total_games > len(buffer.window)  # old chunks were evicted on the way
+    # The window's chunks come back whole (the Ray backend copies them to its training ranks).
+    held = buffer.window
+    for index, chunk in enumerate(held):
+        added = parts[(40 - len(held) + index) % len(parts)]
+        for key in ("positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
+                    "played_moves", "game_offsets", "policy_weight", "ownership", "ownership_mask",
+                    "ownership_sign"):
+            np.testing.assert_array_equal(getattr(chunk, key), getattr(added, key), err_msg=key)
+
+
+def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
+    from inference_actors import VersionedUniformEvaluator
+
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=3, search=FAST_SEARCH, start_jitter_s=0.0)
+    collected: list = []
+
+    def collect_until(workers, count: int) -> None:
+        deadline = time.monotonic() + 120
+        while len(collected) < count:
+            assert time.monotonic() < deadline, f"only {len(collected)} games"
+            collected.extend(workers.collect(0.5))
+
+    with InferenceServer(VersionedUniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=24)) as server:
+        with SelfPlayWorkers(server, config) as workers:
+            workers.start(stream=1)
+            collect_until(workers, 4)
+            server.publish_weights(str(tmp_path / "weights-7.pt"), 7)
+            # More games than the lanes hold: lanes refilled as their games ended.
+            collect_until(workers, 2 * 3 * 2 + 2)
+            workers.pause()
+            time.sleep(1.0)
+            workers.collect(0.5)  # games finished in the round each actor was playing
+            assert workers.collect(1.0) == []  # then nothing: the actors hold still
+            assert workers.paused and workers.paused_seconds >= 1.5
+            workers.resume()
+            held = len(collected)
+            collect_until(workers, held + 2)
+            late: list = []
+            workers.stop(on_games=late.extend)
+            assert not workers.paused
+            # The actors take a per-iteration task after the endless one.
+            report = workers.play(2, lambda samples, records: None, iteration=3)
+    assert report.games == 2
+    for game in collected + late:
+        game.samples.validate()
+        assert game.versions.shape == (game.samples.num_positions,)
+        assert (np.diff(game.versions) >= 0).all()
+        assert game.record.headers["Weights"] == str(game.versions[-1])
+    assert {game.actor_id for game in collected} == {0, 1}
+    assert collected[-1].versions[-1] == 7 and collected[0].versions[0] == 0
+    assert collected[-1].simulations > 0 and collected[-1].leaves_evaluated > 0

@@ -19,7 +19,7 @@ import pytest
 
 from amazons import engine
 from amazons import mcts_numba as kernels
-from amazons.arena import PlayerSpecError, apply_search_overrides, run_arena
+from amazons.arena import run_arena
 from amazons.board import Board
 from amazons.mcts import (
     BatchedSearch,
@@ -28,6 +28,7 @@ from amazons.mcts import (
     UniformEvaluator,
     improved_policy,
 )
+from amazons.player_factory import PlayerSpecError, apply_search_overrides
 from amazons.players import MCTSPlayer
 from amazons.selfplay import play_games
 

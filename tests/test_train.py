@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
+from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.inference import segment_prefix
 from amazons.learn import (
     Learner,
@@ -27,14 +28,14 @@ from amazons.learn import (
 )
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.net import PolicyValueNet, net_config
+from amazons.pipeline import EvaluationError
 from amazons.replay import GameSamples
 from amazons.selfplay import play_games
 from amazons.train import (
+    EvalConfig,
     Run,
     TrainConfig,
     apply_overrides,
-    config_from_dict,
-    config_to_dict,
     fit_elo,
     main,
     preset_config,
@@ -67,6 +68,21 @@ def test_config_round_trips_through_json_and_overrides_follow_types():
     restored = config_from_dict(TrainConfig, json.loads(json.dumps(config_to_dict(config))))
     assert restored == config
     assert preset_config("gpu").net.blocks == 20 and preset_config("gpu").net.channels == 256
+
+
+def test_an_older_config_json_loads_with_defaults_and_unknown_fields_are_named():
+    # The shipped model's config.json predates the solver, Gumbel, playout-cap and Ray fields and
+    # the evaluation's search settings: they take their defaults.
+    from amazons.models import default_model_info
+
+    stored = default_model_info()["config"]
+    assert "ray" not in stored and "search" not in stored["eval"]
+    config = config_from_dict(TrainConfig, stored)
+    assert config.selfplay.search.simulations == stored["selfplay"]["search"]["simulations"]
+    assert config.eval.simulations == stored["eval"]["simulations"] and config.eval.search == EvalConfig().search
+    assert config.optim.betas == (0.9, 0.999)
+    with pytest.raises(ConfigError, match=r"TrainConfig\.selfplay\.search: unknown fields \['simulation'\]"):
+        config_from_dict(TrainConfig, {"selfplay": {"search": {"simulation": 3}}})
 
 
 @pytest.mark.parametrize(
@@ -188,19 +204,32 @@ def shm_segments(pid: int | None = None) -> set[str]:
 
 
 @pytest.mark.slow
-def test_two_iterations_end_to_end_then_resume(tmp_path):
+@pytest.mark.parametrize("mode", ["async", "sync"])
+def test_two_iterations_end_to_end_then_resume(tmp_path, mode):
     run_dir = tmp_path / "run"
     before = shm_segments()
-    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2", "--no-progress", *SMOKE]) == 0
+    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2", "--no-progress", *SMOKE,
+                 f"pipeline.mode={mode}"]) == 0
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
+    first = json.loads(lines[0])
+    assert first["selfplay/games"] == 4 and first["train/steps"] == 3
+    if mode == "async":
+        assert first["pipeline/samples_per_position"] == pytest.approx(3 * 32 / first["selfplay/positions"])
+        for key in ("pipeline/learner_wait_s", "pipeline/actor_throttle_s", "pipeline/weights_lag_versions",
+                    "pipeline/weights_lag_steps"):
+            assert key in first
+        # The evaluation of iteration 2 ran beside the last iteration's work and joined its line.
+        assert json.loads(lines[1])["eval/iteration"] == 2
     assert (run_dir / "checkpoints" / "latest.pt").exists()
     assert sorted(path.name for path in (run_dir / "models").iterdir()) == [
         "model-0000.pt", "model-0001.pt", "model-0002.pt"]
     chunks = sorted((run_dir / "replay").glob("chunk-*.npz"))
     assert chunks and any((run_dir / "tensorboard").iterdir())
     assert json.loads((run_dir / "elo.json").read_text())["ratings"]["random"] == 0
-    assert (run_dir / "games" / "selfplay.txt").read_text().count("[Event ") == 8
+    records = (run_dir / "games" / "selfplay.txt").read_text().count("[Event ")
+    # async: games that ended after the last iteration's 4 are kept too (replay and records)
+    assert records == 8 if mode == "sync" else records >= 8
     # Resumed with a new learning rate and schedule: the learner trains with them.
     assert main(["--run-dir", str(run_dir), "--iterations", "3", "--resume", "--no-progress",
                  "optim.lr=0.0007", "optim.warmup_steps=0", "optim.schedule=constant"]) == 0
@@ -220,14 +249,18 @@ def _default_sigint() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("signum", "whole_group"), [(signal.SIGINT, True), (signal.SIGTERM, False)],
-                         ids=["ctrl-c", "sigterm"])
-def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, whole_group):
+@pytest.mark.parametrize(("signum", "whole_group", "mode"),
+                         [(signal.SIGINT, True, "async"), (signal.SIGTERM, False, "async"),
+                          (signal.SIGTERM, False, "sync")],
+                         ids=["ctrl-c", "sigterm", "sigterm-sync"])
+def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, whole_group, mode):
     # Ctrl-C in a terminal signals the whole process group; `kill PID` only the main process,
-    # whose actors and server must then be stopped by the main job itself.
+    # whose actors and server must then be stopped by the main job itself. In the async mode an
+    # evaluation (every iteration here) is running beside self-play when the signal comes.
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
-               "--iterations", "50", "--no-progress", *SMOKE]
+               "--iterations", "50", "--no-progress", *SMOKE, f"pipeline.mode={mode}", "eval.every=1",
+               "eval.processes=2"]
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True, preexec_fn=_default_sigint)
@@ -254,3 +287,17 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
     finished = len((run_dir / "metrics.jsonl").read_text().splitlines())
     assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume", "--no-progress"]) == 0
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == finished + 1
+
+
+@pytest.mark.slow
+def test_a_failing_evaluation_beside_self_play_stops_the_run_with_its_error(tmp_path, monkeypatch):
+    def broken(self, iteration):
+        raise FileNotFoundError(f"no model for iteration {iteration}")
+
+    monkeypatch.setattr(Run, "evaluate", broken)
+    before = shm_segments()
+    with pytest.raises(EvaluationError, match="evaluation of iteration 1 failed") as caught:
+        main(["--preset", "cpu", "--run-dir", str(tmp_path / "run"), "--iterations", "3", "--no-progress",
+              *SMOKE, "eval.every=1"])
+    assert isinstance(caught.value.__cause__, FileNotFoundError)
+    assert shm_segments() <= before

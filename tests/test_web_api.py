@@ -121,7 +121,17 @@ def test_a_game_against_the_shipped_network(client):
     assert state["ply"] == 1 and state["error"] is None
     Board.from_moves([state["moves"][0]["algebraic"]])
     assert state["analysis"]["simulations"] >= 32 and -1 <= state["analysis"]["value"] <= 1
-    import torch  # loaded by the network AI, set to one thread per search by the server
+
+
+def test_a_game_against_a_torch_checkpoint_runs_the_prepared_model(client):
+    from amazons.models import default_checkpoint_path
+
+    model = str(default_checkpoint_path())
+    state = client.post("/api/games", json={"side": "white", "model": model, "simulations": 16, "seed": 0}).json()
+    assert state["ai"]["name"] == f"mcts-net:{model}"
+    state = wait_idle(client, state["id"])
+    assert state["ply"] == 1 and state["error"] is None
+    import torch  # loaded by the checkpoint's AI, set to one thread per search by the server
 
     assert torch.get_num_threads() == 1
 

@@ -6,7 +6,8 @@
 `TrainingGroup`. Everything else is the local run's: the same config, run directory, replay
 chunks (written by the learner alone, so their names are unique whatever the number of nodes),
 game records, evaluation, checkpoints, logs and `--resume`. Each iteration's metrics gain the
-`ray/*` counters of `NodePool.take_metrics`.
+`ray/*` counters of `NodePool.take_metrics`. It runs the synchronous pipeline (`Run.run_iteration`)
+whatever `pipeline.mode` says; `ray.max_weights_lag` lets nodes play ahead while the learner trains.
 
 Imports Ray (through the pool and the group) and the main job.
 """
@@ -83,7 +84,7 @@ class RayRun(Run):
                 self.nodes = nodes
                 if self.group is not None:
                     nodes.on_delivery = self.group.add_games
-                print(f"run {self.run_dir}: backend ray, preset {config.preset}, net "
+                print(f"run {self.run_dir}: backend ray (sync pipeline), preset {config.preset}, net "
                       f"{count_parameters(self.learner.model):,} parameters, learner on {self.device}, "
                       f"{nodes.active_nodes} self-play node actors, {self.world_size} training rank(s), "
                       f"iteration {self.iteration}/{config.iterations}, replay {len(self.replay):,} positions",

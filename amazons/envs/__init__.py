@@ -5,15 +5,15 @@
 * `amazons.envs.pettingzoo_env`: `AmazonsAECEnv`, a two-agent PettingZoo AEC environment
   (`black_0`, `white_0`) with action masks.
 * `amazons.envs.gymnasium_env`: `AmazonsEnv`, a single-agent Gymnasium environment against any
-  `amazons` player (`amazons.arena.make_player` specs), registered as `amazons/Amazons-v0`.
+  `amazons` player (`amazons.player_factory.make_player` specs), registered as `amazons/Amazons-v0`.
 * `amazons.envs.openspiel_game`: `python_amazons`, an OpenSpiel game on the engine, and state
   conversion to and from OpenSpiel's own C++ `amazons`.
 
 Each RL library (the `envs` extra: pettingzoo, gymnasium; open-spiel from the `bench` extra) is
 imported only when its module or one of its names is first used: `from amazons.envs import
 AmazonsEnv` imports gymnasium but not pettingzoo or pyspiel. `import amazons` imports none of
-this package. Everything here sits on top of the library (board, engine, arena); nothing in the
-library imports it.
+this package. Everything here sits on top of the library (board, engine, player_factory); nothing
+in the library imports it.
 """
 
 from __future__ import annotations

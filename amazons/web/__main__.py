@@ -29,7 +29,8 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--model", default="default",
                         help="the AI of a new game unless the page picks another: 'default' (the "
-                             "shipped network), 'none' (rollout MCTS) or a checkpoint path")
+                             "shipped network, in numpy), 'none' (rollout MCTS), an exported .npz "
+                             "model or a .pt checkpoint (torch, the model prepared for inference)")
     parser.add_argument("--time", type=float, default=1.0, metavar="SECONDS",
                         help="AI seconds per move unless the page picks another (default 1)")
     saving = parser.add_mutually_exclusive_group()
@@ -43,7 +44,7 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--search-threads", type=int, default=2,
                         help="worker threads for searches (default 2)")
     parser.add_argument("--torch-threads", type=int, default=1,
-                        help="torch's threads for a network model (default 1: games search in "
+                        help="torch's threads for a .pt model (default 1: games search in "
                              "parallel on the worker threads)")
     parser.add_argument("--log-level", default="info",
                         choices=("critical", "error", "warning", "info", "debug"),

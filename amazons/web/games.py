@@ -1,8 +1,9 @@
 """Games on the web board: one `GameSession` per game, and the `GameStore` that runs their searches.
 
-A session holds a `Board`, the AI (`amazons.play.build_ai`: the one builder that terminal play
-and, through `amazons.arena.model_search`, the Botzone bot use), the colours the human plays (one,
-or both for an analysis board), the last search's analysis and where the record is saved.
+A session holds a `Board`, the AI (`amazons.player_factory.build_model_player`, the builder the
+arena, the Botzone bot and terminal play use too; here a `.pt` checkpoint is accepted and runs as
+the model `amazons.net.prepare_for_inference` makes), the colours the human plays (one, or both
+for an analysis board), the last search's analysis and where the record is saved.
 
 Concurrency: sessions are read and changed only on the event loop. A search runs on a worker
 thread (the store's executor) with a copy of the board and the session's own player; while it
@@ -11,7 +12,7 @@ analysis meanwhile (`ConflictError`, HTTP 409). Numba kernels and the engine's b
 short and release the interpreter between rounds, so the event loop keeps answering during a
 search. Whoever waits for a change (a websocket) gets an `asyncio.Event` set on every change.
 
-Imports `board`, `players`, `records`, `play` (for `build_ai`) and the web package's own modules.
+Imports `board`, `player_factory`, `players`, `records` and the web package's own modules.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
-from amazons.play import build_ai
+from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer
 from amazons.records import RESULT_TEXT, GameRecord, write_records
 from amazons.web.inputs import BadRequestError, ConflictError, JsonFields, NotFoundError
@@ -55,7 +56,7 @@ class GameSettings:
     """How a game is played; from the body of `POST /api/games`."""
 
     human_colors: tuple[int, ...]  # colours the human plays: (BLACK,), (WHITE,) or both
-    model: str  # "default" (the shipped network), "none" (rollout MCTS) or a checkpoint path
+    model: str  # "default" (the shipped network), "none" (rollout MCTS), an exported .npz model or a .pt checkpoint
     time_budget: float | None  # AI seconds per move, or None when `simulations` is set
     simulations: int | None  # AI simulations per move, or None when `time_budget` is set
     seed: int | None  # seeds the AI's search
@@ -372,13 +373,10 @@ class GameStore:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
     def _build_ai(self, settings: GameSettings) -> MCTSPlayer:
-        """The game's AI through `build_ai`; runs on a worker thread (a network imports torch)."""
-        ai = build_ai(settings.model, settings.simulations, settings.time_budget, settings.seed)
-        if settings.model != "none":
-            import torch  # loaded by build_ai already; torch's thread count is process-wide
-
-            torch.set_num_threads(self.torch_threads)
-        return ai
+        """The game's AI; runs on a worker thread (a `.pt` checkpoint imports torch)."""
+        return build_model_player(settings.model, simulations=settings.simulations,
+                                  time_budget=settings.time_budget, seed=settings.seed, allow_torch=True,
+                                  torch_threads=self.torch_threads)
 
     def get(self, game_id: str) -> GameSession:
         """The game named `game_id`.

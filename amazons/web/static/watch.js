@@ -8,8 +8,10 @@ import { GameViewer, gamesTable } from "./replay.js";
 const LOSS_KEYS = /^train\/(loss|.*_loss|value_mse)$/;
 
 function series(metrics, key, name = key) {
+  // The async pipeline logs an evaluation in a later iteration's line; eval/iteration names its model.
+  const at = (row) => (key.startsWith("eval/") && "eval/iteration" in row ? row["eval/iteration"] : row.iteration);
   const points = metrics.filter((row) => key in row && "iteration" in row)
-    .map((row) => [row.iteration, row[key]]);
+    .map((row) => [at(row), row[key]]);
   return { name, points };
 }
 

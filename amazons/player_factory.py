@@ -1,0 +1,411 @@
+"""Building players: the one builder of a model-backed player, and the registry of player specs.
+
+What this module owns:
+
+* **Model specs**, what `--model` means in the bot, terminal play and the web board, and what
+  follows the colon of `mcts-net:MODEL` / `policy-net:MODEL`:
+  - `none`: random playouts (`amazons.mcts.RolloutEvaluator`), searched with `ROLLOUT_SEARCH`;
+  - `default`: the exported model shipped in `amazons/models` (`default.npz`), in numpy;
+  - `PATH.npz`: an exported model (`python -m amazons.export`), in numpy (`amazons.npnet`);
+  - `PATH.pt`: a torch checkpoint, where torch is allowed (`allow_torch`: the arena, the web
+    board, evaluation): the model `amazons.net.prepare_for_inference` makes
+    (`amazons.netplay.load_network_evaluator`). Where it is not (the bot, terminal play) it is
+    refused with the command that exports it.
+  A network searches with `NET_SEARCH`.
+* `model_evaluator` (a model spec -> its evaluator and default search) and `build_model_player`,
+  the one function that builds a model-backed `MCTSPlayer` for the arena, the Botzone bot,
+  terminal play, the web board and evaluation; callers differ only in its arguments.
+* `served_evaluator_factory`: a network model as the picklable recipe an inference server builds
+  its evaluator from (`amazons.inference.InferenceServer`).
+* The search defaults of the built-in players (`UNIFORM_SEARCH`, `ROLLOUT_SEARCH`, `NET_SEARCH`).
+* The player registry: specs `random`, `greedy`, `mcts-uniform`, `mcts-rollout[:N]`,
+  `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]` and `human`, plus whatever
+  `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
+
+Torch-free: imports numpy, `mcts`, `npnet`, `players`, `models` and `openspiel_player` (which
+imports pyspiel only when its player is built); `amazons.netplay`, and with it torch, is imported
+only when a `.pt` model is asked for.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
+from amazons.models import default_model_path
+from amazons.npnet import ModelFileError, NumpyEvaluator, limit_blas_threads
+from amazons.openspiel_player import OpenSpielMCTSPlayer
+from amazons.players import (
+    GreedyPlayer,
+    HumanPlayer,
+    MCTSPlayer,
+    Player,
+    PolicyPlayer,
+    RandomPlayer,
+)
+
+__all__ = [
+    "DEFAULT_SIMULATIONS",
+    "NET_SEARCH",
+    "NETWORK_PLAYERS",
+    "ROLLOUT_SEARCH",
+    "UNIFORM_SEARCH",
+    "PlayerFactory",
+    "PlayerOptions",
+    "PlayerSpecError",
+    "apply_search_overrides",
+    "build_model_player",
+    "make_player",
+    "model_evaluator",
+    "player_factories",
+    "player_names",
+    "register_player",
+    "served_evaluator_factory",
+    "split_spec",
+]
+
+# Defaults of the built-in MCTS players. Uniform priors carry no information, so the search must
+# not be kept from trying new moves (no first-play-urgency reduction), and without noise it would
+# try unvisited moves in the engine's move order (the first amazon's moves first): root noise
+# breaks that order. Playouts are noisy, so a larger exploration constant helps. With these,
+# mcts-rollout at 200 simulations won 160 of 160 seeded games against random (4 seeds x 40).
+DEFAULT_SIMULATIONS = 200
+UNIFORM_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0)
+ROLLOUT_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0, c_puct=2.0,
+                              root_noise=True)
+# A network's priors carry information: the search's defaults, no noise (evaluation and play).
+NET_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS)
+
+NETWORK_PLAYERS = ("mcts-net", "policy-net")  # specs whose argument is a model (see the module doc)
+
+
+class PlayerSpecError(ValueError):
+    """A player spec names no registered player, or its argument is wrong."""
+
+
+# ------------------------------------------------------------------------------------------------
+# Model specs and the one builder
+
+
+def _model_path(model: str) -> Path:
+    path = default_model_path() if model == "default" else Path(model)
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} does not exist (use an exported .npz model, 'default' or 'none')")
+    return path
+
+
+def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = False,
+                    device: str = "auto", precision: str = "auto",
+                    torch_threads: int | None = None) -> tuple[Evaluator, SearchConfig]:
+    """The evaluator a model spec names, and the search settings it plays with by default.
+
+    Args:
+        model: `none`, `default`, an exported `.npz` model, or a `.pt` checkpoint (see the module
+            doc).
+        seed: seeds the playouts of `none`.
+        allow_torch: accept `.pt` checkpoints (imports torch); otherwise they are refused.
+        device, precision: where and how a `.pt` model runs (`"auto"`: CUDA when there is one;
+            `amazons.net.resolve_precision`).
+        torch_threads: torch's intra-op threads (process-wide) once a `.pt` model is loaded;
+            None leaves them.
+
+    Numpy models run on one BLAS thread (`amazons.npnet.limit_blas_threads`).
+
+    Raises:
+        FileNotFoundError: the model file (or the shipped default) does not exist.
+        amazons.npnet.ModelFileError: not a usable model file, or a torch checkpoint where torch
+            is not allowed (the message gives the export command).
+        amazons.checkpoint.CheckpointError: an unusable torch checkpoint.
+    """
+    if model == "none":
+        return RolloutEvaluator(seed=seed), ROLLOUT_SEARCH
+    path = _model_path(model)
+    if path.suffix == ".pt":
+        if not allow_torch:
+            raise ModelFileError(
+                f"{path} is a torch checkpoint; export it first (the bot and terminal play run without "
+                f"torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
+        netplay = importlib.import_module("amazons.netplay")
+        return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads), NET_SEARCH
+    limit_blas_threads(1)
+    return NumpyEvaluator.from_file(path), NET_SEARCH
+
+
+def build_model_player(model: str, *, search: SearchConfig | None = None, simulations: int | None = None,
+                       time_budget: float | None = None, seed: int | None = None,
+                       tree_memory_mb: float | None = None, allow_torch: bool = False,
+                       device: str = "auto", precision: str = "auto", torch_threads: int | None = None,
+                       evaluator: Evaluator | None = None, name: str | None = None,
+                       stop_when_full: bool = False) -> MCTSPlayer:
+    """The MCTS player a model spec names: what the arena (`mcts-net`), the Botzone bot, terminal
+    play, the web board and evaluation all build their AI with.
+
+    Args:
+        model: the model spec (`none`, `default`, `.npz`, `.pt`; see the module doc).
+        search: the search settings (default: the model's, `ROLLOUT_SEARCH` or `NET_SEARCH`).
+        simulations: simulations per move (default: the search's `simulations`).
+        time_budget: seconds per move instead of a simulation count.
+        seed: seeds the search's noise and the playouts of `none`.
+        tree_memory_mb: allocate the tree once at this many MiB (`SearchConfig.with_tree_memory`);
+            None keeps the search's capacities.
+        allow_torch, device, precision, torch_threads: see `model_evaluator`.
+        evaluator: score leaves with this evaluator instead of loading the model (an
+            `amazons.inference.InferenceClient` of a server that holds the model); the model
+            spec still picks the default search and the name.
+        name: the player's name (default `mcts-rollout` for `none`, else `mcts-net:MODEL`).
+        stop_when_full: end a time-budgeted search once the tree is full (the bot).
+
+    Raises:
+        FileNotFoundError, amazons.npnet.ModelFileError, amazons.checkpoint.CheckpointError: see
+            `model_evaluator`.
+        amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
+        amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
+    """
+    if evaluator is None:
+        evaluator, default_search = model_evaluator(model, seed=seed, allow_torch=allow_torch, device=device,
+                                                    precision=precision, torch_threads=torch_threads)
+    else:
+        default_search = ROLLOUT_SEARCH if model == "none" else NET_SEARCH
+    config = search if search is not None else default_search
+    if tree_memory_mb is not None:
+        config = config.with_tree_memory(tree_memory_mb)
+    if name is None:
+        name = "mcts-rollout" if model == "none" else f"mcts-net:{model}"
+    return MCTSPlayer(evaluator, config, simulations=simulations, time_budget=time_budget, seed=seed,
+                      name=name, stop_when_full=stop_when_full)
+
+
+def served_evaluator_factory(model: str, device: str = "auto", precision: str = "auto",
+                             max_batch: int = 256) -> Callable[[], Evaluator]:
+    """A network model as the picklable zero-argument recipe an inference server runs in its own
+    process to build its evaluator (`amazons.inference.InferenceServer`).
+
+    A `.pt` checkpoint gives `amazons.netplay.NetworkEvaluatorFactory` (the prepared model on
+    `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs run;
+    `load_weights` for `publish_weights`); `default` or a `.npz` file the numpy network.
+
+    Raises:
+        FileNotFoundError: no such model file.
+        PlayerSpecError: `none` (random playouts are no network to serve).
+    """
+    if model == "none":
+        raise PlayerSpecError("model 'none' (random playouts) is not a network to serve")
+    path = _model_path(model)
+    if path.suffix == ".pt":
+        netplay = importlib.import_module("amazons.netplay")
+        return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch)
+    return _NumpyEvaluatorFactory(str(path))
+
+
+@dataclass(frozen=True)
+class _NumpyEvaluatorFactory:
+    """Builds the numpy network of an exported model in the server's process."""
+
+    path: str
+
+    def __call__(self) -> NumpyEvaluator:
+        return NumpyEvaluator.from_file(self.path)
+
+
+# ------------------------------------------------------------------------------------------------
+# The registry of player specs
+
+
+@dataclass(frozen=True)
+class PlayerOptions:
+    """What every player factory receives besides the spec's argument."""
+
+    seed: int = 0  # seeds the player's random choices
+    simulations: int | None = None  # MCTS simulations per move (None: the player's default)
+    time_budget: float | None = None  # MCTS seconds per move instead of a simulation count
+    search: tuple[tuple[str, str], ...] = ()  # SearchConfig overrides (field, value text) for MCTS players
+    base_search: SearchConfig | None = None  # an MCTS player's search before `search` (None: the player's default)
+    evaluator: Evaluator | None = None  # a network player's evaluator instead of loading its model (a served model)
+    device: str = "auto"  # where a network player's torch model runs
+    precision: str = "auto"  # how it computes (`amazons.net.resolve_precision`)
+
+    def search_config(self, default: SearchConfig) -> SearchConfig:
+        """`base_search` (or `default`) with the `search` overrides applied (values parsed by the
+        field's type).
+
+        Raises:
+            PlayerSpecError: an unknown field or a value of the wrong type.
+        """
+        return apply_search_overrides(self.base_search or default, self.search)
+
+
+def apply_search_overrides(base: SearchConfig, overrides: Sequence[tuple[str, str]]) -> SearchConfig:
+    """`base` with `(field, value text)` overrides, e.g. `[("solver", "false")]`.
+
+    Raises:
+        PlayerSpecError: an unknown field, or a value that is not of the field's type or that
+            `SearchConfig` refuses.
+    """
+    changes: dict[str, Any] = {}
+    for name, text in overrides:
+        if not hasattr(base, name) or name.startswith("_"):
+            raise PlayerSpecError(f"SearchConfig has no field {name!r}")
+        current = getattr(base, name)
+        try:
+            if isinstance(current, bool):
+                if text.lower() not in ("true", "false", "1", "0"):
+                    raise ValueError(text)
+                changes[name] = text.lower() in ("true", "1")
+            else:
+                changes[name] = type(current)(text)
+        except ValueError:
+            raise PlayerSpecError(f"search override {name}={text!r}: expected a {type(current).__name__}") from None
+    try:
+        return base.replace(**changes)
+    except ValueError as error:
+        raise PlayerSpecError(f"search overrides: {error}") from None
+
+
+PlayerFactory = Callable[[str | None, PlayerOptions], Player]
+_REGISTRY: dict[str, PlayerFactory] = {}
+
+
+def register_player(name: str, factory: PlayerFactory, *, replace: bool = False) -> None:
+    """Make `make_player(name)` / `make_player(name:ARG)` call `factory(ARG or None, options)`.
+
+    Factories should be module-level functions so that worker processes can receive them.
+
+    Raises:
+        PlayerSpecError: if `name` is already registered (and not `replace`) or is malformed.
+    """
+    if not name or ":" in name or name != name.strip():
+        raise PlayerSpecError(f"bad player name {name!r}")
+    if name in _REGISTRY and not replace:
+        raise PlayerSpecError(f"player {name!r} is already registered")
+    _REGISTRY[name] = factory
+
+
+def player_names() -> list[str]:
+    """Registered player names."""
+    return sorted(_REGISTRY)
+
+
+def player_factories(names: Sequence[str]) -> dict[str, PlayerFactory]:
+    """The factories registered under `names` (for worker processes, which register them again)."""
+    return {name: _REGISTRY[name] for name in names}
+
+
+def split_spec(spec: str) -> tuple[str, str | None]:
+    """`NAME[:ARGUMENT]` -> (name, argument or None) for a registered name.
+
+    Raises:
+        PlayerSpecError: no player of that name is registered.
+    """
+    name, _, argument = spec.strip().partition(":")
+    if name not in _REGISTRY:
+        raise PlayerSpecError(f"unknown player {spec!r}; known: {', '.join(player_names())}")
+    return name, (argument or None)
+
+
+def make_player(spec: str, seed: int = 0, simulations: int | None = None, time_budget: float | None = None,
+                search: Sequence[tuple[str, str]] = (), *, base_search: SearchConfig | None = None,
+                evaluator: Evaluator | None = None, device: str = "auto", precision: str = "auto") -> Player:
+    """Build the player named by `spec` (`NAME` or `NAME:ARGUMENT`).
+
+    Args:
+        spec: the player's name and argument.
+        seed, simulations, time_budget, base_search, evaluator, device, precision: see
+            `PlayerOptions`.
+        search: `SearchConfig` overrides for MCTS players, e.g. `[("solver", "false")]`.
+
+    Raises:
+        PlayerSpecError: for an unknown name, an argument the player does not take, or a bad
+            search override.
+        FileNotFoundError, ValueError: a network player's model cannot be loaded.
+    """
+    name, argument = split_spec(spec)
+    options = PlayerOptions(seed, simulations, time_budget, tuple(search), base_search, evaluator, device, precision)
+    return _REGISTRY[name](argument, options)
+
+
+def _no_argument(name: str, argument: str | None) -> None:
+    if argument is not None:
+        raise PlayerSpecError(f"player {name!r} takes no argument, got {argument!r}")
+
+
+def _count_argument(name: str, argument: str | None) -> int:
+    if argument is None:
+        return 1
+    try:
+        return int(argument)
+    except ValueError:
+        raise PlayerSpecError(f"{name}:N needs an integer N, got {argument!r}") from None
+
+
+def _network_model(name: str, argument: str | None) -> str:
+    if not argument or argument == "none":
+        raise PlayerSpecError(f"{name} needs a model, e.g. {name}:runs/cpu/models/model-0010.pt or {name}:default")
+    return argument
+
+
+def _make_random(argument: str | None, options: PlayerOptions) -> Player:
+    _no_argument("random", argument)
+    return RandomPlayer(seed=options.seed)
+
+
+def _make_greedy(argument: str | None, options: PlayerOptions) -> Player:
+    _no_argument("greedy", argument)
+    return GreedyPlayer(seed=options.seed)
+
+
+def _make_mcts_uniform(argument: str | None, options: PlayerOptions) -> Player:
+    _no_argument("mcts-uniform", argument)
+    return MCTSPlayer(UniformEvaluator(), options.search_config(UNIFORM_SEARCH), simulations=options.simulations,
+                      time_budget=options.time_budget, seed=options.seed, name="mcts-uniform")
+
+
+def _make_mcts_rollout(argument: str | None, options: PlayerOptions) -> Player:
+    """`mcts-rollout` or `mcts-rollout:N` (N playouts averaged per leaf)."""
+    rollouts = _count_argument("mcts-rollout", argument)
+    return build_model_player("none", search=options.search_config(ROLLOUT_SEARCH), simulations=options.simulations,
+                              time_budget=options.time_budget, seed=options.seed,
+                              evaluator=RolloutEvaluator(rollouts_per_leaf=rollouts, seed=options.seed))
+
+
+def _make_mcts_net(argument: str | None, options: PlayerOptions) -> Player:
+    """`mcts-net:MODEL`: MCTS with a network's priors and values, one torch thread per process."""
+    model = _network_model("mcts-net", argument)
+    return build_model_player(model, search=options.search_config(NET_SEARCH), simulations=options.simulations,
+                              time_budget=options.time_budget, seed=options.seed, allow_torch=True,
+                              device=options.device, precision=options.precision, torch_threads=1,
+                              evaluator=options.evaluator)
+
+
+def _make_policy_net(argument: str | None, options: PlayerOptions) -> Player:
+    """`policy-net:MODEL`: the network's raw policy, no search."""
+    model = _network_model("policy-net", argument)
+    evaluator = options.evaluator
+    if evaluator is None:
+        evaluator, _ = model_evaluator(model, allow_torch=True, device=options.device,
+                                       precision=options.precision, torch_threads=1)
+    return PolicyPlayer(evaluator, name=f"policy-net:{model}")
+
+
+def _make_openspiel_mcts(argument: str | None, options: PlayerOptions) -> Player:
+    """`openspiel-mcts` or `openspiel-mcts:N` (N rollouts per leaf); needs the open-spiel package."""
+    rollouts = _count_argument("openspiel-mcts", argument)
+    return OpenSpielMCTSPlayer(options.simulations, options.time_budget, rollouts, options.seed)
+
+
+def _make_human(argument: str | None, options: PlayerOptions) -> Player:
+    _no_argument("human", argument)
+    return HumanPlayer()
+
+
+register_player("random", _make_random)
+register_player("greedy", _make_greedy)
+register_player("mcts-uniform", _make_mcts_uniform)
+register_player("mcts-rollout", _make_mcts_rollout)
+register_player("mcts-net", _make_mcts_net)
+register_player("policy-net", _make_policy_net)
+register_player("openspiel-mcts", _make_openspiel_mcts)
+register_player("human", _make_human)

@@ -1,0 +1,244 @@
+"""Benchmark suite `gpu`: what the design's GPU system does on one CUDA device, in one command.
+
+`python benchmarks/run.py --suite gpu --json bench_results/gpu.json` (not part of `all`). On a
+machine without CUDA it says so and exits with status 1 before measuring anything. Four parts,
+each a function of the device and the sizes, so that `tests/test_benchmarks.py` runs the same
+code on a CPU with a tiny net (`device="cpu"`):
+
+* **Inference through the production path** (`inference`): `amazons.netplay.ReloadableNetworkEvaluator`
+  on ResNet-40 in bf16 (the model `prepare_for_inference` makes, autocast, a CUDA graph per
+  batch bucket), the inference server's evaluator, at batch 256 and 1024:
+  - `gpu.inference.b<N>.forward_positions_per_s`: the evaluator's forward (`_forward`: padded to
+    its bucket, the bucket's graph replayed) on a feature batch already on the device;
+  - `gpu.inference.b<N>.flop_fraction`: that rate x `gpu.flops_per_position` (counted by
+    `torch.utils.flop_counter`, 3.05e9 for ResNet-40) / the device's dense bf16 peak
+    (`gpu.peak_bf16_flops`: from the device name, or `AMAZONS_GPU_PEAK_FLOPS`); left out when the
+    peak is unknown. Target at batch 1024: >= 0.4;
+  - `gpu.inference.b<N>.evaluate_positions_per_s`: the whole `evaluate` call as the server makes
+    it (features from the engine on the host, the copy, the forward, the priors of every legal
+    move, the copy back) on real positions.
+* **Self-play through the server** (`selfplay`, `suite_selfplay.measure`): 12 actor processes x 64
+  games (the gpu preset's actors and lanes), K = 4 leaves per game, the server's batches up to
+  1,024 rows merged across actors, ResNet-40 bf16, 100 simulations per move, one generation of
+  games (768): `gpu.selfplay.evals_ratio_to_standalone` (evaluations/s in self-play over the same
+  evaluator's rate on the played positions at the server's mean batch; target >= 0.8),
+  `gpu.selfplay.sims_per_s`, `.positions_per_s`, `.mean_batch_fill` (rows per batch / 1024),
+  `.mean_batch_rows`, `.server_roundtrip_ms`, `.mean_game_plies`.
+* **The learner** (`learner`): the gpu preset's learner (ResNet-40, AdamW fused on the device,
+  bf16 autocast, batch 512) fed the way the main job feeds it (`ReplayBuffer.sample` from a
+  200,000-position window, `augment_batch`, `Learner.train_step_tensors`, metrics summed on the
+  device and read once at the end): `gpu.learner.samples_per_s`.
+* **The main job** (`preset_run`): `python -m amazons.train --preset gpu` for 180 s, stopped with
+  SIGTERM, with `PRESET_RUN_OVERRIDES`: the preset's network, actors, batches, learner and async
+  pipeline at 100 simulations per move and 192 games per iteration, without evaluation, so that
+  iterations close inside the window (at the preset's 400 simulations the first games end after
+  it). From the metrics lines written: `gpu.preset.iterations`, `gpu.preset.first_iteration_s`,
+  and over the iterations after the first `gpu.preset.positions_per_s`, `.samples_per_s`,
+  `.evals_per_s`, `.samples_per_position`, `.learner_wait_share` (the learner's wait for games
+  over the iterations' seconds), `.weights_lag_steps`.
+  `gpu.preset.iteration_s_at_preset_sims` estimates one iteration of the preset itself:
+  `games_per_iteration` x `gpu.selfplay.mean_game_plies` x its simulations / `gpu.selfplay.sims_per_s`.
+
+Under 8 minutes on an H100: inference about 30 s, self-play about 2 minutes, the learner about
+30 s, the main job 3 minutes and its start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from amazons import engine
+from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
+from amazons.net import PolicyValueNet, net_config
+from amazons.netplay import ReloadableNetworkEvaluator
+from amazons.train import preset_config
+
+REPOSITORY = Path(__file__).resolve().parents[1]
+INFERENCE_BATCHES = (256, 1024)
+SELFPLAY = {"actors": 12, "games_in_parallel": 64, "simulations": 100, "batch": 1024}
+LEARNER_WINDOW = 200_000
+LEARNER_STEPS = 40
+PRESET_RUN_S = 180.0
+PRESET_RUN_OVERRIDES = ("selfplay.search.simulations=100", "games_per_iteration=192", "eval.every=0")
+
+
+class NoCudaError(SystemExit):
+    """The suite needs a CUDA device and this machine has none (exit status 1, message on stderr)."""
+
+
+def require_cuda() -> torch.device:
+    """The CUDA device the suite measures.
+
+    Raises:
+        NoCudaError: torch sees no CUDA device (a CPU-only build, no driver, no GPU).
+    """
+    if not torch.cuda.is_available():
+        raise NoCudaError(
+            "suite gpu needs a CUDA device, and torch.cuda.is_available() is False on this machine "
+            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}). Run it on a machine "
+            "with an NVIDIA GPU and a CUDA build of torch (make TORCH=\"torch==2.13.0 --index-url ...\" "
+            "install); the CPU figures are in --suite nn, selfplay and train.")
+    return torch.device("cuda")
+
+
+def inference(device: torch.device, preset: str = "resnet40", precision: str = "bf16",
+              batches: tuple[int, ...] = INFERENCE_BATCHES, window_s: float = 1.0) -> dict[str, float]:
+    """The production evaluator's forward and whole call at each batch (see the module docstring)."""
+    from suite_nn import flops_per_position, gpu_peak_flops, random_batch, seconds_per_call
+
+    torch.manual_seed(0)
+    model = PolicyValueNet(net_config(preset))
+    flops = flops_per_position(model)
+    peak = gpu_peak_flops(device) if device.type == "cuda" else None
+    evaluator = ReloadableNetworkEvaluator(model, str(device), precision, max_batch=max(batches))
+    positions = random_batch(np.random.default_rng(0), max(batches)).positions
+    metrics = {"gpu.flops_per_position": flops}
+    if peak is not None:
+        metrics["gpu.peak_bf16_flops"] = peak
+    stem = evaluator.model.stem.conv.weight
+    for batch in batches:
+        rows = np.ascontiguousarray(positions[:batch])
+        moves, offsets = engine.legal_moves(rows)
+        chunks = evaluator._chunks(batch)
+        features = torch.from_numpy(engine.features(rows, model.config.num_planes)).to(device).to(stem.dtype)
+        if stem.is_contiguous(memory_format=torch.channels_last):
+            features = features.contiguous(memory_format=torch.channels_last)
+        padded = torch.zeros((chunks[-1][0] + chunks[-1][2], *features.shape[1:]), dtype=features.dtype,
+                             device=device).contiguous(memory_format=torch.channels_last)
+        padded[:batch] = features
+
+        def forward(padded=padded, chunks=chunks) -> object:
+            with torch.inference_mode(), torch.autocast(device.type, dtype=evaluator.dtype,
+                                                        enabled=evaluator.dtype != torch.float32,
+                                                        cache_enabled=not evaluator.cuda_graphs):
+                return evaluator._forward(padded, chunks)
+
+        rate = batch / seconds_per_call(forward, device, window_s)
+        metrics[f"gpu.inference.b{batch}.forward_positions_per_s"] = rate
+        if peak is not None:
+            metrics[f"gpu.inference.b{batch}.flop_fraction"] = rate * flops / peak
+        metrics[f"gpu.inference.b{batch}.evaluate_positions_per_s"] = batch / seconds_per_call(
+            lambda rows=rows, moves=moves, offsets=offsets: evaluator.evaluate(rows, moves, offsets),
+            device, window_s)
+    return metrics
+
+
+def selfplay(device: torch.device, preset: str = "resnet40", actors: int = SELFPLAY["actors"],
+             games_in_parallel: int = SELFPLAY["games_in_parallel"], simulations: int = SELFPLAY["simulations"],
+             batch: int = SELFPLAY["batch"], games: int | None = None, standalone_s: float = 5.0) -> dict[str, float]:
+    """Self-play through the server (`suite_selfplay.measure`); one generation of games by default."""
+    from suite_selfplay import measure
+
+    return measure(str(device), preset, actors, games_in_parallel, simulations, batch,
+                   games if games is not None else actors * games_in_parallel, standalone_s, prefix="gpu.selfplay")
+
+
+def learner(device: torch.device, preset: str = "gpu", window: int = LEARNER_WINDOW,
+            steps: int = LEARNER_STEPS, batch_size: int | None = None) -> dict[str, float]:
+    """Samples/s of the `preset`'s learner fed as the main job feeds it (see the module docstring)."""
+    from suite_nn import synchronize
+    from suite_train import uniform_window
+
+    config = preset_config(preset)
+    batch_size = batch_size or config.train_batch_size
+    buffer = uniform_window(window)
+    torch.manual_seed(0)
+    learner = Learner(PolicyValueNet(config.net), config.optim, device=device, seed=0)
+
+    def step() -> dict:
+        batch = augment_batch(SampleBatch(**buffer.sample(batch_size)), learner.rng)
+        return learner.train_step_tensors(batch)
+
+    for _ in range(3):  # warm-up: allocations, kernel choices
+        step()
+    synchronize(device)
+    sums = MetricSums()
+    started = time.perf_counter()
+    for _ in range(steps):
+        sums.add(step())
+    means = sums.means()  # the one read of the step metrics, as a metrics line makes it
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    if not np.isfinite(means["loss"]):
+        raise RuntimeError(f"the learner's loss is {means['loss']} after {steps} steps")
+    return {"gpu.learner.samples_per_s": steps * batch_size / seconds, "gpu.learner.batch": float(batch_size)}
+
+
+def preset_run(preset: str = "gpu", seconds: float = PRESET_RUN_S,
+               overrides: tuple[str, ...] = PRESET_RUN_OVERRIDES) -> dict[str, float]:
+    """`python -m amazons.train --preset <preset>` for `seconds`, then SIGTERM; the figures of
+    the metrics lines it wrote (see the module docstring)."""
+    with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
+        run_dir = Path(folder) / "run"
+        command = [sys.executable, "-m", "amazons.train", "--preset", preset, "--run-dir", str(run_dir),
+                   "--iterations", "100000", "--no-progress", *overrides]
+        with tempfile.TemporaryFile("w+") as log:
+            started = time.perf_counter()
+            process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT, text=True)
+            first_line_s = None
+            metrics_path = run_dir / "metrics.jsonl"
+            while process.poll() is None and time.perf_counter() - started < seconds:
+                if first_line_s is None and metrics_path.exists() and metrics_path.stat().st_size:
+                    first_line_s = time.perf_counter() - started
+                time.sleep(0.2)
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+                try:
+                    process.wait(timeout=120)
+                except subprocess.TimeoutExpired:
+                    process.kill()
+                    process.wait()
+            log.seek(0)
+            output = log.read()
+        print(output, end="")
+        if process.returncode not in (0, 143):
+            raise RuntimeError(f"train --preset {preset} exited with {process.returncode}")
+        lines = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+    metrics = {"gpu.preset.iterations": float(len(lines)), "gpu.preset.run_s": seconds}
+    if first_line_s is not None:
+        metrics["gpu.preset.first_iteration_s"] = first_line_s
+    steady = lines[1:] or lines  # the first iteration includes the start and an empty window
+    if steady:
+        wall = sum(line["iteration_seconds"] for line in steady)
+        positions = sum(line["selfplay/positions"] for line in steady)
+        samples = sum(line["pipeline/samples_per_s"] * line["iteration_seconds"] for line in steady)
+        metrics.update({
+            "gpu.preset.positions_per_s": positions / wall,
+            "gpu.preset.samples_per_s": samples / wall,
+            "gpu.preset.evals_per_s": sum(line["selfplay/evals_per_s"] * line["iteration_seconds"]
+                                          for line in steady) / wall,
+            "gpu.preset.samples_per_position": samples / max(positions, 1),
+            "gpu.preset.learner_wait_share": sum(line["pipeline/learner_wait_s"] for line in steady) / wall,
+            "gpu.preset.weights_lag_steps": sum(line["pipeline/weights_lag_steps"] * line["selfplay/positions"]
+                                                for line in steady) / max(positions, 1),
+        })
+    else:
+        print(f"suite gpu: no iteration of --preset {preset} finished within {seconds:.0f} s", file=sys.stderr)
+    return metrics
+
+
+def run(quick: bool) -> dict[str, float]:
+    """Measure the suite on the CUDA device; see the module docstring for the keys."""
+    device = require_cuda()
+    torch.set_num_threads(1)
+    metrics = inference(device, window_s=0.5 if quick else 1.0)
+    metrics.update(selfplay(device, games=SELFPLAY["actors"] * 8 if quick else None))
+    metrics.update(learner(device, steps=10 if quick else LEARNER_STEPS))
+    metrics.update(preset_run(seconds=60.0 if quick else PRESET_RUN_S))
+    preset = preset_config("gpu")
+    metrics["gpu.preset.iteration_s_at_preset_sims"] = (
+        preset.games_per_iteration * metrics["gpu.selfplay.mean_game_plies"] * preset.selfplay.search.simulations
+        / metrics["gpu.selfplay.sims_per_s"])
+    print(f"suite gpu: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
+          f"{os.cpu_count()} CPUs", file=sys.stderr)
+    return metrics

@@ -1,0 +1,66 @@
+"""The benchmark runner and the `gpu` suite: without CUDA the suite refuses with a clear message,
+and its parts run the same code on a CPU with a tiny net, few simulations and a short main job."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))
+
+import run as runner  # noqa: E402
+import suite_gpu  # noqa: E402
+
+torch.set_num_threads(1)
+
+
+def test_all_runs_every_suite_but_gpu_which_is_named_explicitly():
+    assert "gpu" not in runner.parse_suites("all")
+    assert runner.parse_suites("gpu") == ["gpu"]
+    assert runner.parse_suites("nn,gpu") == ["nn", "gpu"]
+    with pytest.raises(SystemExit, match="unknown suite"):
+        runner.parse_suites("tpu")
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the suite would run")
+def test_suite_gpu_without_cuda_exits_non_zero_and_says_why():
+    result = subprocess.run([sys.executable, str(BENCHMARKS / "run.py"), "--suite", "gpu"],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 1
+    assert "suite gpu needs a CUDA device" in result.stderr
+    assert "torch.cuda.is_available() is False" in result.stderr
+    assert "== suite gpu" not in result.stdout  # nothing was measured
+
+
+@pytest.mark.slow
+def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
+    device = torch.device("cpu")
+    inference = suite_gpu.inference(device, preset="tiny", precision="fp32", batches=(8, 24), window_s=0.05)
+    for batch in (8, 24):
+        assert inference[f"gpu.inference.b{batch}.forward_positions_per_s"] > 0
+        assert inference[f"gpu.inference.b{batch}.evaluate_positions_per_s"] > 0
+    assert inference["gpu.flops_per_position"] > 0
+    assert not any(key.endswith("flop_fraction") for key in inference)  # no known peak on a CPU
+
+    selfplay = suite_gpu.selfplay(device, preset="tiny", actors=3, games_in_parallel=2, simulations=8,
+                                  batch=16, games=6, standalone_s=0.3)
+    assert selfplay["gpu.selfplay.games"] == 6 and selfplay["gpu.selfplay.actors"] == 3
+    assert 0 < selfplay["gpu.selfplay.mean_batch_fill"] <= 1
+    assert selfplay["gpu.selfplay.sims_per_s"] > 0 and selfplay["gpu.selfplay.evals_ratio_to_standalone"] > 0
+    assert selfplay["gpu.selfplay.mean_game_plies"] > 0
+
+    learner = suite_gpu.learner(device, preset="cpu", window=3000, steps=3, batch_size=32)
+    assert learner["gpu.learner.samples_per_s"] > 0 and learner["gpu.learner.batch"] == 32
+
+    run = suite_gpu.preset_run("cpu", seconds=40.0, overrides=(
+        "games_per_iteration=4", "selfplay.games_in_parallel=2", "selfplay.search.simulations=8",
+        "selfplay.start_jitter_s=0", "min_steps=2", "max_steps=4", "eval.every=0"))
+    assert run["gpu.preset.iterations"] >= 2  # SIGTERM at the deadline, the finished iterations read back
+    assert run["gpu.preset.first_iteration_s"] < 40
+    assert run["gpu.preset.positions_per_s"] > 0 and run["gpu.preset.samples_per_s"] > 0
+    assert 0 <= run["gpu.preset.learner_wait_share"] <= 1

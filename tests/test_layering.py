@@ -1,0 +1,78 @@
+"""The package's layering: no command module loaded where it is not used, no import cycle.
+
+The package root imports the library only, so `python -m amazons.X` runs the command module
+once (Python warns "'amazons.X' found in sys.modules after import of package 'amazons'" when the
+root imported it first), and self-play actors and the inference server never load the arena, the
+player registry or torch beyond what they use.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from inference_actors import ModulesReportingFactory, modules_actor
+
+from amazons.checkpoint import save_model
+from amazons.inference import InferenceServer
+from amazons.net import PolicyValueNet, net_config
+from amazons.netplay import NetworkEvaluatorFactory
+
+REPO = Path(__file__).resolve().parents[1]
+COMMANDS = ["amazons.arena", "amazons.play", "amazons.botzone", "amazons.train", "amazons.web", "amazons.export"]
+NOT_IN_WORKERS = {"amazons.arena", "amazons.player_factory", "amazons.evaluation", "amazons.train",
+                  "amazons.play", "amazons.botzone", "amazons.web"}
+
+
+def run_python(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=180,
+                          check=False)
+
+
+@pytest.mark.parametrize("module", COMMANDS)
+def test_every_command_runs_once_without_a_runtime_warning(module):
+    result = run_python("-W", "error::RuntimeWarning", "-m", module, "--help")
+    assert result.returncode == 0, result.stderr
+    assert "RuntimeWarning" not in result.stderr and "usage:" in result.stdout
+
+
+def test_the_root_imports_no_command_module_and_re_exports_the_arena_on_use():
+    code = ("import sys, amazons\n"
+            "loaded = sorted(m for m in sys.modules if m.startswith('amazons.'))\n"
+            "from amazons import run_arena, make_player\n"
+            "print(loaded, run_arena.__module__, make_player.__module__, 'torch' in sys.modules)\n")
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+    loaded, arena, factory, torch_loaded = result.stdout.rsplit(" ", 3)
+    assert "amazons.arena" not in loaded and "amazons.player_factory" not in loaded
+    assert (arena, factory, torch_loaded.strip()) == ("amazons.arena", "amazons.player_factory", "False")
+
+
+def test_arena_and_netplay_do_not_import_each_other():
+    code = ("import sys, amazons.arena, amazons.evaluation\n"
+            "assert 'amazons.netplay' not in sys.modules and 'torch' not in sys.modules, 'arena'\n")
+    assert run_python("-c", code).returncode == 0
+    code = "import sys, amazons.netplay\nassert 'amazons.arena' not in sys.modules, 'netplay'\n"
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+
+
+def test_actor_and_server_processes_load_neither_the_arena_nor_the_player_registry(tmp_path):
+    torch.manual_seed(0)
+    model = save_model(tmp_path / "tiny.pt", PolicyValueNet(net_config("tiny")))
+    report = tmp_path / "server-modules.json"
+    factory = ModulesReportingFactory(NetworkEvaluatorFactory(str(model), "cpu"), str(report))
+    results = mp.get_context("spawn").Queue()
+    with InferenceServer(factory, num_clients=1) as server:
+        actor = server.start_actor(0, modules_actor, (results,))
+        actor_modules = set(results.get(timeout=120))
+        actor.join(30)
+    server_modules = set(json.loads(report.read_text()))
+    assert "amazons.selfplay" in actor_modules and "amazons.netplay" in server_modules
+    assert not actor_modules & NOT_IN_WORKERS, actor_modules & NOT_IN_WORKERS
+    assert not server_modules & NOT_IN_WORKERS, server_modules & NOT_IN_WORKERS

@@ -1,0 +1,157 @@
+"""The production evaluator (`amazons.netplay`): the prepared model matches the training model.
+
+The server, the arena's network players, the web board and evaluation run the model
+`prepare_for_inference` makes (batch norms folded, channels_last, autocast at the resolved
+precision; on CUDA over fixed batch buckets with CUDA graphs). Stated tolerances against
+`PolicyValueNet` in eval mode, fp32, on real positions from the engine:
+
+* fp32 on a CPU: priors and values within 1e-4 (absolute); measured up to 8e-6 (ResNet-40, joint).
+* bf16 autocast on a CPU: priors within 0.02 and values within 0.05 (absolute); measured up to
+  4e-3 and 1.2e-2 on the tiny and small nets.
+* batch buckets (padding to fixed sizes; CUDA graphs off on a CPU): within 1e-5 of unpadded.
+
+Weights are perturbed away from initialization (batch-norm statistics and affine maps, the
+attention gates, sharper heads) so that folding and the heads are exercised: at initialization
+every residual block and attention block is the identity and the priors are nearly uniform.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from test_learn import random_positions
+from torch import nn
+
+from amazons import engine
+from amazons.checkpoint import CheckpointError, save_model
+from amazons.net import (
+    PRESETS,
+    NetInputError,
+    NetworkEvaluator,
+    PolicyValueNet,
+    batch_buckets,
+    net_config,
+    prepare_for_inference,
+)
+from amazons.netplay import (
+    NetworkEvaluatorFactory,
+    ReloadableNetworkEvaluator,
+    load_network_evaluator,
+)
+
+torch.set_num_threads(1)
+
+FP32_TOLERANCE = 1e-4
+BF16_PRIOR_TOLERANCE = 0.02
+BF16_VALUE_TOLERANCE = 0.05
+
+
+def trained_looking(preset: str, head: str, seed: int) -> PolicyValueNet:
+    """A net of `preset` with `head` whose batch norms, gates and heads are away from their init."""
+    torch.manual_seed(seed)
+    model = PolicyValueNet(net_config(preset, policy_head=head))
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for module in model.modules():
+            if isinstance(module, nn.BatchNorm2d):
+                count = module.num_features
+                module.running_mean.copy_(torch.randn(count, generator=generator) * 0.1)
+                module.running_var.copy_(torch.rand(count, generator=generator) * 0.5 + 0.75)
+                module.weight.copy_(torch.rand(count, generator=generator) * 0.5 + 0.5)
+                module.bias.copy_(torch.randn(count, generator=generator) * 0.1)
+        for name, parameter in model.named_parameters():
+            if name.endswith("gate"):
+                parameter.fill_(0.5)
+            elif name.startswith("policy_head") and parameter.dim() > 1:
+                parameter.mul_(4.0)
+            elif name.startswith("value_head") and parameter.dim() > 1:
+                parameter.mul_(1.5)
+    return model.eval()
+
+
+@pytest.fixture(scope="module")
+def leaves():
+    """24 real positions (0..30 random plies from the start) and their legal moves."""
+    positions = random_positions(np.random.default_rng(13), 24)
+    return (positions, *engine.legal_moves(positions))
+
+
+def reference(model: PolicyValueNet, leaves) -> tuple[np.ndarray, np.ndarray]:
+    """The training model's priors and values: eval mode, fp32, no folding, NCHW."""
+    return NetworkEvaluator(model, model.config.num_planes).evaluate(*leaves)
+
+
+def assert_close(got, want, prior_tolerance: float, value_tolerance: float) -> None:
+    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=prior_tolerance)
+    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=value_tolerance)
+
+
+@pytest.mark.parametrize("head", ["joint", "factorized"])
+@pytest.mark.parametrize("preset", list(PRESETS))
+def test_the_prepared_evaluator_matches_the_training_model_in_fp32(preset, head, leaves):
+    model = trained_looking(preset, head, seed=1)
+    want = reference(model, leaves)
+    assert want[0].max() > 3 * want[0].min() and np.ptp(want[1]) > 0.02  # not a flat, silent network
+    evaluator = ReloadableNetworkEvaluator(model, "cpu", "fp32")
+    assert not any(isinstance(module, nn.BatchNorm2d) for module in evaluator.model.modules())  # folded
+    assert evaluator.model.stem.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    assert evaluator.batch_buckets == () and not evaluator.cuda_graphs  # CPU: no padding, no graphs
+    assert_close(evaluator.evaluate(*leaves), want, FP32_TOLERANCE, FP32_TOLERANCE)
+
+
+@pytest.mark.parametrize("head", ["joint", "factorized"])
+@pytest.mark.parametrize("preset", ["tiny", "small"])
+def test_bf16_autocast_stays_within_its_stated_tolerance(preset, head, leaves):
+    model = trained_looking(preset, head, seed=2)
+    evaluator = ReloadableNetworkEvaluator(model, "cpu", "bf16")
+    assert evaluator.dtype == torch.bfloat16 and evaluator.precision == "bf16"
+    got = evaluator.evaluate(*leaves)
+    assert_close(got, reference(model, leaves), BF16_PRIOR_TOLERANCE, BF16_VALUE_TOLERANCE)
+    offsets = leaves[2]
+    np.testing.assert_allclose(np.add.reduceat(got[0], offsets[:-1]), 1.0, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 8, 11, 24])
+def test_batch_buckets_pad_to_fixed_sizes_without_changing_outputs(rows, leaves):
+    """The CUDA-graph path's padding and chunking, run on a CPU with graphs off."""
+    model = trained_looking("small", "joint", seed=3)
+    positions = np.ascontiguousarray(leaves[0][:rows])
+    moves, offsets = engine.legal_moves(positions)
+    plain = ReloadableNetworkEvaluator(model, "cpu", "fp32")
+    bucketed = NetworkEvaluator(prepare_for_inference(model), 7, "cpu", batch_buckets=batch_buckets(8))
+    assert bucketed.batch_buckets == (1, 2, 4, 8)
+    sizes = [size for _, _, size in bucketed._chunks(rows)]
+    assert all(size in bucketed.batch_buckets for size in sizes) and sum(sizes) >= rows
+    assert_close(bucketed.evaluate(positions, moves, offsets), plain.evaluate(positions, moves, offsets), 1e-5, 1e-5)
+
+
+def test_bucket_sizes_and_graph_flags_are_checked():
+    assert batch_buckets(1) == (1,) and batch_buckets(256)[-1] == 256 and batch_buckets(300)[-1] == 512
+    model = PolicyValueNet(net_config("tiny"))
+    with pytest.raises(NetInputError, match="cuda_graphs needs a CUDA device"):
+        NetworkEvaluator(model, 7, "cpu", batch_buckets=(1, 2), cuda_graphs=True)
+    with pytest.raises(NetInputError, match="increasing"):
+        NetworkEvaluator(model, 7, batch_buckets=(4, 2))
+
+
+def test_load_weights_prepares_the_new_weights(tmp_path, leaves):
+    first, second = trained_looking("tiny", "joint", seed=4), trained_looking("tiny", "joint", seed=5)
+    path = save_model(tmp_path / "second.pt", second)  # what the learner publishes: unfolded weights
+    evaluator = load_network_evaluator(save_model(tmp_path / "first.pt", first), "cpu", "fp32")
+    assert_close(evaluator.evaluate(*leaves), reference(first, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
+    evaluator.load_weights(path)
+    got = evaluator.evaluate(*leaves)
+    assert_close(got, reference(second, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
+    assert np.abs(got[1] - reference(first, leaves)[1]).max() > 0.01  # the old weights are gone
+    other = save_model(tmp_path / "small.pt", PolicyValueNet(net_config("small")))
+    with pytest.raises(CheckpointError, match="do not fit"):
+        evaluator.load_weights(other)
+
+
+def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves):
+    model = trained_looking("tiny", "factorized", seed=6)
+    factory = NetworkEvaluatorFactory(str(save_model(tmp_path / "m.pt", model)), "cpu", "auto")
+    evaluator = factory()
+    assert isinstance(evaluator, ReloadableNetworkEvaluator) and evaluator.precision == "fp32"
+    assert_close(evaluator.evaluate(*leaves), reference(model, leaves), FP32_TOLERANCE, FP32_TOLERANCE)

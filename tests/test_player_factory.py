@@ -1,0 +1,66 @@
+"""`amazons.player_factory`: one builder for every model-backed player, and the spec registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from amazons.board import Board
+from amazons.mcts import RolloutEvaluator, UniformEvaluator
+from amazons.models import default_checkpoint_path, default_model_path
+from amazons.npnet import ModelFileError, NumpyEvaluator
+from amazons.player_factory import (
+    NET_SEARCH,
+    ROLLOUT_SEARCH,
+    PlayerSpecError,
+    build_model_player,
+    make_player,
+    served_evaluator_factory,
+)
+from amazons.players import PolicyPlayer
+
+
+def test_each_model_spec_gives_its_evaluator_and_search():
+    rollout = build_model_player("none", simulations=8, seed=0)
+    assert isinstance(rollout.search.evaluator, RolloutEvaluator) and rollout.config == ROLLOUT_SEARCH
+    assert rollout.name == "mcts-rollout"
+    for model in ("default", str(default_model_path())):
+        player = build_model_player(model, simulations=8, seed=0)
+        assert isinstance(player.search.evaluator, NumpyEvaluator) and player.config == NET_SEARCH
+        assert Board().is_legal(player.choose_move(Board()))
+    with pytest.raises(ModelFileError, match="python -m amazons.export"):
+        build_model_player(str(default_checkpoint_path()))  # the bot and terminal play: no torch
+    with pytest.raises(FileNotFoundError, match="does not exist"):
+        build_model_player("/no/such/model.npz")
+
+
+def test_a_checkpoint_runs_prepared_where_torch_is_allowed():
+    from amazons.netplay import ReloadableNetworkEvaluator
+
+    player = build_model_player(str(default_checkpoint_path()), simulations=8, seed=0, allow_torch=True,
+                                device="cpu", torch_threads=1)
+    assert isinstance(player.search.evaluator, ReloadableNetworkEvaluator)
+    assert player.search.evaluator.precision == "fp32" and Board().is_legal(player.choose_move(Board()))
+
+
+def test_the_builders_arguments_reach_the_player():
+    evaluator = UniformEvaluator()
+    player = build_model_player("default", evaluator=evaluator, search=NET_SEARCH.replace(c_puct=3.0),
+                                time_budget=0.5, tree_memory_mb=8, name="bot", stop_when_full=True)
+    assert player.search.evaluator is evaluator and player.config.c_puct == 3.0
+    assert player.time_budget == 0.5 and player.name == "bot" and player.stop_when_full
+    assert player.config.edge_capacity == player.config.edge_capacity_max  # allocated once at 8 MiB
+
+
+def test_network_specs_use_a_given_evaluator_and_need_a_model():
+    evaluator = UniformEvaluator()
+    player = make_player("mcts-net:some/model.pt", simulations=8, evaluator=evaluator,
+                         base_search=NET_SEARCH.replace(leaves_per_game=2), search=[("c_puct", "2.5")])
+    assert player.search.evaluator is evaluator and player.name == "mcts-net:some/model.pt"
+    assert (player.config.leaves_per_game, player.config.c_puct) == (2, 2.5)
+    assert isinstance(make_player("policy-net:x.pt", evaluator=evaluator), PolicyPlayer)
+    for spec in ("mcts-net", "mcts-net:none", "policy-net"):
+        with pytest.raises(PlayerSpecError, match="needs a model"):
+            make_player(spec)
+    with pytest.raises(PlayerSpecError, match="not a network"):
+        served_evaluator_factory("none")
+    assert served_evaluator_factory("default")().evaluate  # the numpy network, built in a server
