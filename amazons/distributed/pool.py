@@ -10,7 +10,8 @@ published every request played with weights older than v - L has come back.
 
 Faults: a request that fails (the node actor died, or its pipeline raised) loses only its own
 games, which are asked of the other nodes again. The pool logs the failure, stops sending to that
-node and asks it for a sign of life; when Ray provides a replacement (it restarts the actor up to
+node and asks it for a sign of life (asking again when no answer comes within `PROBE_RETRY_S`:
+a call made while Ray was replacing the actor may never be answered); when Ray provides a replacement (it restarts the actor up to
 `node_max_restarts` times, on a live node) the node takes requests again. A node is given up
 after `node_max_failures` failures without a finished request in between, or when Ray reports it
 dead for good. The run stops with `RayBackendError` only when no node can play for
@@ -62,6 +63,7 @@ class _Node:
     in_flight: int = 0  # games requested and not yet returned
     failures: int = 0  # failures since its last finished request
     probe: ray.ObjectRef | None = None  # a pending `ready()` call
+    probe_sent: float = 0.0  # when `probe` was sent
     probe_at: float | None = None  # when to send the next `ready()` call (Ray is restarting the actor)
     unavailable_since: float = 0.0
 
@@ -100,6 +102,11 @@ def node_placements(config: TrainConfig) -> list[str]:
     if ray_config.max_nodes:
         placements = placements[: ray_config.max_nodes]
     return placements
+
+
+# A sign-of-life call unanswered for this long is sent again (the old one is dropped): a call made
+# while Ray is replacing an actor can stay pending after the replacement is up.
+PROBE_RETRY_S = 2.0
 
 
 def _stderr(message: str) -> None:
@@ -162,7 +169,7 @@ class NodePool:
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=True),
             ).remote(config, index)
             node = _Node(index, handle, node_id, unavailable_since=time.monotonic())
-            node.probe = handle.ready.remote()
+            self._send_probe(node)
             self.nodes.append(node)
         self._started_up = False
         started = time.monotonic()
@@ -316,8 +323,9 @@ class NodePool:
         """Wait up to `poll_s` for results and probes, and take in all that are ready."""
         now = time.monotonic()
         for node in self.nodes:
-            if node.probe_at is not None and now >= node.probe_at:
-                node.probe, node.probe_at = node.handle.ready.remote(), None
+            if (node.probe_at is not None and now >= node.probe_at) or (
+                    node.probe is not None and now - node.probe_sent > PROBE_RETRY_S):
+                self._send_probe(node)
         probes = {node.probe: node for node in self.nodes if node.probe is not None}
         refs = list(self._pending) + list(probes)
         if not refs:
@@ -382,7 +390,12 @@ class NodePool:
         if node.failures >= self.config.ray.node_max_failures:
             self._give_up(node, f"{node.failures} failures in a row (ray.node_max_failures)")
         else:
-            node.probe = node.handle.ready.remote()
+            self._send_probe(node)
+
+    @staticmethod
+    def _send_probe(node: _Node) -> None:
+        """Ask the node actor for a sign of life (`ready()`), replacing any call still pending."""
+        node.probe, node.probe_at, node.probe_sent = node.handle.ready.remote(), None, time.monotonic()
 
     def _on_probe(self, node: _Node, probe: ray.ObjectRef) -> None:
         node.probe = None
