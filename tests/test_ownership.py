@@ -12,6 +12,7 @@ from __future__ import annotations
 import io
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import oracle
@@ -423,8 +424,10 @@ def test_numpy_matches_torch_with_the_head(tmp_path, head):
 
 
 def test_files_without_the_head_and_version_one_files_load(tmp_path):
-    shipped = npnet.load_model(default_model_path())
-    assert json.loads(np.load(default_model_path())["header"].tobytes())["version"] == 1
+    # The model shipped before the ownership head, kept as a version 1 file.
+    version_one = Path(__file__).parent / "data" / "default_v1.npz"
+    shipped = npnet.load_model(version_one)
+    assert json.loads(np.load(version_one)["header"].tobytes())["version"] == 1
     assert not shipped.has_ownership
     with pytest.raises(npnet.NpNetInputError, match="no ownership head"):
         npnet.NumpyEvaluator(shipped).ownership(random_positions(2))

@@ -71,11 +71,9 @@ def test_config_round_trips_through_json_and_overrides_follow_types():
 
 
 def test_an_older_config_json_loads_with_defaults_and_unknown_fields_are_named():
-    # The shipped model's config.json predates the solver, Gumbel, playout-cap and Ray fields and
-    # the evaluation's search settings: they take their defaults.
-    from amazons.models import default_model_info
-
-    stored = default_model_info()["config"]
+    # The config of the model shipped before the solver, Gumbel, playout-cap and Ray fields and
+    # the evaluation's search settings (tests/data): they take their defaults.
+    stored = json.loads((Path(__file__).parent / "data" / "config_before_ray.json").read_text())
     assert "ray" not in stored and "search" not in stored["eval"]
     config = config_from_dict(TrainConfig, stored)
     assert config.selfplay.search.simulations == stored["selfplay"]["search"]["simulations"]
