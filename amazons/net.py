@@ -760,22 +760,26 @@ class NetworkEvaluator:
         model = self.model
         was_training = model.training
         model.eval()
-        stem_weight = model.stem.conv.weight
         try:
             # Autocast's cache of cast weights cannot live inside a captured graph.
             with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                         enabled=self.dtype != torch.float32,
                                                         cache_enabled=not self.cuda_graphs):
-                features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
-                if stem_weight.is_contiguous(memory_format=torch.channels_last):
-                    features = features.contiguous(memory_format=torch.channels_last)
-                log_move, log_arrow, values = self._forward(features, chunks)
+                log_move, log_arrow, values = self._forward(self._upload(host), chunks)
                 batch_index = torch.from_numpy(segment_ids(move_offsets)).to(self.device)
                 priors = gather_legal_priors(
                     log_move, log_arrow, torch.from_numpy(moves).to(self.device), batch_index)
         finally:
             model.train(was_training)
         return priors.cpu().numpy(), values.cpu().numpy()
+
+    def _upload(self, host: torch.Tensor) -> torch.Tensor:
+        """Feature planes from the host buffer on the device, in the stem's dtype and memory format."""
+        stem_weight = self.model.stem.conv.weight
+        features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
+        if stem_weight.is_contiguous(memory_format=torch.channels_last):
+            features = features.contiguous(memory_format=torch.channels_last)
+        return features
 
     @property
     def has_ownership(self) -> bool:
@@ -806,14 +810,10 @@ class NetworkEvaluator:
         model = self.model
         was_training = model.training
         model.eval()
-        stem_weight = model.stem.conv.weight
         try:
             with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                         enabled=self.dtype != torch.float32):
-                features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
-                if stem_weight.is_contiguous(memory_format=torch.channels_last):
-                    features = features.contiguous(memory_format=torch.channels_last)
-                ownership = model(features).ownership.float()
+                ownership = model(self._upload(host)).ownership.float()
         finally:
             model.train(was_training)
         return ownership.cpu().numpy()

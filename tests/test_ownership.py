@@ -19,6 +19,7 @@ import oracle
 import pytest
 import torch
 from test_adjudication import territory_reference
+from test_npnet import random_model
 
 from amazons import engine, npnet
 from amazons.board import BLACK, WHITE, Board, Move
@@ -43,7 +44,6 @@ from amazons.learn import (
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
 from amazons.net import (
-    GlobalSelfAttention,
     NetConfig,
     NetConfigError,
     NetInputError,
@@ -388,17 +388,8 @@ def test_old_checkpoints_without_the_fields_load(tmp_path, games):
 
 
 def random_head_model(head: str = "joint", seed: int = 0) -> PolicyValueNet:
-    torch.manual_seed(seed)
-    model = PolicyValueNet(net_config("tiny", policy_head=head, ownership_head=True))
+    model = random_model("tiny", head, seed, ownership_head=True)
     with torch.no_grad():
-        for module in model.modules():
-            if isinstance(module, torch.nn.BatchNorm2d):
-                module.weight.uniform_(0.5, 1.5)
-                module.bias.uniform_(-0.3, 0.3)
-                module.running_mean.uniform_(-0.3, 0.3)
-                module.running_var.uniform_(0.5, 2.0)
-            if isinstance(module, GlobalSelfAttention):
-                module.gate.fill_(0.7)
         model.ownership_head.out.weight.mul_(10.0)  # maps spread over [-1, 1]
     return model.eval()
 
