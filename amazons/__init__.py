@@ -1,12 +1,13 @@
 """amazons: an AlphaZero system for the Game of the Amazons (8x8, Botzone rules).
 
 The public API lives here; compiled modules and kernels are private (`_engine`, `mcts_numba`).
-Torch-free by design at this level: importing `amazons` loads numba but not torch. It imports the
-library (board, engine, search, players, symmetry) and never a command module: the arena's API
-(`run_arena`, `elo_interval`, `ArenaResult`) and the player registry (`make_player`,
-`register_player`, `player_names`) are re-exported on first use, so self-play actors and the
-inference server never load them. The network, training and inference-server modules are
-imported by name (`amazons.net`, `amazons.train`, ...).
+Torch-free by design at this level, and light: importing `amazons` loads the engine, the board,
+the symmetries and the `Evaluator` protocol (numpy only). The search and the players (which load
+Numba and LLVM), the arena's API (`run_arena`, `elo_interval`, `ArenaResult`) and the player
+registry (`make_player`, `register_player`, `player_names`) are re-exported on first use, so the
+inference server, the learner and the web board's server never load Numba to name a protocol, and
+self-play actors never load the arena. It never imports a command module. The network, training
+and inference-server modules are imported by name (`amazons.net`, `amazons.train`, ...).
 """
 
 import importlib
@@ -27,32 +28,27 @@ from amazons.board import (
     square_name,
 )
 from amazons.engine import MAX_MOVES, EngineInputError
-from amazons.mcts import (
-    BatchedSearch,
-    Evaluator,
-    EvaluatorError,
-    RolloutEvaluator,
-    SearchConfig,
-    SearchConfigError,
-    SearchInputError,
-    SearchResult,
-    SearchStats,
-    UniformEvaluator,
-)
-from amazons.players import (
-    GreedyPlayer,
-    HumanPlayer,
-    MCTSPlayer,
-    Player,
-    PlayerError,
-    PolicyPlayer,
-    RandomPlayer,
-)
+from amazons.evaluator import Evaluator, EvaluatorError
 from amazons.symmetry import SYMMETRIES, SymmetryError, canonical_to_real, real_to_canonical
 
 __version__ = "0.1.0"
 
 _LAZY = {
+    "BatchedSearch": "amazons.mcts",
+    "RolloutEvaluator": "amazons.mcts",
+    "SearchConfig": "amazons.mcts",
+    "SearchConfigError": "amazons.mcts",
+    "SearchInputError": "amazons.mcts",
+    "SearchResult": "amazons.mcts",
+    "SearchStats": "amazons.mcts",
+    "UniformEvaluator": "amazons.mcts",
+    "GreedyPlayer": "amazons.players",
+    "HumanPlayer": "amazons.players",
+    "MCTSPlayer": "amazons.players",
+    "Player": "amazons.players",
+    "PlayerError": "amazons.players",
+    "PolicyPlayer": "amazons.players",
+    "RandomPlayer": "amazons.players",
     "ArenaResult": "amazons.arena",
     "elo_interval": "amazons.arena",
     "run_arena": "amazons.arena",
@@ -63,7 +59,7 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The arena's and the player registry's names, imported when first used."""
+    """The search's, the players', the arena's and the player registry's names, imported when first used."""
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

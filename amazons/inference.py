@@ -26,7 +26,7 @@ the server as an error; the server then stops, every other client's next call ra
 shared memory. A server that dies is seen by clients as a closed pipe, and by the owner's
 `check()`.
 
-Imports numpy, the package's engine constants and the `Evaluator` protocol (`amazons.mcts`); the
+Imports numpy, the package's engine constants and the `Evaluator` protocol (`amazons.evaluator`); the
 server process imports torch only through the evaluator factory it is given.
 """
 
@@ -48,7 +48,7 @@ from multiprocessing.shared_memory import SharedMemory
 import numpy as np
 
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
-from amazons.mcts import Evaluator
+from amazons.evaluator import Evaluator
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
 

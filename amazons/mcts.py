@@ -1,5 +1,6 @@
-"""AlphaZero search over many games at once: the Evaluator protocol, its simple implementations,
-the search configuration, and `BatchedSearch`, the checked wrapper around `amazons.mcts_numba`.
+"""AlphaZero search over many games at once: simple implementations of the `Evaluator` protocol
+(`amazons.evaluator`, re-exported here), the search configuration, and `BatchedSearch`, the
+checked wrapper around `amazons.mcts_numba`.
 
 One search round alternates Numba kernels with batch calls into the Cython engine, so the rules
 exist only in the engine and no Python loop ever runs over moves or nodes:
@@ -24,13 +25,13 @@ import dataclasses
 import math
 import time
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import numpy as np
 
 from amazons import _engine, engine
 from amazons import mcts_numba as kernels
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
+from amazons.evaluator import Evaluator, EvaluatorError
 
 __all__ = [
     "EDGE_BYTES",
@@ -60,10 +61,6 @@ class SearchConfigError(ValueError):
 
 class SearchInputError(ValueError):
     """A position, game index or move passed to `BatchedSearch` is wrong; the message says which."""
-
-
-class EvaluatorError(ValueError):
-    """An evaluator returned arrays of the wrong shape or dtype, or values out of range."""
 
 
 ROOT_RULES = ("puct", "gumbel")
@@ -178,27 +175,6 @@ class SearchConfig:
                 f"{MAX_MOVES} edges (one position's moves) and 2 nodes")
         return self.replace(node_capacity=nodes, node_capacity_max=nodes, edge_capacity=edges,
                             edge_capacity_max=edges)
-
-
-@runtime_checkable
-class Evaluator(Protocol):
-    """Scores leaf positions for the search; implementations must not keep the input arrays."""
-
-    def evaluate(
-        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Priors over each position's legal moves and a value for its side to move.
-
-        Args:
-            positions: `(B, 3) uint64` canonical leaf positions, none of them terminal.
-            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
-            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
-
-        Returns:
-            `(priors, values)`: `priors` `(M,) float32`, summing to 1 over each position's moves;
-            `values` `(B,) float32` in [-1, 1], for the side to move at each position.
-        """
-        ...
 
 
 def uniform_priors(move_offsets: np.ndarray) -> np.ndarray:

@@ -76,3 +76,14 @@ def test_actor_and_server_processes_load_neither_the_arena_nor_the_player_regist
     assert "amazons.selfplay" in actor_modules and "amazons.netplay" in server_modules
     assert not actor_modules & NOT_IN_WORKERS, actor_modules & NOT_IN_WORKERS
     assert not server_modules & NOT_IN_WORKERS, server_modules & NOT_IN_WORKERS
+
+
+def test_the_protocol_the_server_and_the_learner_load_no_numba():
+    code = ("import sys, amazons, amazons.evaluator, amazons.inference, amazons.learn, amazons.netplay\n"
+            "assert isinstance(amazons.Evaluator, type)\n"
+            "print(sorted(m for m in ('numba', 'llvmlite', 'amazons.mcts') if m in sys.modules))\n"
+            "from amazons import BatchedSearch\n"
+            "print(BatchedSearch.__module__, 'numba' in sys.modules)\n")
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines() == ["[]", "amazons.mcts True"]
