@@ -9,6 +9,8 @@ weights to the servers (`InferenceServer.publish_weights`) before the matches, s
 may keep one `Evaluation` for the whole run (and run it beside self-play on a thread of its own),
 or open one per evaluation (`amazons.train.Run.evaluate`).
 
+`fit_elo` turns the matches of a whole run into one Elo ladder (Bradley-Terry, `random` at 0).
+
 `EvalConfig` holds every setting of it, written with the run's `config.json`: how often, how many
 games, the simulations per move, the opponents, the worker processes, and the search settings of
 the network players and of an `mcts-rollout` opponent.
@@ -19,16 +21,20 @@ evaluator factory, in the servers' processes.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
 
 from amazons.arena import ArenaResult, ArenaWorkers, run_arena
 from amazons.inference import InferenceConfig
 from amazons.mcts import Evaluator, SearchConfig
 from amazons.player_factory import NET_SEARCH, ROLLOUT_SEARCH, served_evaluator_factory, split_spec
 
-__all__ = ["EvalConfig", "Evaluation"]
+__all__ = ["EvalConfig", "Evaluation", "fit_elo"]
 
 PREVIOUS = "previous"  # the opponent name of the previous iteration's model
 
@@ -147,3 +153,36 @@ class Evaluation:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def fit_elo(matches: list[dict[str, Any]], anchor: str = "random", prior_games: float = 1.0) -> dict[str, float]:
+    """Ratings from match results (Bradley-Terry on the Elo scale), `anchor` fixed at 0.
+
+    Args:
+        matches: dicts with `a`, `b`, `wins_a`, `games`.
+        anchor: the player pinned at 0.
+        prior_games: each player also scores half of this many games against the anchor, which
+            keeps ratings finite after a clean sweep.
+    """
+    players = sorted({match["a"] for match in matches} | {match["b"] for match in matches} | {anchor})
+    index = {name: i for i, name in enumerate(players)}
+    rows = [(index[m["a"]], index[m["b"]], float(m["wins_a"]), float(m["games"])) for m in matches]
+    rows += [(index[name], index[anchor], prior_games / 2, prior_games) for name in players if name != anchor]
+    ratings = np.zeros(len(players))
+    scale = math.log(10) / 400
+    for _ in range(2000):
+        gradient = np.zeros_like(ratings)
+        curvature = np.full_like(ratings, 1e-9)
+        for a, b, wins, games in rows:
+            expected = 1 / (1 + math.exp(-scale * (ratings[a] - ratings[b])))
+            gradient[a] += wins - games * expected
+            gradient[b] -= wins - games * expected
+            weight = games * expected * (1 - expected) * scale
+            curvature[a] += weight
+            curvature[b] += weight
+        step = gradient / curvature
+        step[index[anchor]] = 0.0
+        ratings += np.clip(step, -200, 200)
+        if np.abs(step).max() < 1e-6:
+            break
+    return {name: float(ratings[index[name]]) for name in players}

@@ -35,245 +35,104 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import math
 import signal
 import sys
 import threading
 import time
 import typing
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from importlib.metadata import entry_points
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import numpy as np
 import torch
 
 from amazons._atomic import atomic_write
 from amazons.checkpoint import resume_learner, save_checkpoint, save_model
 from amazons.config import config_from_dict, config_to_dict
-from amazons.distributed.config import RayConfig
-from amazons.evaluation import EvalConfig, Evaluation
-from amazons.inference import InferenceConfig, InferenceServer
-from amazons.learn import Learner, MetricSums, OptimConfig, SampleBatch, augment_batch
-from amazons.mcts import SearchConfig
-from amazons.net import NetConfig, PolicyValueNet, count_parameters, net_config
+from amazons.evaluation import Evaluation, fit_elo
+from amazons.inference import InferenceServer
+from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
+from amazons.net import PolicyValueNet, count_parameters
 from amazons.netplay import NetworkEvaluatorFactory, resolve_device
 from amazons.pipeline import (
     BackgroundEvaluation,
     IterationLedger,
-    PipelineConfig,
     StepBudget,
     WeightsPublisher,
-    steps_for_positions,
 )
 from amazons.records import GameRecord, write_records
 from amazons.replay import GameSamples, ReplayBuffer
-from amazons.selfplay import FinishedGame, SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
+from amazons.selfplay import FinishedGame, SelfPlayReport, SelfPlayWorkers
+from amazons.train_config import TrainConfig, apply_overrides, preset_config, training_steps
+
+BACKENDS_GROUP = "amazons.backends"  # entry-point group of the backends beside the local one
 
 
-@dataclass(frozen=True)
-class TrainConfig:
-    """The whole resolved configuration of a run (written to `run_dir/config.json`)."""
+class SelfPlaySource(Protocol):
+    """The self-play side of a synchronous iteration, as `Run.run_iteration` drives it: the local
+    backend's `SelfPlayWorkers`, the Ray backend's `NodePool`."""
 
-    preset: str = "cpu"  # the preset this config started from
-    iterations: int = 30  # iterations to run (a resumed run continues up to this number)
-    seed: int = 0  # seeds self-play, sampling and the initial weights
-    device: str = "auto"  # learner and inference device: "auto", "cpu", "cuda"
-    inference_dtype: str = "auto"  # inference server dtype: "auto" (bf16 on GPU, fp32 on CPU), "fp32", ...
-    torch_threads: int = 1  # intra-op threads of the learner process
-    games_per_iteration: int = 64  # self-play games per iteration
-    train_batch_size: int = 256  # samples per optimizer step
-    sample_reuse: float = 8.0  # samples drawn for training per new position
-    min_steps: int = 20  # training steps per iteration, at least
-    max_steps: int = 2000  # training steps per iteration, at most
-    replay_window_positions: int = 200_000  # the newest positions kept for sampling
-    net: NetConfig = field(default_factory=lambda: net_config("tiny"))
-    optim: OptimConfig = field(default_factory=OptimConfig)
-    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
-    inference: InferenceConfig = field(default_factory=InferenceConfig)
-    eval: EvalConfig = field(default_factory=EvalConfig)
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # async or sync phases, ratio, publishing
-    ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's settings (`--backend ray`)
-
-    def __post_init__(self) -> None:
-        for name in ("iterations", "games_per_iteration", "train_batch_size", "replay_window_positions"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if not 0 <= self.min_steps <= self.max_steps:
-            raise ValueError(f"need 0 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}")
-        if self.sample_reuse <= 0:
-            raise ValueError(f"sample_reuse must be > 0, got {self.sample_reuse}")
+    def play(self, num_games: int, on_games: Callable[[list[GameSamples], list[GameRecord]], None],
+             iteration: int = 0, progress: Callable[[SelfPlayReport], None] | None = None) -> SelfPlayReport:
+        """Deliver `num_games` finished games for `iteration` through `on_games`."""
+        ...
 
 
-def preset_config(name: str) -> TrainConfig:
-    """The `cpu` or `gpu` preset.
+class WeightsSink(Protocol):
+    """Where a synchronous iteration publishes its new weights: the local backend's
+    `InferenceServer`, the Ray backend's `NodePool`."""
 
-    `cpu`: a small net and modest searches, so that a 2-core machine improves visibly within an
-    hour. `gpu`: the design's ResNet-40 (20 x 256, joint head, attention), training batch 512 and
-    inference batches up to 1024 rows merged from several actors. Both run the async pipeline.
-    """
-    if name == "cpu":
-        return TrainConfig(
-            preset="cpu",
-            net=net_config("tiny"),
-            optim=OptimConfig(lr=2e-3, weight_decay=1e-4, schedule="constant", warmup_steps=50),
-            selfplay=SelfPlayConfig(
-                num_actors=2,
-                games_in_parallel=16,
-                search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True, fpu_reduction=0.0,
-                                    temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17),
-                # A sharper completed-Q target than the paper's 0.1: with 48 PUCT simulations most
-                # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md).
-                target_c_scale=0.3,
-            ),
-            inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),
-            games_per_iteration=64,
-            train_batch_size=256,
-            # 16, not 12: at 12 the learner leaves part of the second core idle beside the
-            # inference server, which bounds self-play (docs/BENCHMARKS.md, --suite train).
-            sample_reuse=16.0,
-            eval=EvalConfig(every=2, games=10, simulations=48, processes=2),
-            pipeline=PipelineConfig(mode="async", publish_every_steps=10, slack_steps=100),
-        )
-    if name == "gpu":
-        return TrainConfig(
-            preset="gpu",
-            iterations=200,
-            net=net_config("resnet40"),
-            optim=OptimConfig(lr=2e-4, weight_decay=1e-4, warmup_steps=500, total_steps=200_000),
-            selfplay=SelfPlayConfig(
-                num_actors=12,
-                games_in_parallel=64,
-                search=SearchConfig(simulations=400, leaves_per_game=4, root_noise=True,
-                                    temperature_moves=12),
-            ),
-            # Each actor sends up to 64 x 4 = 256 rows: a batch merges four actors' requests.
-            inference=InferenceConfig(inference_batch_size=1024, flush_deadline_ms=2.0),
-            games_per_iteration=768,
-            train_batch_size=512,
-            sample_reuse=4.0,
-            max_steps=4000,
-            replay_window_positions=1_000_000,
-            eval=EvalConfig(every=2, games=20, simulations=200, processes=8),
-            pipeline=PipelineConfig(mode="async", publish_every_steps=50, slack_steps=200),
-        )
-    raise ValueError(f"unknown preset {name!r}; choose 'cpu' or 'gpu'")
+    def publish_weights(self, path: str, version: int) -> None:
+        """Serve the model file `path` from now on; later games carry `version`."""
+        ...
 
 
-# ------------------------------------------------------------------------------------------------
-# Config overrides (dicts <-> configs: `amazons.config`)
+class Backend(Protocol):
+    """A self-play backend: builds the run for a resolved config. The local backend is `Run`;
+    others (`--backend ray`: `amazons.distributed.ray_backend.RayRun`) register under the
+    entry-point group `amazons.backends` (pyproject.toml), so this module never imports them.
+    A backend refuses, with a `ValueError` naming the field, settings it does not honour."""
+
+    def __call__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> Run:
+        ...
 
 
-def _parse_value(text: str, current: Any, path: str) -> Any:
-    try:
-        if isinstance(current, bool):
-            if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
-                raise ValueError(text)
-            return text.lower() in ("true", "1", "yes")
-        if isinstance(current, int):
-            return int(text)
-        if isinstance(current, float):
-            return float(text)
-        if isinstance(current, tuple):
-            items = [item.strip() for item in text.split(",") if item.strip()]
-            return tuple(type(current[0])(item) if current else item for item in items)
-        return text
-    except ValueError:
-        raise ValueError(f"override {path}={text!r}: expected a {type(current).__name__}") from None
+def backend_names() -> list[str]:
+    """`local` and the installed backends' names."""
+    return ["local", *sorted(point.name for point in entry_points(group=BACKENDS_GROUP))]
 
 
-def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
-    """Apply `a.b.c=value` overrides (types follow the current values), then validate once.
-
-    Every override is parsed against the current config first, and the new config is built and
-    checked only after all of them are in, so checks that tie fields together (e.g.
-    `min_steps <= max_steps`) see the final values whatever the order of the overrides.
+def load_backend(name: str) -> Backend:
+    """The backend called `name`: `Run` for `local`, else the entry point of that name.
 
     Raises:
-        ValueError: naming a malformed override, an unknown field, or a resulting value that the
-            config refuses.
+        ValueError: no backend of that name is installed (lists those that are).
     """
-    data = config_to_dict(config)
-    for override in overrides:
-        path, equals, text = override.partition("=")
-        if not equals or not path:
-            raise ValueError(f"bad override {override!r}: expected KEY=VALUE, e.g. selfplay.num_actors=2")
-        _set_path(config, data, path.split("."), text, path)
-    return config_from_dict(type(config), data)
-
-
-def _set_path(node: Any, data: dict[str, Any], keys: list[str], text: str, path: str) -> None:
-    """Parse `text` against the field `keys` of the dataclass `node` and store it into `data`."""
-    names = {item.name for item in dataclasses.fields(node)}
-    if keys[0] not in names:
-        raise ValueError(f"override {path}: {type(node).__name__} has no field {keys[0]!r}; fields: {sorted(names)}")
-    current = getattr(node, keys[0])
-    if len(keys) == 1:
-        if dataclasses.is_dataclass(current):
-            raise ValueError(f"override {path}: {keys[0]} is a group; name one of its fields")
-        data[keys[0]] = config_to_dict(_parse_value(text, current, path))
-    else:
-        if not dataclasses.is_dataclass(current):
-            raise ValueError(f"override {path}: {keys[0]} is not a group")
-        _set_path(current, data[keys[0]], keys[1:], text, path)
-
-
-# ------------------------------------------------------------------------------------------------
-# Elo ladder
-
-
-def fit_elo(matches: list[dict[str, Any]], anchor: str = "random", prior_games: float = 1.0) -> dict[str, float]:
-    """Ratings from match results (Bradley-Terry on the Elo scale), `anchor` fixed at 0.
-
-    Args:
-        matches: dicts with `a`, `b`, `wins_a`, `games`.
-        anchor: the player pinned at 0.
-        prior_games: each player also scores half of this many games against the anchor, which
-            keeps ratings finite after a clean sweep.
-    """
-    players = sorted({match["a"] for match in matches} | {match["b"] for match in matches} | {anchor})
-    index = {name: i for i, name in enumerate(players)}
-    rows = [(index[m["a"]], index[m["b"]], float(m["wins_a"]), float(m["games"])) for m in matches]
-    rows += [(index[name], index[anchor], prior_games / 2, prior_games) for name in players if name != anchor]
-    ratings = np.zeros(len(players))
-    scale = math.log(10) / 400
-    for _ in range(2000):
-        gradient = np.zeros_like(ratings)
-        curvature = np.full_like(ratings, 1e-9)
-        for a, b, wins, games in rows:
-            expected = 1 / (1 + math.exp(-scale * (ratings[a] - ratings[b])))
-            gradient[a] += wins - games * expected
-            gradient[b] -= wins - games * expected
-            weight = games * expected * (1 - expected) * scale
-            curvature[a] += weight
-            curvature[b] += weight
-        step = gradient / curvature
-        step[index[anchor]] = 0.0
-        ratings += np.clip(step, -200, 200)
-        if np.abs(step).max() < 1e-6:
-            break
-    return {name: float(ratings[index[name]]) for name in players}
-
-
-# ------------------------------------------------------------------------------------------------
-# The run
-
-
-def training_steps(config: TrainConfig, new_positions: int, world_size: int = 1) -> int:
-    """Optimizer steps for an iteration that produced `new_positions` positions.
-
-    Each step draws `train_batch_size` samples on each of `world_size` data-parallel ranks, so the
-    samples drawn per new position stay `sample_reuse` and the steps shrink as ranks are added;
-    the result is bounded by `min_steps` and `max_steps`.
-    """
-    return steps_for_positions(new_positions, config.sample_reuse, config.train_batch_size * world_size,
-                               config.min_steps, config.max_steps)
+    if name == "local":
+        return Run
+    points = [point for point in entry_points(group=BACKENDS_GROUP) if point.name == name]
+    if not points:
+        raise ValueError(f"no backend named {name!r} is installed; installed: {', '.join(backend_names())}")
+    return points[0].load()
 
 
 class Run:
-    """One training run in `run_dir`: learner, replay, server, actors, logs."""
+    """One training run in `run_dir`: learner, replay, server, actors, logs (the local backend).
 
-    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool) -> None:
+    Raises:
+        ValueError: `address` is given (the local backend joins no cluster), or
+            `config.pipeline.mode` is one this backend does not run (`pipeline_modes`).
+    """
+
+    pipeline_modes: tuple[str, ...] = ("async", "sync")  # the `pipeline.mode` values this backend runs
+
+    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> None:
+        if address is not None:
+            raise ValueError(f"{type(self).__name__} joins no cluster: --address {address!r} needs another backend")
+        if config.pipeline.mode not in self.pipeline_modes:
+            raise ValueError(f"pipeline.mode={config.pipeline.mode!r}: the {type(self).__name__} backend runs "
+                             f"{' or '.join(self.pipeline_modes)}")
         self.config = config
         self.run_dir = run_dir
         self.device = resolve_device(config.device)
@@ -321,7 +180,7 @@ class Run:
                 while self.iteration < config.iterations:
                     self.run_iteration(server, workers, progress)
 
-    def run_iteration(self, server: InferenceServer, workers: SelfPlayWorkers, progress: bool) -> None:
+    def run_iteration(self, server: WeightsSink, workers: SelfPlaySource, progress: bool) -> None:
         """One iteration of the synchronous pipeline: self-play, then training, then evaluation
         (weights versions are iterations)."""
         config = self.config
@@ -351,7 +210,7 @@ class Run:
         metrics["iteration_seconds"] = time.perf_counter() - started
         self.log(iteration, metrics)
 
-    def self_play(self, workers: SelfPlayWorkers, iteration: int, progress: bool) -> SelfPlayReport:
+    def self_play(self, workers: SelfPlaySource, iteration: int, progress: bool) -> SelfPlayReport:
         config = self.config
         bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game", progress)
         games_file = self.run_dir / "games" / "selfplay.txt"
@@ -669,30 +528,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iterations", type=int, default=None, help="iterations to reach (overrides the config)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
-    parser.add_argument("--backend", choices=("local", "ray"), default="local",
+    parser.add_argument("--backend", choices=backend_names(), default="local",
                         help="local: this machine's processes; ray: self-play on every node of a Ray "
                              "cluster, DDP training (pip install 'amazons[ray]'; docs/distributed.md)")
     parser.add_argument("--address", default=None,
-                        help="--backend ray: the cluster to join ('auto': the one `ray start` began on "
-                             "this machine, or HOST:PORT); default: start Ray on this machine")
+                        help="a backend that joins a cluster (ray): the cluster ('auto': the one `ray start` "
+                             "began on this machine, or HOST:PORT); default: start one on this machine")
     parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. net.blocks=4")
     args = parser.parse_args(argv)
     if args.run_dir is None:
         args.run_dir = Path("runs") / (args.preset or ("gpu" if torch.cuda.is_available() else "cpu"))
-    if args.address is not None and args.backend != "ray":
-        parser.error("--address needs --backend ray")
     try:
         config = resolve_config(args)
     except ValueError as error:
         parser.error(str(error))
     args.run_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        run = load_backend(args.backend)(config, args.run_dir, args.resume, address=args.address)
+    except ValueError as error:
+        parser.error(str(error))
     (args.run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2) + "\n")
-    if args.backend == "ray":
-        from amazons.distributed.ray_backend import RayRun
-
-        run: Run = RayRun(config, args.run_dir, args.resume, address=args.address)
-    else:
-        run = Run(config, args.run_dir, args.resume)
     stopped_by: list[int] = []
     previous_handler = _stop_on_sigterm(stopped_by)
     try:
@@ -701,7 +556,7 @@ def main(argv: list[str] | None = None) -> int:
         signum = stopped_by[0] if stopped_by else signal.SIGINT
         print(f"\n{signal.Signals(signum).name}: stopped after iteration {run.iteration}; continue with: "
               f"python -m amazons.train --run-dir {args.run_dir} --resume"
-              + (" --backend ray" if args.backend == "ray" else ""), file=sys.stderr)
+              + (f" --backend {args.backend}" if args.backend != "local" else ""), file=sys.stderr)
         return 128 + signum
     finally:
         run.close()

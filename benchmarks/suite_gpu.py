@@ -61,7 +61,7 @@ from amazons import engine
 from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
 from amazons.net import PolicyValueNet, net_config
 from amazons.netplay import ReloadableNetworkEvaluator
-from amazons.train import preset_config
+from amazons.train_config import preset_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 INFERENCE_BATCHES = (256, 1024)

@@ -30,7 +30,6 @@ import ray
 import torch
 
 from amazons.checkpoint import save_model
-from amazons.distributed.config import RayConfig
 from amazons.distributed.node import request_stream
 from amazons.distributed.pool import NodePool
 from amazons.distributed.ray_backend import connect
@@ -40,7 +39,7 @@ from amazons.net import PolicyValueNet, net_config
 from amazons.netplay import NetworkEvaluatorFactory
 from amazons.replay import GameSamples, ReplayBuffer
 from amazons.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
-from amazons.train import TrainConfig
+from amazons.train_config import RayConfig, TrainConfig
 
 
 def bench_config(games: int, gpu: bool) -> TrainConfig:

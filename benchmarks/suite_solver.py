@@ -27,7 +27,7 @@ from amazons.mcts import BatchedSearch
 from amazons.models import default_checkpoint_path
 from amazons.netplay import load_network_evaluator
 from amazons.selfplay import play_games
-from amazons.train import preset_config
+from amazons.train_config import preset_config
 
 
 def run(quick: bool) -> dict[str, float]:

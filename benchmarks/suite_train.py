@@ -72,7 +72,7 @@ from amazons.net import PolicyValueNet, net_config
 from amazons.netplay import NetworkEvaluatorFactory
 from amazons.replay import GameSamples, ReplayBuffer
 from amazons.selfplay import SelfPlayWorkers, play_games
-from amazons.train import preset_config
+from amazons.train_config import preset_config
 
 ITERATIONS = 3
 MODES = ("async", "sync")

@@ -29,7 +29,6 @@ from ray.cluster_utils import Cluster  # noqa: E402
 from amazons.board import Board, Move  # noqa: E402
 from amazons.checkpoint import save_model  # noqa: E402
 from amazons.distributed import node as node_module  # noqa: E402
-from amazons.distributed.config import RayConfig  # noqa: E402
 from amazons.distributed.ddp import TrainingGroup  # noqa: E402
 from amazons.distributed.pool import NodePool  # noqa: E402
 from amazons.distributed.ray_backend import RayRun, connect  # noqa: E402
@@ -40,12 +39,14 @@ from amazons.net import NetOutput, PolicyValueNet, net_config  # noqa: E402
 from amazons.records import read_records  # noqa: E402
 from amazons.replay import GameSamples, ReplayBuffer, load_chunk  # noqa: E402
 from amazons.selfplay import play_games  # noqa: E402
-from amazons.train import apply_overrides, main, preset_config  # noqa: E402
+from amazons.train import main  # noqa: E402
+from amazons.train_config import RayConfig, apply_overrides, preset_config  # noqa: E402
 
 MiB = 1024**2
 
 # A tiny run: one actor per node with two games in lockstep, few simulations, a few steps.
 TINY = [
+    "pipeline.mode=sync",
     "selfplay.num_actors=1",
     "selfplay.games_in_parallel=2",
     "selfplay.search.simulations=8",
@@ -71,6 +72,16 @@ def wait_until(condition, seconds: float, step: float = 0.25) -> bool:
             return True
         time.sleep(step)
     return condition()
+
+
+def test_the_ray_backend_is_the_ray_entry_point_and_refuses_the_async_pipeline(tmp_path):
+    from amazons.train import load_backend
+
+    assert load_backend("ray") is RayRun
+    config = apply_overrides(preset_config("cpu"), ["pipeline.mode=async"])
+    with pytest.raises(ValueError, match="pipeline.mode='async'.*runs sync"):
+        RayRun(config, tmp_path / "run", resume=False)
+    assert not ray.is_initialized() and not (tmp_path / "run").exists()
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,8 @@ from amazons.evaluation import EvalConfig, Evaluation
 from amazons.inference import segment_prefix
 from amazons.net import PolicyValueNet, net_config
 from amazons.player_factory import ROLLOUT_SEARCH
-from amazons.train import Run, apply_overrides, preset_config
+from amazons.train import Run
+from amazons.train_config import apply_overrides, preset_config
 
 torch.set_num_threads(1)
 

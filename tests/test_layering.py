@@ -87,3 +87,11 @@ def test_the_protocol_the_server_and_the_learner_load_no_numba():
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == ["[]", "amazons.mcts True"]
+
+
+def test_the_main_job_never_imports_a_backend_beside_the_local_one():
+    code = ("import sys, amazons.train, amazons.train_config\n"
+            "print(sorted(m for m in sys.modules if m.startswith('amazons.distributed') or m == 'ray'))\n")
+    result = run_python("-c", code)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"

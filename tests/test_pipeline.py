@@ -18,7 +18,7 @@ from amazons.pipeline import (
     WeightsPublisher,
     steps_for_positions,
 )
-from amazons.train import TrainConfig, training_steps
+from amazons.train_config import TrainConfig, training_steps
 
 
 def budget(**changes) -> StepBudget:

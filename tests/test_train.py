@@ -17,6 +17,7 @@ import torch
 
 from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
 from amazons.config import ConfigError, config_from_dict, config_to_dict
+from amazons.evaluation import EvalConfig, fit_elo
 from amazons.inference import segment_prefix
 from amazons.learn import (
     Learner,
@@ -31,15 +32,8 @@ from amazons.net import PolicyValueNet, net_config
 from amazons.pipeline import EvaluationError
 from amazons.replay import GameSamples
 from amazons.selfplay import play_games
-from amazons.train import (
-    EvalConfig,
-    Run,
-    TrainConfig,
-    apply_overrides,
-    fit_elo,
-    main,
-    preset_config,
-)
+from amazons.train import Run, backend_names, load_backend, main
+from amazons.train_config import TrainConfig, apply_overrides, preset_config
 
 # Small enough for CI: a couple of games per iteration, few simulations, tiny evaluation.
 SMOKE = [
@@ -161,6 +155,18 @@ def test_resume_command_refuses_a_network_change_before_touching_the_run(tmp_pat
     with pytest.raises(SystemExit, match="net.blocks: 2 -> 3"):
         main(["--run-dir", str(run_dir), "--resume", "net.blocks=3", "optim.lr=0.01"])
     assert (run_dir / "config.json").read_text() == text
+
+
+def test_backends_are_found_by_name_and_refuse_what_they_do_not_run(tmp_path, capsys):
+    assert load_backend("local") is Run and "local" in backend_names()
+    with pytest.raises(ValueError, match="no backend named 'nowhere'.*local"):
+        load_backend("nowhere")
+    with pytest.raises(ValueError, match="joins no cluster.*'auto'"):
+        Run(preset_config("cpu"), tmp_path / "refused", resume=False, address="auto")
+    with pytest.raises(SystemExit):
+        main(["--run-dir", str(tmp_path / "run"), "--address", "auto", "--iterations", "1"])
+    assert "joins no cluster" in capsys.readouterr().err
+    assert not (tmp_path / "refused").exists() and not (tmp_path / "run" / "config.json").exists()
 
 
 def test_training_batches_show_each_position_in_many_orientations(tmp_path):

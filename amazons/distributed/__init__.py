@@ -1,6 +1,5 @@
 """Beyond one machine: self-play on a Ray cluster and data-parallel training (`--backend ray`).
 
-* `config`: `RayConfig`, the `ray` group of `TrainConfig` (plain values; no Ray import).
 * `node`: `SelfPlayNode`, the Ray actor that runs one node's local self-play pipeline (the
   shared-memory inference server and its actor processes);
 * `pool`: `NodePool`, the learner's side: requests of whole games with back-pressure, weights by
@@ -9,8 +8,9 @@
   actors (`TrainingRank`), each sampling its own copy of the replay window.
 * `ray_backend`: `RayRun`, the main job's `Run` on top of these, and `connect`.
 
-Only `config` is imported by `amazons.train`; the other modules import Ray and are loaded when the
-backend is chosen. Per-leaf evaluations never cross Ray: only whole games, weights and metrics do.
+`RayConfig`, the `ray` group of `TrainConfig`, lives in `amazons.train_config`, so the main job never
+imports this package: `--backend ray` loads `ray_backend` through the `amazons.backends` entry point.
+These modules import Ray. Per-leaf evaluations never cross Ray: only whole games, weights and metrics do.
 """
 
 

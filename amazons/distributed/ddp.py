@@ -43,7 +43,7 @@ from amazons.net import PolicyValueNet
 from amazons.replay import GameSamples, ReplayBuffer
 
 if TYPE_CHECKING:
-    from amazons.train import TrainConfig
+    from amazons.train_config import TrainConfig
 
 RANK_STREAM = 0xDD9  # tags the seed streams of the ranks' sampling and symmetry draws
 

@@ -41,7 +41,7 @@ from amazons.replay import GameSamples
 from amazons.selfplay import SelfPlayWorkers
 
 if TYPE_CHECKING:
-    from amazons.train import TrainConfig
+    from amazons.train_config import TrainConfig
 
 
 STREAMS_PER_ITERATION = 1 << 16  # requests one iteration may hand out (each gets its own seed stream)

@@ -47,7 +47,7 @@ from amazons.replay import GameSamples
 from amazons.selfplay import SelfPlayReport
 
 if TYPE_CHECKING:
-    from amazons.train import TrainConfig
+    from amazons.train_config import TrainConfig
 
 
 @dataclass

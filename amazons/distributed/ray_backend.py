@@ -7,7 +7,9 @@
 chunks (written by the learner alone, so their names are unique whatever the number of nodes),
 game records, evaluation, checkpoints, logs and `--resume`. Each iteration's metrics gain the
 `ray/*` counters of `NodePool.take_metrics`. It runs the synchronous pipeline (`Run.run_iteration`)
-whatever `pipeline.mode` says; `ray.max_weights_lag` lets nodes play ahead while the learner trains.
+and refuses any other `pipeline.mode` (pass `pipeline.mode=sync`); `ray.max_weights_lag` lets nodes
+play ahead while the learner trains. It is the `ray` entry point of the `amazons.backends` group
+(pyproject.toml), which `python -m amazons.train --backend ray` loads.
 
 Imports Ray (through the pool and the group) and the main job.
 """
@@ -23,11 +25,11 @@ except ImportError as error:  # pragma: no cover - depends on the installation
     raise ImportError("--backend ray needs Ray: pip install 'amazons[ray]'") from error
 
 from amazons.checkpoint import save_model
-from amazons.distributed.config import RayConfig
 from amazons.distributed.ddp import TrainingGroup
 from amazons.distributed.pool import NodePool
 from amazons.net import count_parameters
-from amazons.train import Run, TrainConfig, training_steps
+from amazons.train import Run
+from amazons.train_config import RayConfig, TrainConfig, training_steps
 
 
 def connect(address: str | None, config: RayConfig) -> bool:
@@ -60,6 +62,8 @@ class RayRun(Run):
         resume: continue the run in `run_dir`.
         address: see `connect`.
     """
+
+    pipeline_modes = ("sync",)
 
     def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> None:
         super().__init__(config, run_dir, resume)
