@@ -668,9 +668,11 @@ class BatchedSearch:
         """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`;
         whether any leaf was decided.
 
-        Plies to the end are bounds: the side to move with a moves against b loses at ply 2a + 1
-        (a <= b) or wins when the opponent is stuck at ply 2b + 2 (a > b); with the upper bounds
-        for a and b.
+        Plies to the end follow the tree's convention (a terminal node is lost in 0 plies, a
+        winning move wins in 1): the side to move with a moves against b loses in 2a plies
+        (a <= b: after a moves each it is stuck) or wins in 2b + 1 (a > b: its move after the
+        opponent's b-th leaves the opponent stuck); with the upper bounds for a and b these are
+        bounds, exact where the bounds are.
         """
         result, bounds = self._leaf_proof[:count], self._leaf_bounds[:count]
         _engine.adjudicate_batch(self._leaf_positions[:count], result, bounds)
@@ -678,7 +680,7 @@ class BatchedSearch:
             return False
         their_upper = bounds[:, engine.THEIR_UPPER].astype(np.int32)
         my_upper = bounds[:, engine.MY_UPPER].astype(np.int32)
-        plies = np.where(result > 0, 2 * their_upper + 2, np.where(result < 0, 2 * my_upper + 1, 0))
+        plies = np.where(result > 0, 2 * their_upper + 1, np.where(result < 0, 2 * my_upper, 0))
         self._leaf_proof_plies[:count] = plies
         return True
 

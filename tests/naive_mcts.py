@@ -15,8 +15,8 @@ choice the search makes (documented in `amazons/mcts_numba.py`):
   if some edge wins, shortest first; a loss if every edge loses, longest first), proven-lost
   edges are never selected, a descent into a proven node backs up its exact value, and a search
   whose root is proven (by its edges) stops; with `config.adjudicate` too, a non-root leaf that
-  `engine.adjudicate` decides is proven with its exact value (plies: 2b + 2 for a win against b
-  moves, 2a + 1 for a loss with a moves, from the bounds' upper ends) and skips the evaluator;
+  `engine.adjudicate` decides is proven with its exact value (plies: 2b + 1 for a win against b
+  moves, 2a for a loss with a moves, from the bounds' upper ends) and skips the evaluator;
 * first-play urgency: Q_parent - fpu_reduction * sqrt(prior mass of the edges selected so far,
   summed in the order they were first selected);
 * PUCT: Q + c * P * sqrt(N_parent) / (1 + N), c = c_puct + log((1 + N_parent + base) / base);
@@ -206,8 +206,8 @@ class NaiveMCTS:
         """Store the engine's adjudication of the node's position as (result, plies)."""
         result, bounds = engine.adjudicate(node.position.reshape(1, 3))
         result = int(result[0])
-        plies = (2 * int(bounds[0, engine.THEIR_UPPER]) + 2 if result > 0
-                 else 2 * int(bounds[0, engine.MY_UPPER]) + 1 if result < 0 else 0)
+        plies = (2 * int(bounds[0, engine.THEIR_UPPER]) + 1 if result > 0
+                 else 2 * int(bounds[0, engine.MY_UPPER]) if result < 0 else 0)
         node.adjudicated = (result, plies)
 
     def expand(self, node: NaiveNode, moves: list, priors: list, wins: list) -> None:
