@@ -65,8 +65,10 @@ class SelfPlayConfig:
     start_jitter_s: float = 0.5  # each actor sleeps a random 0..this before starting (desynchronizes)
     seed: int = 0  # base seed; actor i of iteration t uses a stream derived from (seed, t, i)
     policy_target: str = "completed_q"  # "completed_q" (amazons.mcts.improved_policy) or "visits"
-    target_c_visit: float = 50.0  # improved_policy's c_visit
-    target_c_scale: float = 0.1  # improved_policy's c_scale
+    # improved_policy's sigma constants; with search.root="gumbel" they must equal the search's
+    # c_visit / c_scale (the target is then the policy the halving ranks moves by)
+    target_c_visit: float = 50.0
+    target_c_scale: float = 0.1
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
     full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (policy targets)
     fast_simulations: int = 16  # simulations of the other moves (no root noise, no policy target)
@@ -83,6 +85,13 @@ class SelfPlayConfig:
             raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
         if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
             raise ValueError("target_c_visit and target_c_scale must be >= 0")
+        if self.search.root == "gumbel":
+            for target, searched in (("target_c_visit", "c_visit"), ("target_c_scale", "c_scale")):
+                if getattr(self, target) != getattr(self.search, searched):
+                    raise ValueError(
+                        f"{target} ({getattr(self, target)!r}) differs from search.{searched} "
+                        f"({getattr(self.search, searched)!r}) with search.root='gumbel': the Gumbel "
+                        f"root's policy target is the completed-Q policy its halving uses; set both")
         if self.start_jitter_s < 0:
             raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
 
