@@ -35,7 +35,7 @@ import numpy as np
 
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
-from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy
+from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy, proof_policy
 from amazons.records import GameRecord
 from amazons.replay import GameSamples
 from amazons.symmetry import canonical_to_real
@@ -98,9 +98,14 @@ class SelfPlayConfig:
     def policy_label(self, result: SearchResult) -> np.ndarray:
         """The training target over `result.moves` (every legal move), `(L,) float32` summing to 1.
 
-        `completed_q` covers every legal move (unvisited ones through the mixed value);
-        `visits` is zero on the moves the search did not visit.
+        A proven root's target is its proof for both kinds (`amazons.mcts.proof_policy`: the
+        shortest wins share the mass, or the longest resistances when every move loses); the
+        search stops at such a root, so its visits say nothing. Otherwise `completed_q` covers
+        every legal move (unvisited ones through the mixed value) and `visits` is zero on the
+        moves the search did not visit.
         """
+        if result.proven != 0:
+            return proof_policy(result)
         if self.policy_target == "visits":
             return result.policy
         return improved_policy(result, self.target_c_visit, self.target_c_scale)
@@ -192,7 +197,7 @@ def play_games(
     search: BatchedSearch,
     num_games: int | None,
     on_game: Callable[..., None],
-    label: Callable[[SearchResult], np.ndarray] = improved_policy,
+    label: Callable[[SearchResult], np.ndarray] | None = None,
     adjudicate: bool = True,
     full_search_prob: float = 1.0,
     fast_simulations: int = 0,
@@ -213,7 +218,9 @@ def play_games(
             `adjudication` is None for a game played to its end. With `weights_version`, also
             with the keyword `versions`: `(T,) int64`, the weights version each position was
             searched with.
-        label: the policy target of a root's search result (`SelfPlayConfig.policy_label`).
+        label: the policy target of a root's search result (`SelfPlayConfig.policy_label`);
+            default: the completed-Q target with the search's `c_visit` / `c_scale`, the proof
+            at proven roots.
         adjudicate: end a game as soon as `Board.adjudicate` decides it; its samples take the
             exact result.
         full_search_prob: playout cap randomization: each move is a full search
@@ -242,6 +249,9 @@ def play_games(
                          f"cap, got {full_search_prob!r} and {fast_simulations!r}")
     if num_games is None and keep_playing is None:
         raise ValueError("num_games None (play on) needs keep_playing to say when to stop")
+    if label is None:
+        label = SelfPlayConfig(search=search.config, target_c_visit=search.config.c_visit,
+                               target_c_scale=search.config.c_scale).policy_label
     started = time.perf_counter()
     cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
     counters = stats if stats is not None else {}

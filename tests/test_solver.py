@@ -360,3 +360,47 @@ def test_kernel_decided_leaves_are_as_far_from_the_end_as_a_brute_force_says():
             losses += 1
             assert (result.proven, result.proof_plies) == minimax(position, memo)
     assert adjudicated > 10 and losses > 0
+
+
+def test_kernel_a_decided_leaf_that_becomes_the_root_is_evaluated_first():
+    """A leaf proven by adjudication skipped the evaluator (uniform priors). Once `advance` makes
+    it the root, which its edges do not prove, the next search asks the evaluator for its priors
+    before searching (one more leaf evaluated), keeps its exact raw value, and the naive oracle
+    does the same, node for node."""
+    config = SearchConfig(simulations=24, leaves_per_game=2)
+    checked = 0
+    for seed in range(12):
+        position = separated_position(seed)
+        if engine.is_terminal(position.reshape(1, 3))[0]:
+            continue
+        search = BatchedSearch(HashEvaluator(), config)
+        search.set_roots(position)
+        search.search()
+        tree = search.tree
+        block = range(int(tree.node_first_edge[0, 0]), int(tree.node_first_edge[0, 0] + tree.node_edge_count[0, 0]))
+        candidates = [edge for edge in block if tree.edge_child[0, edge] > 0
+                      and not tree.node_evaluated[0, tree.edge_child[0, edge]]
+                      and not tree.node_terminal[0, tree.edge_child[0, edge]]
+                      and tree.node_proof_plies[0, tree.edge_child[0, edge]] > 1]
+        if not candidates:
+            continue
+        move = tree.edge_move[0, candidates[0]].astype(np.int32)
+        naive = NaiveMCTS(HashEvaluator(), config, position)
+        naive.search()
+        search.advance(0, move)
+        naive.advance(tuple(move.tolist()))
+        exact = float(search.tree.node_raw_value[0, 0])
+        assert abs(exact) == 1.0 and not search.tree.node_evaluated[0, 0]
+        stats = search.search(4)
+        naive.search(4)
+        assert stats.leaves_evaluated >= 1 and search.tree.node_evaluated[0, 0]
+        assert search.tree.node_raw_value[0, 0] == exact
+        root = search.root_positions[0].reshape(1, 3)
+        moves, offsets = engine.legal_moves(root)
+        first = int(search.tree.node_first_edge[0, 0])
+        np.testing.assert_array_equal(search.tree.edge_prior[0, first:first + moves.shape[0]],
+                                      HashEvaluator().evaluate(root, moves, offsets)[0])
+        assert_same_tree(search.tree, 0, naive.root)
+        assert_same_proofs(search.tree, naive.root)
+        checked += 1
+    assert checked >= 3

@@ -14,8 +14,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from amazons import engine
 from amazons.mcts import BatchedSearch, SearchConfig, improved_policy
-from amazons.selfplay import SelfPlayConfig
+from amazons.replay import GameSamples, save_chunk
+from amazons.selfplay import SelfPlayConfig, play_games
 from amazons.train import apply_overrides, preset_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -50,3 +52,62 @@ def test_a_gumbel_run_trains_toward_the_sigma_it_searches_with():
     result = search.root_result(0)
     expected = improved_policy(result, switched.search.c_visit, switched.search.c_scale)
     np.testing.assert_array_equal(switched.policy_label(result), expected)
+
+
+# ----------------------------------------------------------------------------------------------
+# Proven roots
+
+
+def uniform_over(mask: np.ndarray) -> np.ndarray:
+    return np.where(mask, 1.0 / mask.sum(), 0.0)
+
+
+def play_labelled_games(policy_target: str, count: int = 3) -> tuple[list, list[GameSamples]]:
+    """`count` games to the rules' end (no adjudication of the game, so decided positions are
+    played out and proven roots occur), one at a time with the solver and in-tree adjudication
+    on; returns every labelled root as (search result, canonical position, label) and the games'
+    samples."""
+    config = SelfPlayConfig(search=SearchConfig(simulations=16, leaves_per_game=4, root_noise=True,
+                                                temperature_moves=56, edge_capacity=1 << 15, node_capacity=256),
+                            policy_target=policy_target)
+    # Seed 4 plays a game whose amazons separate while the side to move loses with more moves
+    # than 16 simulations prove (most games are decided before their amazons separate).
+    search = BatchedSearch(HashEvaluator(), config.search, num_games=1, seed=4)
+    roots: list = []
+
+    def label(result):
+        target = config.policy_label(result)
+        roots.append((result, search.root_positions[0], target))
+        return target
+
+    games: list[GameSamples] = []
+    play_games(search, count, lambda samples, moves, verdict: games.append(samples), label, adjudicate=False)
+    return roots, games
+
+
+@pytest.mark.parametrize("policy_target", ["completed_q", "visits"])
+def test_proven_roots_are_labelled_with_their_proof(policy_target, tmp_path):
+    """A proven win's target is uniform over its shortest proven wins, a proven loss's over its
+    longest resistances (the moves the player plays); every other root's target rests on the
+    evaluator's priors, also where the root was a decided leaf of the previous tree (such leaves
+    skip the evaluator, and are evaluated when they become the root). The games' chunks save."""
+    roots, games = play_labelled_games(policy_target)
+    wins = losses = decided = 0
+    for result, position, target in roots:
+        plies = result.move_proof_plies.astype(np.int64)
+        if result.proven > 0:
+            wins += 1
+            winning = result.move_proofs == 1
+            np.testing.assert_allclose(target, uniform_over(winning & (plies == plies[winning].min())))
+        elif result.proven < 0:
+            losses += 1
+            np.testing.assert_allclose(target, uniform_over(plies == plies.max()))
+        else:
+            offsets = np.array([0, result.moves.shape[0]], np.int64)
+            priors, _ = HashEvaluator().evaluate(position[None], result.moves, offsets)
+            np.testing.assert_array_equal(result.priors, priors)
+            decided += int(engine.adjudicate(position[None])[0][0] != 0)
+        assert target.sum() == pytest.approx(1.0, abs=1e-5)
+    assert wins > 0 and losses > 0 and decided > 0
+    for index, samples in enumerate(games):
+        save_chunk(tmp_path / f"chunk-{index:08d}.npz", samples)
