@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from amazons import engine
-from amazons.mcts import BatchedSearch, SearchConfig, improved_policy
+from amazons.board import Board
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator, improved_policy
 from amazons.replay import GameSamples, save_chunk
 from amazons.selfplay import SelfPlayConfig, play_games
 from amazons.train import apply_overrides, preset_config
@@ -111,3 +112,76 @@ def test_proven_roots_are_labelled_with_their_proof(policy_target, tmp_path):
     assert wins > 0 and losses > 0 and decided > 0
     for index, samples in enumerate(games):
         save_chunk(tmp_path / f"chunk-{index:08d}.npz", samples)
+
+
+# ----------------------------------------------------------------------------------------------
+# Playout cap randomization: only full searches are recorded
+
+
+def play_capped(count: int, probability: float, seed: int = 1) -> tuple[list, dict[str, float]]:
+    """`count` games where a move is a full search (12 simulations) with `probability`, else a
+    fast one (4); solver off, so every search runs exactly its count. Returns each game's
+    (samples, moves, winner) and the counters."""
+    config = SearchConfig(simulations=12, leaves_per_game=4, root_noise=True, temperature_moves=56,
+                          solver=False, edge_capacity=1 << 15, node_capacity=64)
+    search = BatchedSearch(UniformEvaluator(), config, num_games=3, seed=seed)
+    games: list = []
+
+    def keep(samples, moves, verdict):
+        winner = verdict.winner if verdict is not None else Board.from_moves(moves).winner()
+        games.append((samples, list(moves), winner))
+
+    stats = play_games(search, count, keep, full_search_prob=probability, fast_simulations=4,
+                       rng=np.random.default_rng(seed))
+    return games, stats
+
+
+def recorded_plies(samples: GameSamples, moves: list, winner: int) -> list[int]:
+    """The plies at which `samples` were recorded; checks that each sample is the position and
+    move of its ply, in order, with z = +1 exactly where its side to move won."""
+    board, plies = Board(), []
+    for ply, move in enumerate(moves):
+        row = len(plies)
+        if row < samples.num_positions and np.array_equal(samples.positions[row], board.canonical_position()) \
+                and samples.played_moves[row].tolist() == list(move.as_tuple()):
+            assert samples.z[row] == (1 if board.turn == winner else -1)
+            plies.append(ply)
+        board.push(move)
+    assert len(plies) == samples.num_positions
+    return plies
+
+
+def test_playout_cap_records_only_full_searches():
+    """As KataGo (section 3.1): a fast search's position is played, not recorded, so the replay
+    window, the `sample_reuse` step budget (it counts recorded positions) and the learner see
+    only full searches, a quarter of the plies at p = 0.25."""
+    games, stats = play_capped(6, 0.25)
+    samples = GameSamples.concatenate([game[0] for game in games])
+    samples.validate()
+    plies = sum(len(moves) for _, moves, _ in games)
+    assert (samples.policy_weight == 1).all() and (np.diff(samples.label_offsets) > 0).all()
+    assert samples.num_positions == stats["positions"] == stats["full_searches"]
+    assert stats["plies"] == plies
+    assert abs(stats["full_searches"] / plies - 0.25) < 4 * np.sqrt(0.25 * 0.75 / plies)
+    # Full and fast searches ran their own counts in the same batches.
+    assert stats["simulations"] == 12 * stats["full_searches"] + 4 * (plies - stats["full_searches"])
+    for game in games:
+        recorded_plies(*game)
+    everyone, stats = play_capped(2, 1.0)
+    assert stats["positions"] == stats["plies"] == sum(len(moves) for _, moves, _ in everyone)
+
+
+def test_a_capped_game_without_a_full_search_keeps_its_last_position_for_its_value():
+    """A game without a full search would have no sample at all, which a replay chunk cannot
+    hold: it keeps its last position, with its value target and no policy target."""
+    games, stats = play_capped(3, 0.005, seed=2)
+    fallbacks = 0
+    for samples, moves, winner in games:
+        samples.validate()
+        if (samples.policy_weight == 0).any():
+            fallbacks += 1
+            assert recorded_plies(samples, moves, winner) == [len(moves) - 1]
+            assert samples.label_offsets.tolist() == [0, 0]
+        else:
+            assert (samples.policy_weight == 1).all()
+    assert fallbacks > 0 and stats["positions"] == stats["full_searches"] + fallbacks
