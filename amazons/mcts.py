@@ -282,7 +282,8 @@ class SearchResult:
         return (self.visits / max(self.simulations, 1)).astype(np.float32)
 
 
-def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1) -> np.ndarray:
+def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1, *,
+                    min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
     """The Gumbel MuZero policy improvement over every legal move (completed Q with v_mix).
 
     From "Policy improvement by planning with Gumbel" (Danihelka et al., ICLR 2022), as DeepMind's
@@ -300,15 +301,25 @@ def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float 
     Unvisited moves keep their share of the prior, shifted as a group by v_mix, so the target does
     not collapse onto a few noisy single-visit values.
 
+    Two switches, off by default (the paper's target), distrust the Q of moves with few visits
+    further, for searches of a few dozen simulations where most visited moves have one or two:
+
+    * `min_visits` k > 1: a move with fewer than k visits (and no proof) counts as unknown, so
+      its completed Q is v_mix, as if it had not been visited (v_mix averages the known moves);
+    * `q_prior_visits` m > 0: the Q of a known unproven move with n visits is shrunk toward v_mix
+      as if v_mix had m visits of its own, q' = (n q + m v_mix) / (n + m).
+
     Args:
         result: a root's search result.
         c_visit, c_scale: the sigma transform's constants; larger values trust Q more.
+        min_visits: visits a move needs for its Q to count (1: every visited move's does).
+        q_prior_visits: pseudo-visits of v_mix in each known move's Q (0: none).
 
     Returns:
         `(L,) float32` probabilities over `result.moves`, summing to 1.
     """
     return _completed_q_policy(result.priors, result.visits, result.q_values, result.move_proofs,
-                               result.raw_value, c_visit, c_scale)
+                               result.raw_value, c_visit, c_scale, min_visits, q_prior_visits)
 
 
 def proof_policy(result: SearchResult) -> np.ndarray:
@@ -342,10 +353,10 @@ def proof_policy(result: SearchResult) -> np.ndarray:
 
 def _completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.ndarray,
                         move_proofs: np.ndarray, raw_value: float, c_visit: float,
-                        c_scale: float) -> np.ndarray:
+                        c_scale: float, min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
     """`improved_policy` on a root's arrays `(L,)` (q_values NaN where neither visited nor proven)."""
     priors = np.maximum(priors.astype(np.float64), np.finfo(np.float32).tiny)
-    known = (visits > 0) | (move_proofs != 0)
+    known = (visits >= max(min_visits, 1)) | (move_proofs != 0)
     q = np.where(move_proofs != 0, move_proofs.astype(np.float64),
                  np.nan_to_num(q_values.astype(np.float64)))
     visits = visits.astype(np.float64)
@@ -355,6 +366,9 @@ def _completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.nda
         mixed_value = (raw_value + total_visits * weighted_q) / (total_visits + 1.0)
     else:
         mixed_value = float(raw_value)
+    if q_prior_visits > 0:
+        shrunk = (visits * q + q_prior_visits * mixed_value) / (visits + q_prior_visits)
+        q = np.where(move_proofs != 0, q, shrunk)
     completed = np.where(known, q, mixed_value)
     low, high = float(completed.min()), float(completed.max())
     rescaled = (completed - low) / max(high - low, 1e-8)

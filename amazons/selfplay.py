@@ -71,6 +71,12 @@ class SelfPlayConfig:
     # c_visit / c_scale (the target is then the policy the halving ranks moves by)
     target_c_visit: float = 50.0
     target_c_scale: float = 0.1
+    # completed-Q target with root="puct" (improved_policy's switches, off by default): moves
+    # with fewer visits than this count as unvisited (Q = v_mix); 1 = every visited move counts
+    target_min_visits: int = 1
+    # completed-Q target with root="puct": a visited move's Q is shrunk toward v_mix as if v_mix
+    # had this many visits, q' = (n q + m v_mix) / (n + m); 0 = off
+    target_q_prior_visits: float = 0.0
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
     full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (recorded)
     fast_simulations: int = 16  # simulations of the other moves (no root noise, not recorded)
@@ -87,7 +93,16 @@ class SelfPlayConfig:
             raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
         if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
             raise ValueError("target_c_visit and target_c_scale must be >= 0")
+        if not (isinstance(self.target_min_visits, (int, np.integer)) and not isinstance(self.target_min_visits, bool)
+                and self.target_min_visits >= 1):
+            raise ValueError(f"target_min_visits must be an integer >= 1, got {self.target_min_visits!r}")
+        if not (np.isfinite(self.target_q_prior_visits) and self.target_q_prior_visits >= 0):
+            raise ValueError(f"target_q_prior_visits must be a finite number >= 0, got {self.target_q_prior_visits!r}")
         if self.search.root == "gumbel":
+            for name, off in (("target_min_visits", 1), ("target_q_prior_visits", 0.0)):
+                if getattr(self, name) != off:
+                    raise ValueError(f"{name} ({getattr(self, name)!r}) applies to the PUCT root's target; with "
+                                     f"search.root='gumbel' the target is the halving's own policy (set it to {off})")
             for target, searched in (("target_c_visit", "c_visit"), ("target_c_scale", "c_scale")):
                 if getattr(self, target) != getattr(self.search, searched):
                     raise ValueError(
@@ -110,7 +125,8 @@ class SelfPlayConfig:
             return proof_policy(result)
         if self.policy_target == "visits":
             return result.policy
-        return improved_policy(result, self.target_c_visit, self.target_c_scale)
+        return improved_policy(result, self.target_c_visit, self.target_c_scale,
+                               min_visits=self.target_min_visits, q_prior_visits=self.target_q_prior_visits)
 
 
 def final_ownership(board: Board) -> tuple[np.ndarray, np.ndarray]:

@@ -16,7 +16,13 @@ import pytest
 
 from amazons import engine
 from amazons.board import Board
-from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator, improved_policy
+from amazons.mcts import (
+    BatchedSearch,
+    SearchConfig,
+    SearchResult,
+    UniformEvaluator,
+    improved_policy,
+)
 from amazons.replay import GameSamples, save_chunk
 from amazons.selfplay import SelfPlayConfig, play_games
 from amazons.train import apply_overrides, preset_config
@@ -185,3 +191,59 @@ def test_a_capped_game_without_a_full_search_keeps_its_last_position_for_its_val
         else:
             assert (samples.policy_weight == 1).all()
     assert fallbacks > 0 and stats["positions"] == stats["full_searches"] + fallbacks
+
+
+# ----------------------------------------------------------------------------------------------
+# Switches of the completed-Q target for few visits (off by default)
+
+
+def root_result(visits: list[int], q: list[float], proofs: list[int] | None = None) -> SearchResult:
+    count = len(visits)
+    return SearchResult(
+        moves=np.array([[0, 1, square] for square in range(2, 2 + count)], np.int32),
+        visits=np.array(visits, np.int32), q_values=np.array(q, np.float32), priors=np.full(count, 1 / count, np.float32),
+        move_proofs=np.array(proofs or [0] * count, np.int8), move_proof_plies=np.zeros(count, np.int16),
+        root_value=0.0, raw_value=0.0, proven=0, proof_plies=0, principal_variation=np.zeros((0, 3), np.int32),
+        num_legal_moves=count)
+
+
+def softmax_target(priors: np.ndarray, completed: np.ndarray, most_visits: int) -> np.ndarray:
+    """softmax(log p + (50 + most visits) * 0.1 * completed Q rescaled to [0, 1])."""
+    rescaled = (completed - completed.min()) / (completed.max() - completed.min())
+    logits = np.log(priors) + (50 + most_visits) * 0.1 * rescaled
+    return np.exp(logits) / np.exp(logits).sum()
+
+
+def test_completed_q_switches_distrust_the_q_of_moves_with_few_visits():
+    """A move with one lucky visit (Q = +1) tops the paper's target; with `target_min_visits` 2 it
+    counts as unvisited, with `target_q_prior_visits` its Q is shrunk toward v_mix more than a
+    well-visited move's. Both against a hand computation; the defaults are the paper's target."""
+    result = root_result([1, 4, 4, 0], [1.0, 0.2, 0.0, np.nan])
+    priors = np.full(4, 0.25)
+    paper = SelfPlayConfig().policy_label(result)
+    np.testing.assert_array_equal(paper, improved_policy(result))
+    assert paper.argmax() == 0
+    # min_visits 2: known moves 1 and 2, v_mix = (0 + 9 * (0.2 + 0.0) / 2) / 10 = 0.09.
+    floor = SelfPlayConfig(target_min_visits=2).policy_label(result)
+    np.testing.assert_allclose(floor, softmax_target(priors, np.array([0.09, 0.2, 0.0, 0.09]), 4), rtol=1e-5)
+    assert floor.argmax() == 1
+    # q_prior_visits 2: v_mix = (0 + 9 * (1 + 0.2 + 0) / 3) / 10 = 0.36, q' = (n q + 2 v_mix) / (n + 2).
+    shrunk = SelfPlayConfig(target_q_prior_visits=2.0).policy_label(result)
+    expected = np.array([(1.0 + 0.72) / 3, (0.8 + 0.72) / 6, 0.72 / 6, 0.36])
+    np.testing.assert_allclose(shrunk, softmax_target(priors, expected, 4), rtol=1e-5)
+    assert shrunk[0] < paper[0] and shrunk[1] > paper[1]
+    # A proven move stays known with its exact value, whatever its visits.
+    proven = root_result([1, 4, 4, 0], [1.0, 0.2, 0.0, np.nan], proofs=[1, 0, 0, 0])
+    both = SelfPlayConfig(target_min_visits=2, target_q_prior_visits=2.0).policy_label(proven)
+    assert both.argmax() == 0
+
+
+def test_completed_q_switches_are_checked_and_reach_the_config():
+    for field, value in (("target_min_visits", 0), ("target_q_prior_visits", -1.0)):
+        with pytest.raises(ValueError, match=field):
+            SelfPlayConfig(**{field: value})
+        with pytest.raises(ValueError, match=field):
+            SelfPlayConfig(search=SearchConfig(root="gumbel"), **{field: 2})
+    config = apply_overrides(preset_config("cpu"), ["selfplay.target_min_visits=2",
+                                                    "selfplay.target_q_prior_visits=4"]).selfplay
+    assert (config.target_min_visits, config.target_q_prior_visits) == (2, 4.0)
