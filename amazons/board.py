@@ -157,9 +157,11 @@ class Adjudication:
             minus the loser's upper bound). 0 means the side to move loses with as many moves as
             the opponent: it moves first, so it runs out first.
         plies_bound: the game ends within this many plies from this position when the winner
-            plays the fill the bounds rest on, whatever the loser does: `2 * U + 2` when the side
-            to move wins (U: the opponent's upper bound; the opponent is stuck on its turn after
-            at most U moves), `2 * U + 1` when it loses (U: its own upper bound).
+            plays the fill the bounds rest on, whatever the loser does, counted as the search
+            counts them (a position without a move is over in 0 plies, a winning move ends it in
+            1): `2 * U + 1` when the side to move wins (U: the opponent's upper bound; the
+            opponent is stuck on its turn after at most U moves), `2 * U` when it loses (U: its
+            own upper bound; it is stuck after U moves of each side).
     """
 
     winner: int
@@ -345,9 +347,9 @@ class Board:
         result, bounds = adjudicate(self.canonical_position())
         outcome, row = int(result[0]), bounds[0].tolist()
         if outcome > 0:
-            return Adjudication(self.turn, row[MY_LOWER] - row[THEIR_UPPER], 2 * row[THEIR_UPPER] + 2)
+            return Adjudication(self.turn, row[MY_LOWER] - row[THEIR_UPPER], 2 * row[THEIR_UPPER] + 1)
         if outcome < 0:
-            return Adjudication(1 - self.turn, row[THEIR_LOWER] - row[MY_UPPER], 2 * row[MY_UPPER] + 1)
+            return Adjudication(1 - self.turn, row[THEIR_LOWER] - row[MY_UPPER], 2 * row[MY_UPPER])
         return None
 
     def territory(self) -> np.ndarray:

@@ -47,11 +47,12 @@ __all__ = [
     "SearchStats",
     "UniformEvaluator",
     "improved_policy",
+    "proof_policy",
     "warm_up",
 ]
 
 
-NODE_BYTES = 48  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
+NODE_BYTES = 49  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
 EDGE_BYTES = 30  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, squared values, in-flight, child, proof, proof plies)
 
 
@@ -257,7 +258,8 @@ class SearchResult:
         return (self.visits / max(self.simulations, 1)).astype(np.float32)
 
 
-def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1) -> np.ndarray:
+def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1, *,
+                    min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
     """The Gumbel MuZero policy improvement over every legal move (completed Q with v_mix).
 
     From "Policy improvement by planning with Gumbel" (Danihelka et al., ICLR 2022), as DeepMind's
@@ -275,23 +277,62 @@ def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float 
     Unvisited moves keep their share of the prior, shifted as a group by v_mix, so the target does
     not collapse onto a few noisy single-visit values.
 
+    Two switches, off by default (the paper's target), distrust the Q of moves with few visits
+    further, for searches of a few dozen simulations where most visited moves have one or two:
+
+    * `min_visits` k > 1: a move with fewer than k visits (and no proof) counts as unknown, so
+      its completed Q is v_mix, as if it had not been visited (v_mix averages the known moves);
+    * `q_prior_visits` m > 0: the Q of a known unproven move with n visits is shrunk toward v_mix
+      as if v_mix had m visits of its own, q' = (n q + m v_mix) / (n + m).
+
     Args:
         result: a root's search result.
         c_visit, c_scale: the sigma transform's constants; larger values trust Q more.
+        min_visits: visits a move needs for its Q to count (1: every visited move's does).
+        q_prior_visits: pseudo-visits of v_mix in each known move's Q (0: none).
 
     Returns:
         `(L,) float32` probabilities over `result.moves`, summing to 1.
     """
     return _completed_q_policy(result.priors, result.visits, result.q_values, result.move_proofs,
-                               result.raw_value, c_visit, c_scale)
+                               result.raw_value, c_visit, c_scale, min_visits, q_prior_visits)
+
+
+def proof_policy(result: SearchResult) -> np.ndarray:
+    """The policy target of a proven root: its proof, over `result.moves`.
+
+    A proven win's target is uniform over its winning moves with the fewest plies to the end
+    (the shortest wins share the mass); a proven loss's is uniform over the moves with the most
+    plies to the end (the longest resistance, the moves `BatchedSearch.select_moves` plays).
+    Visits and priors play no part: a root proven at expansion has no visits, and one reached
+    by tree reuse may have uniform priors.
+
+    Args:
+        result: the search result of a proven root (`result.proven` is +1 or -1).
+
+    Returns:
+        `(L,) float32` probabilities over `result.moves`, summing to 1.
+
+    Raises:
+        SearchInputError: the root is not proven.
+    """
+    if result.proven == 0:
+        raise SearchInputError("proof_policy needs a proven root; this one has proven == 0")
+    plies = result.move_proof_plies.astype(np.int64)
+    if result.proven > 0:
+        winning = result.move_proofs == kernels.PROOF_WIN
+        chosen = winning & (plies == plies[winning].min())
+    else:
+        chosen = plies == plies.max()
+    return (chosen / chosen.sum()).astype(np.float32)
 
 
 def _completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.ndarray,
                         move_proofs: np.ndarray, raw_value: float, c_visit: float,
-                        c_scale: float) -> np.ndarray:
+                        c_scale: float, min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
     """`improved_policy` on a root's arrays `(L,)` (q_values NaN where neither visited nor proven)."""
     priors = np.maximum(priors.astype(np.float64), np.finfo(np.float32).tiny)
-    known = (visits > 0) | (move_proofs != 0)
+    known = (visits >= max(min_visits, 1)) | (move_proofs != 0)
     q = np.where(move_proofs != 0, move_proofs.astype(np.float64),
                  np.nan_to_num(q_values.astype(np.float64)))
     visits = visits.astype(np.float64)
@@ -301,6 +342,9 @@ def _completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.nda
         mixed_value = (raw_value + total_visits * weighted_q) / (total_visits + 1.0)
     else:
         mixed_value = float(raw_value)
+    if q_prior_visits > 0:
+        shrunk = (visits * q + q_prior_visits * mixed_value) / (visits + q_prior_visits)
+        q = np.where(move_proofs != 0, q, shrunk)
     completed = np.where(known, q, mixed_value)
     low, high = float(completed.min()), float(completed.max())
     rescaled = (completed - low) / max(high - low, 1e-8)
@@ -473,8 +517,10 @@ class BatchedSearch:
     ) -> SearchStats:
         """Run `num_simulations` (default `config.simulations`) more simulations in each game.
 
-        Unexpanded roots are expanded first (one batch, not counted as simulations); with
-        `config.root_noise`, Dirichlet noise is mixed into each root's priors once per root.
+        Unexpanded roots are expanded first (one batch, not counted as simulations), and a root
+        whose priors the evaluator never gave (a leaf proven at expansion that `advance` made
+        the root, unless its edges prove it) is evaluated first too; with `config.root_noise`,
+        Dirichlet noise is mixed into each root's priors once per root.
         With `config.root="gumbel"`, sequential halving starts at each root not yet started
         (a fresh root, or one `advance` just reached): Gumbel noise is drawn for its moves and
         its m moves are sampled, with the schedule planned for `planned_simulations`. Later
@@ -556,11 +602,12 @@ class BatchedSearch:
             self._path_lengths[:count] = 0
             self._leaf_positions[:count] = self._roots[unexpanded]
             self._evaluate_and_expand(count, stats)
+        for game in games.tolist():
+            kernels.refresh_root_proof(self.tree, game)
+        self._evaluate_roots(games, stats)
         gumbel = self.config.root == "gumbel"
         if self.config.root_noise and not gumbel:
             self._add_root_noise(games[~self._noised[games] & explore])
-        for game in games.tolist():
-            kernels.refresh_root_proof(self.tree, game)
         if gumbel:
             self._start_gumbel(games, simulations if planned is None else planned, planned is not None,
                                explore)
@@ -592,8 +639,8 @@ class BatchedSearch:
 
         Leaves whose result is already exact never reach the evaluator: terminal ones, and with
         the solver, non-root leaves with a winning move or (with `adjudicate`) decided by
-        `engine.adjudicate`. Their moves get uniform priors, which matter only if such a leaf
-        later becomes a root, whose search then proves its moves quickly.
+        `engine.adjudicate`. Their moves get uniform priors, unused while the leaf is proven
+        below the root; if it becomes a root, `_evaluate_roots` asks the evaluator for them.
         """
         # The batch buffers were allocated with the engine's dtypes and shapes (and a move buffer
         # of G x K x MAX_MOVES rows), so the engine's kernels are called without the checking
@@ -640,13 +687,43 @@ class BatchedSearch:
         if status != kernels.STATUS_OK:
             raise RuntimeError(f"expand_and_backup failed with status {status}")
 
+    def _evaluate_roots(self, games: np.ndarray, stats: SearchStats) -> None:
+        """Give the evaluator's priors to the roots of `games` that never had them.
+
+        A leaf proven at expansion skipped the evaluator and got uniform priors; when `advance`
+        makes it a root that its edges do not prove (an adjudicated leaf: adjudication never
+        proves a root), its moves are searched and its policy target written from those priors.
+        So such roots are evaluated first, in one batch; their raw value stays the exact one.
+        """
+        tree = self.tree
+        stale = games[(tree.node_edge_count[games, 0] > 0) & ~tree.node_evaluated[games, 0]
+                      & (tree.node_proof[games, 0] == kernels.PROOF_NONE)]
+        if stale.shape[0] == 0:
+            return
+        firsts = tree.node_first_edge[stale, 0].astype(np.int64)
+        counts = tree.node_edge_count[stale, 0].astype(np.int64)
+        offsets = np.concatenate(([0], np.cumsum(counts))).astype(OFFSET_DTYPE)
+        moves = np.concatenate([tree.edge_move[game, first:first + count]
+                                for game, first, count in zip(stale.tolist(), firsts.tolist(), counts.tolist(),
+                                                              strict=True)]).astype(MOVE_DTYPE)
+        priors, _ = self._call_evaluator(np.ascontiguousarray(self._roots[stale]), moves, offsets)
+        for row, (game, first, count) in enumerate(zip(stale.tolist(), firsts.tolist(), counts.tolist(),
+                                                       strict=True)):
+            tree.edge_prior[game, first:first + count] = priors[offsets[row]:offsets[row + 1]]
+            tree.node_evaluated[game, 0] = True
+            kernels.recompute_visited_mass(tree, game, 0)
+        stats.leaves_evaluated += stale.shape[0]
+        stats.batches += 1
+
     def _adjudicate_leaves(self, count: int) -> bool:
         """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`;
         whether any leaf was decided.
 
-        Plies to the end are bounds: the side to move with a moves against b loses at ply 2a + 1
-        (a <= b) or wins when the opponent is stuck at ply 2b + 2 (a > b); with the upper bounds
-        for a and b.
+        Plies to the end follow the tree's convention (a terminal node is lost in 0 plies, a
+        winning move wins in 1): the side to move with a moves against b loses in 2a plies
+        (a <= b: after a moves each it is stuck) or wins in 2b + 1 (a > b: its move after the
+        opponent's b-th leaves the opponent stuck); with the upper bounds for a and b these are
+        bounds, exact where the bounds are.
         """
         result, bounds = self._leaf_proof[:count], self._leaf_bounds[:count]
         _engine.adjudicate_batch(self._leaf_positions[:count], result, bounds)
@@ -654,7 +731,7 @@ class BatchedSearch:
             return False
         their_upper = bounds[:, engine.THEIR_UPPER].astype(np.int32)
         my_upper = bounds[:, engine.MY_UPPER].astype(np.int32)
-        plies = np.where(result > 0, 2 * their_upper + 2, np.where(result < 0, 2 * my_upper + 1, 0))
+        plies = np.where(result > 0, 2 * their_upper + 1, np.where(result < 0, 2 * my_upper, 0))
         self._leaf_proof_plies[:count] = plies
         return True
 

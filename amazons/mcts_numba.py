@@ -33,7 +33,8 @@ the caller adjudicated it. A proof climbs the path: a child proven lost for its 
 proves its edge a win and the parent a win (the shortest win counts); a parent all of whose edges
 are proven losses is a proven loss (the longest resistance counts). Selection never enters a
 proven node: reaching one backs up its exact value at once, and proven-lost edges are never
-chosen. A root is proven only by its edges (never by adjudication alone), so a search always has
+chosen. A leaf proven at expansion skips the evaluator (`node_evaluated` False): its priors are
+uniform placeholders, never used while it is proven and below the root. A root is proven only by its edges (never by adjudication alone), so a search always has
 moves to compare; a proven root needs no more simulations.
 
 Gumbel root search ("Policy improvement by planning with Gumbel", Danihelka et al., ICLR 2022;
@@ -107,6 +108,8 @@ class TreeArrays(NamedTuple):
     node_parent: np.ndarray  # [G, N] int32, parent node; NO_PARENT at the root
     node_parent_edge: np.ndarray  # [G, N] int32, edge from the parent; NO_PARENT at the root
     node_terminal: np.ndarray  # [G, N] bool, the side to move has no legal move (it has lost)
+    node_evaluated: np.ndarray  # [G, N] bool, the evaluator scored the node (False: proven at
+    #                             expansion, uniform priors; `amazons.mcts` evaluates such a root)
     node_raw_value: np.ndarray  # [G, N] float32, the evaluator's value at expansion (exact if proven)
     node_proof: np.ndarray  # [G, N] int8, PROOF_* for the side to move at the node
     node_proof_plies: np.ndarray  # [G, N] int16, plies to the end under best play when proven
@@ -136,6 +139,7 @@ def allocate_tree(num_games: int, node_capacity: int, edge_capacity: int) -> Tre
         node_parent=np.zeros((g, n), np.int32),
         node_parent_edge=np.zeros((g, n), np.int32),
         node_terminal=np.zeros((g, n), np.bool_),
+        node_evaluated=np.zeros((g, n), np.bool_),
         node_raw_value=np.zeros((g, n), np.float32),
         node_proof=np.zeros((g, n), np.int8),
         node_proof_plies=np.zeros((g, n), np.int16),
@@ -181,6 +185,7 @@ def _init_node(tree, g, node, parent, parent_edge):
     tree.node_parent[g, node] = parent
     tree.node_parent_edge[g, node] = parent_edge
     tree.node_terminal[g, node] = False
+    tree.node_evaluated[g, node] = False
     tree.node_raw_value[g, node] = 0.0
     tree.node_proof[g, node] = PROOF_NONE
     tree.node_proof_plies[g, node] = 0
@@ -743,7 +748,9 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
     With `solver`, expansion also proves what it can: a terminal leaf is a loss in 0, a leaf with
     a move in `move_wins` is a win in 1 (that edge is marked), and otherwise `leaf_proof` (the
     caller's adjudication; ignored at a root) stands. A proven leaf backs up its exact value and
-    its proof climbs towards the root (`_propagate_proof`).
+    its proof climbs towards the root (`_propagate_proof`). Such a leaf (not a root) never reached
+    the evaluator, so its node is marked not evaluated (`node_evaluated`): its priors are the
+    caller's uniform ones until it becomes a root.
 
     Args:
         tree: TreeArrays.
@@ -810,6 +817,9 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
             tree.node_first_edge[g, node] = first
             tree.node_edge_count[g, node] = num_moves
             tree.node_terminal[g, node] = leaf_terminal[b]
+            # The caller sends every leaf to the evaluator but the terminal ones and, with the
+            # solver, the non-root leaves proven here (their priors are uniform).
+            tree.node_evaluated[g, node] = not leaf_terminal[b] and (depth == 0 or proof == PROOF_NONE)
             tree.node_raw_value[g, node] = value
             # One simple loop per array: each compiles to a copy or a fill.
             for i in range(num_moves):
@@ -893,6 +903,7 @@ def compact_subtree(tree, g, new_root, scratch_index, scratch_shift):
         tree.node_first_edge[g, m] = next_edge
         tree.node_edge_count[g, m] = count
         tree.node_terminal[g, m] = tree.node_terminal[g, n]
+        tree.node_evaluated[g, m] = tree.node_evaluated[g, n]
         tree.node_raw_value[g, m] = tree.node_raw_value[g, n]
         tree.node_proof[g, m] = tree.node_proof[g, n]
         tree.node_proof_plies[g, m] = tree.node_proof_plies[g, n]

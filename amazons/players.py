@@ -199,6 +199,10 @@ def _report(result: SearchResult, turn: int) -> SearchReport:
 class MCTSPlayer(BasePlayer):
     """AlphaZero search with any evaluator; keeps its tree across turns through `observe`.
 
+    The root draws noise (Dirichlet with root="puct", Gumbel with root="gumbel") only when
+    `config.root_noise` asks for it (`BatchedSearch.search(explore=...)`); otherwise the player
+    plays its strongest move, the same one whatever its seed.
+
     Args:
         evaluator: an `amazons.mcts.Evaluator` (uniform, rollouts, later a network).
         config: search parameters; `config.simulations` per move unless `simulations` is given.
@@ -252,7 +256,7 @@ class MCTSPlayer(BasePlayer):
         self._sync_root(board)
         self.tree_full = False
         if self.time_budget is None:
-            self.tree_full = self.search.search(self.simulations).overflows > 0
+            self.tree_full = self.search.search(self.simulations, explore=self.config.root_noise).overflows > 0
         else:
             self._search_until(time.perf_counter() + self.time_budget)
         canonical = self.search.select_moves(board.ply)[0]
@@ -284,7 +288,7 @@ class MCTSPlayer(BasePlayer):
         done = 0
         while simulations > 0:
             started = time.perf_counter()
-            stats = self.search.search(simulations, planned_simulations=planned)
+            stats = self.search.search(simulations, planned_simulations=planned, explore=self.config.root_noise)
             if stats.simulations < simulations:
                 return  # the root is proven: more simulations would add nothing
             done += simulations

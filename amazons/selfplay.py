@@ -10,9 +10,11 @@ chunks as they arrive.
 
 Playout cap randomization (KataGo, Wu 2019, section 3.1): with `full_search_prob` < 1, each move
 gets the full search (`search.simulations`, root noise) with that probability and is recorded
-as a policy target; the other moves get `fast_simulations` without root noise, are played, and
-are recorded with policy weight 0 and no label (their value target still counts). Full and fast
-searches of one round run in the same batches (`BatchedSearch.search` takes per-game counts).
+as a sample; the other moves get `fast_simulations` without root noise and are played, not
+recorded (as KataGo: the learner, the replay window and the step budget see full searches only).
+A game that ends without any full search keeps its last position as a value-only sample (policy
+weight 0, no label), since a replay chunk holds no empty game. Full and fast searches of one
+round run in the same batches (`BatchedSearch.search` takes per-game counts).
 
 The parent (`run_selfplay`) watches the actors and the server: a dead actor or a failed server
 stops the run with `SelfPlayError`, terminating every process and unlinking every segment.
@@ -35,7 +37,7 @@ import numpy as np
 
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
-from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy
+from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy, proof_policy
 from amazons.records import GameRecord
 from amazons.replay import GameSamples
 from amazons.symmetry import canonical_to_real
@@ -65,11 +67,19 @@ class SelfPlayConfig:
     start_jitter_s: float = 0.5  # each actor sleeps a random 0..this before starting (desynchronizes)
     seed: int = 0  # base seed; actor i of iteration t uses a stream derived from (seed, t, i)
     policy_target: str = "completed_q"  # "completed_q" (amazons.mcts.improved_policy) or "visits"
-    target_c_visit: float = 50.0  # improved_policy's c_visit
-    target_c_scale: float = 0.1  # improved_policy's c_scale
+    # improved_policy's sigma constants; with search.root="gumbel" they must equal the search's
+    # c_visit / c_scale (the target is then the policy the halving ranks moves by)
+    target_c_visit: float = 50.0
+    target_c_scale: float = 0.1
+    # completed-Q target with root="puct" (improved_policy's switches, off by default): moves
+    # with fewer visits than this count as unvisited (Q = v_mix); 1 = every visited move counts
+    target_min_visits: int = 1
+    # completed-Q target with root="puct": a visited move's Q is shrunk toward v_mix as if v_mix
+    # had this many visits, q' = (n q + m v_mix) / (n + m); 0 = off
+    target_q_prior_visits: float = 0.0
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
-    full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (policy targets)
-    fast_simulations: int = 16  # simulations of the other moves (no root noise, no policy target)
+    full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (recorded)
+    fast_simulations: int = 16  # simulations of the other moves (no root noise, not recorded)
 
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
@@ -83,18 +93,40 @@ class SelfPlayConfig:
             raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
         if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
             raise ValueError("target_c_visit and target_c_scale must be >= 0")
+        if not (isinstance(self.target_min_visits, (int, np.integer)) and not isinstance(self.target_min_visits, bool)
+                and self.target_min_visits >= 1):
+            raise ValueError(f"target_min_visits must be an integer >= 1, got {self.target_min_visits!r}")
+        if not (np.isfinite(self.target_q_prior_visits) and self.target_q_prior_visits >= 0):
+            raise ValueError(f"target_q_prior_visits must be a finite number >= 0, got {self.target_q_prior_visits!r}")
+        if self.search.root == "gumbel":
+            for name, off in (("target_min_visits", 1), ("target_q_prior_visits", 0.0)):
+                if getattr(self, name) != off:
+                    raise ValueError(f"{name} ({getattr(self, name)!r}) applies to the PUCT root's target; with "
+                                     f"search.root='gumbel' the target is the halving's own policy (set it to {off})")
+            for target, searched in (("target_c_visit", "c_visit"), ("target_c_scale", "c_scale")):
+                if getattr(self, target) != getattr(self.search, searched):
+                    raise ValueError(
+                        f"{target} ({getattr(self, target)!r}) differs from search.{searched} "
+                        f"({getattr(self.search, searched)!r}) with search.root='gumbel': the Gumbel "
+                        f"root's policy target is the completed-Q policy its halving uses; set both")
         if self.start_jitter_s < 0:
             raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
 
     def policy_label(self, result: SearchResult) -> np.ndarray:
         """The training target over `result.moves` (every legal move), `(L,) float32` summing to 1.
 
-        `completed_q` covers every legal move (unvisited ones through the mixed value);
-        `visits` is zero on the moves the search did not visit.
+        A proven root's target is its proof for both kinds (`amazons.mcts.proof_policy`: the
+        shortest wins share the mass, or the longest resistances when every move loses); the
+        search stops at such a root, so its visits say nothing. Otherwise `completed_q` covers
+        every legal move (unvisited ones through the mixed value) and `visits` is zero on the
+        moves the search did not visit.
         """
+        if result.proven != 0:
+            return proof_policy(result)
         if self.policy_target == "visits":
             return result.policy
-        return improved_policy(result, self.target_c_visit, self.target_c_scale)
+        return improved_policy(result, self.target_c_visit, self.target_c_scale,
+                               min_visits=self.target_min_visits, q_prior_visits=self.target_q_prior_visits)
 
 
 def final_ownership(board: Board) -> tuple[np.ndarray, np.ndarray]:
@@ -148,6 +180,20 @@ class _GameInProgress:
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)  # weights version of each position's search
+    last_fast: tuple | None = None  # the latest fast search's record() arguments, unrecorded
+
+    def record(self, position: np.ndarray, moves: np.ndarray, visits: np.ndarray, policy: np.ndarray,
+               weight: float, version: int, turn: int, played: np.ndarray) -> None:
+        """Keep one position as a sample: its label (canonical moves, raw visits, target), policy
+        weight, weights version, side to move and the move played there (real frame)."""
+        self.positions.append(position)
+        self.label_moves.append(moves)
+        self.label_visits.append(visits)
+        self.label_policy.append(policy)
+        self.policy_weight.append(weight)
+        self.versions.append(version)
+        self.turns.append(turn)
+        self.played.append(played)
 
     @property
     def winner(self) -> int | None:
@@ -183,7 +229,7 @@ def play_games(
     search: BatchedSearch,
     num_games: int | None,
     on_game: Callable[..., None],
-    label: Callable[[SearchResult], np.ndarray] = improved_policy,
+    label: Callable[[SearchResult], np.ndarray] | None = None,
     adjudicate: bool = True,
     full_search_prob: float = 1.0,
     fast_simulations: int = 0,
@@ -204,12 +250,15 @@ def play_games(
             `adjudication` is None for a game played to its end. With `weights_version`, also
             with the keyword `versions`: `(T,) int64`, the weights version each position was
             searched with.
-        label: the policy target of a root's search result (`SelfPlayConfig.policy_label`).
+        label: the policy target of a root's search result (`SelfPlayConfig.policy_label`);
+            default: the completed-Q target with the search's `c_visit` / `c_scale`, the proof
+            at proven roots.
         adjudicate: end a game as soon as `Board.adjudicate` decides it; its samples take the
             exact result.
         full_search_prob: playout cap randomization: each move is a full search
-            (`search.config.simulations`, recorded as a policy target) with this probability,
-            else a fast one (`fast_simulations`, no root noise, policy weight 0, no label).
+            (`search.config.simulations`, recorded as a sample) with this probability, else a
+            fast one (`fast_simulations`, no root noise, played but not recorded; a game with no
+            full search keeps its last position as a value-only sample, policy weight 0).
         fast_simulations: simulations of a fast search.
         rng: draws full or fast per move (default: a fixed stream); unused when the
             probability is 1.
@@ -221,8 +270,9 @@ def play_games(
             that a caller can read them while an endless run plays on.
 
     Returns:
-        Counters: games, positions, full searches (positions with a policy target),
-        simulations, leaves evaluated, games adjudicated, seconds.
+        Counters: games, plies (moves played), positions (samples recorded), full searches
+        (positions with a policy target), simulations, leaves evaluated, games adjudicated,
+        seconds.
 
     Raises:
         ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1;
@@ -233,10 +283,13 @@ def play_games(
                          f"cap, got {full_search_prob!r} and {fast_simulations!r}")
     if num_games is None and keep_playing is None:
         raise ValueError("num_games None (play on) needs keep_playing to say when to stop")
+    if label is None:
+        label = SelfPlayConfig(search=search.config, target_c_visit=search.config.c_visit,
+                               target_c_scale=search.config.c_scale).policy_label
     started = time.perf_counter()
     cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
     counters = stats if stats is not None else {}
-    for key in ("games", "positions", "full_searches", "simulations", "leaves_evaluated", "adjudicated"):
+    for key in ("games", "plies", "positions", "full_searches", "simulations", "leaves_evaluated", "adjudicated"):
         counters[key] = 0.0
     slots = search.num_games if num_games is None else min(search.num_games, num_games)
     games = {slot: _GameInProgress() for slot in range(slots)}
@@ -254,31 +307,28 @@ def play_games(
         chosen = search.select_moves(plies, games=active)
         for slot, move, is_full in zip(active.tolist(), chosen, full.tolist(), strict=True):
             game = games[slot]
-            game.positions.append(search.root_positions[slot])
+            real = canonical_to_real(move, game.board.turn)
             if is_full:
                 result = search.root_result(slot)
                 probabilities = label(result)
                 kept = probabilities > 0  # the visits target leaves unvisited moves out
-                game.label_moves.append(result.moves[kept])
-                game.label_visits.append(result.visits[kept])
-                game.label_policy.append(probabilities[kept])
+                game.record(search.root_positions[slot], result.moves[kept], result.visits[kept],
+                            probabilities[kept], 1.0, version, game.board.turn, real)
                 counters["full_searches"] += 1
+                counters["positions"] += 1
             else:
-                game.label_moves.append(np.zeros((0, 3), np.int32))
-                game.label_visits.append(np.zeros(0, np.int32))
-                game.label_policy.append(np.zeros(0, np.float32))
-            game.policy_weight.append(1.0 if is_full else 0.0)
-            game.versions.append(version)
-            game.turns.append(game.board.turn)
-            real = canonical_to_real(move, game.board.turn)
-            game.played.append(real)
+                game.last_fast = (search.root_positions[slot], np.zeros((0, 3), np.int32), np.zeros(0, np.int32),
+                                  np.zeros(0, np.float32), 0.0, version, game.board.turn, real)
             game.board.push(Move(*real.tolist()))
-            counters["positions"] += 1
+            counters["plies"] += 1
             if adjudicate and not game.board.is_game_over():
                 game.adjudication = game.board.adjudicate()
             if game.winner is None:
                 search.advance(slot, move)
                 continue
+            if not game.positions:  # no full search: the last position, for its value target
+                game.record(*game.last_fast)
+                counters["positions"] += 1
             counters["games"] += 1
             counters["adjudicated"] += game.adjudication is not None
             if weights_version is None:
@@ -415,8 +465,9 @@ class SelfPlayReport:
     """What one self-play run produced."""
 
     games: int = 0
-    positions: int = 0
+    positions: int = 0  # samples recorded (with a playout cap: the full searches)
     full_searches: int = 0  # positions searched in full (with a policy target)
+    plies: int = 0  # moves played, fast searches included
     simulations: int = 0
     leaves_evaluated: int = 0
     adjudicated: int = 0  # games ended early by adjudication (exact result)
@@ -547,6 +598,7 @@ class SelfPlayWorkers:
         report.seconds = time.perf_counter() - started
         report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
         report.full_searches = int(sum(stats["full_searches"] for stats in report.actor_stats))
+        report.plies = int(sum(stats["plies"] for stats in report.actor_stats))
         report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
         report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report

@@ -121,9 +121,11 @@ def preset_config(name: str) -> TrainConfig:
                 num_actors=2,
                 games_in_parallel=16,
                 search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True, fpu_reduction=0.0,
-                                    temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17),
+                                    temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17,
+                                    c_scale=0.3),
                 # A sharper completed-Q target than the paper's 0.1: with 48 PUCT simulations most
-                # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md).
+                # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md). The
+                # search's c_scale matches it, so that root=gumbel searches with the same sigma.
                 target_c_scale=0.3,
             ),
             inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),

@@ -15,8 +15,11 @@ choice the search makes (documented in `amazons/mcts_numba.py`):
   if some edge wins, shortest first; a loss if every edge loses, longest first), proven-lost
   edges are never selected, a descent into a proven node backs up its exact value, and a search
   whose root is proven (by its edges) stops; with `config.adjudicate` too, a non-root leaf that
-  `engine.adjudicate` decides is proven with its exact value (plies: 2b + 2 for a win against b
-  moves, 2a + 1 for a loss with a moves, from the bounds' upper ends) and skips the evaluator;
+  `engine.adjudicate` decides is proven with its exact value (plies: 2b + 1 for a win against b
+  moves, 2a for a loss with a moves, from the bounds' upper ends) and skips the evaluator;
+* a leaf proven at expansion (a winning move, or adjudicated) is not evaluated (uniform priors);
+  when it becomes the root and its edges do not prove it, the evaluator gives its priors before
+  the search starts (its raw value stays exact);
 * first-play urgency: Q_parent - fpu_reduction * sqrt(prior mass of the edges selected so far,
   summed in the order they were first selected);
 * PUCT: Q + c * P * sqrt(N_parent) / (1 + N), c = c_puct + log((1 + N_parent + base) / base);
@@ -70,7 +73,7 @@ class NaiveNode:
     """A position in the tree; `edges` is None until it is expanded."""
 
     __slots__ = ("position", "visits", "value_sum", "inflight", "visited_mass", "edges", "terminal",
-                 "proof", "proof_plies", "adjudicated", "raw_value")
+                 "proof", "proof_plies", "adjudicated", "raw_value", "evaluated")
 
     def __init__(self, position: np.ndarray) -> None:
         self.position = position
@@ -84,6 +87,7 @@ class NaiveNode:
         self.proof_plies = 0
         self.adjudicated = (0, 0)  # (result, plies) of the engine's adjudication; (0, 0) undecided
         self.raw_value = 0.0  # the value backed up when it was expanded (evaluator's, or exact)
+        self.evaluated = False  # the evaluator gave its priors
 
 
 class NaiveHalving:
@@ -206,8 +210,8 @@ class NaiveMCTS:
         """Store the engine's adjudication of the node's position as (result, plies)."""
         result, bounds = engine.adjudicate(node.position.reshape(1, 3))
         result = int(result[0])
-        plies = (2 * int(bounds[0, engine.THEIR_UPPER]) + 2 if result > 0
-                 else 2 * int(bounds[0, engine.MY_UPPER]) + 1 if result < 0 else 0)
+        plies = (2 * int(bounds[0, engine.THEIR_UPPER]) + 1 if result > 0
+                 else 2 * int(bounds[0, engine.MY_UPPER]) if result < 0 else 0)
         node.adjudicated = (result, plies)
 
     def expand(self, node: NaiveNode, moves: list, priors: list, wins: list) -> None:
@@ -340,9 +344,12 @@ class NaiveMCTS:
             if not moves:
                 raise ValueError("the root is terminal")
             self.expand(self.root, moves, priors, wins)
+            self.root.evaluated = bool(moves)
             self.root.raw_value = float32(float(self.root.proof) if self.root.proof else value)
             self.backup([], self.root, float(self.root.proof) if self.root.proof else value, True)
         self.refresh_root_proof()
+        if not self.root.evaluated and self.root.proof == 0:
+            self.evaluate_root_priors()
         if cfg.root == "gumbel":
             budget = remaining if planned_simulations is None else planned_simulations
             if self.halving is None:
@@ -403,9 +410,21 @@ class NaiveMCTS:
                 edge.pending = False
                 edge.child = child
                 self.expand(child, moves, priors, wins)
+                child.evaluated = not child.terminal and child.proof == 0
                 child.raw_value = float32(float(child.proof) if child.proof else value)
                 self.backup(path, child, float(child.proof) if child.proof else value, True)
                 self.propagate(path, child)
+
+    def evaluate_root_priors(self) -> None:
+        """The evaluator's priors for a root that was a leaf proven at expansion."""
+        root = self.root
+        moves = np.array([edge.move for edge in root.edges], np.int32)
+        priors, _ = self.evaluator.evaluate(root.position.reshape(1, 3), moves,
+                                            np.array([0, len(moves)], np.int64))
+        for edge, prior in zip(root.edges, np.asarray(priors, np.float32).tolist(), strict=True):
+            edge.prior = prior
+        root.visited_mass = sum(edge.prior for edge in root.edges if edge.visits or edge.inflight)
+        root.evaluated = True
 
     def advance(self, move: tuple[int, int, int]) -> None:
         """Play `move` at the root, keeping its subtree when it exists (and reuse is on)."""

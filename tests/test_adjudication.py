@@ -422,19 +422,21 @@ def test_board_adjudication_names_the_real_winner_and_bounds_the_game(turn: int,
     _, bounds = adjudicate_triple(*triple)
     if result > 0:
         assert verdict.margin == bounds[MY_LOWER] - bounds[THEIR_UPPER]
-        assert verdict.plies_bound == 2 * bounds[THEIR_UPPER] + 2
+        assert verdict.plies_bound == 2 * bounds[THEIR_UPPER] + 1
     else:
         assert verdict.margin == bounds[THEIR_LOWER] - bounds[MY_UPPER]
-        assert verdict.plies_bound == 2 * bounds[MY_UPPER] + 1
+        assert verdict.plies_bound == 2 * bounds[MY_UPPER]
+    if bounds[MY_LOWER] == bounds[MY_UPPER] and bounds[THEIR_LOWER] == bounds[THEIR_UPPER]:
+        assert plies == verdict.plies_bound  # exact bounds: the bound is the game's length
 
 
 def test_board_adjudication_of_a_split_board_and_of_an_open_one() -> None:
     assert Board().adjudicate() is None
     # Black: 22 empty squares above the wall, White: 31 below; White wins by 9 either way.
     board = Board("B5B1/8/8/xxxxxxxx/8/8/8/3W4 b 20")
-    assert board.adjudicate() == Adjudication(winner=WHITE, margin=9, plies_bound=2 * 22 + 1)
+    assert board.adjudicate() == Adjudication(winner=WHITE, margin=9, plies_bound=2 * 22)
     board = Board("B5B1/8/8/xxxxxxxx/8/8/8/3W4 w 20")
-    assert board.adjudicate() == Adjudication(winner=WHITE, margin=9, plies_bound=2 * 22 + 2)
+    assert board.adjudicate() == Adjudication(winner=WHITE, margin=9, plies_bound=2 * 22 + 1)
 
 
 # ---------------------------------------------------------------------------------------------

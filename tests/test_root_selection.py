@@ -347,6 +347,19 @@ def test_time_budgeted_gumbel_player_plans_its_halving():
         board.push(move)
 
 
+def test_gumbel_players_play_without_noise_unless_asked():
+    """A player draws no Gumbel noise with root_noise off (the arena's, the bot's, the web
+    board's): its move depends on the position and the evaluator, not on its seed. With
+    root_noise on, a Gumbel player explores like self-play does."""
+    board = Board.from_moves([])
+    config = SearchConfig(root="gumbel", simulations=16, gumbel_m=8, leaves_per_game=4)
+    moves = {MCTSPlayer(HashEvaluator(), config, seed=seed).choose_move(board) for seed in range(6)}
+    assert len(moves) == 1
+    exploring = config.replace(root_noise=True)
+    moves = {MCTSPlayer(HashEvaluator(), exploring, seed=seed).choose_move(board) for seed in range(6)}
+    assert len(moves) > 1
+
+
 # ----------------------------------------------------------------------------------------------
 # LCB
 

@@ -289,3 +289,118 @@ def test_a_root_whose_visited_moves_are_all_lost_plays_an_open_move(ply):
     expected = tree.edge_move[0, first + int(np.argmax(priors))].tolist()
     assert search.select_moves(ply)[0].tolist() == expected
     assert search.root_result(0).proven == 0
+
+
+# ----------------------------------------------------------------------------------------------
+# Distances of decided leaves, against a brute force
+
+
+def separated_position(seed: int) -> np.ndarray:
+    """A small separated canonical position: the side to move's amazons (1 or 2) in a pocket of up
+    to 6 squares in the top-left 3 x 3 corner, the opponent's in the bottom-right one, arrows on
+    every other square. The pockets are far apart, so every position below it is separated, and
+    small, so the adjudicator's bounds are exact."""
+    rng = np.random.default_rng(seed)
+    parts = []
+    for corner in (0, 5):
+        cells = [(corner + row) * 8 + corner + column for row in range(3) for column in range(3)]
+        pocket = rng.choice(cells, size=int(rng.integers(3, 7)), replace=False)
+        amazons = pocket[: int(rng.integers(1, 3))]
+        parts.append((int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), pocket.astype(np.uint64)))),
+                      int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), amazons.astype(np.uint64))))))
+    (mine_pocket, mine), (their_pocket, theirs) = parts
+    arrows = ~(mine_pocket | their_pocket) & ((1 << 64) - 1)
+    return np.array([mine, theirs, arrows], np.uint64)
+
+
+def minimax(position: np.ndarray, memo: dict) -> tuple[int, int]:
+    """Plain minimax to the end over the engine's moves: (result, plies) for the side to move,
+    +1 or -1, the winner taking its shortest win and the loser its longest resistance (a
+    position without a move is lost in 0 plies)."""
+    key = tuple(int(part) for part in position)
+    if key not in memo:
+        moves, kids = children(position)
+        outcomes = [minimax(kid, memo) for kid in kids]
+        wins = [plies + 1 for result, plies in outcomes if result < 0]
+        if wins:
+            memo[key] = (1, min(wins))
+        else:
+            memo[key] = (-1, max((plies + 1 for _, plies in outcomes), default=0))
+    return memo[key]
+
+
+def test_kernel_decided_leaves_are_as_far_from_the_end_as_a_brute_force_says():
+    """A terminal leaf is lost in 0 and a winning move wins in 1 (the tree's convention), so a side
+    to move with a moves against b loses in 2a plies (a <= b) or wins in 2b + 1 (a > b): every
+    proven root move, decided by adjudication or by the rules, is 1 ply longer than the brute
+    force's distance of the position it leads to, and a root whose moves all lose is exactly as
+    long as the brute force says."""
+    memo: dict = {}
+    adjudicated = losses = 0
+    for seed in range(12):
+        position = separated_position(seed)
+        if engine.is_terminal(position.reshape(1, 3))[0]:
+            continue
+        moves, kids = children(position)
+        search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=4 * moves.shape[0], leaves_per_game=1))
+        search.set_roots(position)
+        search.search()
+        tree = search.tree
+        first = int(tree.node_first_edge[0, 0])
+        for row, kid in enumerate(kids):
+            edge = first + row
+            if tree.edge_proof[0, edge] == kernels.PROOF_NONE:
+                continue
+            result, plies = minimax(kid, memo)
+            assert (tree.edge_proof[0, edge], tree.edge_proof_plies[0, edge]) == (-result, plies + 1)
+            adjudicated += bool(engine.adjudicate(kid.reshape(1, 3))[0][0] != 0
+                                and not engine.is_terminal(kid.reshape(1, 3))[0])
+        result = search.root_result(0)
+        if result.proven < 0:
+            losses += 1
+            assert (result.proven, result.proof_plies) == minimax(position, memo)
+    assert adjudicated > 10 and losses > 0
+
+
+def test_kernel_a_decided_leaf_that_becomes_the_root_is_evaluated_first():
+    """A leaf proven by adjudication skipped the evaluator (uniform priors). Once `advance` makes
+    it the root, which its edges do not prove, the next search asks the evaluator for its priors
+    before searching (one more leaf evaluated), keeps its exact raw value, and the naive oracle
+    does the same, node for node."""
+    config = SearchConfig(simulations=24, leaves_per_game=2)
+    checked = 0
+    for seed in range(12):
+        position = separated_position(seed)
+        if engine.is_terminal(position.reshape(1, 3))[0]:
+            continue
+        search = BatchedSearch(HashEvaluator(), config)
+        search.set_roots(position)
+        search.search()
+        tree = search.tree
+        block = range(int(tree.node_first_edge[0, 0]), int(tree.node_first_edge[0, 0] + tree.node_edge_count[0, 0]))
+        candidates = [edge for edge in block if tree.edge_child[0, edge] > 0
+                      and not tree.node_evaluated[0, tree.edge_child[0, edge]]
+                      and not tree.node_terminal[0, tree.edge_child[0, edge]]
+                      and tree.node_proof_plies[0, tree.edge_child[0, edge]] > 1]
+        if not candidates:
+            continue
+        move = tree.edge_move[0, candidates[0]].astype(np.int32)
+        naive = NaiveMCTS(HashEvaluator(), config, position)
+        naive.search()
+        search.advance(0, move)
+        naive.advance(tuple(move.tolist()))
+        exact = float(search.tree.node_raw_value[0, 0])
+        assert abs(exact) == 1.0 and not search.tree.node_evaluated[0, 0]
+        stats = search.search(4)
+        naive.search(4)
+        assert stats.leaves_evaluated >= 1 and search.tree.node_evaluated[0, 0]
+        assert search.tree.node_raw_value[0, 0] == exact
+        root = search.root_positions[0].reshape(1, 3)
+        moves, offsets = engine.legal_moves(root)
+        first = int(search.tree.node_first_edge[0, 0])
+        np.testing.assert_array_equal(search.tree.edge_prior[0, first:first + moves.shape[0]],
+                                      HashEvaluator().evaluate(root, moves, offsets)[0])
+        assert_same_tree(search.tree, 0, naive.root)
+        assert_same_proofs(search.tree, naive.root)
+        checked += 1
+    assert checked >= 3
