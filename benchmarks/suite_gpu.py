@@ -5,9 +5,10 @@ machine without CUDA it says so and exits with status 1 before measuring anythin
 each a function of the device and the sizes, so that `tests/test_benchmarks.py` runs the same
 code on a CPU with a tiny net (`device="cpu"`):
 
-* **Inference through the production path** (`inference`): `amazons.netplay.ReloadableNetworkEvaluator`
-  on ResNet-40 in bf16 (the model `prepare_for_inference` makes, autocast, a CUDA graph per
-  batch bucket), the inference server's evaluator, at batch 256 and 1024:
+* **Inference through the production path** (`inference`): the inference server's evaluator,
+  built by the function the main job calls (`amazons.netplay.server_evaluator_factory` with the
+  gpu preset's `inference_batch_size`, 1,024: the model `prepare_for_inference` makes, autocast,
+  a CUDA graph per batch bucket up to 1,024) on ResNet-40 in bf16, at batch 256 and 1024:
   - `gpu.inference.b<N>.forward_positions_per_s`: the evaluator's forward (`_forward`: padded to
     its bucket, the bucket's graph replayed) on a feature batch already on the device;
   - `gpu.inference.b<N>.flop_fraction`: that rate x `gpu.flops_per_position` (counted by
@@ -15,15 +16,17 @@ code on a CPU with a tiny net (`device="cpu"`):
     (`gpu.peak_bf16_flops`: from the device name, or `AMAZONS_GPU_PEAK_FLOPS`); left out when the
     peak is unknown. Target at batch 1024: >= 0.4;
   - `gpu.inference.b<N>.evaluate_positions_per_s`: the whole `evaluate` call as the server makes
-    it (features from the engine on the host, the copy, the forward, the priors of every legal
-    move, the copy back) on real positions.
-* **Self-play through the server** (`selfplay`, `suite_selfplay.measure`): 12 actor processes x 64
-  games (the gpu preset's actors and lanes), K = 4 leaves per game, the server's batches up to
-  1,024 rows merged across actors, ResNet-40 bf16, 100 simulations per move, one generation of
-  games (768): `gpu.selfplay.evals_ratio_to_standalone` (evaluations/s in self-play over the same
-  evaluator's rate on the played positions at the server's mean batch; target >= 0.8),
-  `gpu.selfplay.sims_per_s`, `.positions_per_s`, `.mean_batch_fill` (rows per batch / 1024),
-  `.mean_batch_rows`, `.server_roundtrip_ms`, `.mean_game_plies`.
+    it (features from the engine on the host, the uploads from pinned buffers, the forward, the
+    priors of every legal move, the one copy back) on real positions.
+* **Self-play through the server** (`selfplay`, `suite_selfplay.measure`): the gpu preset's 12
+  actor processes x 64 games, K = 4 leaves per game, the server's batches up to its 1,024 rows
+  merged across actors, ResNet-40 bf16, 100 simulations per move, one generation of games (768):
+  `gpu.selfplay.evals_ratio_to_standalone` = `gpu.selfplay.evals_per_s` (leaves evaluated per
+  second in self-play) / `gpu.selfplay.standalone_evals_per_s` (the same evaluator, built the
+  same way, in full batches of the configured 1,024 rows on a sample of the leaves the server
+  evaluated; an under-filled server shows as a lower ratio; target >= 0.8; see
+  `suite_selfplay`), `gpu.selfplay.sims_per_s`, `.positions_per_s`, `.mean_batch_fill` (rows per
+  batch / 1024), `.mean_batch_rows`, `.server_roundtrip_ms`, `.mean_game_plies`.
 * **The learner** (`learner`): the gpu preset's learner (ResNet-40, AdamW fused on the device,
   bf16 autocast, batch 512) fed the way the main job feeds it (`ReplayBuffer.sample` from a
   200,000-position window, `augment_batch`, `Learner.train_step_tensors`, metrics summed on the
@@ -58,14 +61,18 @@ import numpy as np
 import torch
 
 from amazons import engine
+from amazons.checkpoint import save_model
+from amazons.inference import InferenceConfig
 from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
 from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import ReloadableNetworkEvaluator
+from amazons.netplay import server_evaluator_factory
 from amazons.train import preset_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-INFERENCE_BATCHES = (256, 1024)
-SELFPLAY = {"actors": 12, "games_in_parallel": 64, "simulations": 100, "batch": 1024}
+GPU_PRESET = preset_config("gpu")
+INFERENCE_BATCHES = (256, GPU_PRESET.inference.inference_batch_size)
+SELFPLAY = {"actors": GPU_PRESET.selfplay.num_actors, "games_in_parallel": GPU_PRESET.selfplay.games_in_parallel,
+            "simulations": 100, "batch": GPU_PRESET.inference.inference_batch_size}
 LEARNER_WINDOW = 200_000
 LEARNER_STEPS = 40
 PRESET_RUN_S = 180.0
@@ -100,7 +107,10 @@ def inference(device: torch.device, preset: str = "resnet40", precision: str = "
     model = PolicyValueNet(net_config(preset))
     flops = flops_per_position(model)
     peak = gpu_peak_flops(device) if device.type == "cuda" else None
-    evaluator = ReloadableNetworkEvaluator(model, str(device), precision, max_batch=max(batches))
+    with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
+        model_path = save_model(Path(folder) / "model.pt", model)
+        evaluator = server_evaluator_factory(model_path, str(device), precision,
+                                             InferenceConfig(inference_batch_size=max(batches)))()
     positions = random_batch(np.random.default_rng(0), max(batches)).positions
     metrics = {"gpu.flops_per_position": flops}
     if peak is not None:
