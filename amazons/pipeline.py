@@ -194,9 +194,12 @@ class WeightsPublisher:
         self._published_at = time.monotonic()
 
     def due(self, step: int) -> bool:
-        """Whether learner step `step` should be published: it is past the last version, and
-        `every_steps` steps or `interval_s` seconds have passed since the last publish."""
-        last = self.versions[-1] if self.versions else -1
+        """Whether learner step `step` should be published: nothing was published yet, or it is
+        past the last version and `every_steps` steps or `interval_s` seconds have passed since
+        the last publish."""
+        if not self.versions:
+            return True
+        last = self.versions[-1]
         if step <= last:
             return False
         return (step - last >= self.every_steps
