@@ -1,5 +1,6 @@
 """The benchmark runner and the `gpu` suite: without CUDA the suite refuses with a clear message,
-and its parts run the same code on a CPU with a tiny net, few simulations and a short main job."""
+its parts run the same code on a CPU with a tiny net, few simulations and a short main job, and
+its evaluators are built as the main job builds its server's."""
 
 from __future__ import annotations
 
@@ -59,6 +60,10 @@ def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
     assert 0 < selfplay["gpu.selfplay.mean_batch_fill"] <= 1
     assert selfplay["gpu.selfplay.sims_per_s"] > 0 and selfplay["gpu.selfplay.evals_ratio_to_standalone"] > 0
     assert selfplay["gpu.selfplay.mean_game_plies"] > 0
+
+    published = suite_gpu.weights(device, preset="small", precision="fp32", batch=16, repeats=2)
+    assert published["gpu.weights.publish_s"] > 0 and published["gpu.weights.load_s"] > 0
+    assert published["gpu.weights.bytes"] > 4 * 300_000  # the small net's floats
 
     learner = suite_gpu.learner(device, preset="cpu", window=3000, steps=3, batch_size=32)
     assert learner["gpu.learner.samples_per_s"] > 0 and learner["gpu.learner.batch"] == 32
