@@ -251,8 +251,9 @@ class InferenceServer:
 
     Args:
         evaluator_factory: picklable zero-argument callable run in the server process; returns an
-            Evaluator, optionally with `load_weights(path)` for `publish_weights` and
-            `load_flat_weights(flat)` for `publish_shared_weights`.
+            Evaluator, optionally with `load_weights(path)` for `publish_weights`,
+            `load_flat_weights(flat)` for `publish_shared_weights`, and `close()`, which the
+            server calls when it stops.
         num_clients: number of actor slots.
         config: batching parameters.
         context: multiprocessing context (spawn by default: safe with torch and threads).

@@ -26,7 +26,11 @@ What this module owns:
 * `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
   over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
-  chosen dtype and memory format (what production evaluates: `amazons.netplay`).
+  chosen dtype and memory format (what production evaluates: `amazons.netplay`);
+  `load_prepared_weights` copies new weights, folded where they live (`folded_state_dict`), into
+  such a copy in place, so CUDA graphs captured on it stay valid.
+* `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
+  (state-dict order), the form weights are published in through shared memory.
 * `resolve_precision`: what `"auto"` precision means on a device, for training and inference.
 
 Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
