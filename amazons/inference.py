@@ -17,6 +17,14 @@ evaluates their leaves in large batches. The data never travels through a queue:
   actor's slot and, once all of a request's rows are done, answers with the weights version, a
   plain int.
 
+New weights reach the server between batches in one of two ways: a model file
+(`publish_weights(path, version)`: the sync pipeline's models, the Ray node's weights), or,
+without any file, the learner's flat float32 weights in one more shared-memory segment
+(`publish_shared_weights`: the async pipeline, `amazons.pipeline.WeightsPublisher`). The segment
+starts with a header (the version, the number of floats); the learner writes it only once the
+server has loaded everything published through it before (`shared_weights_ready`), and the
+server copies it out before it acknowledges the version, so the two never touch it at once.
+
 The client half, `InferenceClient`, implements the Evaluator protocol, so a search cannot tell it
 from an in-process evaluator. It splits requests larger than its slot into several round trips.
 
@@ -113,6 +121,16 @@ class SlotLayout:
             name: np.ndarray(shape, dtype=dtype, buffer=buffer, offset=offset)
             for name, (offset, shape, dtype) in self.regions().items()
         }
+
+
+WEIGHTS_HEADER_BYTES = 64  # the weights segment's header: int64 version, int64 floats, padding
+WEIGHTS_HEADER_DTYPE = np.int64
+
+
+def _weights_views(buffer: memoryview, elements: int) -> tuple[np.ndarray, np.ndarray]:
+    """`(header (2,) int64 [version, floats], weights (elements,) float32)` over a weights segment."""
+    header = np.ndarray((2,), dtype=WEIGHTS_HEADER_DTYPE, buffer=buffer)
+    return header, np.ndarray((elements,), dtype=np.float32, buffer=buffer, offset=WEIGHTS_HEADER_BYTES)
 
 
 @dataclass(frozen=True)
@@ -233,7 +251,9 @@ class InferenceServer:
 
     Args:
         evaluator_factory: picklable zero-argument callable run in the server process; returns an
-            Evaluator, optionally with `load_weights(path)` for `publish_weights`.
+            Evaluator, optionally with `load_weights(path)` for `publish_weights`,
+            `load_flat_weights(flat)` for `publish_shared_weights`, and `close()`, which the
+            server calls when it stops.
         num_clients: number of actor slots.
         config: batching parameters.
         context: multiprocessing context (spawn by default: safe with torch and threads).
@@ -260,6 +280,9 @@ class InferenceServer:
         self._error: str | None = None
         self.stats: dict[str, float] = {}
         self.loaded_version: int | None = None  # the latest published version the server has loaded
+        self._weights_memory: SharedMemory | None = None  # created by the first shared publish
+        self._shared_version: int | None = None  # the last version published through it
+        self._shared_elements = 0  # its floats
 
     @property
     def slot_names(self) -> list[str]:
@@ -337,6 +360,45 @@ class InferenceServer:
         self.check()
         self._control.send(("weights", str(path), int(version)))
 
+    def shared_weights_ready(self) -> bool:
+        """Whether `publish_shared_weights` may write now: the server has loaded (or moved past)
+        the last version published through shared memory.
+
+        Raises:
+            InferenceError: the server has failed.
+        """
+        self.check()
+        return self._shared_version is None or (self.loaded_version is not None
+                                                and self.loaded_version >= self._shared_version)
+
+    def publish_shared_weights(self, elements: int, fill: Callable[[np.ndarray], None], version: int) -> None:
+        """Publish weights without a file: `fill(weights)` writes them into `weights`, an
+        `(elements,) float32` view of this server's weights segment (created on the first call,
+        named like the slots and unlinked by `stop`), and the server copies them into its
+        evaluator (`load_flat_weights`) between batches, as `publish_weights` loads a file.
+
+        Raises:
+            InferenceError: the server has failed, or has not loaded the previous shared
+                publish yet (ask `shared_weights_ready` first).
+            ValueError: `elements` differs from the first shared publish's.
+        """
+        if not self.shared_weights_ready():
+            raise InferenceError(f"weights version {self._shared_version} is still being loaded by the server; "
+                                 f"version {version} cannot overwrite it")
+        if self._weights_memory is None:
+            self._weights_memory = _create_segment(WEIGHTS_HEADER_BYTES + 4 * elements)
+            self._shared_elements = elements
+        if elements != self._shared_elements:
+            raise ValueError(f"shared weights of {elements} floats after {self._shared_elements}: the network changed")
+        header, weights = _weights_views(self._weights_memory.buf, elements)
+        try:
+            fill(weights)
+            header[:] = (version, elements)
+        finally:
+            del header, weights  # no view may outlive the segment (SharedMemory.close refuses then)
+        self._control.send(("shared_weights", self._weights_memory.name, int(version), int(elements)))
+        self._shared_version = int(version)
+
     def check(self) -> None:
         """Raise InferenceError if the server reported an error or died; take in its other
         messages (weights loaded, statistics)."""
@@ -389,13 +451,14 @@ class InferenceServer:
             if connection is not None:
                 connection.close()
         self._client_ends, self._control = [], None
-        for memory in self._memories:
+        owned = self._memories + ([self._weights_memory] if self._weights_memory is not None else [])
+        for memory in owned:
             memory.close()
             try:
                 memory.unlink()
             except FileNotFoundError:
                 pass
-        self._memories = []
+        self._memories, self._weights_memory, self._shared_version = [], None, None
         return self.stats
 
     @property
@@ -442,6 +505,7 @@ def _serve(
 ) -> None:
     """Server process entry point: build the evaluator, then batch requests until stopped."""
     memories: list[SharedMemory] = []
+    loop = evaluator = None
     try:
         evaluator = factory()
         _limit_torch_threads(config.torch_threads)
@@ -457,9 +521,11 @@ def _serve(
         except (OSError, BrokenPipeError, pickle.PicklingError):
             pass
     finally:
+        if evaluator is not None and callable(getattr(evaluator, "close", None)):
+            evaluator.close()  # an evaluator that holds something to release or save
         for connection in connections:
             connection.close()
-        for memory in memories:
+        for memory in memories + ([loop.weights_memory] if loop is not None and loop.weights_memory else []):
             memory.close()
 
 
@@ -507,8 +573,11 @@ class _BatchLoop:
         self.live = set(range(len(connections)))
         self.queue: deque[_Request] = deque()
         self.pending_rows = 0
-        self.pending_weights: tuple[str, int] | None = None
+        self.pending_weights: tuple | None = None  # ("file", path, version) or ("shared", name, version, floats)
+        self.weights_memory: SharedMemory | None = None  # the owner's weights segment, once attached
         self.version = 0
+        self.weights_loads = 0
+        self.weights_load_seconds = 0.0  # time the batches waited for weights loads
         self.batches = 0
         self.rows = 0
         self.largest_batch = 0
@@ -548,21 +617,35 @@ class _BatchLoop:
         if message[0] == "stop":
             self.stopping = True
             self.live.clear()
-        elif message[0] == "weights":
-            _, path, version = message
-            if getattr(self.evaluator, "load_weights", None) is None:
-                raise InferenceError(f"{type(self.evaluator).__name__} cannot load weights")
-            self.pending_weights = (path, version)
+        elif message[0] in ("weights", "shared_weights"):
+            method = "load_weights" if message[0] == "weights" else "load_flat_weights"
+            if getattr(self.evaluator, method, None) is None:
+                raise InferenceError(f"{type(self.evaluator).__name__} cannot load weights ({method})")
+            self.pending_weights = ("file" if message[0] == "weights" else "shared", *message[1:])
             self._load_pending_weights()
 
     def _load_pending_weights(self) -> None:
         """Load published weights, but never between two parts of one request: every row of a
-        reply comes from the weights version the reply names."""
+        reply comes from the weights version the reply names. A later publish replaces one not
+        loaded yet (the acknowledgement of the later version releases both)."""
         if self.pending_weights is None or (self.queue and self.queue[0].served):
             return
-        path, version = self.pending_weights
+        kind, source, version, *elements = self.pending_weights
         self.pending_weights = None
-        self.evaluator.load_weights(path)
+        started = time.perf_counter()
+        if kind == "file":
+            self.evaluator.load_weights(source)
+        else:
+            if self.weights_memory is None:
+                self.weights_memory = SharedMemory(name=source)
+            header, weights = _weights_views(self.weights_memory.buf, elements[0])
+            if tuple(header) != (version, elements[0]):
+                raise InferenceError(f"the weights segment holds version {header[0]} ({header[1]} floats), "
+                                     f"version {version} ({elements[0]} floats) was announced")
+            self.evaluator.load_flat_weights(weights)
+            del header, weights  # no view may outlive the segment
+        self.weights_load_seconds += time.perf_counter() - started
+        self.weights_loads += 1
         self.version = version
         self.control.send(("loaded", version))
 
@@ -631,7 +714,8 @@ class _BatchLoop:
     def statistics(self) -> dict[str, float]:
         """Batches, rows, mean batch fill (rows per batch / batch size), the largest batch, how
         many requests a batch served on average and how many requests were split across
-        batches, time in the evaluator."""
+        batches, time in the evaluator; weights loads and the time they held the batches; CUDA
+        graphs the evaluator captured (0 without graphs)."""
         batches = max(1, self.batches)
         return {
             "batches": float(self.batches),
@@ -643,6 +727,9 @@ class _BatchLoop:
             "mean_requests_per_batch": self.batch_requests / batches,
             "split_requests": float(self.split_requests),
             "evaluate_seconds": self.evaluate_seconds,
+            "weights_loads": float(self.weights_loads),
+            "weights_load_seconds": self.weights_load_seconds,
+            "graph_captures": float(getattr(self.evaluator, "graph_captures", 0)),
             "wall_seconds": time.perf_counter() - self.started,
             "pid": float(os.getpid()),
         }

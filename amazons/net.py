@@ -26,7 +26,11 @@ What this module owns:
 * `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
   over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
-  chosen dtype and memory format (what production evaluates: `amazons.netplay`).
+  chosen dtype and memory format (what production evaluates: `amazons.netplay`);
+  `load_prepared_weights` copies new weights, folded where they live (`folded_state_dict`), into
+  such a copy in place, so CUDA graphs captured on it stay valid.
+* `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
+  (state-dict order), the form weights are published in through shared memory.
 * `resolve_precision`: what `"auto"` precision means on a device, for training and inference.
 
 Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
@@ -67,7 +71,10 @@ __all__ = [
     "OwnershipHead",
     "PolicyValueNet",
     "count_parameters",
+    "flatten_weights",
+    "folded_state_dict",
     "gather_legal_priors",
+    "load_prepared_weights",
     "move_log_probs",
     "net_config",
     "policy_log_tables",
@@ -75,6 +82,8 @@ __all__ = [
     "prepare_for_inference",
     "resolve_precision",
     "segment_ids",
+    "unflatten_weights",
+    "weights_elements",
 ]
 
 NUM_SQUARES = 64
@@ -236,14 +245,21 @@ class ConvBN(nn.Module):
         bn = self.bn
         if not isinstance(bn, nn.BatchNorm2d):
             return
-        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
         conv = self.conv
+        weight, bias = _fold_conv_bn(conv.weight, bn)
         folded = nn.Conv2d(conv.in_channels, conv.out_channels, conv.kernel_size,
                            padding=conv.padding, bias=True).to(conv.weight.device)
-        folded.weight.copy_(conv.weight * scale.reshape(-1, 1, 1, 1))
-        folded.bias.copy_(bn.bias - bn.running_mean * scale)
+        folded.weight.copy_(weight)
+        folded.bias.copy_(bias)
         self.conv = folded
         self.bn = nn.Identity()
+
+
+def _fold_conv_bn(weight: torch.Tensor, bn: nn.BatchNorm2d) -> tuple[torch.Tensor, torch.Tensor]:
+    """The weight `[out, in, k, k]` and bias `[out]` of a bias-free convolution followed by the
+    eval-mode batch norm `bn`, as one convolution: the one place this arithmetic lives."""
+    scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+    return weight * scale.reshape(-1, 1, 1, 1), bn.bias - bn.running_mean * scale
 
 
 class ResidualBlock(nn.Module):
@@ -452,6 +468,95 @@ def prepare_for_inference(
     return prepared
 
 
+@torch.no_grad()
+def folded_state_dict(model: PolicyValueNet) -> dict[str, torch.Tensor]:
+    """The state dict a `prepare_for_inference` copy of `model` has (batch norms folded), computed
+    where `model` lives without copying the model: on a CPU, the fold costs the device nothing.
+
+    Entries outside the folded convolutions are `model`'s own tensors (not copies).
+    """
+    state = model.state_dict()
+    folded: dict[str, torch.Tensor] = {}
+    for name, module in model.named_modules():
+        if isinstance(module, ConvBN) and isinstance(module.bn, nn.BatchNorm2d):
+            prefix = f"{name}." if name else ""
+            for key in [key for key in state if key.startswith(f"{prefix}bn.")]:
+                del state[key]
+            folded[f"{prefix}conv.weight"], folded[f"{prefix}conv.bias"] = _fold_conv_bn(module.conv.weight, module.bn)
+    state.update(folded)
+    return state
+
+
+@torch.no_grad()
+def load_prepared_weights(prepared: PolicyValueNet, model: PolicyValueNet) -> None:
+    """Copy `model`'s weights, batch norms folded (`folded_state_dict`, where `model` lives), into
+    `prepared` (a `prepare_for_inference` copy of a model of the same config) in place.
+
+    Every parameter of `prepared` keeps its storage, so CUDA graphs captured on it stay valid
+    and replay with the new weights; its dtype and memory format stay too.
+
+    Raises:
+        NetInputError: the two models' weights differ in names or shapes; the message names one.
+    """
+    source = folded_state_dict(model)
+    target = prepared.state_dict()
+    if source.keys() != target.keys():
+        unmatched = sorted(source.keys() ^ target.keys())
+        raise NetInputError(f"the weights do not fit the prepared model: {unmatched[0]!r} is in one only "
+                            f"({len(unmatched)} names differ)")
+    for key, tensor in target.items():
+        if tensor.shape != source[key].shape:
+            raise NetInputError(f"the weights do not fit the prepared model: {key!r} has shape "
+                                f"{list(source[key].shape)}, the prepared model's {list(tensor.shape)}")
+        tensor.copy_(source[key])
+
+
+def _float_entries(model: nn.Module) -> list[torch.Tensor]:
+    """The floating-point entries of `model.state_dict()` in its order (batch-norm step counters,
+    integers, are left out: inference never reads them)."""
+    return [tensor for tensor in model.state_dict().values() if tensor.is_floating_point()]
+
+
+def weights_elements(model: nn.Module) -> int:
+    """Length of `model`'s flat weights (`flatten_weights`): elements of its floating state."""
+    return sum(tensor.numel() for tensor in _float_entries(model))
+
+
+@torch.no_grad()
+def flatten_weights(model: nn.Module, out: torch.Tensor) -> None:
+    """Write `model`'s floating state (parameters and batch-norm statistics, state-dict order)
+    into `out`, `[weights_elements(model)] float32` on any device (a shared-memory view on the
+    host, for `amazons.inference.InferenceServer.publish_shared_weights`).
+
+    Raises:
+        NetInputError: `out` is not a flat float32 tensor of that length.
+    """
+    elements = weights_elements(model)
+    if out.dtype != torch.float32 or out.shape != (elements,):
+        raise NetInputError(f"out must be a ({elements},) float32 tensor, got {list(out.shape)} {out.dtype}")
+    offset = 0
+    for tensor in _float_entries(model):
+        out[offset:offset + tensor.numel()].copy_(tensor.reshape(-1))
+        offset += tensor.numel()
+
+
+@torch.no_grad()
+def unflatten_weights(model: nn.Module, flat: torch.Tensor) -> None:
+    """Copy flat weights (`flatten_weights` of a model of the same config) into `model` in place.
+
+    Raises:
+        NetInputError: `flat` is not `[weights_elements(model)]` floating point.
+    """
+    elements = weights_elements(model)
+    if not flat.is_floating_point() or flat.shape != (elements,):
+        raise NetInputError(f"flat weights of this network are ({elements},) floats, got "
+                            f"{list(flat.shape)} {flat.dtype}")
+    offset = 0
+    for tensor in _float_entries(model):
+        tensor.copy_(flat[offset:offset + tensor.numel()].view_as(tensor))
+        offset += tensor.numel()
+
+
 # ------------------------------------------------------------------------------------------------
 # From logits to priors: the one place where softmax and legal-move masking happen.
 
@@ -605,7 +710,14 @@ class NetworkEvaluator:
     gives the network a few shapes only, which `cuda_graphs` captures, one CUDA graph per bucket
     on its first use (forward and log-probability tables; the priors of the legal moves are
     gathered after the replay). On a CPU buckets only add padded rows: production leaves them off
-    there, and the tests run them with graphs off.
+    there, and the tests run them with graphs off. New weights copied into the model's own
+    tensors (`load_prepared_weights`) are replayed by the captured graphs: `graph_captures`
+    counts captures.
+
+    Host<->device traffic per call, on a GPU: two uploads from reused pinned host buffers
+    (`non_blocking`): the feature planes, and the moves with the offsets in one int32 buffer;
+    the segment ids (the position of each move) are built on the device; priors and values come
+    back in one float32 buffer, one copy into pinned memory and one stream synchronization.
 
     Args:
         model: the network.
@@ -647,20 +759,12 @@ class NetworkEvaluator:
         self.dtype = dtype
         self.batch_buckets = buckets
         self.cuda_graphs = cuda_graphs
+        self.graph_captures = 0  # CUDA graphs captured so far (one per bucket unless weights change shape)
+        self._pinned = self.device.type == "cuda"  # host staging buffers are page-locked for a GPU
         self._features = torch.empty(0)
+        self._move_staging = torch.empty(0, dtype=torch.int32)
+        self._result_staging = torch.empty(0, dtype=torch.float32)
         self._graphs: dict[int, tuple[torch.Tensor, Any, tuple[torch.Tensor, ...]]] = {}
-        self.model = model.to(self.device)
-
-    def replace_model(self, model: PolicyValueNet) -> None:
-        """Evaluate with `model` from now on (same input planes); captured graphs are dropped.
-
-        Raises:
-            NetInputError: `model` takes other feature planes.
-        """
-        if model.config.num_planes != self.num_planes:
-            raise NetInputError(
-                f"the new model takes {model.config.num_planes} planes, this evaluator computes {self.num_planes}")
-        self._graphs = {}
         self.model = model.to(self.device)
 
     def _feature_buffer(self, rows: int) -> torch.Tensor:
@@ -668,8 +772,17 @@ class NetworkEvaluator:
         if self._features.shape[0] < rows:
             capacity = max(rows, 2 * self._features.shape[0])
             self._features = torch.empty((capacity, self.num_planes, 8, 8), dtype=torch.float32,
-                                         pin_memory=self.device.type == "cuda")
+                                         pin_memory=self._pinned)
         return self._features[:rows]
+
+    def _staging(self, name: str, length: int) -> torch.Tensor:
+        """The first `length` elements of the reusable flat host buffer `name` (pinned when
+        feeding a GPU), grown to at least twice its size when too short."""
+        buffer = getattr(self, name)
+        if buffer.shape[0] < length:
+            buffer = torch.empty(max(length, 2 * buffer.shape[0]), dtype=buffer.dtype, pin_memory=self._pinned)
+            setattr(self, name, buffer)
+        return buffer[:length]
 
     def _chunks(self, rows: int) -> list[tuple[int, int, int]]:
         """`(first row, rows, padded size)` of each forward pass over `rows` positions."""
@@ -693,6 +806,7 @@ class NetworkEvaluator:
         """`_tables` of a bucket-sized batch through that bucket's CUDA graph (captured now if new)."""
         size = features.shape[0]
         if size not in self._graphs:
+            self.graph_captures += 1
             static_input = features.clone()
             stream = torch.cuda.Stream(device=self.device)
             stream.wait_stream(torch.cuda.current_stream(self.device))
@@ -757,6 +871,12 @@ class NetworkEvaluator:
         host = self._feature_buffer(chunks[-1][0] + chunks[-1][2])
         engine.features(positions, self.num_planes, out=host[:rows].numpy())
         host[rows:].zero_()  # padding rows: empty boards
+        count = moves.shape[0]
+        # Moves and offsets travel up together in one int32 buffer (offsets <= M fit int32).
+        staged = self._staging("_move_staging", 3 * count + rows + 1)
+        staged_array = staged.numpy()
+        staged_array[:3 * count] = moves.reshape(-1)
+        staged_array[3 * count:] = move_offsets
         model = self.model
         was_training = model.training
         model.eval()
@@ -766,12 +886,23 @@ class NetworkEvaluator:
                                                         enabled=self.dtype != torch.float32,
                                                         cache_enabled=not self.cuda_graphs):
                 log_move, log_arrow, values = self._forward(self._upload(host), chunks)
-                batch_index = torch.from_numpy(segment_ids(move_offsets)).to(self.device)
-                priors = gather_legal_priors(
-                    log_move, log_arrow, torch.from_numpy(moves).to(self.device), batch_index)
+                staged = staged.to(self.device, non_blocking=self._pinned)
+                offsets = staged[3 * count:].long()
+                # Segment ids built on the device; `output_size` spares a sync on the total.
+                batch_index = torch.repeat_interleave(torch.arange(rows, device=self.device),
+                                                      offsets[1:] - offsets[:-1], output_size=count)
+                priors = gather_legal_priors(log_move, log_arrow, staged[:3 * count].view(count, 3), batch_index)
+                packed = torch.cat([priors, values])  # [M + B] float32: one copy back
         finally:
             model.train(was_training)
-        return priors.cpu().numpy(), values.cpu().numpy()
+        if not self._pinned:
+            packed_array = packed.numpy()  # a CPU device: the result tensor is already on the host
+            return packed_array[:count], packed_array[count:]
+        result = self._staging("_result_staging", count + rows)
+        result.copy_(packed, non_blocking=True)
+        torch.cuda.current_stream(self.device).synchronize()
+        result_array = result.numpy()
+        return result_array[:count].copy(), result_array[count:].copy()  # the staging buffer is reused
 
     def _upload(self, host: torch.Tensor) -> torch.Tensor:
         """Feature planes from the host buffer on the device, in the stem's dtype and memory format."""

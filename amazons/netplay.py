@@ -6,11 +6,15 @@
   the convolutions, channels_last), under autocast at the resolved precision (bf16 on a GPU that
   has it, fp32 on a CPU: `amazons.net.resolve_precision`), and on CUDA over fixed batch buckets
   with one captured CUDA graph each (`amazons.net.NetworkEvaluator`). It keeps the checkpoint's
-  own (unfolded) model beside the prepared one, so `load_weights(path)` loads the learner's next
-  weights and prepares them again.
+  own (unfolded) model on the CPU beside the prepared one: new weights (`load_weights(path)` from
+  a file, `load_flat_weights(flat)` from the learner's shared memory) go into that CPU model,
+  their batch norms are folded there, and the result is copied into the prepared model's own
+  tensors in place, so the evaluator, its model and its captured CUDA graphs are kept.
 * `load_network_evaluator`: a checkpoint as that evaluator, in this process.
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
-  build the same evaluator.
+  build the same evaluator; `server_evaluator_factory` is the one builder of it from a run's
+  settings (device, precision, `InferenceConfig`: the largest batch bucket is the server's
+  `inference_batch_size`), called by the main job, the Ray node and the benchmarks.
 
 The bot and terminal play never come here: they run exported numpy models (`amazons.npnet`),
 whose batch norms were folded at export. Players are built by `amazons.player_factory`, which
@@ -24,16 +28,20 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.inference import InferenceConfig
 from amazons.net import (
     PRECISION_DTYPES,
     NetworkEvaluator,
     PolicyValueNet,
     batch_buckets,
+    load_prepared_weights,
     prepare_for_inference,
     resolve_precision,
+    unflatten_weights,
 )
 
 __all__ = [
@@ -41,9 +49,10 @@ __all__ = [
     "ReloadableNetworkEvaluator",
     "load_network_evaluator",
     "resolve_device",
+    "server_evaluator_factory",
 ]
 
-DEFAULT_MAX_BATCH = 256  # the largest batch bucket unless told otherwise (the gpu preset's batch)
+DEFAULT_MAX_BATCH = InferenceConfig().inference_batch_size  # the largest batch bucket unless told otherwise
 
 
 def resolve_device(device: str) -> str:
@@ -54,7 +63,7 @@ def resolve_device(device: str) -> str:
 
 
 class ReloadableNetworkEvaluator(NetworkEvaluator):
-    """The production evaluator: the prepared copy of `model`, rebuilt by `load_weights`.
+    """The production evaluator: the prepared copy of `model`, given new weights in place.
 
     Args:
         model: the network as checkpoints hold it (batch norms unfolded); kept on the CPU as the
@@ -80,7 +89,8 @@ class ReloadableNetworkEvaluator(NetworkEvaluator):
                          PRECISION_DTYPES[self.precision], batch_buckets(max_batch) if graphs else (), graphs)
 
     def load_weights(self, path: str | os.PathLike) -> None:
-        """Load a learner or model checkpoint's weights (same architecture) and prepare them.
+        """Load a learner or model checkpoint's weights (same architecture) into the prepared
+        model in place (`_refresh`).
 
         Raises:
             amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
@@ -90,7 +100,23 @@ class ReloadableNetworkEvaluator(NetworkEvaluator):
             self.source.load_state_dict(payload["model"])
         except RuntimeError as error:
             raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
-        self.replace_model(prepare_for_inference(self.source))
+        self._refresh()
+
+    def load_flat_weights(self, flat: np.ndarray) -> None:
+        """Take the learner's weights as `amazons.net.flatten_weights` laid them out (e.g. a view
+        of the shared memory `InferenceServer.publish_shared_weights` wrote) into the prepared
+        model in place; `flat` is copied before this returns and may be overwritten afterwards.
+
+        Raises:
+            amazons.net.NetInputError: `flat` does not have this network's length.
+        """
+        unflatten_weights(self.source, torch.from_numpy(flat))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Fold the CPU model's batch norms on the CPU and copy the result into the prepared
+        model's tensors on the device (its storage, so its captured CUDA graphs, kept)."""
+        load_prepared_weights(self.model, self.source)
 
 
 def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precision: str = "auto",
@@ -131,3 +157,21 @@ class NetworkEvaluatorFactory:
 
     def __call__(self) -> ReloadableNetworkEvaluator:
         return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch, self.cuda_graphs)
+
+
+def server_evaluator_factory(model_path: str | os.PathLike, device: str, precision: str,
+                             inference: InferenceConfig) -> NetworkEvaluatorFactory:
+    """The production evaluator's factory for an inference server that runs with `inference`:
+    its largest batch bucket is `inference.inference_batch_size`, so a full batch of the server
+    runs as one forward pass (one CUDA graph replay on a GPU), never in chunks.
+
+    The one builder of the server's factory: `amazons.train.Run`, the Ray node actor
+    (`amazons.distributed.node`) and the benchmarks (`suite_selfplay`, `suite_gpu`) call it.
+
+    Args:
+        model_path: the checkpoint the server starts from.
+        device: "auto", "cpu", "cuda", "cuda:1", ...
+        precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`).
+        inference: the server's batching settings.
+    """
+    return NetworkEvaluatorFactory(str(model_path), device, precision, max_batch=inference.inference_batch_size)

@@ -10,14 +10,17 @@ time in the main process, and evaluation runs in a thread of its own. What keeps
   steps the actors are paused until it owes half as many. Iterations stay the unit of
   checkpoints and logs: iteration t is its `games_per_iteration` games (games finishing later
   count for t + 1) and the steps they are owed, the same number as the synchronous mode's.
-* `WeightsPublisher`: every `publish_every_steps` steps the learner's weights go to the
-  inference server as a file whose version is the learner's step; the server acknowledges
-  each load, and files it no longer needs are deleted.
+* `WeightsPublisher`: every `publish_every_steps` steps, or every `publish_interval_s` seconds
+  when the learner has stepped since, the learner's weights go to the inference server through
+  shared memory, no file on the way (`InferenceServer.publish_shared_weights`), versioned by
+  the learner's step; the server copies them into its prepared model in place (batch norms
+  folded on its CPU) between batches. A publish falls due while the server is still loading
+  the previous one waits for the next turn of the loop, so the learner never blocks on it.
 * `BackgroundEvaluation`: an iteration's evaluation runs in a thread while self-play and
   training go on; its results join the metrics when it ends, its failure is raised in the main
   loop as an `EvaluationError`.
 
-Imports torch (through `amazons.checkpoint`), numpy, the inference server's type.
+Imports torch (through `amazons.net`), numpy, the inference server's type.
 """
 
 from __future__ import annotations
@@ -28,13 +31,13 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
+import torch
 from torch import nn
 
-from amazons.checkpoint import save_model
 from amazons.inference import InferenceServer
+from amazons.net import flatten_weights, weights_elements
 
 PIPELINE_MODES = ("async", "sync")
 
@@ -45,6 +48,7 @@ class PipelineConfig:
 
     mode: str = "async"  # "async": all three at once; "sync": self-play, then training, then evaluation
     publish_every_steps: int = 10  # async: new weights to the inference server every this many learner steps
+    publish_interval_s: float = 30.0  # async: also when this many seconds passed and the learner stepped (0: off)
     slack_steps: int = 40  # async: actors pause when the learner owes more steps than this (resume at half)
 
     def __post_init__(self) -> None:
@@ -52,6 +56,8 @@ class PipelineConfig:
             raise ValueError(f"pipeline.mode must be one of {PIPELINE_MODES}, got {self.mode!r}")
         if self.publish_every_steps < 1:
             raise ValueError(f"pipeline.publish_every_steps must be >= 1, got {self.publish_every_steps}")
+        if not self.publish_interval_s >= 0:
+            raise ValueError(f"pipeline.publish_interval_s must be >= 0, got {self.publish_interval_s}")
         if self.slack_steps < 1:
             raise ValueError(f"pipeline.slack_steps must be >= 1, got {self.slack_steps}")
 
@@ -148,50 +154,68 @@ class StepBudget:
 
 
 class WeightsPublisher:
-    """Sends the learner's weights to the inference server as versioned files.
+    """Hands the learner's weights to the inference server through shared memory, by steps and
+    by wall clock.
 
-    Files go to `folder` as `weights-<version>.pt`; one is deleted once the server has loaded a
-    later version (`InferenceServer.loaded_version`). The versions published so far measure how
-    stale a game's weights were (`lag_versions`).
+    A publish writes the model's flat float32 weights (`amazons.net.flatten_weights`: one copy
+    from the learner's device into the server's weights segment) and sends the version; nothing
+    touches the disk (checkpoints keep their own schedule, for `--resume`). The versions
+    published so far measure how stale a game's weights were (`lag_versions`).
 
     Args:
-        folder: where the files go (files left there by an earlier session are removed).
         server: the started inference server.
+        every_steps: publish when this many learner steps passed since the last publish.
+        interval_s: publish when this many seconds passed since the last publish and the
+            learner has stepped since (0: by steps only).
     """
 
-    def __init__(self, folder: Path, server: InferenceServer) -> None:
-        self.folder = folder
+    def __init__(self, server: InferenceServer, every_steps: int, interval_s: float) -> None:
+        if every_steps < 1 or not interval_s >= 0:
+            raise ValueError(f"need every_steps >= 1 and interval_s >= 0, got {every_steps} and {interval_s}")
         self.server = server
-        folder.mkdir(parents=True, exist_ok=True)
-        for stale in folder.glob("weights-*.pt"):
-            stale.unlink()
+        self.every_steps = every_steps
+        self.interval_s = interval_s
         self.versions: list[int] = []
-        self._files: deque[tuple[int, Path]] = deque()
+        self._published_at = time.monotonic()
 
-    def publish(self, version: int, model: nn.Module | None = None, path: Path | None = None) -> None:
-        """Publish `model`'s weights (written to a new file) or the model file `path` as `version`.
+    def publish(self, version: int, model: nn.Module) -> None:
+        """Publish `model`'s weights as `version` now.
 
         Raises:
-            ValueError: a version not above the last one, or neither `model` nor `path` given.
-            amazons.inference.InferenceError: the server has failed.
+            ValueError: a version not above the last one.
+            amazons.inference.InferenceError: the server has failed, or still loads the last
+                publish (`InferenceServer.shared_weights_ready`).
         """
         if self.versions and version <= self.versions[-1]:
             raise ValueError(f"weights version {version} after version {self.versions[-1]}")
-        if path is None:
-            if model is None:
-                raise ValueError("publish needs a model or a model file")
-            path = self.folder / f"weights-{version:010d}.pt"
-            save_model(path, model, {"learner_step": version})
-            self._files.append((version, path))
-        self.server.publish_weights(str(path), version)
+        self.server.publish_shared_weights(
+            weights_elements(model), lambda weights: flatten_weights(model, torch.from_numpy(weights)), version)
         self.versions.append(version)
-        self.prune()
+        self._published_at = time.monotonic()
 
-    def prune(self) -> None:
-        """Delete the files of versions the server has moved past."""
-        loaded = self.server.loaded_version
-        while self._files and loaded is not None and self._files[0][0] < loaded:
-            self._files.popleft()[1].unlink(missing_ok=True)
+    def due(self, step: int) -> bool:
+        """Whether learner step `step` should be published: nothing was published yet, or it is
+        past the last version and `every_steps` steps or `interval_s` seconds have passed since
+        the last publish."""
+        if not self.versions:
+            return True
+        last = self.versions[-1]
+        if step <= last:
+            return False
+        return (step - last >= self.every_steps
+                or (self.interval_s > 0 and time.monotonic() - self._published_at >= self.interval_s))
+
+    def maybe_publish(self, step: int, model: nn.Module) -> bool:
+        """Publish `model` as version `step` if it is due and the server has loaded the last
+        publish (else a later call does); return whether it published.
+
+        Raises:
+            amazons.inference.InferenceError: the server has failed.
+        """
+        if not self.due(step) or not self.server.shared_weights_ready():
+            return False
+        self.publish(step, model)
+        return True
 
     def lag_versions(self, versions: np.ndarray) -> np.ndarray:
         """For each weights version in `versions`, how many versions were published after it."""

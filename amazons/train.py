@@ -12,8 +12,9 @@ baseline players, the network players served by inference servers on the run's d
 * `async` (the presets'): persistent actor processes play without pause through the
   shared-memory inference server (a lane whose game ends starts the next at once), the learner
   trains in this process at the same time, holding `sample_reuse` samples per position played,
-  and publishes its weights every `pipeline.publish_every_steps` steps; the evaluation runs in a
-  thread beside them (`Run.run_async`);
+  and publishes its weights to the server through shared memory every
+  `pipeline.publish_every_steps` steps or `pipeline.publish_interval_s` seconds; the evaluation
+  runs in a thread beside them (`Run.run_async`);
 * `sync`: self-play, training and evaluation one after the other, the weights published once
   per iteration (`Run.run_iteration`).
 
@@ -54,7 +55,7 @@ from amazons.evaluation import Evaluation, fit_elo
 from amazons.inference import InferenceServer
 from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
 from amazons.net import PolicyValueNet, count_parameters
-from amazons.netplay import NetworkEvaluatorFactory, resolve_device
+from amazons.netplay import resolve_device, server_evaluator_factory
 from amazons.pipeline import (
     BackgroundEvaluation,
     IterationLedger,
@@ -167,7 +168,8 @@ class Run:
         config = self.config
         if not self.model_path(self.iteration).exists():
             save_model(self.model_path(self.iteration), self.learner.model, {"iteration": self.iteration})
-        factory = NetworkEvaluatorFactory(str(self.model_path(self.iteration)), config.device, config.inference_dtype)
+        factory = server_evaluator_factory(self.model_path(self.iteration), config.device, config.inference_dtype,
+                                           config.inference)
         print(f"run {self.run_dir}: preset {config.preset}, net {count_parameters(self.learner.model):,} parameters, "
               f"device {self.device}, {config.pipeline.mode} pipeline, iteration {self.iteration}/{config.iterations}, "
               f"replay {len(self.replay):,} positions", flush=True)
@@ -270,13 +272,14 @@ class Run:
         """Self-play, training and evaluation at once until `config.iterations` (see
         `amazons.pipeline`): the actors play endless tasks, this loop takes their games into the
         replay window, trains whenever the ratio allows, publishes weights every
-        `pipeline.publish_every_steps` steps and closes iterations; evaluation runs in a thread."""
+        `pipeline.publish_every_steps` steps or `pipeline.publish_interval_s` seconds (through
+        shared memory) and closes iterations; evaluation runs in a thread."""
         config = self.config
         budget = StepBudget(config.games_per_iteration, config.sample_reuse,
                             config.train_batch_size * self.world_size, config.min_steps, config.max_steps,
                             config.pipeline.slack_steps)
-        publisher = WeightsPublisher(self.run_dir / "weights", server)
-        publisher.publish(self.learner.step, path=self.model_path(self.iteration))
+        publisher = WeightsPublisher(server, config.pipeline.publish_every_steps, config.pipeline.publish_interval_s)
+        publisher.publish(self.learner.step, self.learner.model)
         evaluation = BackgroundEvaluation(self.evaluate)
         clock = _AsyncClock(workers)
         bar = _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress)
@@ -299,8 +302,7 @@ class Run:
                 clock.sums.add(self.train_step())
                 clock.learner_seconds += time.perf_counter() - stepped
                 budget.current.steps += 1
-                if self.learner.step % config.pipeline.publish_every_steps == 0:
-                    publisher.publish(self.learner.step, model=self.learner.model)
+            publisher.maybe_publish(self.learner.step, self.learner.model)
             if budget.should_pause(workers.paused):
                 workers.pause()
             else:

@@ -1,13 +1,14 @@
 """Benchmark suite `gpu`: what the design's GPU system does on one CUDA device, in one command.
 
 `python benchmarks/run.py --suite gpu --json bench_results/gpu.json` (not part of `all`). On a
-machine without CUDA it says so and exits with status 1 before measuring anything. Four parts,
+machine without CUDA it says so and exits with status 1 before measuring anything. Five parts,
 each a function of the device and the sizes, so that `tests/test_benchmarks.py` runs the same
 code on a CPU with a tiny net (`device="cpu"`):
 
-* **Inference through the production path** (`inference`): `amazons.netplay.ReloadableNetworkEvaluator`
-  on ResNet-40 in bf16 (the model `prepare_for_inference` makes, autocast, a CUDA graph per
-  batch bucket), the inference server's evaluator, at batch 256 and 1024:
+* **Inference through the production path** (`inference`): the inference server's evaluator,
+  built by the function the main job calls (`amazons.netplay.server_evaluator_factory` with the
+  gpu preset's `inference_batch_size`, 1,024: the model `prepare_for_inference` makes, autocast,
+  a CUDA graph per batch bucket up to 1,024) on ResNet-40 in bf16, at batch 256 and 1024:
   - `gpu.inference.b<N>.forward_positions_per_s`: the evaluator's forward (`_forward`: padded to
     its bucket, the bucket's graph replayed) on a feature batch already on the device;
   - `gpu.inference.b<N>.flop_fraction`: that rate x `gpu.flops_per_position` (counted by
@@ -15,15 +16,25 @@ code on a CPU with a tiny net (`device="cpu"`):
     (`gpu.peak_bf16_flops`: from the device name, or `AMAZONS_GPU_PEAK_FLOPS`); left out when the
     peak is unknown. Target at batch 1024: >= 0.4;
   - `gpu.inference.b<N>.evaluate_positions_per_s`: the whole `evaluate` call as the server makes
-    it (features from the engine on the host, the copy, the forward, the priors of every legal
-    move, the copy back) on real positions.
-* **Self-play through the server** (`selfplay`, `suite_selfplay.measure`): 12 actor processes x 64
-  games (the gpu preset's actors and lanes), K = 4 leaves per game, the server's batches up to
-  1,024 rows merged across actors, ResNet-40 bf16, 100 simulations per move, one generation of
-  games (768): `gpu.selfplay.evals_ratio_to_standalone` (evaluations/s in self-play over the same
-  evaluator's rate on the played positions at the server's mean batch; target >= 0.8),
-  `gpu.selfplay.sims_per_s`, `.positions_per_s`, `.mean_batch_fill` (rows per batch / 1024),
-  `.mean_batch_rows`, `.server_roundtrip_ms`, `.mean_game_plies`.
+    it (features from the engine on the host, the uploads from pinned buffers, the forward, the
+    priors of every legal move, the one copy back) on real positions.
+* **Self-play through the server** (`selfplay`, `suite_selfplay.measure`): the gpu preset's 12
+  actor processes x 64 games, K = 4 leaves per game, the server's batches up to its 1,024 rows
+  merged across actors, ResNet-40 bf16, 100 simulations per move, one generation of games (768):
+  `gpu.selfplay.evals_ratio_to_standalone` = `gpu.selfplay.evals_per_s` (leaves evaluated per
+  second in self-play) / `gpu.selfplay.standalone_evals_per_s` (the same evaluator, built the
+  same way, in full batches of the configured 1,024 rows on a sample of the leaves the server
+  evaluated; an under-filled server shows as a lower ratio; target >= 0.8; see
+  `suite_selfplay`), `gpu.selfplay.sims_per_s`, `.positions_per_s`, `.mean_batch_fill` (rows per
+  batch / 1024), `.mean_batch_rows`, `.server_roundtrip_ms`, `.mean_game_plies`.
+* **Publishing weights** (`weights`): the async pipeline's publish of ResNet-40 at the gpu
+  preset's batch, as `amazons.pipeline.WeightsPublisher` and the server run it, without the
+  processes: `gpu.weights.publish_s`, the learner's side (its weights from the device into a host
+  buffer, `flatten_weights`: what the learner's thread pays per publish), and
+  `gpu.weights.load_s`, the server's side (`load_flat_weights`: into its CPU model, batch norms
+  folded there, copied into the prepared model in place: what the batches wait per publish);
+  medians of 5; `gpu.weights.bytes`. It raises if a load made the evaluator capture its CUDA
+  graphs again.
 * **The learner** (`learner`): the gpu preset's learner (ResNet-40, AdamW fused on the device,
   bf16 autocast, batch 512) fed the way the main job feeds it (`ReplayBuffer.sample` from a
   200,000-position window, `augment_batch`, `Learner.train_step_tensors`, metrics summed on the
@@ -39,8 +50,8 @@ code on a CPU with a tiny net (`device="cpu"`):
   `gpu.preset.iteration_s_at_preset_sims` estimates one iteration of the preset itself:
   `games_per_iteration` x `gpu.selfplay.mean_game_plies` x its simulations / `gpu.selfplay.sims_per_s`.
 
-Under 8 minutes on an H100: inference about 30 s, self-play about 2 minutes, the learner about
-30 s, the main job 3 minutes and its start.
+Under 8 minutes on an H100: inference about 30 s, self-play about 2 minutes, publishing weights
+and the learner about 30 s, the main job 3 minutes and its start.
 """
 
 from __future__ import annotations
@@ -58,14 +69,18 @@ import numpy as np
 import torch
 
 from amazons import engine
+from amazons.checkpoint import save_model
+from amazons.inference import InferenceConfig
 from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
-from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import ReloadableNetworkEvaluator
+from amazons.net import PolicyValueNet, flatten_weights, net_config, weights_elements
+from amazons.netplay import server_evaluator_factory
 from amazons.train_config import preset_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
-INFERENCE_BATCHES = (256, 1024)
-SELFPLAY = {"actors": 12, "games_in_parallel": 64, "simulations": 100, "batch": 1024}
+GPU_PRESET = preset_config("gpu")
+INFERENCE_BATCHES = (256, GPU_PRESET.inference.inference_batch_size)
+SELFPLAY = {"actors": GPU_PRESET.selfplay.num_actors, "games_in_parallel": GPU_PRESET.selfplay.games_in_parallel,
+            "simulations": 100, "batch": GPU_PRESET.inference.inference_batch_size}
 LEARNER_WINDOW = 200_000
 LEARNER_STEPS = 40
 PRESET_RUN_S = 180.0
@@ -100,7 +115,10 @@ def inference(device: torch.device, preset: str = "resnet40", precision: str = "
     model = PolicyValueNet(net_config(preset))
     flops = flops_per_position(model)
     peak = gpu_peak_flops(device) if device.type == "cuda" else None
-    evaluator = ReloadableNetworkEvaluator(model, str(device), precision, max_batch=max(batches))
+    with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
+        model_path = save_model(Path(folder) / "model.pt", model)
+        evaluator = server_evaluator_factory(model_path, str(device), precision,
+                                             InferenceConfig(inference_batch_size=max(batches)))()
     positions = random_batch(np.random.default_rng(0), max(batches)).positions
     metrics = {"gpu.flops_per_position": flops}
     if peak is not None:
@@ -141,6 +159,44 @@ def selfplay(device: torch.device, preset: str = "resnet40", actors: int = SELFP
 
     return measure(str(device), preset, actors, games_in_parallel, simulations, batch,
                    games if games is not None else actors * games_in_parallel, standalone_s, prefix="gpu.selfplay")
+
+
+def weights(device: torch.device, preset: str = "resnet40", precision: str = "bf16",
+            batch: int = GPU_PRESET.inference.inference_batch_size, repeats: int = 5) -> dict[str, float]:
+    """One publish of `preset`'s weights, both sides, timed `repeats` times (see the module docstring).
+
+    Raises:
+        RuntimeError: a load made the evaluator capture a CUDA graph again.
+    """
+    from suite_nn import random_batch, synchronize
+
+    torch.manual_seed(0)
+    learner_model = PolicyValueNet(net_config(preset))
+    with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
+        evaluator = server_evaluator_factory(save_model(Path(folder) / "model.pt", learner_model), str(device),
+                                             precision, InferenceConfig(inference_batch_size=batch))()
+    learner_model = learner_model.to(device)
+    positions = random_batch(np.random.default_rng(0), batch).positions
+    leaves = (positions, *engine.legal_moves(positions))
+    evaluator.evaluate(*leaves)  # captures the batch's graph on CUDA
+    captures = evaluator.graph_captures
+    flat = np.empty(weights_elements(learner_model), np.float32)
+    publish, load = [], []
+    for _ in range(repeats):
+        synchronize(device)
+        started = time.perf_counter()
+        flatten_weights(learner_model, torch.from_numpy(flat))
+        publish.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        evaluator.load_flat_weights(flat)
+        synchronize(device)
+        load.append(time.perf_counter() - started)
+    evaluator.evaluate(*leaves)
+    if evaluator.graph_captures != captures:
+        raise RuntimeError(f"loading weights made the evaluator capture CUDA graphs again "
+                           f"({captures} -> {evaluator.graph_captures})")
+    return {"gpu.weights.publish_s": float(np.median(publish)), "gpu.weights.load_s": float(np.median(load)),
+            "gpu.weights.bytes": float(flat.nbytes)}
 
 
 def learner(device: torch.device, preset: str = "gpu", window: int = LEARNER_WINDOW,
@@ -233,9 +289,10 @@ def run(quick: bool) -> dict[str, float]:
     torch.set_num_threads(1)
     metrics = inference(device, window_s=0.5 if quick else 1.0)
     metrics.update(selfplay(device, games=SELFPLAY["actors"] * 8 if quick else None))
+    metrics.update(weights(device))
     metrics.update(learner(device, steps=10 if quick else LEARNER_STEPS))
     metrics.update(preset_run(seconds=60.0 if quick else PRESET_RUN_S))
-    preset = preset_config("gpu")
+    preset = GPU_PRESET
     metrics["gpu.preset.iteration_s_at_preset_sims"] = (
         preset.games_per_iteration * metrics["gpu.selfplay.mean_game_plies"] * preset.selfplay.search.simulations
         / metrics["gpu.selfplay.sims_per_s"])

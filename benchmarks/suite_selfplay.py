@@ -4,20 +4,29 @@ Measures end-to-end self-play on this machine with a small net: positions/s, net
 evaluations/s and search simulations/s, the ratio of evaluations/s in self-play to the same
 network's standalone throughput, the server's round-trip latency seen by the actors, and the
 mean batch fill. On a GPU the net is ResNet-40 in bf16. The server runs the production
-evaluator (`amazons.netplay.NetworkEvaluatorFactory`: the model `prepare_for_inference` makes,
-autocast at the resolved precision, CUDA graphs over batch buckets on a GPU).
+evaluator, built by the function the main job calls (`amazons.netplay.server_evaluator_factory`:
+the model `prepare_for_inference` makes, autocast at the resolved precision, on a GPU CUDA
+graphs over batch buckets up to the server's `inference_batch_size`).
 
-`selfplay.evals_ratio_to_standalone` compares like with like: the standalone figure runs the
-same production evaluator (`NetworkEvaluatorFactory`, in this process) over the positions of the
-timed self-play games themselves (every search root, in game order, with its legal moves), in
-batches of the server's mean batch size.
+`selfplay.evals_ratio_to_standalone` = `selfplay.evals_per_s` / `selfplay.standalone_evals_per_s`:
+leaves evaluated per second in self-play (every leaf the searches sent to the server, over the
+timed games' wall time) over the same production evaluator's rate standalone, in this process,
+**at the configured `inference_batch_size`** (full batches, each one call of `evaluate`: features,
+forward, priors of every legal move, copy back) **on the leaves the server evaluated** (a uniform
+sample of them, `STANDALONE_BATCHES` batches, recorded by the server's evaluator; not the search
+roots, whose move counts differ). An under-filled server (mean batch below
+`inference_batch_size`), the round trips and the actors' search time all lower it: 1.0 means
+self-play gets everything the network can give at that batch size.
 """
 
 from __future__ import annotations
 
+import os
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -25,24 +34,81 @@ import torch
 from amazons import engine
 from amazons.checkpoint import save_model
 from amazons.inference import InferenceConfig, InferenceServer
-from amazons.mcts import SearchConfig
+from amazons.mcts import Evaluator, SearchConfig
 from amazons.net import PolicyValueNet, net_config, resolve_precision
-from amazons.netplay import NetworkEvaluatorFactory
+from amazons.netplay import NetworkEvaluatorFactory, server_evaluator_factory
 from amazons.selfplay import SelfPlayConfig, SelfPlayWorkers
 
+STANDALONE_BATCHES = 16  # full batches of recorded leaves the standalone figure cycles through
 
-def standalone_evals_per_s(model_path: str, device: str, batch: int, positions: np.ndarray,
+
+class LeafRecorder:
+    """The server's evaluator, unchanged, keeping a uniform sample of the leaves it evaluates
+    (reservoir sampling, `capacity` rows) and saving it to `path` when the server closes it.
+
+    Only `(B, 3) uint64` positions are copied per call; every attribute but `evaluate` and
+    `close` is the wrapped evaluator's (`load_weights`, `graph_captures`, ...).
+    """
+
+    def __init__(self, evaluator: Evaluator, path: str, capacity: int, seed: int = 0) -> None:
+        self.evaluator = evaluator
+        self.path = path
+        self.sample = np.zeros((capacity, 3), dtype=np.uint64)
+        self.seen = 0
+        self.rng = np.random.default_rng(seed)
+
+    def evaluate(self, positions: np.ndarray, moves: np.ndarray,
+                 move_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        capacity = self.sample.shape[0]
+        index = self.seen + np.arange(positions.shape[0])
+        fill = index < capacity
+        self.sample[index[fill]] = positions[fill]
+        slots = (self.rng.random(int((~fill).sum())) * (index[~fill] + 1)).astype(np.int64)
+        kept = slots < capacity
+        self.sample[slots[kept]] = positions[~fill][kept]
+        self.seen += positions.shape[0]
+        return self.evaluator.evaluate(positions, moves, move_offsets)
+
+    def close(self) -> None:
+        """Save the sample (`min(seen, capacity)` rows) atomically to `path`."""
+        with open(f"{self.path}.part", "wb") as file:
+            np.save(file, self.sample[:min(self.seen, self.sample.shape[0])])
+        os.replace(f"{self.path}.part", self.path)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.evaluator, name)
+
+
+@dataclass(frozen=True)
+class LeafRecordingFactory:
+    """Builds `factory`'s evaluator inside a `LeafRecorder` (picklable, for the server process)."""
+
+    factory: NetworkEvaluatorFactory
+    path: str
+    capacity: int
+
+    def __call__(self) -> LeafRecorder:
+        return LeafRecorder(self.factory(), self.path, self.capacity)
+
+
+def standalone_evals_per_s(model_path: str, device: str, inference: InferenceConfig, leaves: np.ndarray,
                            seconds: float) -> float:
-    """The same network's throughput through the same evaluator code, in this process, over
-    `positions` `(N, 3) uint64` (non-terminal) in batches of `batch`, cycling for `seconds`."""
-    factory = NetworkEvaluatorFactory(model_path, device, max_batch=batch)
-    evaluator = factory()
+    """The production evaluator's rate in this process, built as the server builds it
+    (`server_evaluator_factory` with `inference`), on `leaves` `(N, 3) uint64` (non-terminal,
+    N >= `inference.inference_batch_size`) in full batches of `inference.inference_batch_size`,
+    cycling for `seconds`.
+
+    Raises:
+        RuntimeError: fewer leaves than one batch.
+    """
+    batch = inference.inference_batch_size
+    evaluator = server_evaluator_factory(model_path, device, "auto", inference)()
     batches = []
-    for first in range(0, positions.shape[0] - batch + 1, batch):
-        chunk = np.ascontiguousarray(positions[first:first + batch])
+    for first in range(0, leaves.shape[0] - batch + 1, batch):
+        chunk = np.ascontiguousarray(leaves[first:first + batch])
         batches.append((chunk, *engine.legal_moves(chunk)))
     if not batches:
-        raise RuntimeError(f"self-play gave {positions.shape[0]} positions, fewer than one batch of {batch}")
+        raise RuntimeError(f"the server evaluated {leaves.shape[0]} leaves, fewer than one batch of {batch}")
     evaluator.evaluate(*batches[0])
     calls, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -56,7 +122,8 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
     """Self-play through the shared-memory server on `device`: `actors` processes x
     `games_in_parallel` games of `simulations` simulations (K = 4 leaves per game), the server's
     batch up to `batch` rows, `games` timed games after a warm-up of one game per actor; then the
-    standalone figure over the played positions for `standalone_s` seconds.
+    standalone figure at batch `batch` over the leaves the server evaluated, for `standalone_s`
+    seconds.
 
     Returns the figures under `<prefix>.` (see the module docstring)."""
     torch.set_num_threads(1)
@@ -67,10 +134,13 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         model_path = str(Path(folder) / "model.pt")
         torch.manual_seed(0)
         save_model(model_path, PolicyValueNet(net_config(preset)))
-        factory = NetworkEvaluatorFactory(model_path, device, max_batch=batch)
+        inference = InferenceConfig(inference_batch_size=batch)
+        leaves_path = str(Path(folder) / "leaves.npy")
+        factory = LeafRecordingFactory(server_evaluator_factory(model_path, device, "auto", inference), leaves_path,
+                                       STANDALONE_BATCHES * batch)
         config = SelfPlayConfig(num_actors=actors, games_in_parallel=games_in_parallel, search=search,
                                 start_jitter_s=0.0)
-        with InferenceServer(factory, actors, InferenceConfig(inference_batch_size=batch)) as server:
+        with InferenceServer(factory, actors, inference) as server:
             with SelfPlayWorkers(server, config) as workers:
                 workers.play(actors, lambda samples, texts: None, iteration=0)  # warm-up: imports, JIT cache
                 played: list[np.ndarray] = []
@@ -79,9 +149,9 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
                     iteration=1)
             stats_before = dict(server.stats)
         server_stats = server.stats or stats_before
-        standalone = standalone_evals_per_s(
-            model_path, device, int(max(1, round(server_stats.get("mean_batch_rows", batch)))),
-            np.concatenate(played), standalone_s)
+        sampled = np.load(leaves_path)
+        leaves_sampled = sampled.shape[0]
+        standalone = standalone_evals_per_s(model_path, device, inference, sampled, standalone_s)
     round_trips = sum(stats["round_trips"] for stats in report.actor_stats)
     waited = sum(stats["round_trip_seconds"] for stats in report.actor_stats)
     print(f"{prefix}: net {preset}, {resolve_precision('auto', device)}, {actors} actors x "
@@ -97,7 +167,8 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         f"{prefix}.mean_batch_rows": server_stats.get("mean_batch_rows", float("nan")),
         f"{prefix}.games": float(report.games),
         f"{prefix}.mean_game_plies": sum(positions.shape[0] for positions in played) / max(report.games, 1),
-        f"{prefix}.standalone_positions": float(sum(positions.shape[0] for positions in played)),
+        f"{prefix}.standalone_leaves": float(leaves_sampled),
+        f"{prefix}.standalone_batch": float(batch),
         f"{prefix}.actors": float(actors),
     }
 

@@ -69,7 +69,7 @@ from amazons.inference import InferenceServer
 from amazons.learn import Learner, SampleBatch, augment_batch
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator, warm_up
 from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import NetworkEvaluatorFactory
+from amazons.netplay import server_evaluator_factory
 from amazons.replay import GameSamples, ReplayBuffer
 from amazons.selfplay import SelfPlayWorkers, play_games
 from amazons.train_config import preset_config
@@ -212,7 +212,7 @@ def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0) -> dict[str, f
         path = str(Path(folder) / "model.pt")
         torch.manual_seed(0)
         save_model(path, PolicyValueNet(config.net))
-        factory = NetworkEvaluatorFactory(path, "cpu", config.inference_dtype)
+        factory = server_evaluator_factory(path, "cpu", config.inference_dtype, config.inference)
         with InferenceServer(factory, config.selfplay.num_actors, config.inference) as server:
             with SelfPlayWorkers(server, config.selfplay) as workers:
                 workers.start(stream=0)

@@ -66,6 +66,25 @@ class VersionedEchoEvaluator(EchoEvaluator):
         return priors, values + np.float32(self.version)
 
 
+class SlowFlatWeightsEchoEvaluator(EchoEvaluator):
+    """An echo evaluator whose flat "weights" (`load_flat_weights`, from shared memory) add their
+    first float to every value; each load takes `load_s` seconds, long enough for a test to see
+    the server busy loading."""
+
+    def __init__(self, load_s: float = 0.5) -> None:
+        super().__init__()
+        self.load_s = load_s
+        self.offset = np.float32(0.0)
+
+    def load_flat_weights(self, flat: np.ndarray) -> None:
+        time.sleep(self.load_s)
+        self.offset = np.float32(flat[0])
+
+    def evaluate(self, positions, moves, move_offsets):
+        priors, values = echo_outputs(positions, moves, move_offsets)
+        return priors, values + self.offset
+
+
 def random_leaves(rng: np.random.Generator, count: int) -> np.ndarray:
     """`count` canonical positions reached by short random games from the start."""
     positions = np.repeat(engine.start_position()[None], count, axis=0)

@@ -1,8 +1,10 @@
 """The benchmark runner and the `gpu` suite: without CUDA the suite refuses with a clear message,
-and its parts run the same code on a CPU with a tiny net, few simulations and a short main job."""
+its parts run the same code on a CPU with a tiny net, few simulations and a short main job, and
+its evaluators are built as the main job builds its server's."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +12,16 @@ from pathlib import Path
 import pytest
 import torch
 
+from amazons import train
+from amazons.net import net_config, resolve_precision
+from amazons.netplay import resolve_device, server_evaluator_factory
+
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
 import run as runner  # noqa: E402
 import suite_gpu  # noqa: E402
+import suite_selfplay  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -54,6 +61,10 @@ def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
     assert selfplay["gpu.selfplay.sims_per_s"] > 0 and selfplay["gpu.selfplay.evals_ratio_to_standalone"] > 0
     assert selfplay["gpu.selfplay.mean_game_plies"] > 0
 
+    published = suite_gpu.weights(device, preset="small", precision="fp32", batch=16, repeats=2)
+    assert published["gpu.weights.publish_s"] > 0 and published["gpu.weights.load_s"] > 0
+    assert published["gpu.weights.bytes"] > 4 * 300_000  # the small net's floats
+
     learner = suite_gpu.learner(device, preset="cpu", window=3000, steps=3, batch_size=32)
     assert learner["gpu.learner.samples_per_s"] > 0 and learner["gpu.learner.batch"] == 32
 
@@ -64,3 +75,44 @@ def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
     assert run["gpu.preset.first_iteration_s"] < 40
     assert run["gpu.preset.positions_per_s"] > 0 and run["gpu.preset.samples_per_s"] > 0
     assert 0 <= run["gpu.preset.learner_wait_share"] <= 1
+
+
+class Captured(Exception):
+    """Raised by a stand-in InferenceServer once it has the factory it was given."""
+
+
+def test_the_main_job_and_the_benchmarks_build_the_same_server_evaluator(tmp_path, monkeypatch):
+    """Each builds its server's evaluator factory through `server_evaluator_factory`: for the gpu
+    preset all have the preset's batch as their largest bucket, one precision and one device (the
+    Ray node's: `test_distributed.py`)."""
+    config = dataclasses.replace(train.preset_config("gpu"), net=net_config("tiny"), device="cpu")
+    factories = {}
+
+    def capturing(name: str):
+        def server(factory, *args, **kwargs):
+            factories[name] = getattr(factory, "factory", factory)  # suite_selfplay records leaves around it
+            raise Captured
+        return server
+
+    monkeypatch.setattr(train, "InferenceServer", capturing("main job"))
+    with pytest.raises(Captured):
+        train.Run(config, tmp_path / "run", resume=False).run(progress=False)
+    monkeypatch.setattr(suite_selfplay, "InferenceServer", capturing("suite selfplay"))
+    with pytest.raises(Captured):
+        suite_gpu.selfplay(torch.device("cpu"), preset="tiny")  # the gpu preset's actors, lanes and batch
+    built = []
+
+    def spy(*args):
+        built.append(server_evaluator_factory(*args))
+        return built[-1]
+
+    monkeypatch.setattr(suite_gpu, "server_evaluator_factory", spy)
+    suite_gpu.inference(torch.device("cpu"), preset="tiny", precision="auto", batches=(256, 1024), window_s=0.01)
+    factories["suite gpu inference"] = built[0]
+
+    assert set(factories) == {"main job", "suite selfplay", "suite gpu inference"}
+    for name, factory in factories.items():
+        assert factory.max_batch == config.inference.inference_batch_size == 1024, name
+        assert resolve_device(factory.device) == "cpu", name
+        assert resolve_precision(factory.dtype, "cpu") == resolve_precision(config.inference_dtype, "cpu"), name
+        assert factory.cuda_graphs is None, name  # graphs exactly on CUDA, everywhere

@@ -407,3 +407,16 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     assert wait_until(lambda: shm_segments() <= shm_before, 30), shm_segments() - shm_before
     assert wait_until(lambda: not janitors(), 30)
     assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) <= folders_before
+
+
+def test_the_node_builds_its_server_evaluator_as_the_main_job_does(tmp_path):
+    """The node's factory is `server_evaluator_factory` (the main job's one builder, checked
+    against the benchmarks in test_benchmarks.py) on the node's device."""
+    from amazons.netplay import server_evaluator_factory
+
+    for node_gpus, device in ((0.0, "cpu"), (1.0, "cuda")):
+        config = dataclasses.replace(preset_config("gpu"), ray=RayConfig(node_gpus=node_gpus))
+        factory = node_module.node_evaluator_factory(config, tmp_path / "weights.pt")
+        assert factory == server_evaluator_factory(tmp_path / "weights.pt", device, config.inference_dtype,
+                                                   config.inference)
+        assert factory.max_batch == config.inference.inference_batch_size == 1024

@@ -12,6 +12,7 @@ from functools import partial
 import numpy as np
 import pytest
 from inference_actors import (
+    SlowFlatWeightsEchoEvaluator,
     VersionedEchoEvaluator,
     echo_actor,
     echo_outputs,
@@ -127,6 +128,36 @@ def test_published_weights_are_acknowledged_and_never_split_a_reply(tmp_path):
     assert [report[1] for report in reports] == [0, 0, 0]
     assert stats["split_requests"] > 0
     assert len(set().union(*(report[3] for report in reports))) > 1
+
+
+def test_shared_weights_reach_the_evaluator_and_are_never_overwritten_while_it_loads():
+    def fill(value: float):
+        return lambda weights: weights.__setitem__(slice(None), value)
+
+    with InferenceServer(SlowFlatWeightsEchoEvaluator, num_clients=1) as server:
+        client = InferenceClient(server.handle(0))
+        positions = random_leaves(np.random.default_rng(4), 5)
+        moves, offsets = engine.legal_moves(positions)
+        assert server.shared_weights_ready()  # nothing published yet
+        server.publish_shared_weights(4, fill(7.0), version=7)
+        assert not server.shared_weights_ready()  # the server takes 0.5 s to load it
+        with pytest.raises(InferenceError, match="version 7 is still being loaded"):
+            server.publish_shared_weights(4, fill(8.0), version=8)
+        deadline = time.monotonic() + 60
+        while not server.shared_weights_ready() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert server.loaded_version == 7
+        priors, values = client.evaluate(positions, moves, offsets)
+        assert client.weights_version == 7
+        np.testing.assert_array_equal(values, echo_outputs(positions, moves, offsets)[1] + np.float32(7.0))
+        with pytest.raises(ValueError, match="5 floats after 4"):
+            server.publish_shared_weights(5, fill(9.0), version=9)
+        segment = server._weights_memory.name
+        assert shm_exists(segment)
+        client.close()
+        stats = server.stop()
+    assert not shm_exists(segment)  # the owner unlinked the weights segment with the slots
+    assert stats["weights_loads"] == 1 and stats["weights_load_seconds"] >= 0.5
 
 
 def test_requests_larger_than_the_slot_are_split():

@@ -9,6 +9,9 @@ precision; on CUDA over fixed batch buckets with CUDA graphs). Stated tolerances
 * bf16 autocast on a CPU: priors within 0.02 and values within 0.05 (absolute); measured up to
   4e-3 and 1.2e-2 on the tiny and small nets.
 * batch buckets (padding to fixed sizes; CUDA graphs off on a CPU): within 1e-5 of unpadded.
+* new weights copied into the prepared model in place (`load_flat_weights`, `load_weights`):
+  within 1e-6 of a model freshly prepared from them (the same folding arithmetic), with the same
+  evaluator, model and parameter storage (on CUDA: no graph captured again).
 
 Weights are perturbed away from initialization (batch-norm statistics and affine maps, the
 attention gates, sharper heads) so that folding and the heads are exercised: at initialization
@@ -25,19 +28,28 @@ from torch import nn
 
 from amazons import engine
 from amazons.checkpoint import CheckpointError, save_model
+from amazons.inference import InferenceConfig
 from amazons.net import (
     PRESETS,
     NetInputError,
     NetworkEvaluator,
     PolicyValueNet,
     batch_buckets,
+    flatten_weights,
+    gather_legal_priors,
+    load_prepared_weights,
     net_config,
+    policy_log_tables,
     prepare_for_inference,
+    segment_ids,
+    unflatten_weights,
+    weights_elements,
 )
 from amazons.netplay import (
     NetworkEvaluatorFactory,
     ReloadableNetworkEvaluator,
     load_network_evaluator,
+    server_evaluator_factory,
 )
 
 torch.set_num_threads(1)
@@ -155,3 +167,90 @@ def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves):
     evaluator = factory()
     assert isinstance(evaluator, ReloadableNetworkEvaluator) and evaluator.precision == "fp32"
     assert_close(evaluator.evaluate(*leaves), reference(model, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
+
+
+def flat_weights(model: PolicyValueNet) -> np.ndarray:
+    """`model`'s weights as the learner publishes them (`flatten_weights`)."""
+    flat = np.empty(weights_elements(model), np.float32)
+    flatten_weights(model, torch.from_numpy(flat))
+    return flat
+
+
+def storage(evaluator: NetworkEvaluator) -> list[int]:
+    return [tensor.data_ptr() for tensor in evaluator.model.state_dict().values()]
+
+
+def test_new_weights_go_into_the_same_prepared_model_in_place(tmp_path, leaves):
+    first, second = trained_looking("small", "joint", seed=7), trained_looking("small", "joint", seed=8)
+    evaluator = ReloadableNetworkEvaluator(first, "cpu", "fp32")
+    prepared, pointers = evaluator.model, storage(evaluator)
+    before = evaluator.evaluate(*leaves)
+    evaluator.load_flat_weights(flat_weights(second))
+    fresh = ReloadableNetworkEvaluator(trained_looking("small", "joint", seed=8), "cpu", "fp32")
+    assert_close(evaluator.evaluate(*leaves), fresh.evaluate(*leaves), 1e-6, 1e-6)
+    assert np.abs(evaluator.evaluate(*leaves)[1] - before[1]).max() > 0.01  # the old weights are gone
+    assert evaluator.model is prepared and storage(evaluator) == pointers  # same tensors, new values
+    assert evaluator.model.stem.conv.weight.is_contiguous(memory_format=torch.channels_last)
+    # The evaluator's CPU model is `first` itself, now holding the second weights: rebuild the first.
+    evaluator.load_weights(save_model(tmp_path / "first.pt", trained_looking("small", "joint", seed=7)))
+    assert_close(evaluator.evaluate(*leaves), before, 1e-6, 1e-6)
+    assert evaluator.model is prepared and storage(evaluator) == pointers and evaluator.graph_captures == 0
+
+
+def test_flat_weights_and_prepared_weights_refuse_another_network():
+    small, tiny = PolicyValueNet(net_config("small")), PolicyValueNet(net_config("tiny"))
+    with pytest.raises(NetInputError, match=f"\\({weights_elements(small)},\\) floats"):
+        unflatten_weights(small, torch.from_numpy(flat_weights(tiny)))
+    with pytest.raises(NetInputError, match="out must be"):
+        flatten_weights(small, torch.zeros(3))
+    with pytest.raises(NetInputError, match="do not fit the prepared model"):
+        load_prepared_weights(prepare_for_inference(small), tiny)
+    evaluator = ReloadableNetworkEvaluator(small, "cpu", "fp32")
+    with pytest.raises(NetInputError, match="floats"):
+        evaluator.load_flat_weights(flat_weights(tiny))
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
+def test_new_weights_replay_through_the_captured_cuda_graphs(leaves):
+    first, second = trained_looking("small", "joint", seed=9), trained_looking("small", "joint", seed=10)
+    evaluator = ReloadableNetworkEvaluator(first, "cuda", "fp32", max_batch=32)
+    assert evaluator.cuda_graphs
+    evaluator.evaluate(*leaves)
+    captures = evaluator.graph_captures
+    assert captures >= 1
+    evaluator.load_flat_weights(flat_weights(second))
+    got = evaluator.evaluate(*leaves)
+    assert evaluator.graph_captures == captures  # the graphs were replayed, not captured again
+    fresh = ReloadableNetworkEvaluator(second, "cuda", "fp32", max_batch=32)
+    assert_close(got, fresh.evaluate(*leaves), 1e-5, 1e-5)
+
+
+def test_evaluate_stages_its_transfers_without_changing_outputs(leaves):
+    """Moves and offsets in one reused staging buffer, segment ids built on the device, priors and
+    values back in one buffer: the outputs equal the plain computation (host-built segment ids,
+    separate tensors) exactly, and the staging buffers are reused, grown only when too short."""
+    model = trained_looking("tiny", "joint", seed=11)
+    evaluator = ReloadableNetworkEvaluator(model, "cpu", "fp32")
+    prepared = evaluator.model
+    for rows in (24, 3, 11):
+        positions = np.ascontiguousarray(leaves[0][:rows])
+        moves, offsets = engine.legal_moves(positions)
+        with torch.inference_mode():
+            output = prepared(torch.from_numpy(engine.features(positions, 7)).contiguous(
+                memory_format=torch.channels_last), with_ownership=False)
+            log_move, log_arrow = policy_log_tables(output.policy)
+            want = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves),
+                                       torch.from_numpy(segment_ids(offsets)))
+        priors, values = evaluator.evaluate(positions, moves, offsets)
+        np.testing.assert_array_equal(priors, want.numpy())
+        np.testing.assert_array_equal(values, output.value.float().numpy())
+        if rows == 24:
+            staging = evaluator._move_staging
+            assert staging.shape[0] >= 3 * moves.shape[0] + rows + 1
+    assert evaluator._move_staging is staging  # smaller batches reuse the buffer
+
+
+def test_the_server_factory_takes_its_largest_bucket_from_the_inference_config(tmp_path):
+    factory = server_evaluator_factory(tmp_path / "m.pt", "cuda", "bf16", InferenceConfig(inference_batch_size=1024))
+    assert factory == NetworkEvaluatorFactory(str(tmp_path / "m.pt"), "cuda", "bf16", max_batch=1024)
+    assert batch_buckets(factory.max_batch)[-1] == 1024  # a full batch is one forward pass, never chunks

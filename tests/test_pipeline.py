@@ -1,15 +1,23 @@
 """The async pipeline's parts (`amazons.pipeline`): the step budget that holds the ratio of
-training to self-play, weights publishing, and evaluation in a thread. The loop that drives them
+training to self-play, weights publishing (through shared memory to a real inference server
+running the production evaluator), and evaluation in a thread. The loop that drives them
 runs end to end in `test_train.py`."""
 
 from __future__ import annotations
 
 import threading
-from pathlib import Path
+import time
 
 import numpy as np
 import pytest
+import torch
+from inference_actors import random_leaves
 
+from amazons import engine
+from amazons.checkpoint import save_model
+from amazons.inference import InferenceClient, InferenceConfig, InferenceServer
+from amazons.net import PolicyValueNet, net_config
+from amazons.netplay import ReloadableNetworkEvaluator, server_evaluator_factory
 from amazons.pipeline import (
     BackgroundEvaluation,
     EvaluationError,
@@ -93,51 +101,80 @@ def test_training_steps_of_the_sync_mode_use_the_same_rule():
 
 
 @pytest.mark.parametrize(("changes", "field"), [({"mode": "both"}, "mode"), ({"publish_every_steps": 0}, "publish"),
+                                                ({"publish_interval_s": -1.0}, "publish_interval_s"),
                                                 ({"slack_steps": 0}, "slack")])
 def test_pipeline_settings_are_checked(changes, field):
     with pytest.raises(ValueError, match=field):
         PipelineConfig(**changes)
 
 
-class FakeServer:
-    """The two things a publisher asks of the inference server."""
+@pytest.fixture(scope="module")
+def served_tiny_net(tmp_path_factory):
+    """An inference server running the production evaluator (`server_evaluator_factory`) of a
+    tiny net on the CPU, a client of it in this process, and 16 leaves with their moves."""
+    torch.manual_seed(0)
+    path = save_model(tmp_path_factory.mktemp("served") / "model.pt", PolicyValueNet(net_config("tiny")))
+    inference = InferenceConfig(inference_batch_size=16)
+    with InferenceServer(server_evaluator_factory(path, "cpu", "fp32", inference), 1, inference) as server:
+        client = InferenceClient(server.handle(0))
+        positions = random_leaves(np.random.default_rng(5), 16)
+        yield server, client, (positions, *engine.legal_moves(positions))
+        client.close()
 
-    def __init__(self) -> None:
-        self.published: list[tuple[str, int]] = []
-        self.loaded_version: int | None = None
 
-    def publish_weights(self, path: str, version: int) -> None:
-        assert Path(path).exists()
-        self.published.append((path, version))
+def wait_loaded(server: InferenceServer, version: int) -> None:
+    deadline = time.monotonic() + 60
+    while server.loaded_version != version and time.monotonic() < deadline:
+        server.check()
+        time.sleep(0.01)
+    assert server.loaded_version == version
 
 
-def test_weights_files_live_until_the_server_has_loaded_a_later_version(tmp_path):
-    import torch
+def test_a_publish_reaches_the_server_without_a_file_and_equals_a_freshly_prepared_model(served_tiny_net):
+    server, client, leaves = served_tiny_net
+    publisher = WeightsPublisher(server, every_steps=10, interval_s=0.0)
+    for version, seed in ((0, 1), (10, 2)):  # the run's first publish, then a learner step's
+        torch.manual_seed(seed)
+        learner_model = PolicyValueNet(net_config("tiny"))
+        with torch.no_grad():  # batch norms away from the identity, so the fold matters
+            for module in learner_model.modules():
+                if isinstance(module, torch.nn.BatchNorm2d):
+                    module.running_mean.normal_(0, 0.2)
+                    module.running_var.uniform_(0.5, 1.5)
+                    module.weight.uniform_(0.5, 1.5)
+        publisher.publish(version, learner_model)
+        wait_loaded(server, version)
+        priors, values = client.evaluate(*leaves)
+        assert client.weights_version == version
+        fresh = ReloadableNetworkEvaluator(learner_model, "cpu", "fp32")  # prepared from scratch
+        want_priors, want_values = fresh.evaluate(*leaves)
+        np.testing.assert_allclose(priors, want_priors, rtol=0, atol=1e-6)
+        np.testing.assert_allclose(values, want_values, rtol=0, atol=1e-6)
+    assert publisher.versions == [0, 10]
+    with pytest.raises(ValueError, match="after version 10"):
+        publisher.publish(10, learner_model)
 
-    from amazons.net import PolicyValueNet, net_config
 
-    folder = tmp_path / "weights"
-    folder.mkdir()
-    (folder / "weights-0000000003.pt").write_bytes(b"left by an earlier session")
-    server = FakeServer()
-    publisher = WeightsPublisher(folder, server)
-    assert list(folder.iterdir()) == []
+def test_publishing_falls_due_by_steps_or_by_wall_clock(served_tiny_net):
+    server, _, _ = served_tiny_net
     torch.manual_seed(0)
     model = PolicyValueNet(net_config("tiny"))
-    initial = tmp_path / "model-0000.pt"
-    initial.write_bytes(b"a model file of the run: never deleted")
-    publisher.publish(0, path=initial)
-    for version in (10, 20, 30):
-        publisher.publish(version, model=model)
-    assert [version for _, version in server.published] == [0, 10, 20, 30]
-    assert len(list(folder.iterdir())) == 3
-    server.loaded_version = 20
-    publisher.prune()
-    assert sorted(path.name for path in folder.iterdir()) == ["weights-0000000020.pt", "weights-0000000030.pt"]
-    assert initial.exists()
-    with pytest.raises(ValueError, match="after version 30"):
-        publisher.publish(30, model=model)
-    np.testing.assert_array_equal(publisher.lag_versions(np.array([0, 5, 10, 30])), [3, 3, 2, 0])
+    by_steps = WeightsPublisher(server, every_steps=10, interval_s=0.0)
+    assert by_steps.due(0)  # nothing published yet
+    last = max(server.loaded_version or 0, 0) + 100
+    by_steps.publish(last, model)
+    assert not by_steps.due(last + 9) and by_steps.due(last + 10)
+    wait_loaded(server, last)
+    by_clock = WeightsPublisher(server, every_steps=1000, interval_s=0.2)
+    by_clock.publish(last + 1, model)
+    assert not by_clock.due(last + 2)
+    time.sleep(0.25)
+    assert by_clock.due(last + 2) and not by_clock.due(last + 1)  # the interval passed; a step is needed too
+    wait_loaded(server, last + 1)
+    assert by_clock.maybe_publish(last + 2, model) and by_clock.versions[-1] == last + 2
+    assert not by_clock.maybe_publish(last + 3, model)  # the interval restarted with that publish
+    wait_loaded(server, last + 2)
+    np.testing.assert_array_equal(by_clock.lag_versions(np.array([0, last + 1, last + 2])), [2, 1, 0])
 
 
 def test_an_evaluation_runs_beside_and_its_failure_is_raised():

@@ -25,7 +25,7 @@ from amazons.mcts import (
 )
 from amazons.replay import GameSamples, save_chunk
 from amazons.selfplay import SelfPlayConfig, play_games
-from amazons.train import apply_overrides, preset_config
+from amazons.train_config import apply_overrides, preset_config
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_mcts import HashEvaluator, random_position  # noqa: E402

@@ -35,7 +35,7 @@ import ray
 import torch
 
 from amazons.inference import InferenceServer
-from amazons.netplay import NetworkEvaluatorFactory
+from amazons.netplay import NetworkEvaluatorFactory, server_evaluator_factory
 from amazons.records import GameRecord
 from amazons.replay import GameSamples
 from amazons.selfplay import SelfPlayWorkers
@@ -89,6 +89,12 @@ def node_device(config: TrainConfig) -> str:
     if config.device != "auto":
         return config.device
     return "cuda" if config.ray.node_gpus > 0 else "cpu"
+
+
+def node_evaluator_factory(config: TrainConfig, model_path: str | Path) -> NetworkEvaluatorFactory:
+    """The node's inference server evaluator: `amazons.netplay.server_evaluator_factory` (the
+    main job's) on the node's device (`node_device`)."""
+    return server_evaluator_factory(model_path, node_device(config), config.inference_dtype, config.inference)
 
 
 @ray.remote
@@ -159,8 +165,8 @@ class SelfPlayNode:
         path = self.directory / f"weights-{version:08d}.pt"
         path.write_bytes(ray.get(reference))
         if self.server is None:
-            factory = NetworkEvaluatorFactory(str(path), node_device(self.config), self.config.inference_dtype)
-            self.server = InferenceServer(factory, self.config.selfplay.num_actors, self.config.inference)
+            self.server = InferenceServer(node_evaluator_factory(self.config, path), self.config.selfplay.num_actors,
+                                          self.config.inference)
             self.server.start()
             self.janitor.stdin.write("".join(f"{name}\n" for name in self.server.slot_names))
             self.janitor.stdin.flush()
