@@ -212,12 +212,29 @@ def process_cpu_seconds(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible wait", "T": "stopped", "Z": "exited"}
+
+
 def _process_state(pid: int) -> str:
+    """The state of process `pid` in words (`/proc/PID/stat`), e.g. "sleeping"."""
     try:
         with open(f"/proc/{pid}/stat", "rb") as handle:
-            return handle.read().rsplit(b")", 1)[1].split()[0].decode()
+            state = handle.read().rsplit(b")", 1)[1].split()[0].decode()
     except OSError:
-        return "?"
+        return "unknown"
+    return _STATES.get(state, state)
+
+
+def _peak_rss_mb(pid: int) -> float:
+    """Peak resident memory of process `pid` in MiB (`VmHWM`), 0.0 when unknown."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as handle:
+            for line in handle:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
 
 
 def _death_signal_setter() -> Any:
@@ -265,6 +282,7 @@ class _Output:
     kept: bool  # it printed the keep-running line (else it exited with status 0)
     cpu_seconds: float  # charged to the turn
     wall_seconds: float
+    peak_rss_mb: float  # the process's peak resident memory so far
 
 
 class _Program:
@@ -284,6 +302,7 @@ class _Program:
         self._stdout = bytearray()
         self._stderr = bytearray()
         self._exit_cpu: float | None = None  # from wait4, once reaped
+        self._exit_rss_mb = 0.0
         self._stopped = False
 
     def close(self) -> None:
@@ -297,8 +316,7 @@ class _Program:
         pid, status, usage = os.wait4(self.process.pid, os.WNOHANG)
         if pid == 0:
             return False
-        self.process.returncode = os.waitstatus_to_exitcode(status)
-        self._exit_cpu = usage.ru_utime + usage.ru_stime
+        self._exited(status, usage)
         return True
 
     def cpu_seconds(self) -> float:
@@ -306,6 +324,12 @@ class _Program:
         if self._exit_cpu is not None:
             return self._exit_cpu
         return process_cpu_seconds(self.process.pid)
+
+    def peak_rss_mb(self) -> float:
+        """The process's peak resident memory so far, MiB."""
+        if self._exit_cpu is not None:
+            return self._exit_rss_mb
+        return _peak_rss_mb(self.process.pid)
 
     def stderr_tail(self) -> str:
         """The last lines of stderr, quoted on one line, or '' when it wrote none."""
@@ -345,8 +369,12 @@ class _Program:
     def _reap_blocking(self) -> None:
         if self.process.returncode is None:
             _, status, usage = os.wait4(self.process.pid, 0)
-            self.process.returncode = os.waitstatus_to_exitcode(status)
-            self._exit_cpu = usage.ru_utime + usage.ru_stime
+            self._exited(status, usage)
+
+    def _exited(self, status: int, usage: Any) -> None:
+        self.process.returncode = os.waitstatus_to_exitcode(status)
+        self._exit_cpu = usage.ru_utime + usage.ru_stime
+        self._exit_rss_mb = usage.ru_maxrss / 1024  # KiB on Linux
 
     def exchange(self, text: str, cpu_limit: float, wall_limit: float, turn: int) -> _Output:
         """Write `text` (resuming a paused process first), then read the turn's output.
@@ -393,7 +421,7 @@ class _Program:
                                                     f"limit of {cpu_limit:g} s")
                     self._stop_group(signal.SIGSTOP)
                     self._stopped = True
-                    return _Output(lines, True, used, time.monotonic() - started)
+                    return _Output(lines, True, used, time.monotonic() - started, self.peak_rss_mb())
                 lines.append(text_line)
             if len(self._stdout) + sum(len(line) for line in lines) > MAX_OUTPUT_BYTES:
                 raise self.fault("malformed", f"turn {turn}: more than {MAX_OUTPUT_BYTES} bytes of output")
@@ -406,7 +434,7 @@ class _Program:
                 if used > cpu_limit:
                     raise self.fault("timeout", f"turn {turn}: used {used:.2f} s of CPU time, over its "
                                                 f"limit of {cpu_limit:g} s")
-                return _Output(lines, False, used, time.monotonic() - started)
+                return _Output(lines, False, used, time.monotonic() - started, self.peak_rss_mb())
             if used > cpu_limit:
                 raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} within its limit of "
                                             f"{cpu_limit:g} s of CPU time (used {used:.2f} s)")
@@ -415,7 +443,7 @@ class _Program:
                 state = _process_state(self.process.pid)
                 raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} after {wall:.1f} s of "
                                             f"wall time (the guard; {used:.2f} s of CPU time used, limit "
-                                            f"{cpu_limit:g} s; process state {state})")
+                                            f"{cpu_limit:g} s; the process was {state})")
 
     @staticmethod
     def _waiting_for(lines: list[str]) -> str:
@@ -436,6 +464,7 @@ class BotzoneTurn:
     cpu_seconds: float  # charged on its CPU clock
     cpu_limit: float
     wall_seconds: float  # from writing the input to the end of the turn
+    peak_rss_mb: float  # the process's peak resident memory so far, MiB (not limited here)
     kept_running: bool  # it asked to keep running
     debug: str  # the JSON reply's "debug", or the second line of a simple reply
 
@@ -459,24 +488,23 @@ class BotzonePlayer(BasePlayer):
         settings: the command, interaction and limits (`parse_botzone_spec`).
         name: the player's name (default `botzone:` and the command).
 
-    `last_turn` (`BotzoneTurn`) describes the last answered turn. `close()` (or `reset()`) ends
-    a kept process; the player is also a context manager.
+    `turns` (`BotzoneTurn`, one per answered turn of the game) says what each turn cost: the
+    slowest turn's CPU time is `max(turn.cpu_seconds for turn in player.turns)`. `close()` (or
+    `reset()`, before a game) ends a kept process; the player is also a context manager.
     """
 
     def __init__(self, settings: BotzoneSettings, name: str | None = None) -> None:
         self.settings = settings
         self.name = name or f"botzone:{shlex.join(settings.command)}"
-        self.last_turn: BotzoneTurn | None = None
+        self.turns: list[BotzoneTurn] = []
         self._program: _Program | None = None
         self._known: list[Move] = []  # the game as the kept process has it, its own reply last
-        self._turns = 0
         self._data = ""  # what the program saved for its next turn
 
     def reset(self) -> None:
         """End a kept process and forget the game."""
         self.close()
-        self.last_turn = None
-        self._turns = 0
+        self.turns = []
         self._data = ""
 
     def close(self) -> None:
@@ -503,7 +531,7 @@ class BotzonePlayer(BasePlayer):
         if board.is_game_over():
             raise PlayerError("the game is over: the side to move has no legal move")
         history = board.move_stack
-        turn = self._turns + 1
+        turn = len(self.turns) + 1
         limit = self.settings.first_turn_seconds if turn == 1 else self.settings.turn_seconds
         update = self._program is not None and len(history) == len(self._known) + 1 \
             and history[:-1] == self._known
@@ -520,8 +548,8 @@ class BotzonePlayer(BasePlayer):
         except PlayerFault:
             self.close()
             raise
-        self._turns = turn
-        self.last_turn = BotzoneTurn(turn, output.cpu_seconds, limit, output.wall_seconds, output.kept, debug)
+        self.turns.append(BotzoneTurn(turn, output.cpu_seconds, limit, output.wall_seconds, output.peak_rss_mb,
+                                      output.kept, debug))
         if output.kept:
             self._known = [*history, move]
         else:

@@ -157,7 +157,7 @@ def test_the_arena_command_records_forfeits_in_its_json_and_game_records(tmp_pat
 # Faults
 
 
-@pytest.mark.parametrize(("interaction", "fault", "reason", "words"), [
+FAULTS = [
     ("simple", "crash", "crash", ("exited with status 3 without a reply; stderr ends: ",
                                   "'test bot: turn 2, 3 plies' | 'test bot: boom, crashing on purpose'")),
     ("simple", "silent", "crash", "exited with status 0 without a reply"),
@@ -170,13 +170,15 @@ def test_the_arena_command_records_forfeits_in_its_json_and_game_records(tmp_pat
     ("json", "illegal", "illegal", "illegal move a8-a8/a8 for white"),
     ("simple", "burn", "timeout", "no reply within its limit of 0.3 s of CPU time"),
     ("simple", "linger", "timeout", "replied but neither exited nor printed"),
-])
-@pytest.mark.parametrize("keep", ["0", "1"])
+]
+ONLY_RESTARTED = ("exit-after", "linger")  # with keep=1 the same: they end before the keep-running line
+
+
+@pytest.mark.parametrize(("keep", "interaction", "fault", "reason", "words"), [
+    (keep, *case) for keep in ("0", "1") for case in FAULTS if keep == "0" or case[1] not in ONLY_RESTARTED])
 def test_every_fault_ends_the_game_as_a_loss_with_its_reason(tmp_path, interaction, fault, reason, words, keep):
-    if keep == "1" and fault in ("exit-after", "linger"):
-        pytest.skip("a kept process's turn ends at its reply")
     log = tmp_path / "fault.jsonl"
-    spec = bot_spec(f"{interaction},time=0.3,first-time=1,wall=2", f"keep={keep}", f"fault={fault}", "at=2",
+    spec = bot_spec(f"{interaction},time=0.3,first-time=1,wall=6", f"keep={keep}", f"fault={fault}", "at=2",
                     f"log={log}")
     result = run_arena("random", spec, games=1, processes=1, seed=1, opening_plies=0)
     record = result.records[0]
@@ -205,14 +207,12 @@ def test_time_is_charged_on_the_cpu_clock_not_the_wall_clock(tmp_path):
     spec = bot_spec("time=0.3,first-time=0.3,wall=6", "fault=sleep:0.5")
     with make_player(spec) as sleeper:
         sleeper.choose_move(Board())
-        turn = sleeper.last_turn
+        turn = sleeper.turns[-1]
     assert turn.wall_seconds >= 0.5 and turn.cpu_seconds < 0.3, turn
-    started = time.monotonic()
-    with make_player(bot_spec("time=0.3,first-time=0.3,wall=6", "fault=burn")) as burner:
+    with make_player(bot_spec("time=0.3,first-time=0.3,wall=20", "fault=burn")) as burner:
         with pytest.raises(PlayerFault) as caught:
             burner.choose_move(Board())
-    assert caught.value.reason == "timeout" and "CPU time" in caught.value.message
-    assert time.monotonic() - started < 0.3 * 6, "the CPU limit, not the wall guard, stopped it"
+    assert caught.value.reason == "timeout" and "no reply within its limit of 0.3 s of CPU time" in caught.value.message
 
 
 def test_a_kept_program_is_paused_between_turns_and_charged_what_it_uses_after_its_reply(tmp_path):
@@ -239,7 +239,8 @@ def test_a_kept_program_is_replaced_when_the_game_is_not_its_own(tmp_path):
         board.push(board.legal_moves()[0])  # a move the program never saw: it plays on from the whole history
         board.push(board.legal_moves()[0])
         move = player.choose_move(board)
-        assert board.is_legal(move) and player.last_turn.kept_running
+        assert board.is_legal(move) and [turn.kept_running for turn in player.turns] == [True, True]
+        assert all(5 < turn.peak_rss_mb < 100 for turn in player.turns), player.turns
     inputs = read_log(log)
     assert len({row["pid"] for row in inputs}) == 2
     assert [row["input"] for row in inputs if row["pid"] == inputs[-1]["pid"]][0] == "3\n"
