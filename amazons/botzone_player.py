@@ -130,11 +130,11 @@ class BotzoneSettings:
             raise PlayerError(f"botzone: wall={self.wall_factor:g} would stop turns before their CPU limit")
 
 
-def _seconds_option(name: str, text: str) -> float:
+def _number_option(name: str, text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise PlayerError(f"botzone option {name}={text!r}: expected a number of seconds") from None
+        value = float("nan")
     if not (value > 0 and value < float("inf")):
         raise PlayerError(f"botzone option {name}={text!r}: expected a positive number")
     return value
@@ -177,9 +177,9 @@ def parse_botzone_spec(argument: str | None) -> BotzoneSettings:
         elif name in LANGUAGE_LIMITS and not value:
             language = name
         elif name in ("time", "first-time"):
-            times[name] = _seconds_option(name, value)
+            times[name] = _number_option(name, value)
         elif name == "wall":
-            wall = _seconds_option(name, value)
+            wall = _number_option(name, value)
         else:
             raise PlayerError(f"unknown botzone option {option!r}; known: simple, json, cpp, python, "
                               "time=S, first-time=S, wall=X")

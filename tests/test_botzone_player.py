@@ -289,6 +289,29 @@ def test_a_program_dies_with_the_process_that_started_it(tmp_path):
     assert leftovers(str(log)) == [], pid
 
 
+def test_ctrl_c_in_the_arena_command_leaves_no_program_behind(tmp_path):
+    log = tmp_path / "interrupted.jsonl"
+    spec = bot_spec("time=100", "keep=1", "fault=sleep:60", f"log={log}")
+    command = [sys.executable, "-m", "amazons.arena", spec, "random", "--games", "2", "--processes", "2"]
+    arena = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             start_new_session=True)
+    try:
+        deadline = time.monotonic() + 60
+        while len(leftovers(str(log))) < 2 and time.monotonic() < deadline:  # both games' programs run
+            time.sleep(0.05)
+        assert len(leftovers(str(log))) == 2
+        os.killpg(arena.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground group
+        arena.communicate(timeout=30)
+    finally:
+        if arena.poll() is None:
+            os.killpg(arena.pid, signal.SIGKILL)
+            arena.wait()
+    deadline = time.monotonic() + 5
+    while leftovers(str(log)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftovers(str(log)) == []
+
+
 # ------------------------------------------------------------------------------------------------
 # The project's own bot
 
