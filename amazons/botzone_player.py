@@ -94,7 +94,10 @@ MEMORY_LIMIT_MB = 256  # Botzone's, told to JSON programs as `memory_limit` (not
 MAX_OUTPUT_BYTES = 1 << 20  # more stdout than this in one turn is malformed
 STDERR_TAIL_BYTES = 8192  # the end of the program's stderr kept for fault messages
 STDERR_QUOTED_LINES = 5
-POLL_SECONDS = 0.01  # how often a running turn's CPU clock is read
+# A running turn's CPU clock is read after half the time its limits leave (its CPU cannot outrun
+# the wall clock by more than its threads), and at least every POLL_SECONDS near them; its
+# output wakes the reader at once.
+POLL_SECONDS = 0.01
 _OPTION_PREFIX = re.compile(r"[a-z][a-z0-9-]*(=[^,\s:/]*)?(,[a-z][a-z0-9-]*(=[^,\s:/]*)?)*")
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
@@ -397,13 +400,14 @@ class _Program:
             pass  # it has exited: reading finds out how
         lines: list[str] = []
         open_streams = {self.process.stdout: self._stdout, self.process.stderr: self._stderr}
+        wait = POLL_SECONDS
         while True:
             if open_streams:
-                for stream in select.select(list(open_streams), [], [], POLL_SECONDS)[0]:
+                for stream in select.select(list(open_streams), [], [], wait)[0]:
                     if not self._drain(stream, open_streams[stream]):
                         del open_streams[stream]
             else:
-                time.sleep(POLL_SECONDS)
+                time.sleep(wait)
             exited = self._reap()
             if exited:
                 self._drain(self.process.stdout, self._stdout)
@@ -444,6 +448,7 @@ class _Program:
                 raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} after {wall:.1f} s of "
                                             f"wall time (the guard; {used:.2f} s of CPU time used, limit "
                                             f"{cpu_limit:g} s; the process was {state})")
+            wait = max(POLL_SECONDS, min(cpu_limit - used, wall_limit - wall) / 2)
 
     @staticmethod
     def _waiting_for(lines: list[str]) -> str:
