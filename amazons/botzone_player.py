@@ -406,8 +406,8 @@ class _Program:
                 for stream in select.select(list(open_streams), [], [], wait)[0]:
                     if not self._drain(stream, open_streams[stream]):
                         del open_streams[stream]
-            else:
-                time.sleep(wait)
+            else:  # both pipes are at their end: the process is exiting, or holds no output to wait on
+                time.sleep(POLL_SECONDS)
             exited = self._reap()
             if exited:
                 self._drain(self.process.stdout, self._stdout)
