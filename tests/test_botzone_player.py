@@ -292,18 +292,20 @@ def test_a_program_dies_with_the_process_that_started_it(tmp_path):
 def test_ctrl_c_in_the_arena_command_leaves_no_program_behind(tmp_path):
     log = tmp_path / "interrupted.jsonl"
     spec = bot_spec("time=100", "keep=1", "fault=sleep:60", f"log={log}")
-    command = [sys.executable, "-m", "amazons.arena", spec, "random", "--games", "2", "--processes", "2"]
+    command = [sys.executable, "-m", "amazons.arena", spec, "random", "--games", "2", "--processes", "2",
+               "--opening-plies", "0"]  # both programs' first turns sleep
     arena = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                              start_new_session=True)
 
-    def programs() -> list[str]:  # the arena's own command line holds the log's path too
-        return [line for line in leftovers(str(log)) if "-m amazons.arena" not in line]
+    def programs() -> list[str]:  # the test bots (the arena's own command line holds the log's path too)
+        bot = f"{sys.executable} {TEST_BOT}"
+        return [line for line in leftovers(str(log)) if line.split(": ", 1)[1].startswith(bot)]
 
     try:
         deadline = time.monotonic() + 60
         while len(programs()) < 2 and time.monotonic() < deadline:  # both games' programs run
             time.sleep(0.05)
-        assert len(programs()) == 2
+        assert len(programs()) == 2, (programs(), arena.poll() is None or arena.communicate())
         os.killpg(arena.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground group
         arena.communicate(timeout=30)
     finally:
