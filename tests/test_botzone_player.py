@@ -134,6 +134,15 @@ def test_whole_games_against_random_in_both_interactions_and_process_modes(tmp_p
     assert leftovers(str(log)) == []
 
 
+def test_two_programs_play_each_other_and_each_side_s_faults_are_its_own(tmp_path):
+    kept = bot_spec("time=2", "keep=1", "seed=1")
+    restarted = bot_spec("json,time=2", "seed=2", "fault=illegal", "at=3")
+    result = run_arena(kept, restarted, games=2, processes=1, seed=4, opening_plies=0)
+    assert (result.wins_a, result.faults_a, result.faults_b) == (2, {}, {"illegal": 2})
+    assert [len(record.moves) for record in result.records] == [5, 4]  # the third turn of White, then Black
+    assert leftovers(str(TEST_BOT)) == []
+
+
 def test_the_arena_command_records_forfeits_in_its_json_and_game_records(tmp_path):
     log = tmp_path / "cli.jsonl"
     spec = bot_spec("time=2", "keep=1", "fault=garbage", "at=2", f"log={log}")
