@@ -359,11 +359,11 @@ class _Program:
 
     def fault(self, reason: str, message: str) -> PlayerFault:
         """Kill the process and make the fault, quoting the end of stderr."""
-        self._stop_group(signal.SIGKILL)
+        self._signal_group(signal.SIGKILL)
         self._reap_blocking()
         return PlayerFault(reason, message + self.stderr_tail())
 
-    def _stop_group(self, signal_number: int) -> None:
+    def _signal_group(self, signal_number: int) -> None:
         try:
             os.killpg(self.process.pid, signal_number)
         except (ProcessLookupError, PermissionError):
@@ -392,7 +392,7 @@ class _Program:
         """
         started = time.monotonic()
         if self._stopped:
-            self._stop_group(signal.SIGCONT)
+            self._signal_group(signal.SIGCONT)
             self._stopped = False
         try:
             self.process.stdin.write(text.encode())
@@ -423,7 +423,7 @@ class _Program:
                     if used > cpu_limit:
                         raise self.fault("timeout", f"turn {turn}: used {used:.2f} s of CPU time, over its "
                                                     f"limit of {cpu_limit:g} s")
-                    self._stop_group(signal.SIGSTOP)
+                    self._signal_group(signal.SIGSTOP)
                     self._stopped = True
                     return _Output(lines, True, used, time.monotonic() - started, self.peak_rss_mb())
                 lines.append(text_line)
