@@ -1,8 +1,14 @@
 """Matches between two players: `python -m amazons.arena A B --games N`.
 
 Players are named by specs (`random`, `greedy`, `mcts-uniform`, `mcts-rollout`, `mcts-net:MODEL`,
-`policy-net:MODEL`, `openspiel-mcts`, `human`, and whatever `register_player` adds), built by
-`amazons.player_factory.make_player`.
+`policy-net:MODEL`, `openspiel-mcts`, `botzone:[OPTIONS:]COMMAND`, `human`, and whatever
+`register_player` adds), built by `amazons.player_factory.make_player`.
+
+A player that faults (`amazons.players.PlayerFault`: a Botzone program's timeout, crash, malformed
+reply or illegal move) loses the game: its record keeps the moves so far, the result, and the
+headers `Termination` (the reason) and `Fault` (the side, the player and the message), and the
+result counts each player's faults by reason. Every player is closed after its game
+(`BasePlayer.close`: a program's process ends), also when the game fails or is interrupted.
 
 A match plays games in pairs: both games of a pair start from the same seeded short random
 opening, with colours swapped, so deterministic players do not replay one game and neither side
@@ -42,7 +48,7 @@ from typing import Any
 
 import numpy as np
 
-from amazons.board import BLACK, Board, Move
+from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
     ClientHandle,
     InferenceClient,
@@ -64,13 +70,14 @@ from amazons.player_factory import (
     served_evaluator_factory,
     split_spec,
 )
-from amazons.players import Player
+from amazons.players import FAULT_REASONS, Player, PlayerFault
 from amazons.records import GameRecord, write_records
 
 __all__ = [
     "ArenaError",
     "ArenaResult",
     "ArenaWorkers",
+    "GameForfeit",
     "elo_from_score",
     "elo_interval",
     "network_servers",
@@ -105,6 +112,22 @@ def random_opening(plies: int, seed: int) -> list[Move]:
     return opening
 
 
+class GameForfeit(Exception):
+    """A player faulted (`amazons.players.PlayerFault`) and lost the game `play_game` was playing.
+
+    Attributes:
+        loser: BLACK or WHITE, the side that faulted.
+        moves: the moves played before the fault, opening included.
+        fault: the player's fault (its `reason` and `message`).
+    """
+
+    def __init__(self, loser: int, moves: list[Move], fault: PlayerFault) -> None:
+        super().__init__(f"{COLOR_NAMES[loser]} forfeits after {len(moves)} plies: {fault}")
+        self.loser = loser
+        self.moves = moves
+        self.fault = fault
+
+
 def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tuple[int, list[Move]]:
     """Play one game from the start after `opening`; returns (winner, all moves).
 
@@ -113,6 +136,7 @@ def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tup
 
     Raises:
         IllegalMoveError: if a player returns an illegal move (names the move).
+        GameForfeit: a player faulted (`PlayerFault`): it loses; carries the moves so far.
     """
     players = (black, white)
     for player in players:
@@ -122,7 +146,13 @@ def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tup
     for index in range(len(opening) + 64):
         if board.is_game_over():
             return board.winner(), played
-        move = opening[index] if index < len(opening) else players[board.turn].choose_move(board.copy())
+        if index < len(opening):
+            move = opening[index]
+        else:
+            try:
+                move = players[board.turn].choose_move(board.copy())
+            except PlayerFault as fault:
+                raise GameForfeit(board.turn, played, fault) from fault
         for player in players:
             player.observe(board, move)
         board.push(move)
@@ -167,20 +197,29 @@ def _make_side(side: _Side, seed: int, task: _GameTask, evaluators: Mapping[str,
 
 def _play_task(task: _GameTask, evaluators: Mapping[str, Evaluator] | None = None) -> GameRecord:
     """One game of the match as a record: Round is the game number (from 1), Opening the plies
-    of the random opening (part of the moves)."""
+    of the random opening (part of the moves); a forfeited game adds Termination and Fault."""
     evaluators = evaluators or {}
-    player_a = _make_side(task.a, task.seed * 2, task, evaluators)
-    player_b = _make_side(task.b, task.seed * 2 + 1, task, evaluators)
-    black, white = (player_a, player_b) if task.a_is_black else (player_b, player_a)
-    _, moves = play_game(black, white, task.opening)
-    return GameRecord.from_game(
-        moves,
-        black=task.a.spec if task.a_is_black else task.b.spec,
-        white=task.b.spec if task.a_is_black else task.a.spec,
-        event="arena",
-        Round=str(task.index + 1),
-        Opening=str(len(task.opening)),
-    )
+    players: list[Player] = []
+    try:
+        players.append(_make_side(task.a, task.seed * 2, task, evaluators))
+        players.append(_make_side(task.b, task.seed * 2 + 1, task, evaluators))
+        black, white = players if task.a_is_black else players[::-1]
+        names = (task.a.spec, task.b.spec) if task.a_is_black else (task.b.spec, task.a.spec)
+        extra = {}
+        winner = None
+        try:
+            _, moves = play_game(black, white, task.opening)
+        except GameForfeit as forfeit:
+            moves, winner = forfeit.moves, 1 - forfeit.loser
+            extra = {"Termination": forfeit.fault.reason,
+                     "Fault": f"{COLOR_NAMES[forfeit.loser]} {names[forfeit.loser]}: {forfeit.fault.message}"}
+        return GameRecord.from_game(moves, black=names[0], white=names[1], event="arena", winner=winner,
+                                    Round=str(task.index + 1), Opening=str(len(task.opening)), **extra)
+    finally:
+        for player in players:
+            close = getattr(player, "close", None)  # players outside BasePlayer may lack it
+            if close is not None:
+                close()
 
 
 def _init_worker(factories: dict[str, PlayerFactory]) -> None:
@@ -456,16 +495,25 @@ class ArenaResult:
     elo_high: float
     seconds: float
     records: list[GameRecord] = field(default_factory=list)  # game i; A has Black in even games
+    faults_a: dict[str, int] = field(default_factory=dict)  # games A forfeited, by reason (FAULT_REASONS)
+    faults_b: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
-        """Two lines for the terminal."""
-        return (
+        """Two lines for the terminal, and a third with the faults when a player faulted."""
+        text = (
             f"{self.player_a} vs {self.player_b}: {self.games} games, {self.player_a} won "
             f"{self.wins_a} ({self.wins_a_as_black} as black, {self.wins_a_as_white} as white), "
             f"{self.player_b} won {self.wins_b}  [{self.seconds:.1f} s]\n"
             f"win rate of {self.player_a}: {self.win_rate:.3f}; Elo difference "
             f"{self.elo:+.0f} (95% interval {self.elo_low:+.0f} .. {self.elo_high:+.0f})"
         )
+        if self.faults_a or self.faults_b:
+            sides = []
+            for label, player, faults in (("A", self.player_a, self.faults_a), ("B", self.player_b, self.faults_b)):
+                counts = ", ".join(f"{reason} {count}" for reason, count in faults.items()) or "none"
+                sides.append(f"{label} ({player}) {counts}")
+            text += "\nforfeits by fault: " + "; ".join(sides)
+        return text
 
     def to_json(self) -> dict[str, Any]:
         """The result as JSON-ready values; each game as its headers and Botzone moves."""
@@ -549,8 +597,16 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     wins_a = sum(a_wins)
     as_black = sum(a_wins[0::2])
     elo, low, high = elo_interval(wins_a, games)
+    faults: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    for a_won, record in zip(a_wins, records, strict=True):
+        reason = record.termination
+        if reason in FAULT_REASONS:
+            loser = faults[1] if a_won else faults[0]
+            loser[reason] = loser.get(reason, 0) + 1
     return ArenaResult(spec_a, spec_b, games, wins_a, games - wins_a, as_black, wins_a - as_black,
-                       wins_a / games, elo, low, high, seconds, records)
+                       wins_a / games, elo, low, high, seconds, records,
+                       *(dict(sorted(counts.items(), key=lambda item: FAULT_REASONS.index(item[0])))
+                         for counts in faults))
 
 
 def _run_tasks(tasks: list[_GameTask], processes: int,

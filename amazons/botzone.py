@@ -29,8 +29,9 @@ The player is built by `amazons.player_factory.build_model_player` (the builder 
 model-backed player), with the bot's choices: the tree's memory bound, a search that stops when
 the tree is full, and `--simulations` (when given) instead of the clock.
 
-Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players` and
-`amazons._memory`; never torch.
+Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players`,
+`amazons._memory` and the protocol's constants from `amazons.botzone_player` (the arena's player
+for Botzone programs); never torch.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from typing import Any, NoReturn, TextIO
 
 from amazons._memory import release_library_pages, releasing_library_pages
 from amazons.board import Board, IllegalMoveError, Move, NotationError
+from amazons.botzone_player import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
 from amazons.mcts import SearchConfigError, warm_up
 from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer, describe_territory, predicted_territory
@@ -69,9 +71,6 @@ __all__ = [
     "process_start_time",
 ]
 
-KEEP_RUNNING_MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
-NO_MOVE = "-1 -1 -1 -1 -1 -1"  # Black's first request; also the reply when no move is left
-MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 MIN_SEARCH_SECONDS = 1e-3  # a turn whose time is already spent still searches one round
 # The search tree's share of memory. Besides it the process holds about 100 MiB resident (the

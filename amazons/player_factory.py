@@ -19,10 +19,11 @@ What this module owns:
   its evaluator from (`amazons.inference.InferenceServer`).
 * The search defaults of the built-in players (`UNIFORM_SEARCH`, `ROLLOUT_SEARCH`, `NET_SEARCH`).
 * The player registry: specs `random`, `greedy`, `mcts-uniform`, `mcts-rollout[:N]`,
-  `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]` and `human`, plus whatever
+  `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]`, `botzone:[OPTIONS:]COMMAND` (any
+  Botzone program, `amazons.botzone_player`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
-Torch-free: imports numpy, `mcts`, `npnet`, `players`, `models` and `openspiel_player` (which
+Torch-free: imports numpy, `mcts`, `npnet`, `players`, `models`, `botzone_player` and `openspiel_player` (which
 imports pyspiel only when its player is built); `amazons.netplay`, and with it torch, is imported
 only when a `.pt` model is asked for.
 """
@@ -35,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from amazons.botzone_player import BotzonePlayer, parse_botzone_spec
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
 from amazons.npnet import ModelFileError, NumpyEvaluator, limit_blas_threads
@@ -44,6 +46,7 @@ from amazons.players import (
     HumanPlayer,
     MCTSPlayer,
     Player,
+    PlayerError,
     PolicyPlayer,
     RandomPlayer,
 )
@@ -396,6 +399,15 @@ def _make_openspiel_mcts(argument: str | None, options: PlayerOptions) -> Player
     return OpenSpielMCTSPlayer(options.simulations, options.time_budget, rollouts, options.seed)
 
 
+def _make_botzone(argument: str | None, options: PlayerOptions) -> Player:
+    """`botzone:[OPTIONS:]COMMAND`: a Botzone program run as Botzone runs it, named by its spec."""
+    try:
+        settings = parse_botzone_spec(argument)
+    except PlayerError as error:
+        raise PlayerSpecError(str(error)) from None
+    return BotzonePlayer(settings, name=f"botzone:{argument}")
+
+
 def _make_human(argument: str | None, options: PlayerOptions) -> Player:
     _no_argument("human", argument)
     return HumanPlayer()
@@ -408,4 +420,5 @@ register_player("mcts-rollout", _make_mcts_rollout)
 register_player("mcts-net", _make_mcts_net)
 register_player("policy-net", _make_policy_net)
 register_player("openspiel-mcts", _make_openspiel_mcts)
+register_player("botzone", _make_botzone)
 register_player("human", _make_human)

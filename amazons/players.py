@@ -3,7 +3,12 @@
 A player has `choose_move(board) -> Move` (a real, Botzone-frame move, legal on `board`) and two
 optional hooks: `reset()` before a new game and `observe(board, move)` after any move is chosen
 (by either side; `board` is the position *before* `move` is played), which lets `MCTSPlayer` keep
-its tree across turns. `BasePlayer` gives both hooks as no-ops.
+its tree across turns. `BasePlayer` gives both hooks as no-ops, and `close()`, which the arena
+calls after each game (a player that runs a program ends its process there).
+
+A player that cannot give a move for a reason the game must record (an external program's
+timeout, crash, malformed reply or illegal move: `amazons.botzone_player`) raises `PlayerFault`;
+the arena ends the game as that player's loss with the reason in the record.
 
 Players here: `RandomPlayer`, `GreedyPlayer` (one-ply mobility/territory heuristic),
 `MCTSPlayer` (any `Evaluator`; a simulation count or a time budget), `PolicyPlayer` (an
@@ -37,7 +42,9 @@ __all__ = [
     "HumanPlayer",
     "MCTSPlayer",
     "Player",
+    "FAULT_REASONS",
     "PlayerError",
+    "PlayerFault",
     "PolicyPlayer",
     "RandomPlayer",
     "SearchReport",
@@ -48,6 +55,31 @@ __all__ = [
 
 class PlayerError(ValueError):
     """A player was asked to move in a finished game, or was built with bad arguments."""
+
+
+FAULT_REASONS = ("timeout", "crash", "malformed", "illegal")  # why a player forfeits a game
+
+
+class PlayerFault(RuntimeError):
+    """A player could not give a legal move: it forfeits the game.
+
+    Args:
+        reason: one of `FAULT_REASONS`: `timeout` (past its time limit), `crash` (its program
+            ended without a reply or with a non-zero status), `malformed` (a reply that is not a
+            move), `illegal` (a move the rules forbid).
+        message: one line saying what happened (limits, exit status, the reply, the program's
+            last stderr lines).
+
+    Raises:
+        ValueError: an unknown reason.
+    """
+
+    def __init__(self, reason: str, message: str) -> None:
+        if reason not in FAULT_REASONS:
+            raise ValueError(f"unknown fault reason {reason!r}; known: {', '.join(FAULT_REASONS)}")
+        super().__init__(f"{reason}: {message}")
+        self.reason = reason
+        self.message = message
 
 
 @runtime_checkable
@@ -79,6 +111,9 @@ class BasePlayer:
 
     def observe(self, board: Board, move: Move) -> None:
         """Ignore moves (nothing to update here)."""
+
+    def close(self) -> None:
+        """Release what the player holds once its games are over (nothing here)."""
 
     @staticmethod
     def _legal_moves(board: Board) -> np.ndarray:

@@ -18,6 +18,9 @@ per line in Botzone coordinates (`x0 y0 x1 y1 x2 y2`), from the start position, 
   game, the result must name the side that made the last move; a decided result on an unfinished
   game (a resignation, a time loss) is allowed.
 * Lines starting with `#` are comments (not kept). Several blank lines count as one.
+* How a game ended early is in `Termination`: an adjudication (self-play), or why a player
+  forfeited in the arena (`timeout`, `crash`, `malformed`, `illegal`), with `Fault` saying who and
+  what happened.
 
 Reading replays every move on a `Board`; a malformed header, a bad move line or an illegal move
 raises `RecordError` naming the file, the line number, the line and the game. Writing and reading
@@ -132,6 +135,12 @@ class GameRecord:
     def result(self) -> str:
         """The Result header: "1-0", "0-1" or "*" (also when missing)."""
         return self.headers.get("Result", "*")
+
+    @property
+    def termination(self) -> str | None:
+        """The Termination header (how the game ended early: an arena forfeit's reason such as
+        "timeout", or self-play's adjudication), None when missing."""
+        return self.headers.get("Termination")
 
     @property
     def winner(self) -> int | None:
