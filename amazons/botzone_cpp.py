@@ -74,13 +74,18 @@ def weights_file_bytes(net: NumpyNet) -> bytes:
     return WEIGHTS_MAGIC + digest + (len(payload) // 4).to_bytes(8, "little") + payload
 
 
+def _describe_source(source: dict) -> str:
+    """`key=value, ...` of where the weights came from (one comment line in the source)."""
+    return ", ".join(f"{key}={value}" for key, value in sorted(source.items())) or "unknown"
+
+
 def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str:
     """The C++ definitions that replace `MODEL_MARKER` in the template."""
     trunk_kinds = ", ".join("0" if kind == "residual" else "1" for kind in net.trunk_layers)
     config = net.config
     lines = [
         f"// {net.policy_head} policy head, trunk {' '.join(net.trunk_layers)}; "
-        f"source: {', '.join(f'{k}={v}' for k, v in sorted(net.source.items())) or 'unknown'}",
+        f"source: {' '.join(_describe_source(net.source).split())}",
         f"static const int NUM_PLANES = {net.num_planes};",
         f"static const int CHANNELS = {int(config['channels'])};",
         f"static const int KEY_DIM = {int(config['attention_dim'])};",
