@@ -1,7 +1,8 @@
 """The Botzone C++ export (`amazons.botzone_cpp`, `python -m amazons.export MODEL --botzone DIR`).
 
 The generated bot is a native twin of the engine, `npnet` and the bot's search, so it is
-checked against the Python originals: its perft counts and legal-move lists against the engine,
+checked against the Python originals: its perft counts, legal-move lists and adjudication of
+separated positions against the engine,
 its network's value and priors against `npnet` on 200 positions from seeded random games (for
 the shipped model and for random models of both policy heads, both feature sets, attention in
 and after the trunk, and a channel count that takes the portable kernels), and whole games
@@ -116,6 +117,31 @@ def test_the_shipped_model_matches_npnet_with_either_kernels(default_bot, positi
     net = npnet.load_model(default_model_path())
     assert_matches_npnet(default_bot, net, positions, tmp_path)
     assert_matches_npnet(default_bot, net, positions, tmp_path, "--portable")
+
+
+def test_adjudication_matches_the_engine(default_bot, tmp_path):
+    # The last 25 positions of 120 seeded random games: separated ones among them, decided or not.
+    rng = np.random.default_rng(8)
+    positions = []
+    for _ in range(120):
+        line, position = [], engine.start_position()
+        while True:
+            moves, _ = engine.legal_moves(position)
+            if moves.shape[0] == 0:
+                break
+            line.append(position)
+            position = engine.apply_moves(position[None], moves[rng.integers(moves.shape[0])][None])[0]
+        positions += line[-25:]
+    positions = np.array(positions)
+    listing = tmp_path / "positions.txt"
+    np.savetxt(listing, positions, fmt="%d")
+    output = subprocess.run([str(default_bot), "--adjudicate", str(listing)], capture_output=True, text=True,
+                            timeout=120, check=True).stdout
+    table = np.array([line.split() for line in output.splitlines()], dtype=np.int64)
+    result, bounds = engine.adjudicate(positions)
+    np.testing.assert_array_equal(table[:, 0], result)
+    np.testing.assert_array_equal(table[:, 1:], bounds)
+    assert (result > 0).sum() > 20 and (result < 0).sum() > 20 and (bounds[:, 0] < 0).sum() > 1000
 
 
 @pytest.mark.slow
