@@ -23,7 +23,9 @@ What this module owns:
   two log-probability tables of `amazons.net.policy_log_tables` and the value out; the ownership
   head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
   board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
-  product and 3x3 convolutions one product over gathered 3x3 neighbourhoods.
+  product and 3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in
+  order (`NumpyNet.layout_arrays`), are what the Botzone C++ export (`amazons.botzone_cpp`)
+  writes into its source.
 * `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | dst),
   renormalized over each position's legal moves).
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
