@@ -405,7 +405,8 @@ def test_weights_file_mode_and_its_errors(tmp_path):
     net = npnet.load_model(default_model_path())
     written = write_bot(net, tmp_path, weights_file="amazons.bin")
     assert [path.name for path in written] == [SOURCE_NAME, "amazons.bin"]
-    assert "WEIGHTS_BASE64" not in (tmp_path / SOURCE_NAME).read_text()  # no weights inside
+    source = (tmp_path / SOURCE_NAME).read_text()
+    assert "static const char WEIGHTS_BASE64[]" not in source and "#define AMZ_WEIGHTS_EMBEDDED 0" in source
     binary = build(tmp_path, optimize="-O1")
     play = {"input": first_input([None], [], use_json=False), "capture_output": True, "text": True, "timeout": 30,
             "cwd": tmp_path, "check": False}
