@@ -8,7 +8,7 @@ as constants and its weights, which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
   base64 text in string literals, so the bot's outputs are npnet's to float32 rounding (the
-  tests hold them to 1e-4); with the shipped model the source is about 330 kB;
+  tests hold them to 1e-4); with the shipped model the source is about 370 kB;
 * or, with `weights_file`, written beside the source as a binary file for Botzone's storage
   (the bot reads `data/<name>`): 8 bytes `AMZW0001`, the weights' SHA-256 as 64 hex characters,
   the float count as 8 bytes little-endian, then the floats. The source keeps the size, the

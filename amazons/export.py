@@ -316,8 +316,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             model = args.out if args.out is not None else args.model
             for path in export_botzone(model, args.botzone, args.weights_file, args.check_positions):
                 print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=stdout)
-            print(f"build: {' '.join(botzone_cpp.compile_command(Path(args.botzone) / botzone_cpp.SOURCE_NAME, 'bot'))}",
-                  file=stdout)
+            directory = Path(args.botzone)
+            command = botzone_cpp.compile_command(directory / botzone_cpp.SOURCE_NAME, directory / "bot")
+            print(f"build: {' '.join(command)}", file=stdout)
     except (FileNotFoundError, CheckpointError, npnet.ModelFileError, ExportError,
             botzone_cpp.BotzoneExportError, OSError) as error:
         print(f"{parser.prog}: {error}", file=stderr)
