@@ -1,4 +1,4 @@
-"""Export a trained network to the torch-free model file: `python -m amazons.export CKPT OUT`.
+"""Export a trained network: `python -m amazons.export CKPT OUT` and `... MODEL --botzone DIR`.
 
 The Botzone bot and terminal play run the network with `amazons.npnet` (numpy only), from the
 `.npz` file this module writes (the format is `amazons.npnet`'s). The export:
@@ -14,7 +14,13 @@ The Botzone bot and terminal play run the network with `amazons.npnet` (numpy on
    has the ownership head) on random positions (largest differences printed; above `TOLERANCE`
    the export fails and the file is removed).
 
-Imports torch (through `amazons.net` and `amazons.checkpoint`), numpy and `amazons.npnet`.
+`--botzone DIR` writes the Botzone C++ bot instead of (or besides) the `.npz`: `DIR/bot.cpp`,
+one C++ source with the network's weights (`amazons.botzone_cpp`; with `--weights-file NAME`
+the weights go to `DIR/NAME` for Botzone's storage). Its MODEL is a checkpoint (checked against
+torch like the `.npz` export), an exported `.npz`, or `default` (the shipped model).
+
+Imports torch (through `amazons.net` and `amazons.checkpoint`), numpy, `amazons.npnet` and
+`amazons.botzone_cpp`.
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from amazons import engine, npnet
+from amazons import botzone_cpp, engine, npnet
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
 from amazons.config import config_to_dict
+from amazons.models import default_model_path
 from amazons.net import (
     GlobalSelfAttention,
     PolicyValueNet,
@@ -46,6 +53,7 @@ from amazons.net import (
 __all__ = [
     "TOLERANCE",
     "ExportError",
+    "export_botzone",
     "export_checkpoint",
     "export_model",
     "main",
@@ -217,31 +225,104 @@ def export_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike,
     return export_model(model, out, source, check_positions)
 
 
+def _checkpoint_network(checkpoint: Path, check_positions: int) -> npnet.NumpyNet:
+    """The numpy network of a checkpoint, checked against torch like `export_model` checks.
+
+    Raises:
+        amazons.checkpoint.CheckpointError: the checkpoint cannot be read.
+        ExportError: a difference above `TOLERANCE`.
+    """
+    payload = load_checkpoint(checkpoint)
+    model = load_model_for_play(checkpoint, "cpu")
+    config, trunk, arrays = model_arrays(model)
+    source = {"checkpoint": checkpoint.name, "checkpoint_sha256": _file_digest(checkpoint),
+              "step": int(payload["step"])}
+    net = npnet.NumpyNet(config, trunk, arrays, source)
+    if check_positions > 0:
+        differences = verify_export(model, net, random_positions(check_positions))
+        if not max(differences.values()) <= TOLERANCE:
+            raise ExportError(f"{checkpoint}: the numpy network differs from the torch model "
+                              f"({_describe_differences(differences, '.2e')}; tolerance {TOLERANCE:.0e})")
+    return net
+
+
+def export_botzone(model: str | os.PathLike, directory: str | os.PathLike, weights_file: str | None = None,
+                   check_positions: int = 32) -> list[Path]:
+    """Write the Botzone C++ bot of a model: `DIR/bot.cpp` (and `DIR/<weights_file>`).
+
+    Args:
+        model: a `.pt` checkpoint, an exported `.npz` model, or `"default"` (the shipped model).
+        directory: where to write.
+        weights_file: None embeds the weights in the source; a file name writes them beside it.
+        check_positions: for a checkpoint, random positions on which numpy is compared with torch.
+
+    Returns:
+        The paths written (see `amazons.botzone_cpp.write_bot`).
+
+    Raises:
+        FileNotFoundError: no such model file.
+        amazons.checkpoint.CheckpointError, amazons.npnet.ModelFileError, ExportError: the model
+            cannot be read or does not check out.
+        amazons.botzone_cpp.BotzoneExportError: a bad weights-file name.
+    """
+    path = default_model_path() if str(model) == "default" else Path(model)
+    if path.suffix == ".pt":
+        net = _checkpoint_network(path, check_positions)
+    else:
+        net = npnet.load_model(path)
+    return botzone_cpp.write_bot(net, directory, weights_file)
+
+
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
-    """`python -m amazons.export CKPT OUT [--check-positions N]`; 0 on success, 2 on an error."""
+    """`python -m amazons.export MODEL [OUT] [--botzone DIR [--weights-file NAME]] [--check-positions N]`;
+    0 on success, 2 on an error."""
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     parser = argparse.ArgumentParser(
         prog="python -m amazons.export",
-        description="Export a checkpoint's network to a torch-free .npz model file (amazons.npnet).")
-    parser.add_argument("checkpoint", help="a learner or model checkpoint (.pt)")
-    parser.add_argument("out", help="the model file to write, e.g. model.npz")
+        description="Export a checkpoint's network to a torch-free .npz model file (amazons.npnet), "
+                    "and/or a model to the Botzone C++ bot (--botzone).")
+    parser.add_argument("model", help="a learner or model checkpoint (.pt); with --botzone also an "
+                                      "exported .npz model or 'default' (the shipped model)")
+    parser.add_argument("out", nargs="?", default=None,
+                        help="the .npz model file to write from a checkpoint, e.g. model.npz")
+    parser.add_argument("--botzone", metavar="DIR", default=None,
+                        help="write the Botzone C++ bot, DIR/bot.cpp (docs/botzone.md)")
+    parser.add_argument("--weights-file", metavar="NAME", default=None,
+                        help="with --botzone: write the weights to DIR/NAME for Botzone's storage "
+                             "(the bot reads data/NAME) instead of embedding them in the source")
     parser.add_argument("--check-positions", type=int, default=32,
                         help="random positions on which to compare numpy with torch (0: skip)")
     args = parser.parse_args(argv)
+    checkpoint = Path(args.model).suffix == ".pt"
+    if args.out is None and args.botzone is None:
+        parser.error("give OUT (the .npz to write) or --botzone DIR (or both)")
+    if args.out is not None and not checkpoint:
+        parser.error(f"OUT is for a .pt checkpoint; {args.model!r} is already a numpy model (use --botzone DIR)")
+    if args.weights_file is not None and args.botzone is None:
+        parser.error("--weights-file goes with --botzone DIR")
     torch.set_num_threads(1)
     try:
-        path, differences = export_checkpoint(args.checkpoint, args.out, args.check_positions)
-    except (CheckpointError, npnet.ModelFileError, ExportError) as error:
+        if args.out is not None:
+            path, differences = export_checkpoint(args.model, args.out, args.check_positions)
+            net = npnet.load_model(path)
+            heads = f"{net.policy_head} head" + (", ownership head" if net.has_ownership else "")
+            print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
+                  f"{heads}); largest difference from torch over {args.check_positions} "
+                  f"positions: {_describe_differences(differences, '.1e')}",
+                  file=stdout)
+        if args.botzone is not None:
+            model = args.out if args.out is not None else args.model
+            for path in export_botzone(model, args.botzone, args.weights_file, args.check_positions):
+                print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=stdout)
+            directory = Path(args.botzone)
+            command = botzone_cpp.compile_command(directory / botzone_cpp.SOURCE_NAME, directory / "bot")
+            print(f"build: {' '.join(command)}", file=stdout)
+    except (FileNotFoundError, CheckpointError, npnet.ModelFileError, ExportError,
+            botzone_cpp.BotzoneExportError, OSError) as error:
         print(f"{parser.prog}: {error}", file=stderr)
         return 2
-    net = npnet.load_model(path)
-    heads = f"{net.policy_head} head" + (", ownership head" if net.has_ownership else "")
-    print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
-          f"{heads}); largest difference from torch over {args.check_positions} "
-          f"positions: {_describe_differences(differences, '.1e')}",
-          file=stdout)
     return 0
 
 

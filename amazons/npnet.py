@@ -23,7 +23,9 @@ What this module owns:
   two log-probability tables of `amazons.net.policy_log_tables` and the value out; the ownership
   head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
   board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
-  product and 3x3 convolutions one product over gathered 3x3 neighbourhoods.
+  product and 3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in
+  order (`NumpyNet.layout_arrays`), are what the Botzone C++ export (`amazons.botzone_cpp`)
+  writes into its source.
 * `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | dst),
   renormalized over each position's legal moves).
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
@@ -382,6 +384,29 @@ class NumpyNet:
         parts = [*self._stem, *self._policy, *self._value, *self._ownership]
         parts += [array for _, layer in self._trunk for array in layer]
         return int(sum(array.size for array in parts))
+
+    def layout_arrays(self) -> list[tuple[str, np.ndarray]]:
+        """The forward pass's float32 arrays in the order and matrix layouts it uses them.
+
+        3x3 convolutions are `(9 * in, out)` (rows ordered dy, dx, in), 1x1 convolutions and
+        linear layers `(in, out)`, biases `(out,)`: the stem; each trunk layer (residual: two
+        convolutions; attention: qkv weight, bias, gate `(1,)`); the policy head (joint: move
+        query/key, update gate, arrow query/key; factorized: hidden, maps); the value head
+        (reduce, hidden `(value_channels * 64, value_hidden)`, out). The ownership head is left
+        out. This is what the Botzone C++ export (`amazons.botzone_cpp`) writes into its source.
+        """
+        named = [("stem.weight", self._stem[0]), ("stem.bias", self._stem[1])]
+        for index, (kind, layer) in enumerate(self._trunk):
+            parts = ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias") if kind == "residual" \
+                else ("qkv.weight", "qkv.bias", "gate")
+            named += [(f"trunk.{index}.{part}", array) for part, array in zip(parts, layer, strict=True)]
+        parts = ("move_qk.weight", "move_qk.bias", "update_gate.weight", "update_gate.bias", "arrow_qk.weight",
+                 "arrow_qk.bias") if self.policy_head == "joint" else \
+            ("hidden.weight", "hidden.bias", "maps.weight", "maps.bias")
+        named += [(f"policy_head.{part}", array) for part, array in zip(parts, self._policy, strict=True)]
+        parts = ("reduce.weight", "reduce.bias", "hidden.weight", "hidden.bias", "out.weight", "out.bias")
+        named += [(f"value_head.{part}", array) for part, array in zip(parts, self._value, strict=True)]
+        return [(name, np.ascontiguousarray(array, dtype=np.float32)) for name, array in named]
 
     def forward(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Policy tables and values of feature planes.

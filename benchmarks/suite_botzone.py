@@ -20,6 +20,22 @@ Keys, for the shipped model `amazons/models/default.npz` (bare `botzone.*`) and 
   because the tree had filled its `--tree-mb` share, and the median simulations per reply.
 `botzone.budget_s` and `botzone.first_budget_s` record the time control. Full runs use the bot's
 defaults (4 s a turn, 8 s for the first reply); `--quick` uses 1 s and 3 s.
+
+The C++ bot (`python -m amazons.export default --botzone DIR`, built with g++ -O2 as Botzone
+builds it) at Botzone's own clock, 1 s of CPU a turn and 2 s for the first (its defaults), in a
+whole keep-running JSON game as Black against the greedy player; CPU times are read from
+`/proc/PID/stat` around each request, so they include the bot's input and output:
+* `cpp_forward_pos_per_s`: positions per CPU second of the C++ network (features, forward pass,
+  priors of the legal moves; one position per call, as its search calls it) over 200 positions
+  of seeded random games; `cpp_npnet_pos_per_s`: `NumpyEvaluator.evaluate` on the same
+  positions one at a time (batch 1, one BLAS thread), the same work; `cpp_forward_speedup` their
+  ratio; `cpp_npnet_b8_pos_per_s`: npnet at batch 8 (the Python bot's leaves per network call);
+* `cpp_simulations_median`, `cpp_simulations_first`: simulations of a later turn (median) and of
+  the first turn;
+* `cpp_turn_cpu_s_max`, `cpp_turn_cpu_s_median`: CPU seconds of the later turns (request
+  written to reply read); `cpp_first_cpu_s`: CPU seconds from process start to the first reply;
+* `cpp_max_rss_mb`: peak resident memory over the game (VmHWM, MiB; target <= 200);
+* `cpp_turns`, `cpp_tree_full_turns`: the bot's replies, and those that ended with a full tree.
 """
 
 from __future__ import annotations
@@ -27,16 +43,23 @@ from __future__ import annotations
 import json
 import os
 import queue
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from pathlib import Path
 
+import numpy as np
+
+from amazons import engine, npnet
 from amazons._memory import peak_rss_mb, rss_mb
 from amazons.board import Board, Move
 from amazons.botzone import KEEP_RUNNING_MARKER, MOVE_KEYS, TimeControl
+from amazons.botzone_cpp import SOURCE_NAME, compile_command, write_bot
+from amazons.export import random_positions
 from amazons.models import default_model_path
 from amazons.players import GreedyPlayer
 
@@ -45,12 +68,13 @@ FIRST_REQUEST = {"requests": [dict.fromkeys(MOVE_KEYS, -1)], "responses": []}
 
 
 class _KeepRunningBot:
-    """A bot process in keep-running mode with a line reader that can time out."""
+    """A bot process in keep-running mode with a line reader that can time out (the Python bot,
+    or the program `command` names)."""
 
-    def __init__(self, args: list[str]) -> None:
+    def __init__(self, args: list[str], command: list[str] | None = None) -> None:
         self.started = time.perf_counter()
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "amazons.botzone", *args],
+            command or [sys.executable, "-m", "amazons.botzone", *args],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             bufsize=1, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
         self._lines: queue.Queue[str | None] = queue.Queue()
@@ -144,6 +168,106 @@ def _figures(prefix: str, game: dict) -> dict[str, float]:
     }
 
 
+def _cpu_seconds(pid: int) -> float:
+    """CPU time (user + system) a process has used so far, from /proc/PID/stat."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def build_cpp_bot(directory: Path) -> Path:
+    """Export the shipped model's C++ bot into `directory` and build it as Botzone does."""
+    write_bot(npnet.load_model(default_model_path()), directory)
+    binary = directory / "bot"
+    subprocess.run(compile_command(directory / SOURCE_NAME, binary), check=True, capture_output=True, text=True)
+    return binary
+
+
+def cpp_forward_speed(binary: Path, directory: Path) -> dict[str, float]:
+    """Positions per CPU second of the C++ network and of npnet on the same 200 positions."""
+    positions = random_positions(200, seed=7, max_plies=40)
+    listing = directory / "positions.txt"
+    np.savetxt(listing, positions, fmt="%d")
+    output = subprocess.run([str(binary), "--forward-speed", str(listing)], check=True, capture_output=True,
+                            text=True).stdout
+    cpp = float(output.split()[0])
+    evaluator = npnet.NumpyEvaluator.from_file(default_model_path())
+    npnet.limit_blas_threads(1)
+    rows = [positions[i:i + 1] for i in range(positions.shape[0])]
+    lists = [engine.legal_moves(row) for row in rows]
+
+    def timed(batches: list[tuple[np.ndarray, np.ndarray, np.ndarray]]) -> float:
+        started, done = time.process_time(), 0
+        while done == 0 or time.process_time() - started < 1.0:
+            for batch, moves, offsets in batches:
+                evaluator.evaluate(batch, moves, offsets)
+                done += batch.shape[0]
+        return done / (time.process_time() - started)
+
+    single = timed([(row, moves, offsets) for row, (moves, offsets) in zip(rows, lists, strict=True)])
+    eights = [positions[i:i + 8] for i in range(0, positions.shape[0], 8)]
+    batched = timed([(batch, *engine.legal_moves(batch)) for batch in eights])
+    return {"botzone.cpp_forward_pos_per_s": cpp, "botzone.cpp_npnet_pos_per_s": single,
+            "botzone.cpp_forward_speedup": cpp / single, "botzone.cpp_npnet_b8_pos_per_s": batched}
+
+
+def play_cpp_game(binary: Path, seed: int = 0) -> dict[str, float]:
+    """One whole keep-running JSON game of the C++ bot (Black, its default clock) against greedy."""
+    bot = _KeepRunningBot([], command=[str(binary)])
+    try:
+        board, opponent = Board(), GreedyPlayer(seed=seed)
+        reply, _ = bot.ask(FIRST_REQUEST)
+        first_cpu = _cpu_seconds(bot.process.pid)
+        debugs, turn_cpu = [reply["debug"]], []
+        while True:
+            move = Move.from_botzone(_move_text(reply["response"]))
+            if not board.is_legal(move):
+                raise RuntimeError(f"the C++ bot played an illegal move {move} on\n{board}")
+            board.push(move)
+            if board.is_game_over():
+                break
+            answer = opponent.choose_move(board)
+            board.push(answer)
+            if board.is_game_over():
+                break
+            before = _cpu_seconds(bot.process.pid)
+            reply, _ = bot.ask(dict(zip(MOVE_KEYS, map(int, answer.to_botzone().split()), strict=True)))
+            turn_cpu.append(_cpu_seconds(bot.process.pid) - before)
+            debugs.append(reply["debug"])
+        peak = peak_rss_mb(bot.process.pid)
+        bot.close()
+    finally:
+        if bot.process.poll() is None:
+            bot.process.kill()
+            bot.process.wait()
+    if peak is None or not turn_cpu:
+        raise RuntimeError("the C++ bot's game gave no memory reading or ended before its second reply")
+    turns = [int(text.split("(")[1].split()[0]) for text in debugs]  # "N simulations (M this turn)"
+    return {
+        "botzone.cpp_simulations_first": float(turns[0]),
+        "botzone.cpp_simulations_median": float(statistics.median(turns[1:])),
+        "botzone.cpp_first_cpu_s": first_cpu,
+        "botzone.cpp_turn_cpu_s_median": statistics.median(turn_cpu),
+        "botzone.cpp_turn_cpu_s_max": max(turn_cpu),
+        "botzone.cpp_max_rss_mb": peak,
+        "botzone.cpp_turns": float(len(debugs)),
+        "botzone.cpp_tree_full_turns": float(sum("tree full" in text for text in debugs)),
+    }
+
+
+def run_cpp() -> dict[str, float]:
+    """The C++ bot's keys (`botzone.cpp_*`); raises where g++ is missing."""
+    if shutil.which("g++") is None:
+        raise RuntimeError("the C++ bot's figures need g++")
+    with tempfile.TemporaryDirectory(prefix="botzone-cpp-") as folder:
+        directory = Path(folder)
+        binary = build_cpp_bot(directory)
+        figures = cpp_forward_speed(binary, directory)
+        figures.update(play_cpp_game(binary))
+    print("botzone: C++ bot = the shipped model exported with --botzone, g++ -O2, its default clock "
+          "(1 s of CPU a turn, 2 s for the first); forward speeds at one position per call")
+    return figures
+
+
 def run(quick: bool) -> dict[str, float]:
     """Measure; returns `botzone.*` metrics (seconds, MiB, counts)."""
     clock = TimeControl()
@@ -158,4 +282,5 @@ def run(quick: bool) -> dict[str, float]:
         "botzone.budget_s": turn_seconds,
         "botzone.first_budget_s": first_seconds,
         **_figures("botzone.none_", rollouts),
+        **run_cpp(),
     }

@@ -1,0 +1,462 @@
+"""The Botzone C++ export (`amazons.botzone_cpp`, `python -m amazons.export MODEL --botzone DIR`).
+
+The generated bot is a native twin of the engine, `npnet` and the bot's search, so it is
+checked against the Python originals: its perft counts, legal-move lists and adjudication of
+separated positions against the engine,
+its network's value and priors against `npnet` on 200 positions from seeded random games (for
+the shipped model and for random models of both policy heads, both feature sets, attention in
+and after the trunk, and a channel count that takes the portable kernels), and whole games
+through its protocols against random moves, every reply checked on a `Board`. The bot is built
+with g++ as Botzone builds it (`-D_BOTZONE_ONLINE`, C++11) with `-Werror`, once per session;
+without g++ these tests are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import resource
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import numpy as np
+import pytest
+from test_npnet import random_model
+
+from amazons import BLACK, WHITE, engine, npnet
+from amazons.board import Board, Move
+from amazons.botzone_cpp import (
+    SOURCE_NAME,
+    BotzoneExportError,
+    compile_command,
+    weights_file_bytes,
+    write_bot,
+)
+from amazons.export import TOLERANCE, main, model_arrays, random_positions
+from amazons.models import default_model_path
+
+pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed (the C++ bot needs it)")
+
+MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
+KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
+NO_MOVE = "-1 -1 -1 -1 -1 -1"
+FAST = ["--simulations", "12"]  # whole-game tests: a few simulations a turn
+
+
+def build(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> Path:
+    """Compile `directory/bot.cpp` with warnings as errors; the binary's path."""
+    binary = directory / f"bot-{standard}{optimize}"
+    command = [*compile_command(directory / SOURCE_NAME, binary, standard, optimize), "-Werror"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    return binary
+
+
+@pytest.fixture(scope="session")
+def default_bot(tmp_path_factory) -> Path:
+    """The shipped model's bot, built as Botzone builds it (C++11, -O2), warnings as errors."""
+    directory = tmp_path_factory.mktemp("botzone-cpp")
+    assert main(["default", "--botzone", str(directory)]) == 0
+    return build(directory)
+
+
+@pytest.fixture(scope="session")
+def positions() -> np.ndarray:
+    """200 canonical positions from seeded random games (0 to 50 plies, none terminal)."""
+    return random_positions(200, seed=21, max_plies=50)
+
+
+def selftest(binary: Path, positions: np.ndarray, tmp_path: Path, *extra: str) -> list[tuple[float, np.ndarray, np.ndarray]]:
+    """`(value, moves (K, 3) int32, priors (K,) float64)` per position, from `--selftest`."""
+    listing = tmp_path / "positions.txt"
+    np.savetxt(listing, positions, fmt="%d")
+    result = subprocess.run([str(binary), "--selftest", str(listing), *extra], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    rows = []
+    for line in result.stdout.splitlines():
+        tokens = line.split()
+        count = int(tokens[1])
+        table = np.array(tokens[2:], dtype=np.float64).reshape(count, 4)
+        rows.append((float(tokens[0]), table[:, :3].astype(np.int32), table[:, 3]))
+    assert len(rows) == positions.shape[0]
+    return rows
+
+
+def assert_matches_npnet(binary: Path, net: npnet.NumpyNet, positions: np.ndarray, tmp_path: Path,
+                         *extra: str) -> None:
+    """The bot's legal moves are the engine's (same order); its value and priors npnet's."""
+    moves, offsets = engine.legal_moves(positions)
+    priors, values = npnet.NumpyEvaluator(net).evaluate(positions, moves, offsets)
+    worst_value = worst_prior = 0.0
+    for index, (value, bot_moves, bot_priors) in enumerate(selftest(binary, positions, tmp_path, *extra)):
+        block = slice(offsets[index], offsets[index + 1])
+        np.testing.assert_array_equal(bot_moves, moves[block])
+        worst_value = max(worst_value, abs(value - values[index]))
+        worst_prior = max(worst_prior, float(np.abs(bot_priors - priors[block]).max()))
+    assert worst_value <= TOLERANCE and worst_prior <= TOLERANCE, (worst_value, worst_prior)
+    # The comparison means something: values spread out, priors far from uniform.
+    assert np.ptp(values) > 0.1 and priors.max() * np.diff(offsets).max() > 3.0
+
+
+# ------------------------------------------------------------------------------------------------
+# Building, rules, network
+
+
+def test_perft_from_the_start(default_bot):
+    for depth, expected in ((1, 1232), (2, 1_331_198)):
+        result = subprocess.run([str(default_bot), "--perft", str(depth)], capture_output=True, text=True,
+                                timeout=60, check=True)
+        assert int(result.stdout) == expected == engine.perft_position(engine.start_position(), depth)
+
+
+def test_the_shipped_model_matches_npnet_with_either_kernels(default_bot, positions, tmp_path):
+    net = npnet.load_model(default_model_path())
+    assert_matches_npnet(default_bot, net, positions, tmp_path)
+    assert_matches_npnet(default_bot, net, positions, tmp_path, "--portable")
+
+
+def test_adjudication_matches_the_engine(default_bot, tmp_path):
+    # The last 25 positions of 120 seeded random games: separated ones among them, decided or not.
+    rng = np.random.default_rng(8)
+    positions = []
+    for _ in range(120):
+        line, position = [], engine.start_position()
+        while True:
+            moves, _ = engine.legal_moves(position)
+            if moves.shape[0] == 0:
+                break
+            line.append(position)
+            position = engine.apply_moves(position[None], moves[rng.integers(moves.shape[0])][None])[0]
+        positions += line[-25:]
+    positions = np.array(positions)
+    listing = tmp_path / "positions.txt"
+    np.savetxt(listing, positions, fmt="%d")
+    output = subprocess.run([str(default_bot), "--adjudicate", str(listing)], capture_output=True, text=True,
+                            timeout=120, check=True).stdout
+    table = np.array([line.split() for line in output.splitlines()], dtype=np.int64)
+    result, bounds = engine.adjudicate(positions)
+    np.testing.assert_array_equal(table[:, 0], result)
+    np.testing.assert_array_equal(table[:, 1:], bounds)
+    assert (result > 0).sum() > 20 and (result < 0).sum() > 20 and (bounds[:, 0] < 0).sum() > 1000
+
+
+@pytest.mark.slow
+def test_compiles_without_warnings_under_a_current_standard(tmp_path):
+    write_bot(npnet.load_model(default_model_path()), tmp_path)
+    binary = build(tmp_path, "c++17", "-O1")
+    assert subprocess.run([str(binary), "--perft", "1"], capture_output=True, text=True, check=True).stdout == "1232\n"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("head", "overrides"), [
+    ("joint", {"attention_placement": "spread"}),  # residual, attention, residual
+    ("factorized", {"num_planes": 3, "channels": 20, "head_dim": 12}),  # 20: not a multiple of 8
+])
+def test_random_models_match_npnet(head, overrides, positions, tmp_path):
+    config, trunk, arrays = model_arrays(random_model("tiny", head, seed=3, **overrides))
+    net = npnet.NumpyNet(config, trunk, arrays)
+    assert "attention" in trunk and "residual" in trunk
+    write_bot(net, tmp_path)
+    binary = build(tmp_path, optimize="-O1")
+    assert_matches_npnet(binary, net, positions[:80], tmp_path)
+    assert_matches_npnet(binary, net, positions[:80], tmp_path, "--portable")
+
+
+# ------------------------------------------------------------------------------------------------
+# Whole games against random moves
+
+
+def botzone_line(move: Move | None) -> str:
+    return NO_MOVE if move is None else move.to_botzone()
+
+
+def move_object(move: Move | None) -> dict:
+    return dict(zip(KEYS, map(int, botzone_line(move).split()), strict=True))
+
+
+def first_input(requests: list[Move | None], responses: list[Move], use_json: bool) -> str:
+    """The whole game so far as Botzone sends it to a fresh process."""
+    if use_json:
+        return json.dumps({"requests": [move_object(m) for m in requests],
+                           "responses": [move_object(m) for m in responses], "data": "", "time_limit": 1}) + "\n"
+    lines = [str(len(requests))]
+    for index, request in enumerate(requests):
+        lines.append(botzone_line(request))
+        if index < len(responses):
+            lines.append(botzone_line(responses[index]))
+    return "\n".join(lines) + "\n"
+
+
+def parse_reply(text: str, use_json: bool) -> Move:
+    if use_json:
+        reply = json.loads(text)
+        assert "simulations" in reply["debug"]
+        return Move.from_botzone(" ".join(str(reply["response"][key]) for key in KEYS))
+    return Move.from_botzone(text)
+
+
+class KeptBot:
+    """A bot process in keep-running mode; every read has a timeout (a thread pumps its lines)."""
+
+    def __init__(self, binary: Path, *args: str) -> None:
+        self.process = subprocess.Popen([str(binary), *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True, bufsize=1)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def read_line(self, timeout: float = 30.0) -> str:
+        line = self.lines.get(timeout=timeout)
+        assert line is not None, f"the bot exited: {self.process.stderr.read()}"
+        return line
+
+    def ask(self, text: str) -> str:
+        self.process.stdin.write(text)
+        self.process.stdin.flush()
+        reply = self.read_line()
+        assert self.read_line() == MARKER
+        return reply
+
+    def close(self) -> int:
+        self.process.stdin.close()
+        code = self.process.wait(timeout=30)
+        self.process.stderr.close()
+        return code
+
+
+def play_game(binary: Path, bot_colour: int, use_json: bool, keep_running: bool, seed: int,
+              restart_at: int | None = None) -> Board:
+    """One whole game of the bot against random moves; every reply checked legal on a Board.
+
+    With `restart_at`, the kept process is closed before the bot's turn of that number and a new
+    one starts with the whole history.
+    """
+    rng = np.random.default_rng(seed)
+    board = Board()
+    requests: list[Move | None] = [None] if bot_colour == BLACK else []
+    responses: list[Move] = []
+    kept = None
+    while not board.is_game_over():
+        if board.turn != bot_colour:
+            legal = board.legal_moves()
+            move = legal[int(rng.integers(len(legal)))]
+            board.push(move)
+            requests.append(move)
+            continue
+        turn = len(responses)
+        if kept is not None and turn == restart_at:
+            assert kept.close() == 0
+            kept = None
+        if not keep_running:
+            result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], input=first_input(requests, responses, use_json),
+                                    capture_output=True, text=True, timeout=60, check=False)
+            assert result.returncode == 0, result.stderr
+            reply_line, = result.stdout.splitlines()
+        elif kept is None:
+            kept = KeptBot(binary, *FAST)
+            reply_line = kept.ask(first_input(requests, responses, use_json))
+        else:
+            newest = requests[-1]
+            reply_line = kept.ask(json.dumps(move_object(newest)) + "\n" if use_json else botzone_line(newest) + "\n")
+        move = parse_reply(reply_line, use_json)
+        assert board.is_legal(move), f"illegal reply {move} at ply {board.ply}\n{board}"
+        board.push(move)
+        responses.append(move)
+    if kept is not None:
+        assert kept.close() == 0  # the end of input ends a kept process cleanly
+    return board
+
+
+@pytest.mark.parametrize("use_json", [False, True], ids=["simple", "json"])
+def test_whole_games_keep_running(default_bot, use_json):
+    for colour, seed in ((BLACK, 1), (WHITE, 2)):
+        board = play_game(default_bot, colour, use_json, keep_running=True, seed=seed)
+        assert board.is_game_over() and board.ply >= 20
+
+
+@pytest.mark.parametrize("use_json", [False, True], ids=["simple", "json"])
+def test_whole_games_restart_per_turn(default_bot, use_json):
+    board = play_game(default_bot, WHITE if use_json else BLACK, use_json, keep_running=False, seed=3)
+    assert board.is_game_over()
+
+
+def test_a_kept_process_restarted_mid_game_plays_on(default_bot):
+    board = play_game(default_bot, BLACK, use_json=False, keep_running=True, seed=4, restart_at=6)
+    assert board.is_game_over() and board.ply > 12
+
+
+def test_the_bot_answers_the_no_move_line_when_it_has_lost(default_bot):
+    # A random game to its end; the loser's bot is given the whole game (Botzone would not ask,
+    # but a reply must never be a made-up move).
+    rng = np.random.default_rng(5)
+    board = Board()
+    while not board.is_game_over():
+        legal = board.legal_moves()
+        board.push(legal[int(rng.integers(len(legal)))])
+    moves = board.move_stack
+    loser = board.turn
+    requests = ([None] if loser == BLACK else []) + moves[1 - loser::2]
+    responses = moves[loser::2]
+    for use_json in (False, True):
+        result = subprocess.run([str(default_bot), *FAST, "--restart-per-turn"],
+                                input=first_input(requests, responses, use_json), capture_output=True, text=True,
+                                timeout=30, check=True)
+        reply = json.loads(result.stdout)["response"] if use_json else result.stdout.split()
+        assert list(map(int, reply.values() if use_json else reply)) == [-1] * 6
+
+
+# ------------------------------------------------------------------------------------------------
+# The clock
+
+
+def test_turns_stay_inside_their_cpu_budget(default_bot):
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run([str(default_bot), "--first-time", "0.6", "--margin", "0.05", "--restart-per-turn"],
+                            input=first_input([None], [], use_json=True), capture_output=True, text=True,
+                            timeout=30, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    assert 0.3 < used <= 0.6, used  # the whole process, start-up included, used its budget and no more
+    assert Board().is_legal(parse_reply(result.stdout, use_json=True))
+    kept = KeptBot(default_bot, "--time", "0.25", "--first-time", "0.4", "--margin", "0.05")
+    try:
+        board = Board()
+        reply = parse_reply(kept.ask(first_input([None], [], use_json=True)), use_json=True)
+        board.push(reply)
+        for _ in range(3):
+            answer = board.legal_moves()[0]
+            board.push(answer)
+            text = kept.ask(json.dumps(move_object(answer)) + "\n")
+            seconds = float(json.loads(text)["debug"].split(" s cpu")[0].rsplit(" ", 1)[1])
+            assert 0.1 < seconds <= 0.25
+            board.push(parse_reply(text, use_json=True))
+    finally:
+        assert kept.close() == 0
+
+
+# ------------------------------------------------------------------------------------------------
+# Bad input
+
+
+BAD_INPUTS = {
+    "not a turn number": ("x\n", "line 1: 'x' is not a turn number"),
+    "truncated transcript": ("2\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6 5\n", "input ended after 2 of the 3 move lines"),
+    "empty input": ("", "input ended before the turn number"),
+    "malformed move": ("1\n-1 -1 -1 -1 -1 x\n", "line 2: 'x' is not an integer"),
+    "too few numbers": ("2\n-1 -1 -1 -1 -1 -1\n5 0 3 2 6\n0 5 4 5 3 4\n", "line 3: '5 0 3 2 6' is not a move"),
+    "off the board": ("1\n9 0 3 2 6 5\n", "line 2: x0 = 9 is off the board"),
+    "illegal move": ("2\n-1 -1 -1 -1 -1 -1\n5 0 5 7 6 5\n0 5 4 5 3 4\n", "move 1 of the game, '5 0 5 7 6 5'"),
+    "-1 line later": ("2\n-1 -1 -1 -1 -1 -1\n-1 -1 -1 -1 -1 -1\n0 5 4 5 3 4\n", "only valid as Black's first request"),
+    "bad JSON": ('{"requests": [\n', "bad JSON input"),
+    "JSON count": ('{"requests": [], "responses": []}\n', "'requests' must be a non-empty list"),
+    "JSON field": ('{"requests": [{"x0": 1}], "responses": []}\n', "requests[0]: the move object lacks y0"),
+    "JSON float": ('{"requests": [{"x0": 0, "y0": 5, "x1": 4, "y1": 5, "x2": 3, "y2": 4.5}], "responses": []}\n',
+                   "requests[0]: y2 is not an integer"),
+    "JSON responses": ('{"requests": [{"x0": -1, "y0": -1, "x1": -1, "y1": -1, "x2": -1, "y2": -1}], '
+                       '"responses": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 5}]}\n',
+                       "1 requests and 1 responses"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_INPUTS))
+def test_bad_input_is_refused_with_a_message(default_bot, name):
+    text, message = BAD_INPUTS[name]
+    result = subprocess.run([str(default_bot), *FAST], input=text, capture_output=True, text=True, timeout=30,
+                            check=False)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith("bot: ") and message in result.stderr, result.stderr
+
+
+def test_a_bad_request_in_a_kept_process_ends_it_after_its_good_replies(default_bot):
+    kept = KeptBot(default_bot, *FAST)
+    reply = parse_reply(kept.ask(first_input([None], [], use_json=False)), use_json=False)
+    board = Board()
+    board.push(reply)
+    kept.process.stdin.write("0 5 0 5 0 4\n")  # not a move: the amazon stays where it is
+    kept.process.stdin.flush()
+    assert kept.process.wait(timeout=30) == 2
+    assert "move 2 of the game, '0 5 0 5 0 4'" in kept.process.stderr.read()
+    assert kept.lines.get(timeout=30) is None  # nothing more on stdout
+
+
+def test_bad_options_are_refused(default_bot):
+    for args, message in ((["--time", "0"], "--time must be a positive number"),
+                          (["--frobnicate", "1"], "unknown option '--frobnicate'"),
+                          (["--perft", "9"], "--perft takes a depth 0..6")):
+        result = subprocess.run([str(default_bot), *args], input="", capture_output=True, text=True, timeout=30,
+                                check=False)
+        assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+# ------------------------------------------------------------------------------------------------
+# The weights file and the exporter
+
+
+@pytest.mark.slow
+def test_weights_file_mode_and_its_errors(tmp_path):
+    net = npnet.load_model(default_model_path())
+    written = write_bot(net, tmp_path, weights_file="amazons.bin")
+    assert [path.name for path in written] == [SOURCE_NAME, "amazons.bin"]
+    source = (tmp_path / SOURCE_NAME).read_text()
+    assert "static const char WEIGHTS_BASE64[]" not in source and "#define AMZ_WEIGHTS_EMBEDDED 0" in source
+    binary = build(tmp_path, optimize="-O1")
+    play = {"input": first_input([None], [], use_json=False), "capture_output": True, "text": True, "timeout": 30,
+            "cwd": tmp_path, "check": False}
+    result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], **play)
+    assert result.returncode == 2 and "weights file data/amazons.bin is missing" in result.stderr
+    (tmp_path / "data").mkdir()
+    stored = tmp_path / "data" / "amazons.bin"
+    blob = weights_file_bytes(net)
+    stored.write_bytes(blob)
+    result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], **play)
+    assert result.returncode == 0 and Board().is_legal(Move.from_botzone(result.stdout.strip()))
+    for damaged, message in ((blob[:-8], f"has {len(blob) - 8} bytes; this bot expects {len(blob)}"),
+                             (blob[:100] + bytes([blob[100] ^ 1]) + blob[101:], "does not match its digest"),
+                             (b"XXXXXXXX" + blob[8:], "not an amazons weights file")):
+        stored.write_bytes(damaged)
+        result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], **play)
+        assert result.returncode == 2 and result.stdout == "" and message in result.stderr, result.stderr
+    other = random_model("tiny", "joint", seed=9)
+    stored.write_bytes(weights_file_bytes(npnet.NumpyNet(*model_arrays(other))))
+    result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], **play)
+    assert result.returncode == 2 and "this bot was exported for" in result.stderr
+    os.remove(stored)
+    result = subprocess.run([str(binary), "--weights", str(tmp_path / "amazons.bin"), *FAST, "--restart-per-turn"],
+                            **play)
+    assert result.returncode == 0, result.stderr
+
+
+def test_the_exporter_refuses_what_it_cannot_write(tmp_path, capsys):
+    for argv in (["default"], ["default", str(tmp_path / "x.npz")], ["default", "--weights-file", "w.bin"]):
+        with pytest.raises(SystemExit):  # nothing to write; OUT for a numpy model; a file without --botzone
+            main(argv)
+    with pytest.raises(BotzoneExportError, match="plain file name"):
+        write_bot(npnet.load_model(default_model_path()), tmp_path, weights_file="../escape.bin")
+    assert main([str(tmp_path / "missing.npz"), "--botzone", str(tmp_path)]) == 2
+    assert "missing.npz" in capsys.readouterr().err
+
+
+def test_a_checkpoint_exports_the_same_bot_as_its_numpy_model(tmp_path, capsys):
+    checkpoint = default_model_path().with_suffix(".pt")
+    assert main([str(checkpoint), "--botzone", str(tmp_path / "pt"), "--check-positions", "4"]) == 0
+    assert main(["default", "--botzone", str(tmp_path / "npz")]) == 0
+    assert "wrote" in capsys.readouterr().out
+    # The shipped .npz was exported from the shipped .pt: the same weights, so the same model block
+    # (only its comment line, which names the source, differs).
+    assert _model_block(tmp_path / "pt" / SOURCE_NAME) == _model_block(tmp_path / "npz" / SOURCE_NAME)
+
+
+def _model_block(path: Path) -> list[str]:
+    """The generated model block's definitions (comment lines left out)."""
+    text = path.read_text()
+    start = text.index("// The model (written by the exporter)")
+    block = text[start:text.index("// ====", start)]
+    return [line for line in block.splitlines() if not line.startswith("//")]
