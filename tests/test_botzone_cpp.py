@@ -19,6 +19,7 @@ import queue
 import resource
 import shutil
 import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -27,6 +28,7 @@ import pytest
 from test_npnet import random_model
 
 from amazons import BLACK, WHITE, engine, npnet
+from amazons.arena import run_arena
 from amazons.board import Board, Move
 from amazons.botzone_cpp import (
     SOURCE_NAME,
@@ -460,3 +462,30 @@ def _model_block(path: Path) -> list[str]:
     start = text.index("// The model (written by the exporter)")
     block = text[start:text.index("// ====", start)]
     return [line for line in block.splitlines() if not line.startswith("//")]
+
+
+# ----------------------------------------------------------------------------------------------
+# Whole games through the arena's `botzone:` player (amazons.botzone_player), as Botzone runs it
+
+
+@pytest.mark.parametrize(("interaction", "process_mode"),
+                         [("simple", ()), ("json", ()), ("simple", ("--restart-per-turn",)),
+                          ("json", ("--restart-per-turn",))],
+                         ids=["simple-kept", "json-kept", "simple-restarted", "json-restarted"])
+def test_arena_games_against_random_in_every_interaction(default_bot, interaction, process_mode):
+    spec = f"botzone:{interaction}:{default_bot} {' '.join(process_mode)} --simulations 64"
+    result = run_arena(spec, "random", games=2, processes=1, seed=5)
+    assert not result.faults_a and not result.faults_b, result.summary()
+    assert result.wins_a == 2, result.summary()  # 64 simulations with the shipped net beat random moves
+    assert all(record.termination is None and len(record.moves) >= 8 for record in result.records)
+
+
+@pytest.mark.slow
+def test_arena_game_against_the_python_bot_in_both_interactions(default_bot):
+    python_bot = f"{sys.executable} -m amazons.botzone --model default --time 0.3"
+    for interaction in ("simple", "json"):
+        cpp_bot = f"{default_bot} --time 0.25 --first-time 0.5"  # inside the arena's limits of 0.3 s and 0.6 s
+        result = run_arena(f"botzone:{interaction},time=0.3:{cpp_bot}", f"botzone:{interaction},wall=6:{python_bot}",
+                           games=2, processes=1, seed=9)
+        assert not result.faults_a and not result.faults_b, result.summary()
+        assert result.wins_a + result.wins_b == 2
