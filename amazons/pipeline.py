@@ -113,6 +113,15 @@ class StepBudget:
         self.ledgers.append(IterationLedger())
         return self.ledgers[-1]
 
+    def count_game(self, positions: int, full_searches: int) -> IterationLedger:
+        """Count a finished game of `positions` positions (`full_searches` of them with a policy
+        target) in the iteration it belongs to (`ledger_for_game`); returns that iteration's ledger."""
+        ledger = self.ledger_for_game()
+        ledger.games += 1
+        ledger.positions += positions
+        ledger.full_searches += full_searches
+        return ledger
+
     def target(self, ledger: IterationLedger) -> int:
         """Steps `ledger` is owed so far: for its positions at the ratio, up to `max_steps`; once
         its games are all in, exactly the synchronous mode's count (at least `min_steps`)."""

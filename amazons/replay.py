@@ -582,6 +582,8 @@ class ReplayBuffer:
         chunk_games, chunk_seconds: how the writer thread batches games into chunks
             (`ChunkWriter`): a chunk once this many games wait, or once the oldest waited this long.
         on_written: called on the writer thread with the records added with each chunk's games.
+        first_game: the lowest serial number the next game added may get (a run's checkpoint
+            may count games that a crash kept from reaching the disk: their numbers stay unused).
 
     The window lives in flat arrays (positions and per-position fields, label entries), chunk
     after chunk, so `sample` gathers a batch with a few vectorized index operations whatever the
@@ -596,7 +598,7 @@ class ReplayBuffer:
 
     def __init__(self, directory: str | os.PathLike | None, window_positions: int, seed: int = 0,
                  chunk_games: int = 1, chunk_seconds: float = 0.0,
-                 on_written: Callable[[list[object]], None] | None = None) -> None:
+                 on_written: Callable[[list[object]], None] | None = None, first_game: int = 0) -> None:
         if window_positions < 1:
             raise ValueError(f"window_positions must be >= 1, got {window_positions}")
         self.directory = Path(directory) if directory is not None else None
@@ -628,6 +630,7 @@ class ReplayBuffer:
             raise ValueError(f"need chunk_games >= 1 and chunk_seconds >= 0, got {chunk_games}, {chunk_seconds}")
         if self.directory is not None:
             self._next_chunk = self._load_existing()
+        self.next_game = max(self.next_game, first_game)
 
     def _chunk_paths(self) -> list[tuple[int, Path]]:
         found = []
