@@ -565,6 +565,16 @@ class SelfPlayWorkers:
         report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report
 
+    @property
+    def semaphore_names(self) -> list[str]:
+        """The `/dev/shm` entries (`sem.mp-...`) of the named semaphores behind the actors'
+        result queue. Multiprocessing's resource tracker unlinks them if this process dies, but
+        not when it is killed together with its process group (as Ray ends a node actor): such an
+        owner hands them to a helper that outlives it (`amazons.distributed.node`)."""
+        queue_locks = (self._results._rlock, self._results._wlock, self._results._sem)
+        names = (getattr(lock._semlock, "name", None) for lock in queue_locks if lock is not None)
+        return [f"sem.{name.lstrip('/')}" for name in names if name]
+
     def start(self, stream: int) -> None:
         """Start an endless task on every actor (seeded from the config's seed and `stream`).
 

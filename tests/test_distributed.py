@@ -390,9 +390,13 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     assert shm_segments() - shm_before  # the node's slots exist while it runs
     assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) - folders_before  # and its scratch folder
     assert len(janitors()) == 1
+    with open(f"/proc/{node_pid}/maps") as maps:  # the named semaphores the node holds open
+        semaphores = {line.split("/dev/shm/")[1].strip() for line in maps if "/dev/shm/sem." in line}
+    assert semaphores  # its actors' result queue
     ray.shutdown()  # without closing the pool: everything must still go
     assert wait_until(lambda: not any(alive(pid) for pid in started), 30), \
         {pid: command for pid, command in started.items() if alive(pid)}
     assert wait_until(lambda: shm_segments() <= shm_before, 30), shm_segments() - shm_before
+    assert wait_until(lambda: not any(os.path.exists(f"/dev/shm/{name}") for name in semaphores), 30), semaphores
     assert wait_until(lambda: not janitors(), 30)
     assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) <= folders_before

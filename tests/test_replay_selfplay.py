@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import owned_shm_entries
 
 from amazons import engine
 from amazons.board import Adjudication, Board, Move
@@ -317,6 +318,8 @@ def test_selfplay_workers_apply_the_playout_cap(tmp_path):
     with InferenceServer(UniformEvaluator, num_clients=1, config=InferenceConfig(inference_batch_size=16)) as server:
         with SelfPlayWorkers(server, config) as workers:
             report = workers.play(2, lambda samples, records: collected.extend(samples), iteration=0)
+            # The names a Ray node hands its janitor: this session's semaphores of the result queue.
+            assert len(workers.semaphore_names) == 3 and set(workers.semaphore_names) <= owned_shm_entries()
     samples = GameSamples.concatenate(collected)
     assert report.full_searches == int((samples.policy_weight == 1).sum())
     assert 0 < report.full_searches < report.positions
@@ -441,7 +444,18 @@ def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
             assert not workers.paused
             # The actors take a per-iteration task after the endless one.
             report = workers.play(2, lambda samples, records: None, iteration=3)
+            # Finishing plays out every game in progress: each of the 2 x 3 lanes hands one in.
+            workers.start(stream=4)
+            workers.pause()
+            played_out: list = []
+            workers.finish(on_games=played_out.extend)
+            assert not workers.paused
     assert report.games == 2
+    assert len(played_out) >= 2 * 3
+    for game in played_out:
+        game.samples.validate()
+        board = Board.from_moves(game.record.moves)
+        assert board.is_game_over() or board.adjudicate() is not None
     for game in collected + late:
         game.samples.validate()
         assert game.versions.shape == (game.samples.num_positions,)
