@@ -24,7 +24,8 @@ cannot be read or whose arrays do not fit together raises `ReplayChunkError` nam
 (CHUNK_FORMAT_VERSION); version 1 chunks (no version array, written before `policy_weight`
 existed) load with every policy weight 1, version 1 and 2 chunks (before the ownership arrays)
 load with no ownership target, and version 4 chunks carry `first_game`, the serial number of their
-first game in the run (`ReplayBuffer.games_since`), and may leave the visit counts out.
+first game in the run (`ReplayBuffer.games_since`), and store labels as the window does (below);
+they load with int32 squares, float32 probabilities and no visit counts.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays,
 one row per position and one per label entry, and samples uniformly from it with vectorized
@@ -56,7 +57,7 @@ from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 # 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target;
-# 4: first_game, label_visits optional
+# 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts
 CHUNK_FORMAT_VERSION = 4
 _CHUNK_KEYS_V1 = (
     "positions",
@@ -70,7 +71,7 @@ _CHUNK_KEYS_V1 = (
 )
 _CHUNK_KEYS_V2 = _CHUNK_KEYS_V1 + ("policy_weight",)
 _CHUNK_KEYS_V3 = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sign")
-_CHUNK_KEYS = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")  # version 4: visits optional
+_CHUNK_KEYS = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")  # version 4: no visit counts
 NUM_SQUARES = 64
 # The window's label entry: three uint8 squares and a float16 probability.
 LABEL_ENTRY_BYTES = 3 * np.dtype(np.uint8).itemsize + np.dtype(np.float16).itemsize
@@ -267,7 +268,8 @@ class GameSamples:
 
 
 def save_chunk(path: str | os.PathLike, samples: GameSamples, first_game: int | None = None) -> None:
-    """Write `samples` to `path` atomically (temporary file in the same folder, then rename).
+    """Write `samples` to `path` atomically (temporary file in the same folder, then rename), in
+    format version 4: labels as uint8 squares and float16 probabilities, no visit counts.
 
     Args:
         path: the chunk file.
@@ -279,8 +281,9 @@ def save_chunk(path: str | os.PathLike, samples: GameSamples, first_game: int | 
     """
     samples.validate(str(path))
     arrays = {key: getattr(samples, key) for key in _CHUNK_KEYS}  # every key of the current version
-    if samples.label_visits is not None:
-        arrays["label_visits"] = samples.label_visits
+    # Labels as the window keeps them: a quarter of the bytes to compress and to store.
+    arrays["label_moves"] = samples.label_moves.astype(np.uint8)
+    arrays["label_policy"] = samples.label_policy.astype(np.float16)
     arrays["format_version"] = np.array(CHUNK_FORMAT_VERSION, np.int64)
     if first_game is not None:
         arrays["first_game"] = np.array(first_game, np.int64)
@@ -311,6 +314,9 @@ def _load_chunk(path: str | os.PathLike) -> tuple[GameSamples, int | None]:
                 raise ReplayChunkError(f"{path}: missing arrays {missing}")
             arrays = {key: archive[key] for key in keys}
             arrays.setdefault("label_visits", archive["label_visits"] if "label_visits" in archive.files else None)
+            if version >= 4:  # compact labels
+                arrays["label_moves"] = arrays["label_moves"].astype(np.int32)
+                arrays["label_policy"] = arrays["label_policy"].astype(np.float32)
             first_game = int(archive["first_game"]) if "first_game" in archive.files else None
     except ReplayChunkError:
         raise

@@ -109,7 +109,7 @@ def stored_games(run_dir: Path) -> list[GameSamples]:
     for path in sorted((run_dir / "replay").glob("chunk-*.npz")):
         chunk = load_chunk(path)
         for start, stop in zip(chunk.game_offsets[:-1], chunk.game_offsets[1:], strict=True):
-            games.append(GameSamples(chunk.positions[start:stop], chunk.label_moves[:0], chunk.label_visits[:0],
+            games.append(GameSamples(chunk.positions[start:stop], chunk.label_moves[:0], None,
                                      chunk.label_policy[:0], np.zeros(1, np.int64), chunk.z[start:stop],
                                      chunk.played_moves[start:stop]))
     return games

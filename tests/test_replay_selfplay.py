@@ -102,9 +102,14 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
     path = tmp_path / "chunk-00000000.npz"
     save_chunk(path, samples)
     loaded = load_chunk(path)
-    for key in ("positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
-                "played_moves", "game_offsets"):
+    for key in ("positions", "label_moves", "label_offsets", "z", "played_moves", "game_offsets"):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(samples, key))
+        assert getattr(loaded, key).dtype == getattr(samples, key).dtype
+    # Labels stored compactly: float16 probabilities, no visit counts.
+    assert loaded.label_visits is None and loaded.label_policy.dtype == np.float32
+    np.testing.assert_array_equal(loaded.label_policy, samples.label_policy.astype(np.float16).astype(np.float32))
+    with np.load(path) as archive:
+        assert archive["label_moves"].dtype == np.uint8 and archive["label_policy"].dtype == np.float16
     truncated = tmp_path / "chunk-00000001.npz"
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ReplayChunkError, match="chunk-00000001.npz"):
