@@ -134,7 +134,7 @@ class ActorTask:
 PAUSE = "pause"  # hold still after the current search round (no CPU, no requests) until RESUME
 RESUME = "resume"
 STOP = "stop"  # end the endless task now; the games in progress are dropped
-FINISH = "finish"  # start no new game; the endless task ends when the games in progress have
+FINISH = "finish"  # start no new game; the endless task ends once the games in progress are over
 
 
 @dataclass
@@ -366,7 +366,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
 
 
 class _TaskPipe:
-    """An actor's end of its task pipe: tasks, and the PAUSE / RESUME / STOP / FINISH of an endless task.
+    """An actor's end of its task pipe: tasks, and the PAUSE / RESUME / STOP / FINISH of an
+    endless task.
 
     A closed pipe (the owner is gone, or sent None) ends the actor."""
 
@@ -390,7 +391,7 @@ class _TaskPipe:
             if isinstance(message, ActorTask):
                 self.finishing = False
                 return message
-            # otherwise None, or a PAUSE / RESUME / STOP that came after its task ended
+            # otherwise None, or a PAUSE / RESUME / STOP / FINISH that came after its task ended
         return None
 
     def keep_playing(self) -> bool:
