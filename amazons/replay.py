@@ -675,18 +675,21 @@ class ReplayBuffer:
         """The games on disk whose serial number is `first_game` or later, in order (None if none).
 
         Read from the chunks (newest first, stopping at the first chunk that starts before
-        `first_game`; chunks without serial numbers count as older). Games still waiting in the
-        writer are not on disk yet: `flush` first.
+        `first_game`; chunks without serial numbers count as older; unreadable chunks are
+        skipped, as the window skips them). Games still waiting in the writer are not on disk
+        yet: `flush` first.
 
         Raises:
             ValueError: if the buffer has no directory.
-            ReplayChunkError: a chunk on the way cannot be read (names it).
         """
         if self.directory is None:
             raise ValueError("this replay buffer keeps no chunks on disk (directory None)")
         parts: list[GameSamples] = []
         for _, path in reversed(self._chunk_paths()):
-            chunk, first = _load_chunk(path)
+            try:
+                chunk, first = _load_chunk(path)
+            except ReplayChunkError:
+                continue
             if first is None or first + chunk.num_games <= first_game:
                 break
             skip = max(first_game - first, 0)

@@ -503,6 +503,9 @@ def test_the_writer_batches_games_into_chunks_and_resume_reads_old_and_new_chunk
         for key in ("positions", "label_moves", "label_offsets", "z", "game_offsets", "ownership_sign"):
             np.testing.assert_array_equal(getattr(since, key), getattr(expected, key), err_msg=key)
         assert resumed.games_since(8) is None and resumed.games_since(0).num_games == 7  # the old chunk: no serial
+    chunks[-1].write_bytes(b"truncated")  # an unreadable chunk is skipped, as the window skips it
+    with ReplayBuffer(tmp_path, window_positions=10_000) as damaged:
+        assert damaged.games_since(5).num_games == 2 and len(damaged.skipped_chunks) == 1
 
 
 def test_the_writer_writes_an_old_batch_after_chunk_seconds(tmp_path, finished_games):
