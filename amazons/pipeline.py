@@ -77,6 +77,8 @@ class IterationLedger:
     games: int = 0
     positions: int = 0
     full_searches: int = 0  # positions searched in full (with a policy target)
+    plies: int = 0  # moves played in the games this process saw finish (fast searches included)
+    played_games: int = 0  # those games (not the ones a resumed run found in its replay)
     adjudicated: int = 0
     simulations: float = 0.0
     leaves_evaluated: float = 0.0
@@ -118,6 +120,15 @@ class StepBudget:
                 return ledger
         self.ledgers.append(IterationLedger())
         return self.ledgers[-1]
+
+    def count_game(self, positions: int, full_searches: int) -> IterationLedger:
+        """Count a finished game of `positions` positions (`full_searches` of them with a policy
+        target) in the iteration it belongs to (`ledger_for_game`); returns that iteration's ledger."""
+        ledger = self.ledger_for_game()
+        ledger.games += 1
+        ledger.positions += positions
+        ledger.full_searches += full_searches
+        return ledger
 
     def target(self, ledger: IterationLedger) -> int:
         """Steps `ledger` is owed so far: for its positions at the ratio, up to `max_steps`; once

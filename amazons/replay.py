@@ -1,8 +1,9 @@
 """Self-play data: finished games as samples, compressed chunks on disk, and the replay window.
 
 A sample is one position of a finished game: the compact canonical position `(3,) uint64`, the
-sparse visit distribution of the search at that position (canonical moves with their raw visit
-counts) and the outcome `z` in {-1, +1} for the side to move there. Labels are never decoded by the
+policy target of the search at that position (canonical moves with their target probabilities,
+and the search's raw visit counts where they were kept) and the outcome `z` in {-1, +1} for the
+side to move there. Labels are never decoded by the
 engine: they are square triples from the search, in the same canonical frame as the position.
 A sample's `policy_weight` says how much its policy target counts in training: 1 for a full
 search, 0 for a playout cap's fast search, whose label is empty (its value target still counts).
@@ -14,26 +15,39 @@ to move as a sign (+1 Black, -1 White, 0 no target). `GameSamples.ownership_targ
 into each sample's target in its own canonical frame (+1 the side to move's square).
 
 On disk, games are stored in chunks `replay/chunk-NNNNNNNN.npz` (numpy's compressed archive, no
-pickles), each written to a temporary file and renamed, so a crash loses at most the games not yet
-flushed. A chunk that cannot be read or whose arrays do not fit together raises
-`ReplayChunkError` naming the file; `ReplayBuffer` skips such chunks and reports them. Chunks
-carry `format_version` (CHUNK_FORMAT_VERSION); version 1 chunks (no version array, written before
-`policy_weight` existed) load with every policy weight 1, and version 1 and 2 chunks (before the
-ownership arrays) load with no ownership target.
+pickles), each written to a temporary file and renamed (`amazons._atomic`). A `ReplayBuffer`
+with a directory writes them from a thread of its own (`ChunkWriter`), which gathers the games
+added into one chunk until it holds `chunk_games` games or its oldest game waited `chunk_seconds`
+seconds: a crash loses at most that unwritten batch, `flush` and `close` write it. A chunk that
+cannot be read or whose arrays do not fit together raises `ReplayChunkError` naming the file;
+`ReplayBuffer` skips such chunks and reports them. Chunks carry `format_version`
+(CHUNK_FORMAT_VERSION); version 1 chunks (no version array, written before `policy_weight`
+existed) load with every policy weight 1, version 1 and 2 chunks (before the ownership arrays)
+load with no ownership target, and version 4 chunks carry `first_game`, the serial number of their
+first game in the run (`ReplayBuffer.games_since`), and store labels as the window does (below);
+they load with int32 squares, float32 probabilities and no visit counts.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays,
 one row per position and one per label entry, and samples uniformly from it with vectorized
 gathers (the labels through their CSR offsets: no Python step per sample);
-`amazons.learn.augment_batch` then gives each sample a random one of the 8 symmetries.
+`amazons.learn.augment_batch` then gives each sample a random one of the 8 symmetries. The window
+stores labels compactly: a label entry is its three squares as uint8 and its probability as
+float16 (5 bytes), without visit counts, which no training target uses
+(`ReplayBuffer.bytes_per_position` measures it); `sample` hands the learner int32 squares and
+float32 probabilities renormalized over each position, so the window changes the targets by
+float16 rounding only (a relative 2**-11 at most; 3e-8 absolute below float16's normal range, 6e-5).
 
-Imports numpy only.
+Imports numpy and the standard library only.
 """
 
 from __future__ import annotations
 
 import os
 import re
+import threading
+import time
 import zipfile
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,8 +56,9 @@ import numpy as np
 from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
-# 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target
-CHUNK_FORMAT_VERSION = 3
+# 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target;
+# 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts
+CHUNK_FORMAT_VERSION = 4
 _CHUNK_KEYS_V1 = (
     "positions",
     "label_moves",
@@ -55,8 +70,11 @@ _CHUNK_KEYS_V1 = (
     "game_offsets",
 )
 _CHUNK_KEYS_V2 = _CHUNK_KEYS_V1 + ("policy_weight",)
-_CHUNK_KEYS = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sign")
+_CHUNK_KEYS_V3 = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sign")
+_CHUNK_KEYS = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")  # version 4: no visit counts
 NUM_SQUARES = 64
+# The window's label entry: three uint8 squares and a float16 probability.
+LABEL_ENTRY_BYTES = 3 * np.dtype(np.uint8).itemsize + np.dtype(np.float16).itemsize
 
 
 class ReplayChunkError(ValueError):
@@ -69,8 +87,9 @@ class GameSamples:
 
     Attributes:
         positions: `(T, 3) uint64` canonical positions, in play order.
-        label_moves: `(N, 3) int32` canonical moves the search visited.
-        label_visits: `(N,) int32` raw visit counts of those moves.
+        label_moves: `(N, 3) int32` canonical moves of the target.
+        label_visits: `(N,) int32` the search's raw visit counts of those moves, or None where
+            they were not kept (the replay window keeps none: no training target uses them).
         label_policy: `(N,) float32` the policy target over those moves (sums to 1 per position):
             visit shares, or the improved policy of `amazons.mcts.improved_policy`.
         label_offsets: `(T + 1,) int64`; position t's label is rows `label_offsets[t]:label_offsets[t+1]`
@@ -91,7 +110,7 @@ class GameSamples:
 
     positions: np.ndarray
     label_moves: np.ndarray
-    label_visits: np.ndarray
+    label_visits: np.ndarray | None
     label_policy: np.ndarray
     label_offsets: np.ndarray
     z: np.ndarray
@@ -142,6 +161,8 @@ class GameSamples:
             "ownership_mask": (np.bool_, 2),
             "ownership_sign": (np.int8, 1),
         }
+        if self.label_visits is None:
+            del expected["label_visits"]
         for name, (dtype, ndim) in expected.items():
             array = getattr(self, name)
             if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != ndim:
@@ -150,8 +171,9 @@ class GameSamples:
         problems = []
         if self.positions.shape[1:] != (3,) or self.played_moves.shape != (count, 3):
             problems.append("positions and played_moves must be (T, 3)")
+        visits = self.label_policy if self.label_visits is None else self.label_visits
         if self.label_moves.shape[1:] != (3,) or not (
-            self.label_visits.shape[0] == self.label_policy.shape[0] == self.label_moves.shape[0]
+            visits.shape[0] == self.label_policy.shape[0] == self.label_moves.shape[0]
         ):
             problems.append("label_moves (N, 3), label_visits (N,) and label_policy (N,) disagree")
         if self.label_offsets.shape[0] != count + 1 or self.z.shape[0] != count or (
@@ -172,7 +194,7 @@ class GameSamples:
             problems.append("game_offsets must rise strictly from 0 to T")
         if self.label_moves.size and (self.label_moves.min() < 0 or self.label_moves.max() > 63):
             problems.append("label_moves hold squares outside 0..63")
-        if self.label_visits.size and self.label_visits.min() < 0:
+        if self.label_visits is not None and self.label_visits.size and self.label_visits.min() < 0:
             problems.append("label_visits hold negative counts")
         if self.label_policy.size and not (np.isfinite(self.label_policy).all() and self.label_policy.min() >= 0):
             problems.append("label_policy holds negative or non-finite probabilities")
@@ -194,15 +216,17 @@ class GameSamples:
 
     @staticmethod
     def concatenate(parts: list[GameSamples]) -> GameSamples:
-        """One `GameSamples` holding all games of `parts`, in order."""
+        """One `GameSamples` holding all games of `parts`, in order (with visit counts only if
+        every part has them)."""
         if not parts:
             raise ValueError("nothing to concatenate")
+        with_visits = all(part.label_visits is not None for part in parts)
         label_base = np.cumsum([0] + [part.label_moves.shape[0] for part in parts[:-1]])
         position_base = np.cumsum([0] + [part.num_positions for part in parts[:-1]])
         return GameSamples(
             positions=np.concatenate([part.positions for part in parts]),
             label_moves=np.concatenate([part.label_moves for part in parts]),
-            label_visits=np.concatenate([part.label_visits for part in parts]),
+            label_visits=np.concatenate([part.label_visits for part in parts]) if with_visits else None,
             label_policy=np.concatenate([part.label_policy for part in parts]),
             label_offsets=np.concatenate(
                 [np.zeros(1, dtype=np.int64)]
@@ -243,11 +267,26 @@ class GameSamples:
         return ownership, mask
 
 
-def save_chunk(path: str | os.PathLike, samples: GameSamples) -> None:
-    """Write `samples` to `path` atomically (temporary file in the same folder, then rename)."""
+def save_chunk(path: str | os.PathLike, samples: GameSamples, first_game: int | None = None) -> None:
+    """Write `samples` to `path` atomically (temporary file in the same folder, then rename), in
+    format version 4: labels as uint8 squares and float16 probabilities, no visit counts.
+
+    Args:
+        path: the chunk file.
+        samples: its games (validated first).
+        first_game: the serial number of its first game in the run, if known.
+
+    Raises:
+        ReplayChunkError: `samples` are inconsistent (names `path`).
+    """
     samples.validate(str(path))
     arrays = {key: getattr(samples, key) for key in _CHUNK_KEYS}  # every key of the current version
+    # Labels as the window keeps them: a quarter of the bytes to compress and to store.
+    arrays["label_moves"] = samples.label_moves.astype(np.uint8)
+    arrays["label_policy"] = samples.label_policy.astype(np.float16)
     arrays["format_version"] = np.array(CHUNK_FORMAT_VERSION, np.int64)
+    if first_game is not None:
+        arrays["first_game"] = np.array(first_game, np.int64)
     atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
 
 
@@ -258,24 +297,183 @@ def load_chunk(path: str | os.PathLike) -> GameSamples:
         ReplayChunkError: naming the file, if it is truncated, not an archive, misses an array,
             holds inconsistent arrays or comes from a newer format version.
     """
+    return _load_chunk(path)[0]
+
+
+def _load_chunk(path: str | os.PathLike) -> tuple[GameSamples, int | None]:
+    """`load_chunk`, and the chunk's `first_game` (None when it has none)."""
     try:
         with np.load(path, allow_pickle=False) as archive:
             version = int(archive["format_version"]) if "format_version" in archive.files else 1
             if not 1 <= version <= CHUNK_FORMAT_VERSION:
                 raise ReplayChunkError(
                     f"{path}: format_version {version}; this code reads 1 to {CHUNK_FORMAT_VERSION}")
-            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2}.get(version, _CHUNK_KEYS)
+            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2, 3: _CHUNK_KEYS_V3}.get(version, _CHUNK_KEYS)
             missing = [key for key in keys if key not in archive.files]
             if missing:
                 raise ReplayChunkError(f"{path}: missing arrays {missing}")
             arrays = {key: archive[key] for key in keys}
+            arrays.setdefault("label_visits", archive["label_visits"] if "label_visits" in archive.files else None)
+            if version >= 4:  # compact labels
+                arrays["label_moves"] = arrays["label_moves"].astype(np.int32)
+                arrays["label_policy"] = arrays["label_policy"].astype(np.float32)
+            first_game = int(archive["first_game"]) if "first_game" in archive.files else None
     except ReplayChunkError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
         raise ReplayChunkError(f"{path}: unreadable replay chunk ({error})") from None
     samples = GameSamples(**arrays)
     samples.validate(str(path))
-    return samples
+    return samples, first_game
+
+
+class ReplayWriteError(RuntimeError):
+    """The replay's writer thread failed; the message names the chunk, the cause is chained."""
+
+
+class ChunkWriter:
+    """Writes games to replay chunks from a thread of its own, several games a chunk.
+
+    Games handed to `add` wait in memory until they number `chunk_games`, or until the oldest of
+    them has waited `chunk_seconds`; then the thread writes them as one chunk (of `chunk_games`
+    games, or fewer when age, `flush` or `close` called for it; more only when one `add` brought
+    more) (atomically, as
+    `save_chunk`) and passes their records to `on_written`. The caller's thread never waits for
+    the disk except in `flush` and `close`. A failure of the thread (a full disk, an inconsistent
+    game) is raised in the caller's thread by the next `add`, `flush` or `close`, as a
+    `ReplayWriteError` naming the chunk; the writer takes no games after it.
+
+    Args:
+        directory: where the chunks go.
+        first_index: the number of the next chunk file (`chunk-NNNNNNNN.npz`).
+        first_game: the serial number, in the run, of the next game added.
+        chunk_games: write once this many games wait (>= 1).
+        chunk_seconds: write once the oldest waiting game is this old (0: at once).
+        on_written: called on the writer's thread with the records handed in with the games of
+            each chunk, after the chunk is written (a run appends them to its game records).
+    """
+
+    def __init__(self, directory: Path, first_index: int, first_game: int, chunk_games: int = 1,
+                 chunk_seconds: float = 0.0, on_written: Callable[[list[object]], None] | None = None) -> None:
+        if chunk_games < 1:
+            raise ValueError(f"chunk_games must be >= 1, got {chunk_games}")
+        if chunk_seconds < 0:
+            raise ValueError(f"chunk_seconds must be >= 0, got {chunk_seconds}")
+        self.directory = directory
+        self.next_index = first_index
+        self.chunk_games = chunk_games
+        self.chunk_seconds = chunk_seconds
+        self.on_written = on_written
+        self._next_game = first_game  # serial of the next game written
+        self._pending: list[tuple[GameSamples, Sequence[object], float]] = []  # games, records, when added
+        self._pending_games = 0
+        self._added = 0  # batches added so far
+        self._written = 0  # batches written so far
+        self._flushing = 0  # callers waiting in flush
+        self._closing = False
+        self._error: BaseException | None = None
+        self._failed_chunk = ""
+        self._condition = threading.Condition()
+        # A daemon: a process that exits without `close` loses the unwritten batch, as a crash does.
+        self._thread = threading.Thread(target=self._work, name="replay-writer", daemon=True)
+        self._thread.start()
+
+    def add(self, samples: GameSamples, records: Sequence[object] = ()) -> None:
+        """Queue games for writing (with their records, handed to `on_written`).
+
+        Raises:
+            ReplayWriteError: the writer failed earlier, or is closed.
+        """
+        with self._condition:
+            self._raise_failure()
+            if self._closing:
+                raise ReplayWriteError("the replay writer is closed")
+            self._pending.append((samples, records, time.monotonic()))
+            self._pending_games += samples.num_games
+            self._added += 1
+            self._condition.notify_all()
+
+    def flush(self) -> None:
+        """Wait until every game added so far is written.
+
+        Raises:
+            ReplayWriteError: the writer failed.
+        """
+        with self._condition:
+            target = self._added
+            self._flushing += 1
+            self._condition.notify_all()
+            try:
+                while self._written < target and self._error is None:
+                    self._condition.wait()
+            finally:
+                self._flushing -= 1
+            self._raise_failure()
+
+    def close(self) -> None:
+        """Write what is pending, then stop the thread.
+
+        Raises:
+            ReplayWriteError: the writer failed (its thread has stopped).
+        """
+        with self._condition:
+            self._closing = True
+            self._condition.notify_all()
+        self._thread.join()
+        with self._condition:
+            self._raise_failure()
+
+    @property
+    def pending_games(self) -> int:
+        """Games added and not yet written."""
+        with self._condition:
+            return self._pending_games
+
+    def _raise_failure(self) -> None:
+        if self._error is not None:
+            raise ReplayWriteError(f"writing replay chunk {self._failed_chunk} failed: {self._error!r}") \
+                from self._error
+
+    def _due(self) -> bool:
+        """Whether the pending games should be written now (called holding the lock)."""
+        if not self._pending:
+            return False
+        if self._closing or self._flushing or self._pending_games >= self.chunk_games:
+            return True
+        return time.monotonic() - self._pending[0][2] >= self.chunk_seconds
+
+    def _work(self) -> None:
+        while True:
+            with self._condition:
+                while not self._due() and not (self._closing and not self._pending):
+                    timeout = None
+                    if self._pending:
+                        timeout = max(self.chunk_seconds - (time.monotonic() - self._pending[0][2]), 0.0)
+                    self._condition.wait(timeout)
+                if not self._pending:  # closing, nothing left
+                    return
+                taken = games = 0
+                while taken < len(self._pending) and games < self.chunk_games:
+                    games += self._pending[taken][0].num_games
+                    taken += 1
+                batch, self._pending = self._pending[:taken], self._pending[taken:]
+                self._pending_games -= games
+            path = self.directory / f"chunk-{self.next_index:08d}.npz"
+            try:
+                samples = GameSamples.concatenate([games for games, _, _ in batch])
+                save_chunk(path, samples, first_game=self._next_game)
+                if self.on_written is not None:
+                    self.on_written([record for _, records, _ in batch for record in records])
+            except BaseException as error:  # handed to the caller's thread, which raises it
+                with self._condition:
+                    self._error, self._failed_chunk = error, str(path)
+                    self._condition.notify_all()
+                return
+            with self._condition:
+                self.next_index += 1
+                self._next_game += samples.num_games
+                self._written += len(batch)
+                self._condition.notify_all()
 
 
 # Tags the sampling generator's stream. Seeded with the bare run seed, the buffer and the learner
@@ -327,6 +525,10 @@ class _Columns:
             array[self.stop : self.stop + count] = values[name]
         self.stop += count
 
+    def live_nbytes(self) -> int:
+        """Bytes of the live rows of every array."""
+        return sum(array[self.first : self.stop].nbytes for array in self.arrays.values())
+
     def drop_front(self, count: int) -> None:
         """Forget the `count` oldest rows."""
         self.first += count
@@ -342,6 +544,22 @@ def _moved(array: np.ndarray, first: int, stop: int, capacity: int) -> np.ndarra
     grown = np.empty((capacity, *array.shape[1:]), array.dtype)
     grown[: stop - first] = array[first:stop]
     return grown
+
+
+def _games_from(samples: GameSamples, first: int) -> GameSamples:
+    """The games of `samples` from game `first` on."""
+    if first == 0:
+        return samples
+    start = int(samples.game_offsets[first])
+    label_start = int(samples.label_offsets[start])
+    return GameSamples(
+        positions=samples.positions[start:], label_moves=samples.label_moves[label_start:],
+        label_visits=None if samples.label_visits is None else samples.label_visits[label_start:],
+        label_policy=samples.label_policy[label_start:], label_offsets=samples.label_offsets[start:] - label_start,
+        z=samples.z[start:], played_moves=samples.played_moves[start:],
+        game_offsets=samples.game_offsets[first:] - start, policy_weight=samples.policy_weight[start:],
+        ownership=samples.ownership[first:], ownership_mask=samples.ownership_mask[first:],
+        ownership_sign=samples.ownership_sign[start:])
 
 
 @dataclass(frozen=True)
@@ -367,16 +585,26 @@ class ReplayBuffer:
         seed: seed of the sampling generator. The generator is a stream of its own
             (`SAMPLING_STREAM`), so it never repeats the draws of another generator seeded
             with the same integer, such as the learner's symmetry draws.
+        chunk_games, chunk_seconds: how the writer thread batches games into chunks
+            (`ChunkWriter`): a chunk once this many games wait, or once the oldest waited this long.
+        on_written: called on the writer thread with the records added with each chunk's games.
+        first_game: the lowest serial number the next game added may get (a run's checkpoint
+            may count games that a crash kept from reaching the disk: their numbers stay unused).
 
     The window lives in flat arrays (positions and per-position fields, label entries), chunk
     after chunk, so `sample` gathers a batch with a few vectorized index operations whatever the
-    number of chunks.
+    number of chunks. A buffer with a directory starts a writer thread at its first `add`: `close`
+    it (or use a `with` block) to write the games still waiting; it starts a new one if more games
+    come.
 
     Attributes:
         skipped_chunks: (path, reason) of chunks that could not be loaded.
+        next_game: the serial number (in the run, over every chunk) the next game added gets.
     """
 
-    def __init__(self, directory: str | os.PathLike | None, window_positions: int, seed: int = 0) -> None:
+    def __init__(self, directory: str | os.PathLike | None, window_positions: int, seed: int = 0,
+                 chunk_games: int = 1, chunk_seconds: float = 0.0,
+                 on_written: Callable[[list[object]], None] | None = None, first_game: int = 0) -> None:
         if window_positions < 1:
             raise ValueError(f"window_positions must be >= 1, got {window_positions}")
         self.directory = Path(directory) if directory is not None else None
@@ -386,23 +614,29 @@ class ReplayBuffer:
         self.rng = np.random.default_rng([seed, SAMPLING_STREAM])
         self.skipped_chunks: list[tuple[str, str]] = []
         self._spans: list[_ChunkSpan] = []
+        # Compact rows: squares fit a byte, probabilities a float16; visit counts are not kept.
         self._positions = _Columns({
             "positions": ((3,), np.uint64), "z": ((), np.int8), "policy_weight": ((), np.float32),
-            "played_moves": ((3,), np.int32),
+            "played_moves": ((3,), np.uint8),
             "label_start": ((), np.int64),  # logical row of the position's first label entry
-            "label_count": ((), np.int64),
+            "label_count": ((), np.int32),
             "ownership_sign": ((), np.int8),
             "game_row": ((), np.int64),  # logical row of the position's game in `_games`
         })
         self._games = _Columns({"ownership": ((NUM_SQUARES,), np.int8),
                                 "ownership_mask": ((NUM_SQUARES,), np.bool_)})
-        self._labels = _Columns({"label_moves": ((3,), np.int32), "label_visits": ((), np.int32),
-                                 "label_policy": ((), np.float32)})
-        self._next_index = 0
+        self._labels = _Columns({"label_moves": ((3,), np.uint8), "label_policy": ((), np.float16)})
         self.total_games = 0
         self.total_positions = 0
+        self.next_game = 0
+        self._writer: ChunkWriter | None = None  # started by the first `add`
+        self._writer_settings = (chunk_games, chunk_seconds, on_written)
+        self._next_chunk = 0
+        if chunk_games < 1 or chunk_seconds < 0:
+            raise ValueError(f"need chunk_games >= 1 and chunk_seconds >= 0, got {chunk_games}, {chunk_seconds}")
         if self.directory is not None:
-            self._load_existing()
+            self._next_chunk = self._load_existing()
+        self.next_game = max(self.next_game, first_game)
 
     def _chunk_paths(self) -> list[tuple[int, Path]]:
         found = []
@@ -412,40 +646,101 @@ class ReplayBuffer:
                 found.append((int(match.group(1)), path))
         return sorted(found)
 
-    def _load_existing(self) -> None:
+    def _load_existing(self) -> int:
+        """Load the newest chunks up to the window; return the next chunk number."""
         paths = self._chunk_paths()
-        if paths:
-            self._next_index = paths[-1][0] + 1
         held = 0
         loaded: list[GameSamples] = []
         for _, path in reversed(paths):
             if held >= self.window_positions:
                 break
             try:
-                chunk = load_chunk(path)
+                chunk, first_game = _load_chunk(path)
             except ReplayChunkError as error:
                 self.skipped_chunks.append((str(path), str(error)))
                 continue
+            if not loaded:  # the newest readable chunk numbers the games after it
+                self.next_game = (first_game or 0) + chunk.num_games
             loaded.append(chunk)
             held += chunk.num_positions
         for chunk in reversed(loaded):
             self._append(chunk)
         self.total_games = sum(chunk.num_games for chunk in loaded)
         self.total_positions = held
+        if self.next_game < self.total_games:  # chunks written before games had serial numbers
+            self.next_game = self.total_games
+        return paths[-1][0] + 1 if paths else 0
 
-    def add(self, samples: GameSamples) -> Path:
-        """Persist `samples` as a new chunk and add them to the window; return the chunk's path.
+    def games_since(self, first_game: int) -> GameSamples | None:
+        """The games on disk whose serial number is `first_game` or later, in order (None if none).
+
+        Read from the chunks (newest first, stopping at the first chunk that starts before
+        `first_game`; chunks without serial numbers count as older; unreadable chunks are
+        skipped, as the window skips them). Games still waiting in the writer are not on disk
+        yet: `flush` first.
+
+        Raises:
+            ValueError: if the buffer has no directory.
+        """
+        if self.directory is None:
+            raise ValueError("this replay buffer keeps no chunks on disk (directory None)")
+        parts: list[GameSamples] = []
+        for _, path in reversed(self._chunk_paths()):
+            try:
+                chunk, first = _load_chunk(path)
+            except ReplayChunkError:
+                continue
+            if first is None or first + chunk.num_games <= first_game:
+                break
+            skip = max(first_game - first, 0)
+            parts.append(_games_from(chunk, skip))
+            if first <= first_game:
+                break
+        return GameSamples.concatenate(parts[::-1]) if parts else None
+
+    def add(self, samples: GameSamples, records: Sequence[object] = ()) -> None:
+        """Add `samples` to the window now and hand them to the writer thread, which persists
+        them as part of a chunk (and passes `records` to `on_written` once it is written).
 
         Raises:
             ValueError: if the buffer has no directory (use `add_to_window`).
+            ReplayWriteError: the writer thread failed earlier (names the chunk).
         """
         if self.directory is None:
             raise ValueError("this replay buffer keeps no chunks on disk (directory None): use add_to_window")
-        path = self.directory / f"chunk-{self._next_index:08d}.npz"
-        save_chunk(path, samples)
-        self._next_index += 1
+        if self._writer is None:
+            self._writer = ChunkWriter(self.directory, self._next_chunk, self.next_game, *self._writer_settings)
+        self._writer.add(samples, records)
+        self.next_game += samples.num_games
         self.add_to_window(samples)
-        return path
+
+    def flush(self) -> None:
+        """Wait until every game added is written to a chunk.
+
+        Raises:
+            ReplayWriteError: the writer thread failed (names the chunk).
+        """
+        if self._writer is not None:
+            self._writer.flush()
+
+    def close(self) -> None:
+        """Write the games still waiting and stop the writer thread (the window stays usable).
+
+        Raises:
+            ReplayWriteError: the writer thread failed (names the chunk).
+        """
+        if self._writer is not None:
+            writer, self._writer = self._writer, None
+            try:
+                writer.close()
+            finally:
+                self._next_chunk = writer.next_index
+
+    def __enter__(self) -> ReplayBuffer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     def add_to_window(self, samples: GameSamples) -> None:
         """Add `samples` to the sampling window without writing a chunk."""
@@ -468,26 +763,44 @@ class ReplayBuffer:
             "ownership_sign": samples.ownership_sign,
             "game_row": self._games.logical_stop + game_of_position,
         })
-        self._labels.append({"label_moves": samples.label_moves, "label_visits": samples.label_visits,
-                             "label_policy": samples.label_policy})
+        self._labels.append({"label_moves": samples.label_moves, "label_policy": samples.label_policy})
         if games:
             self._games.append({"ownership": samples.ownership, "ownership_mask": samples.ownership_mask})
 
     @property
     def window(self) -> tuple[GameSamples, ...]:
-        """The chunks in the window, oldest first (copies, to hand the window to another buffer)."""
+        """The chunks in the window, oldest first, as the window holds them (copies, to hand the
+        window to another buffer): squares back in int32, probabilities in float32 (as float16
+        rounded them), no visit counts."""
         chunks = []
         for span in self._spans:
             counts = self._positions.take("label_count", span.first_position, span.positions)
             chunk = {name: self._positions.take(name, span.first_position, span.positions)
-                     for name in ("positions", "z", "policy_weight", "played_moves", "ownership_sign")}
-            chunk.update({name: self._labels.take(name, span.first_label, span.labels)
-                          for name in ("label_moves", "label_visits", "label_policy")})
+                     for name in ("positions", "z", "policy_weight", "ownership_sign")}
+            chunk["played_moves"] = self._positions.take("played_moves", span.first_position,
+                                                         span.positions).astype(np.int32)
+            chunk["label_moves"] = self._labels.take("label_moves", span.first_label, span.labels).astype(np.int32)
+            chunk["label_policy"] = self._labels.take("label_policy", span.first_label,
+                                                      span.labels).astype(np.float32)
             chunk.update({name: self._games.take(name, span.first_game, span.game_offsets.shape[0] - 1)
                           for name in ("ownership", "ownership_mask")})
-            chunks.append(GameSamples(label_offsets=np.concatenate([np.zeros(1, np.int64), np.cumsum(counts)]),
-                                      game_offsets=span.game_offsets.copy(), **chunk))
+            chunks.append(GameSamples(label_offsets=np.concatenate([np.zeros(1, np.int64),
+                                                                    np.cumsum(counts, dtype=np.int64)]),
+                                      label_visits=None, game_offsets=span.game_offsets.copy(), **chunk))
         return tuple(chunks)
+
+    @property
+    def bytes_per_position(self) -> float:
+        """Bytes the window's live rows take per position held (positions, their labels and
+        their games' ownership maps), without the room kept for growth (`nbytes`); 0 when empty."""
+        live = sum(columns.live_nbytes() for columns in (self._positions, self._labels, self._games))
+        return live / len(self) if len(self) else 0.0
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes the window's arrays take, the room kept for growth included."""
+        return sum(array.nbytes for columns in (self._positions, self._labels, self._games)
+                   for array in columns.arrays.values())
 
     def _evict(self) -> None:
         held = len(self._positions)
@@ -522,7 +835,7 @@ class ReplayBuffer:
             raise ValueError("the replay buffer is empty")
         rows = self._positions.first + self.rng.integers(0, held, size=batch_size)
         columns = self._positions.arrays
-        counts = columns["label_count"][rows]
+        counts = columns["label_count"][rows].astype(np.int64)
         label_offsets = np.zeros(batch_size + 1, dtype=np.int64)
         np.cumsum(counts, out=label_offsets[1:])
         # CSR gather: label entry j of the batch is row first_label(sample) + (j - offset(sample)).
@@ -533,7 +846,7 @@ class ReplayBuffer:
         totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy, minlength=batch_size)
         return {
             "positions": columns["positions"][rows],
-            "label_moves": np.take(self._labels.arrays["label_moves"], label_rows, axis=0),  # faster than [rows]
+            "label_moves": np.take(self._labels.arrays["label_moves"], label_rows, axis=0).astype(np.int32),
             "label_probs": (policy / np.repeat(totals, counts)).astype(np.float32),
             "label_offsets": label_offsets,
             "z": columns["z"][rows].astype(np.float32),

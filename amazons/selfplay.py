@@ -166,6 +166,7 @@ class ActorTask:
 PAUSE = "pause"  # hold still after the current search round (no CPU, no requests) until RESUME
 RESUME = "resume"
 STOP = "stop"  # end the endless task now; the games in progress are dropped
+FINISH = "finish"  # start no new game; the endless task ends once the games in progress are over
 
 
 @dataclass
@@ -235,6 +236,7 @@ def play_games(
     fast_simulations: int = 0,
     rng: np.random.Generator | None = None,
     keep_playing: Callable[[], bool] | None = None,
+    start_games: Callable[[], bool] | None = None,
     weights_version: Callable[[], int] | None = None,
     stats: dict[str, float] | None = None,
 ) -> dict[str, float]:
@@ -264,6 +266,8 @@ def play_games(
             probability is 1.
         keep_playing: asked before every search round; False stops at once, leaving the games
             in progress unfinished (and unreported).
+        start_games: with `num_games` None, asked when a game ends: False leaves its lane empty,
+            so the run ends once the games in progress have finished (default: always True).
         weights_version: the version of the weights the evaluator answered with last (e.g.
             `InferenceClient.weights_version`), recorded per position.
         stats: counters to update in place as the games go (the same keys as the result), so
@@ -336,7 +340,7 @@ def play_games(
             else:
                 on_game(game.samples(), game.board.move_stack, game.adjudication,
                         versions=np.array(game.versions, dtype=np.int64))
-            if num_games is None or started_games < num_games:
+            if (started_games < num_games) if num_games is not None else (start_games is None or start_games()):
                 games[slot] = _GameInProgress()
                 search.set_roots(games[slot].board.canonical_position(), [slot])
                 started_games += 1
@@ -361,7 +365,7 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
     per finished game (`info`: the weights version of each position, whether it was
     adjudicated, and the actor's simulations and leaves evaluated so far in this task), then
     ("done", actor_id, stats), or ("error", actor_id, text) if it fails and then exits. During
-    an endless task it reads PAUSE, RESUME and STOP between search rounds. `tasks` is the
+    an endless task it reads PAUSE, RESUME, STOP and FINISH between search rounds. `tasks` is the
     receiving end of a pipe whose only sending end the owner holds, so an owner that dies
     (killed, or stopped by a signal without cleaning up) ends the actor too.
     """
@@ -395,6 +399,7 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                                fast_simulations=task.config.fast_simulations,
                                rng=np.random.default_rng([task.seed, PLAYOUT_CAP_STREAM]),
                                keep_playing=pipe.keep_playing if task.num_games is None else None,
+                               start_games=pipe.starts_games,
                                weights_version=lambda: client.weights_version, stats=counters)
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
@@ -411,13 +416,15 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
 
 
 class _TaskPipe:
-    """An actor's end of its task pipe: tasks, and the PAUSE / RESUME / STOP of an endless task.
+    """An actor's end of its task pipe: tasks, and the PAUSE / RESUME / STOP / FINISH of an
+    endless task.
 
     A closed pipe (the owner is gone, or sent None) ends the actor."""
 
     def __init__(self, connection: Connection) -> None:
         self.connection = connection
         self.closed = False
+        self.finishing = False  # FINISH came: no new games in this endless task
 
     def _receive(self) -> object:
         try:
@@ -432,8 +439,9 @@ class _TaskPipe:
         while not self.closed:
             message = self._receive()
             if isinstance(message, ActorTask):
+                self.finishing = False
                 return message
-            # otherwise None, or a PAUSE / RESUME / STOP that came after its task ended
+            # otherwise None, or a PAUSE / RESUME / STOP / FINISH that came after its task ended
         return None
 
     def keep_playing(self) -> bool:
@@ -443,8 +451,13 @@ class _TaskPipe:
             message = self._receive()
             if message is None or message == STOP:
                 return False
-            paused = message == PAUSE
+            self.finishing = self.finishing or message == FINISH
+            paused = message == PAUSE or (paused and message == FINISH)
         return True
+
+    def starts_games(self) -> bool:
+        """Whether a lane whose game ended starts another (False once FINISH came)."""
+        return not self.finishing
 
 
 @dataclass
@@ -503,7 +516,8 @@ class SelfPlayWorkers:
 
     Two ways to use them: `play(...)` once per iteration (every actor plays its share of the
     games, then waits), or `start(...)` once, then `collect(...)` the games as they finish,
-    `pause()` / `resume()` to hold the actors back, and `stop()`: endless tasks, in which an
+    `pause()` / `resume()` to hold the actors back, and `finish()` (the games in progress are
+    played out and handed over) or `stop()` (they are dropped): endless tasks, in which an
     actor starts a new game in a lane as soon as one ends, so its batches stay full. `close()`
     at the end (or a `with` block).
     """
@@ -529,6 +543,7 @@ class SelfPlayWorkers:
             receiver.close()  # the actor holds its own copy; the sending end stays here alone
             self._tasks.append(sender)
         self._endless: set[int] = set()  # actors playing an endless task
+        self._winding_down = False  # FINISH sent to the endless tasks
         self._suspects: dict[int, float] = {}
         self._paused_since: float | None = None
         self._paused_seconds = 0.0
@@ -603,6 +618,16 @@ class SelfPlayWorkers:
         report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report
 
+    @property
+    def semaphore_names(self) -> list[str]:
+        """The `/dev/shm` entries (`sem.mp-...`) of the named semaphores behind the actors'
+        result queue. Multiprocessing's resource tracker unlinks them if this process dies, but
+        not when it is killed together with its process group (as Ray ends a node actor): such an
+        owner hands them to a helper that outlives it (`amazons.distributed.node`)."""
+        queue_locks = (self._results._rlock, self._results._wlock, self._results._sem)
+        names = (getattr(lock._semlock, "name", None) for lock in queue_locks if lock is not None)
+        return [f"sem.{name.lstrip('/')}" for name in names if name]
+
     def start(self, stream: int) -> None:
         """Start an endless task on every actor (seeded from the config's seed and `stream`).
 
@@ -615,6 +640,7 @@ class SelfPlayWorkers:
         for actor_id, tasks in enumerate(self._tasks):
             tasks.send(ActorTask(actor_id, None, self.config, int(seeds[actor_id].generate_state(1)[0])))
         self._endless = set(range(self.config.num_actors))
+        self._winding_down = False
 
     def collect(self, timeout: float = 0.0) -> list[FinishedGame]:
         """The games finished since the last call, waiting up to `timeout` seconds for the first.
@@ -678,6 +704,24 @@ class SelfPlayWorkers:
             with contextlib.suppress(OSError):  # a dead actor is reported by the next `collect`
                 self._tasks[actor_id].send(message)
 
+    def wind_down(self) -> None:
+        """Tell the actors to start no new games: each endless task ends when the games in
+        progress have finished (`collect` them as usual; `finish` waits for them)."""
+        if not self._winding_down:
+            self._send_endless(FINISH)
+            self._winding_down = True
+
+    def finish(self, on_games: Callable[[list[FinishedGame]], None], timeout: float = 600.0) -> None:
+        """End the endless tasks after the games in progress: `wind_down`, resume paused actors,
+        and hand every game still to come to `on_games` until each actor reports done.
+
+        Raises:
+            SelfPlayError: as `collect`, or if the actors are not done within `timeout` seconds.
+        """
+        self.wind_down()
+        self.resume()
+        self._wait_done(on_games, timeout)
+
     def stop(self, on_games: Callable[[list[FinishedGame]], None] | None = None, timeout: float = 60.0) -> None:
         """End the endless tasks: every actor drops the games it is playing and reports done.
 
@@ -691,6 +735,10 @@ class SelfPlayWorkers:
         if self._paused_since is not None:
             self._paused_seconds += time.perf_counter() - self._paused_since
             self._paused_since = None
+        self._wait_done(on_games, timeout)
+
+    def _wait_done(self, on_games: Callable[[list[FinishedGame]], None] | None, timeout: float) -> None:
+        """Collect until every endless task has reported done."""
         deadline = time.monotonic() + timeout
         while self._endless:
             if time.monotonic() > deadline:
@@ -699,6 +747,7 @@ class SelfPlayWorkers:
             late = self.collect(0.2)
             if late and on_games is not None:
                 on_games(late)
+        self._winding_down = False
 
     def close(self, timeout: float = 30.0) -> None:
         """Ask every actor to finish, then wait for them (terminating any that hang)."""

@@ -46,6 +46,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
 
+import numpy as np
 import torch
 
 from amazons._atomic import atomic_write
@@ -143,19 +144,33 @@ class Run:
         self.checkpoint_path = run_dir / "checkpoints" / "latest.pt"
         self.iteration = 0
         self.world_size = 1  # data-parallel training ranks (the Ray backend may train on several)
+        # The Elo ladder's matches: the evaluation thread adds an evaluation's matches at once,
+        # and the checkpoint copies them, under this lock.
         self.matches: list[dict[str, Any]] = []
+        self.matches_lock = threading.Lock()
+        trained_games = None  # serial number of the first game no finished iteration holds
         if resume:
             self.learner = resume_learner(self.checkpoint_path, config.net, config.optim, self.device)
             state = json.loads((run_dir / "state.json").read_text())
             self.iteration = int(state["iteration"])
             self.matches = state["matches"]
+            trained_games = state.get("trained_games")  # absent in runs from before it was kept
         else:
             torch.manual_seed(config.seed)
             model = PolicyValueNet(config.net)
             self.learner = Learner(model, config.optim, self.device, seed=config.seed)
-        self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions, seed=config.seed + self.iteration)
+        games_file = run_dir / "games" / "selfplay.txt"
+        self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions, seed=config.seed + self.iteration,
+                                   chunk_games=config.replay_chunk_games, chunk_seconds=config.replay_chunk_seconds,
+                                   on_written=lambda records: write_records(games_file, records, append=True),
+                                   first_game=trained_games or 0)
         for path, reason in self.replay.skipped_chunks:
             print(f"warning: skipped replay chunk {path}: {reason}", file=sys.stderr)
+        # The step budget's debt: games in the replay that no finished iteration trained on (a
+        # stop mid-iteration, or the games finished after the last iteration); the next
+        # iteration counts them as its first and owes their steps.
+        self.trained_games = self.replay.next_game if trained_games is None else int(trained_games)
+        self.debt = self.replay.games_since(self.trained_games)
         self.metrics_file = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115  (closed in close())
         from torch.utils.tensorboard import SummaryWriter
 
@@ -199,10 +214,13 @@ class Run:
             "selfplay/sims_per_s": report.simulations_per_s,
             "selfplay/evals_per_s": report.evals_per_s,
             "selfplay/seconds": report.seconds,
-            "selfplay/mean_game_plies": report.positions / max(report.games, 1),
+            "selfplay/mean_game_plies": report.plies / max(report.games, 1),
             "selfplay/adjudicated_share": report.adjudicated / max(report.games, 1),
         })
-        metrics.update(self.train(report.positions, progress))
+        debt = self.take_debt()
+        metrics["train/debt_positions"] = debt.num_positions if debt is not None else 0
+        metrics.update(self.train(report.positions + metrics["train/debt_positions"], progress))
+        self.trained_games += report.games + (debt.num_games if debt is not None else 0)
         self.iteration = iteration
         save_model(self.model_path(iteration), self.learner.model, {"iteration": iteration})
         if config.eval.every and iteration % config.eval.every == 0:
@@ -212,14 +230,17 @@ class Run:
         metrics["iteration_seconds"] = time.perf_counter() - started
         self.log(iteration, metrics)
 
+    def take_debt(self) -> GameSamples | None:
+        """The games of the replay that no finished iteration has trained on, found at `--resume`
+        (None when there are none); the next iteration takes them, once."""
+        debt, self.debt = self.debt, None
+        return debt
+
     def self_play(self, workers: SelfPlaySource, iteration: int, progress: bool) -> SelfPlayReport:
         config = self.config
         bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game", progress)
-        games_file = self.run_dir / "games" / "selfplay.txt"
-
         def on_games(samples: list[GameSamples], records: list[GameRecord]) -> None:
-            self.replay.add(GameSamples.concatenate(samples))
-            write_records(games_file, records, append=True)
+            self.replay.add(GameSamples.concatenate(samples), records)
 
         def show(report: SelfPlayReport) -> None:
             if bar is not None:
@@ -275,15 +296,17 @@ class Run:
         `pipeline.publish_every_steps` steps or `pipeline.publish_interval_s` seconds (through
         shared memory) and closes iterations; evaluation runs in a thread."""
         config = self.config
-        budget = StepBudget(config.games_per_iteration, config.sample_reuse,
-                            config.train_batch_size * self.world_size, config.min_steps, config.max_steps,
-                            config.pipeline.slack_steps)
+        budget = self.step_budget()
         publisher = WeightsPublisher(server, config.pipeline.publish_every_steps, config.pipeline.publish_interval_s)
         publisher.publish(self.learner.step, self.learner.model)
         evaluation = BackgroundEvaluation(self.evaluate)
         clock = _AsyncClock(workers)
         bar = _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress)
         last_counters: dict[int, tuple[float, float]] = {}
+
+        def take_late_games(late: list[FinishedGame]) -> None:
+            self.take_games(late, budget, publisher, last_counters)
+
         workers.start(stream=self.iteration)
         while self.iteration < config.iterations:
             evaluation.check()
@@ -296,7 +319,7 @@ class Run:
             if finished:
                 self.take_games(finished, budget, publisher, last_counters)
                 if self.iteration + 1 == config.iterations and budget.current.games >= config.games_per_iteration:
-                    workers.stop(on_games=lambda late: self.take_games(late, budget, publisher, last_counters))
+                    workers.wind_down()  # the last iteration has its games: play out the ones in progress
             if budget.may_step():
                 stepped = time.perf_counter()
                 clock.sums.add(self.train_step())
@@ -311,24 +334,39 @@ class Run:
             if budget.iteration_done():
                 if bar is not None:
                     bar.close()
-                self.finish_async_iteration(budget.finish_iteration(), clock, evaluation, workers, publisher)
+                self.finish_async_iteration(budget.finish_iteration(), clock, evaluation, workers, publisher,
+                                            take_late_games)
                 clock = _AsyncClock(workers)
                 bar = (None if self.iteration >= config.iterations else
                        _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress))
         workers.stop()
 
+    def step_budget(self) -> StepBudget:
+        """The async pipeline's `StepBudget`, with the replay's debt (`take_debt`) counted first:
+        the games a stopped run left in the replay belong to the next iterations, which owe
+        their steps."""
+        config = self.config
+        budget = StepBudget(config.games_per_iteration, config.sample_reuse,
+                            config.train_batch_size * self.world_size, config.min_steps, config.max_steps,
+                            config.pipeline.slack_steps)
+        debt = self.take_debt()
+        if debt is not None:
+            full = np.add.reduceat((debt.policy_weight > 0).astype(np.int64), debt.game_offsets[:-1])
+            for positions, full_searches in zip(np.diff(debt.game_offsets).tolist(), full.tolist(), strict=True):
+                budget.count_game(positions, full_searches)
+        return budget
+
     def take_games(self, finished: list[FinishedGame], budget: StepBudget, publisher: WeightsPublisher,
                    last_counters: dict[int, tuple[float, float]]) -> None:
-        """Persist finished games (one replay chunk, their records) and count them in the
-        iterations they belong to."""
-        self.replay.add(GameSamples.concatenate([game.samples for game in finished]))
-        write_records(self.run_dir / "games" / "selfplay.txt", [game.record for game in finished], append=True)
+        """Add finished games to the replay (its writer thread persists them and their records)
+        and count them in the iterations they belong to."""
+        self.replay.add(GameSamples.concatenate([game.samples for game in finished]),
+                        [game.record for game in finished])
         for game in finished:
-            ledger = budget.ledger_for_game()
-            ledger.games += 1
-            ledger.positions += game.samples.num_positions
-            ledger.full_searches += int((game.samples.policy_weight > 0).sum())
+            ledger = budget.count_game(game.samples.num_positions, int((game.samples.policy_weight > 0).sum()))
             ledger.adjudicated += game.adjudicated
+            ledger.plies += len(game.record.moves)
+            ledger.played_games += 1
             simulations, leaves = last_counters.get(game.actor_id, (0.0, 0.0))
             ledger.simulations += game.simulations - simulations
             ledger.leaves_evaluated += game.leaves_evaluated - leaves
@@ -338,12 +376,16 @@ class Run:
 
     def finish_async_iteration(self, ledger: IterationLedger, clock: _AsyncClock,
                                evaluation: BackgroundEvaluation, workers: SelfPlayWorkers,
-                               publisher: WeightsPublisher) -> None:
+                               publisher: WeightsPublisher,
+                               take_late_games: Callable[[list[FinishedGame]], None]) -> None:
         """Close an iteration of the async pipeline: model file, evaluation started beside,
-        checkpoint, metrics line. The last iteration waits for its evaluation."""
+        checkpoint, metrics line. The last iteration waits for its evaluation, and for the games
+        the actors were playing when it had its games: they are played out and kept
+        (`take_late_games`: replay, records), and a later `--resume` owes their steps."""
         config = self.config
         iteration = self.iteration + 1
         self.iteration = iteration
+        self.trained_games += ledger.games
         seconds = time.perf_counter() - clock.started
         save_model(self.model_path(iteration), self.learner.model, {"iteration": iteration})
         metrics: dict[str, float] = {"iteration": iteration}
@@ -355,7 +397,7 @@ class Run:
             "selfplay/sims_per_s": ledger.simulations / seconds,
             "selfplay/evals_per_s": ledger.leaves_evaluated / seconds,
             "selfplay/seconds": seconds,
-            "selfplay/mean_game_plies": ledger.positions / max(ledger.games, 1),
+            "selfplay/mean_game_plies": ledger.plies / max(ledger.played_games, 1),
             "selfplay/adjudicated_share": ledger.adjudicated / max(ledger.games, 1),
         })
         metrics.update(self.train_metrics(clock.sums, ledger.steps, clock.learner_seconds))
@@ -378,7 +420,9 @@ class Run:
         else:
             results.append(evaluation.poll())
         if iteration >= config.iterations:
-            workers.stop()
+            finishing = time.perf_counter()
+            workers.finish(on_games=take_late_games)
+            metrics["pipeline/finish_games_s"] = time.perf_counter() - finishing
             results.append(evaluation.wait())
         results = [result for result in results if result is not None]
         for older in results[:-1]:  # a line holds one evaluation: the newest; older ones go to TensorBoard
@@ -401,23 +445,33 @@ class Run:
             outcomes = evaluation.run(self.model_path(iteration), self.model_path(iteration - 1), iteration,
                                       seed=self.config.seed * 7919 + iteration)
         results: dict[str, float] = {}
+        new_matches = []
         for opponent, result in outcomes.items():
             opponent_name = f"iter-{iteration - 1:04d}" if opponent == "previous" else opponent
-            self.matches.append({"a": name, "b": opponent_name, "wins_a": result.wins_a, "games": result.games})
+            new_matches.append({"a": name, "b": opponent_name, "wins_a": result.wins_a, "games": result.games})
             results[f"eval/win_rate_vs_{opponent}"] = result.win_rate
             print(f"  eval {name} vs {opponent_name}: {result.wins_a}/{result.games} wins, Elo {result.elo:+.0f} "
                   f"[{result.elo_low:+.0f}, {result.elo_high:+.0f}]", flush=True)
         results["eval/server_rows"] = sum(stats.get("rows", 0.0) for stats in evaluation.stats.values())
-        ratings = fit_elo(self.matches)
-        (self.run_dir / "elo.json").write_text(json.dumps({"ratings": ratings, "matches": self.matches}, indent=2) + "\n")
+        with self.matches_lock:  # all of this evaluation's matches at once, beside the checkpoint
+            self.matches.extend(new_matches)
+            matches = list(self.matches)
+        ratings = fit_elo(matches)
+        ladder = json.dumps({"ratings": ratings, "matches": matches}, indent=2) + "\n"
+        atomic_write(self.run_dir / "elo.json", lambda stream: stream.write(ladder.encode()))
         results["eval/elo"] = ratings[name]
         if "greedy" in ratings:
             results["eval/elo_greedy"] = ratings["greedy"]
         return results
 
     def checkpoint(self) -> None:
+        """The learner's checkpoint and `state.json`: the iteration, the Elo ladder's matches and
+        `trained_games` (the serial number of the first replay game no finished iteration holds)."""
         save_checkpoint(self.checkpoint_path, self.learner, {"iteration": self.iteration})
-        state = json.dumps({"iteration": self.iteration, "matches": self.matches}) + "\n"
+        with self.matches_lock:
+            matches = list(self.matches)
+        state = json.dumps({"iteration": self.iteration, "matches": matches,
+                            "trained_games": self.trained_games}) + "\n"
         atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
@@ -433,8 +487,12 @@ class Run:
         print(f"iteration {iteration} done in {metrics['iteration_seconds']:.0f} s: {summary}", flush=True)
 
     def close(self) -> None:
-        self.metrics_file.close()
-        self.writer.close()
+        """Write the replay games still waiting (`ReplayBuffer.close`), close the logs."""
+        try:
+            self.replay.close()
+        finally:
+            self.metrics_file.close()
+            self.writer.close()
 
 
 LOG_EVERY_STEPS = 10  # the training progress bar reads the loss (waiting for the device) this often

@@ -87,6 +87,8 @@ class TrainConfig:
     min_steps: int = 20  # training steps per iteration, at least
     max_steps: int = 2000  # training steps per iteration, at most
     replay_window_positions: int = 200_000  # the newest positions kept for sampling
+    replay_chunk_games: int = 1  # the replay writer thread writes a chunk once this many games wait...
+    replay_chunk_seconds: float = 0.0  # ...or once the oldest has waited this many seconds (a crash loses those)
     net: NetConfig = field(default_factory=lambda: net_config("tiny"))
     optim: OptimConfig = field(default_factory=OptimConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
@@ -103,6 +105,9 @@ class TrainConfig:
             raise ValueError(f"need 0 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}")
         if self.sample_reuse <= 0:
             raise ValueError(f"sample_reuse must be > 0, got {self.sample_reuse}")
+        if self.replay_chunk_games < 1 or self.replay_chunk_seconds < 0:
+            raise ValueError(f"need replay_chunk_games >= 1 and replay_chunk_seconds >= 0, got "
+                             f"{self.replay_chunk_games} and {self.replay_chunk_seconds}")
 
 
 def preset_config(name: str) -> TrainConfig:
@@ -131,6 +136,8 @@ def preset_config(name: str) -> TrainConfig:
             inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),
             games_per_iteration=64,
             train_batch_size=256,
+            replay_chunk_games=32,
+            replay_chunk_seconds=30.0,
             # 16, not 12: at 12 the learner leaves part of the second core idle beside the
             # inference server, which bounds self-play (docs/BENCHMARKS.md, --suite train).
             sample_reuse=16.0,
@@ -156,6 +163,8 @@ def preset_config(name: str) -> TrainConfig:
             sample_reuse=4.0,
             max_steps=4000,
             replay_window_positions=1_000_000,
+            replay_chunk_games=256,
+            replay_chunk_seconds=30.0,
             eval=EvalConfig(every=2, games=20, simulations=200, processes=8),
             pipeline=PipelineConfig(mode="async", publish_every_steps=50, slack_steps=200),
         )

@@ -14,9 +14,12 @@ responsive; the local backend's processes run at nice 0. On a machine shared wit
 alone decides how much CPU each side gets, so the suite starts its Ray instance with
 `RAY_worker_niceness=0` (unless set otherwise) to compare the two mechanisms at equal priority.
 
-Also reported: the bytes that cross Ray per game and per weights update (pickled sizes: what
-Ray's serializer stores for these numpy arrays and byte strings), Ray's time per request beyond
-the node's own playing time, and the learner's cost to persist a game as a replay chunk.
+Also reported: the bytes that cross Ray per game and per position and per weights update
+(pickled sizes: what Ray's serializer stores for these numpy arrays and byte strings), the label
+entries per position (completed-Q targets list every legal move), Ray's time per request beyond
+the node's own playing time, the learner's cost to take a game into the replay (its thread: the
+window and the hand-over to the writer thread, batched as the cpu preset batches them) and the
+writer thread's cost to persist it, and the replay window's bytes per position.
 """
 
 from __future__ import annotations
@@ -39,7 +42,7 @@ from amazons.net import PolicyValueNet, net_config
 from amazons.netplay import NetworkEvaluatorFactory
 from amazons.replay import GameSamples, ReplayBuffer
 from amazons.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
-from amazons.train_config import RayConfig, TrainConfig
+from amazons.train_config import RayConfig, TrainConfig, preset_config
 
 
 def bench_config(games: int, gpu: bool) -> TrainConfig:
@@ -105,11 +108,17 @@ def run(quick: bool) -> dict[str, float]:
                     for piece in (local, remote) if round_index % 2 else (remote, local):  # alternate the order
                         piece()
                 crossing = pool.take_metrics()
-            replay = ReplayBuffer(Path(folder) / "replay", 1_000_000)
+            cpu = preset_config("cpu")
+            replay = ReplayBuffer(Path(folder) / "replay", 1_000_000, chunk_games=cpu.replay_chunk_games,
+                                  chunk_seconds=cpu.replay_chunk_seconds)
             started = time.perf_counter()
             for samples in delivered:
                 replay.add(samples)
             ingest_s = time.perf_counter() - started
+            replay.close()
+            write_s = time.perf_counter() - started
+            window_bytes = replay.bytes_per_position
+            label_entries = sum(samples.label_moves.shape[0] for samples in delivered)
             weights_resnet40 = model_file_bytes("resnet40", folder)
         finally:
             if owns_ray:
@@ -137,6 +146,9 @@ def run(quick: bool) -> dict[str, float]:
         "ray.bytes_per_position": crossing["ray/bytes_per_game"] * ray_games / max(ray_positions, 1),
         "ray.weights_bytes": crossing["ray/weights_bytes"],
         "ray.weights_bytes_resnet40": float(weights_resnet40),
+        "ray.label_entries_per_position": label_entries / max(ray_positions, 1),
         "ray.learner_ingest_ms_per_game": 1000 * ingest_s / max(ray_games, 1),
+        "ray.replay_write_ms_per_game": 1000 * write_s / max(ray_games, 1),
+        "ray.replay_window_bytes_per_position": window_bytes,
         "ray.games": float(ray_games),
     }

@@ -4,6 +4,12 @@ Random games come from the pure-Python oracle (`tests/oracle.py`), never from th
 rules bug in the engine cannot shape the games that test it. A game is drawn from a seed: the
 same seed always gives the same game, and hypothesis shrinks towards small seeds and short games.
 
+The session fails if it leaves anything in `/dev/shm` that it owns: shared-memory segments
+named after this process (`amazons_PID_...`) or named semaphores of multiprocessing's queues and
+locks created by this process or the processes it starts through multiprocessing (their names
+carry this session's prefix, `sem.mp-amazons-test-PID-...`). Processes started otherwise (a
+`python -m amazons.train` subprocess, Ray's workers) are checked by their own tests.
+
 Hypothesis profiles: `ci` (chosen when the `CI` environment variable is set) runs more examples;
 `dev` (the default) keeps the whole engine test set well under a minute on a laptop. Both
 switch the per-example deadline off: the oracle is slow on purpose and timings vary.
@@ -12,6 +18,8 @@ switch the per-example deadline off: the oracle is slow on purpose and timings v
 from __future__ import annotations
 
 import functools
+import gc
+import multiprocessing
 import os
 import sys
 from pathlib import Path
@@ -24,6 +32,30 @@ from hypothesis import strategies as st
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import oracle  # noqa: E402  (needs the path above when tests/ is imported as a package)
+
+from amazons.inference import segment_prefix  # noqa: E402
+
+# Multiprocessing names its semaphores `<semprefix>-<random>` and copies the prefix into every
+# process it starts (spawn and forkserver alike), so this session's semaphores are recognizable.
+SEMAPHORE_PREFIX = f"mp-amazons-test-{os.getpid()}"
+multiprocessing.current_process()._config["semprefix"] = f"/{SEMAPHORE_PREFIX}"
+SHM = Path("/dev/shm")
+
+
+def owned_shm_entries() -> set[str]:
+    """The `/dev/shm` entries this session owns (segments of this process, its semaphores)."""
+    owned = (segment_prefix(os.getpid()), f"sem.{SEMAPHORE_PREFIX}-")
+    return {path.name for path in SHM.iterdir() if path.name.startswith(owned)} if SHM.is_dir() else set()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def nothing_left_in_dev_shm():
+    """Fail the session if it leaves segments or semaphores of its own in /dev/shm."""
+    before = owned_shm_entries()
+    yield
+    gc.collect()  # queues and locks of finished tests that only garbage still holds
+    left = sorted(owned_shm_entries() - before)
+    assert not left, f"the test session left these in /dev/shm: {left}"
 
 settings.register_profile(
     "ci",

@@ -120,7 +120,7 @@ def stored_games(run_dir: Path) -> list[GameSamples]:
     for path in sorted((run_dir / "replay").glob("chunk-*.npz")):
         chunk = load_chunk(path)
         for start, stop in zip(chunk.game_offsets[:-1], chunk.game_offsets[1:], strict=True):
-            games.append(GameSamples(chunk.positions[start:stop], chunk.label_moves[:0], chunk.label_visits[:0],
+            games.append(GameSamples(chunk.positions[start:stop], chunk.label_moves[:0], None,
                                      chunk.label_policy[:0], np.zeros(1, np.int64), chunk.z[start:stop],
                                      chunk.played_moves[start:stop]))
     return games
@@ -401,10 +401,14 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     assert shm_segments() - shm_before  # the node's slots exist while it runs
     assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) - folders_before  # and its scratch folder
     assert len(janitors()) == 1
+    with open(f"/proc/{node_pid}/maps") as maps:  # the named semaphores the node holds open
+        semaphores = {line.split("/dev/shm/")[1].strip() for line in maps if "/dev/shm/sem." in line}
+    assert semaphores  # its actors' result queue
     ray.shutdown()  # without closing the pool: everything must still go
     assert wait_until(lambda: not any(alive(pid) for pid in started), 30), \
         {pid: command for pid, command in started.items() if alive(pid)}
     assert wait_until(lambda: shm_segments() <= shm_before, 30), shm_segments() - shm_before
+    assert wait_until(lambda: not any(os.path.exists(f"/dev/shm/{name}") for name in semaphores), 30), semaphores
     assert wait_until(lambda: not janitors(), 30)
     assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) <= folders_before
 

@@ -6,6 +6,7 @@ import time
 
 import numpy as np
 import pytest
+from conftest import owned_shm_entries
 
 from amazons import engine
 from amazons.board import Adjudication, Board, Move
@@ -104,9 +105,14 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
     path = tmp_path / "chunk-00000000.npz"
     save_chunk(path, samples)
     loaded = load_chunk(path)
-    for key in ("positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
-                "played_moves", "game_offsets"):
+    for key in ("positions", "label_moves", "label_offsets", "z", "played_moves", "game_offsets"):
         np.testing.assert_array_equal(getattr(loaded, key), getattr(samples, key))
+        assert getattr(loaded, key).dtype == getattr(samples, key).dtype
+    # Labels stored compactly: float16 probabilities, no visit counts.
+    assert loaded.label_visits is None and loaded.label_policy.dtype == np.float32
+    np.testing.assert_array_equal(loaded.label_policy, samples.label_policy.astype(np.float16).astype(np.float32))
+    with np.load(path) as archive:
+        assert archive["label_moves"].dtype == np.uint8 and archive["label_policy"].dtype == np.float16
     truncated = tmp_path / "chunk-00000001.npz"
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ReplayChunkError, match="chunk-00000001.npz"):
@@ -122,26 +128,27 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
 
 
 def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finished_games):
-    buffer = ReplayBuffer(tmp_path, window_positions=10_000)
-    for samples, _, _ in finished_games:
-        buffer.add(samples)
+    with ReplayBuffer(tmp_path, window_positions=10_000) as buffer:
+        for samples, _, _ in finished_games:
+            buffer.add(samples)
+            buffer.flush()  # one chunk a game
     (tmp_path / "chunk-00000002.npz").write_bytes(b"not a zip file")
-    resumed = ReplayBuffer(tmp_path, window_positions=10_000)
-    assert len(resumed) == len(buffer) - finished_games[2][0].num_positions
-    assert [path for path, _ in resumed.skipped_chunks] == [str(tmp_path / "chunk-00000002.npz")]
-    assert "unreadable" in resumed.skipped_chunks[0][1]
-    resumed.add(finished_games[0][0])
+    with ReplayBuffer(tmp_path, window_positions=10_000) as resumed:
+        assert len(resumed) == len(buffer) - finished_games[2][0].num_positions
+        assert [path for path, _ in resumed.skipped_chunks] == [str(tmp_path / "chunk-00000002.npz")]
+        assert "unreadable" in resumed.skipped_chunks[0][1]
+        resumed.add(finished_games[0][0])
     assert (tmp_path / "chunk-00000004.npz").exists()  # numbering continues after the newest
-    small = ReplayBuffer(tmp_path, window_positions=finished_games[0][0].num_positions)
-    assert len(small) < len(resumed)
+    with ReplayBuffer(tmp_path, window_positions=finished_games[0][0].num_positions) as small:
+        assert len(small) < len(resumed)
 
 
 def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finished_games):
     from amazons.learn import SampleBatch, augment_batch
 
-    buffer = ReplayBuffer(tmp_path, window_positions=10_000, seed=3)
+    buffer = ReplayBuffer(None, window_positions=10_000, seed=3)
     for samples, _, _ in finished_games:
-        buffer.add(samples)
+        buffer.add_to_window(samples)
     raw = SampleBatch(**buffer.sample(64))
     symmetries = np.random.default_rng(0).integers(0, 8, size=64)
     batch = augment_batch(raw, symmetries=symmetries)
@@ -182,7 +189,7 @@ def test_selfplay_through_the_server_persists_every_game(tmp_path):
         records.extend(games)
 
     with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
-        with SelfPlayWorkers(server, config) as workers:
+        with SelfPlayWorkers(server, config) as workers, buffer:
             report = workers.play(5, on_games, iteration=0)
             second = workers.play(3, on_games, iteration=1)  # the same actors serve a second iteration
     assert report.games == 5 and second.games == 3 and buffer.total_games == 8
@@ -254,8 +261,8 @@ def test_fast_positions_reach_the_learner_without_labels(tmp_path):
     from amazons.learn import SampleBatch, augment_batch
 
     samples = value_only_samples(3, 0.5)
-    buffer = ReplayBuffer(tmp_path, window_positions=10_000, seed=2)
-    buffer.add(samples)
+    buffer = ReplayBuffer(None, window_positions=10_000, seed=2)
+    buffer.add_to_window(samples)
     drawn = buffer.sample(128)
     batch = augment_batch(SampleBatch(**drawn), symmetries=np.arange(128) % 8)
     fast = batch.policy_weight == 0
@@ -275,7 +282,8 @@ def test_chunks_of_format_version_1_still_load(tmp_path, finished_games):
     loaded = load_chunk(old)
     assert loaded.policy_weight.dtype == np.float32 and (loaded.policy_weight == 1).all()
     np.testing.assert_array_equal(loaded.label_moves, samples.label_moves)
-    assert len(ReplayBuffer(tmp_path, window_positions=10_000)) == samples.num_positions
+    with ReplayBuffer(tmp_path, window_positions=10_000) as buffer:
+        assert len(buffer) == samples.num_positions
     capped = value_only_samples(2, 0.5)
     path = tmp_path / "chunk-00000001.npz"
     save_chunk(path, capped)
@@ -308,6 +316,8 @@ def test_selfplay_workers_apply_the_playout_cap(tmp_path):
     with InferenceServer(UniformEvaluator, num_clients=1, config=InferenceConfig(inference_batch_size=16)) as server:
         with SelfPlayWorkers(server, config) as workers:
             report = workers.play(2, lambda samples, records: collected.extend(samples), iteration=0)
+            # The names a Ray node hands its janitor: this session's semaphores of the result queue.
+            assert len(workers.semaphore_names) == 3 and set(workers.semaphore_names) <= owned_shm_entries()
     samples = GameSamples.concatenate(collected)
     # Only full searches are recorded (tests/test_targets.py): a share of the plies.
     assert report.full_searches == int((samples.policy_weight == 1).sum()) == samples.num_positions
@@ -366,6 +376,7 @@ def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, fini
     # A window small enough that adding chunks evicts old ones and moves the flat arrays around.
     window = 2 * max(part.num_positions for part in parts)
     buffer = ReplayBuffer(old_format, window_positions=window, seed=5)
+    buffer.close()  # only its window is used
     learner_rng, reference_rng = np.random.default_rng(9), np.random.default_rng(9)
     for round_index in range(40):
         buffer.add_to_window(parts[round_index % len(parts)])
@@ -385,14 +396,18 @@ def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, fini
                     "ownership", "ownership_mask"):
             np.testing.assert_array_equal(getattr(batch, key), getattr(reference, key), err_msg=key)
     assert buffer.total_games > len(buffer.window)  # old chunks were evicted on the way
-    # The window's chunks come back whole (the Ray backend copies them to its training ranks).
+    # The window's chunks come back whole (the Ray backend copies them to its training ranks),
+    # with float16 probabilities and no visit counts.
     held = buffer.window
     for index, chunk in enumerate(held):
         added = parts[(40 - len(held) + index) % len(parts)]
-        for key in ("positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
-                    "played_moves", "game_offsets", "policy_weight", "ownership", "ownership_mask",
-                    "ownership_sign"):
+        chunk.validate()
+        assert chunk.label_visits is None
+        np.testing.assert_array_equal(chunk.label_policy, added.label_policy.astype(np.float16).astype(np.float32))
+        for key in ("positions", "label_moves", "label_offsets", "z", "played_moves", "game_offsets",
+                    "policy_weight", "ownership", "ownership_mask", "ownership_sign"):
             np.testing.assert_array_equal(getattr(chunk, key), getattr(added, key), err_msg=key)
+            assert getattr(chunk, key).dtype == getattr(added, key).dtype, key
 
 
 def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
@@ -428,7 +443,18 @@ def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
             assert not workers.paused
             # The actors take a per-iteration task after the endless one.
             report = workers.play(2, lambda samples, records: None, iteration=3)
+            # Finishing plays out every game in progress: each of the 2 x 3 lanes hands one in.
+            workers.start(stream=4)
+            workers.pause()
+            played_out: list = []
+            workers.finish(on_games=played_out.extend)
+            assert not workers.paused
     assert report.games == 2
+    assert len(played_out) >= 2 * 3
+    for game in played_out:
+        game.samples.validate()
+        board = Board.from_moves(game.record.moves)
+        assert board.is_game_over() or board.adjudicate() is not None
     for game in collected + late:
         game.samples.validate()
         assert game.versions.shape == (game.samples.num_positions,)
@@ -437,3 +463,96 @@ def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
     assert {game.actor_id for game in collected} == {0, 1}
     assert collected[-1].versions[-1] == 7 and collected[0].versions[0] == 0
     assert collected[-1].simulations > 0 and collected[-1].leaves_evaluated > 0
+
+
+# ----------------------------------------------------------------------------------------------
+# The writer thread and the compact window
+
+
+def test_the_writer_batches_games_into_chunks_and_resume_reads_old_and_new_chunks(tmp_path, finished_games):
+    games = [samples for samples, _, _ in finished_games]
+    save_chunk(tmp_path / "chunk-00000000.npz", games[0])  # a one-game chunk as older runs wrote them
+    written: list[list] = []
+    with ReplayBuffer(tmp_path, window_positions=10_000, chunk_games=3, chunk_seconds=60.0,
+                      on_written=written.append) as buffer:
+        assert buffer.next_game == 1
+        for index in range(7):
+            buffer.add(games[index % len(games)], records=[f"game {index}"])
+        deadline = time.monotonic() + 10
+        while len(written) < 2:  # two chunks of three; the seventh game waits for more
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert len(written) == 2 and buffer._writer.pending_games == 1
+    # close wrote the seventh alone; the records came with their chunks
+    assert written == [["game 0", "game 1", "game 2"], ["game 3", "game 4", "game 5"], ["game 6"]]
+    chunks = sorted(tmp_path.glob("chunk-*.npz"))
+    assert [load_chunk(path).num_games for path in chunks] == [1, 3, 3, 1]
+    assert [int(np.load(path)["first_game"]) for path in chunks[1:]] == [1, 4, 7]
+    with ReplayBuffer(tmp_path, window_positions=10_000) as resumed:
+        assert resumed.next_game == 8 and resumed.total_games == 8
+        assert len(resumed) == len(buffer) == sum(load_chunk(path).num_positions for path in chunks)
+        since = resumed.games_since(5)
+        expected = GameSamples.concatenate([games[index % len(games)] for index in (4, 5, 6)])  # serials 5 to 7
+        for key in ("positions", "label_moves", "label_offsets", "z", "game_offsets", "ownership_sign"):
+            np.testing.assert_array_equal(getattr(since, key), getattr(expected, key), err_msg=key)
+        assert resumed.games_since(8) is None and resumed.games_since(0).num_games == 7  # the old chunk: no serial
+    chunks[-1].write_bytes(b"truncated")  # an unreadable chunk is skipped, as the window skips it
+    with ReplayBuffer(tmp_path, window_positions=10_000) as damaged:
+        assert damaged.games_since(5).num_games == 2 and len(damaged.skipped_chunks) == 1
+
+
+def test_the_writer_writes_an_old_batch_after_chunk_seconds(tmp_path, finished_games):
+    with ReplayBuffer(tmp_path, window_positions=10_000, chunk_games=100, chunk_seconds=0.3) as buffer:
+        buffer.add(finished_games[0][0])
+        assert not list(tmp_path.glob("chunk-*.npz"))
+        deadline = time.monotonic() + 10
+        while not list(tmp_path.glob("chunk-*.npz")):
+            assert time.monotonic() < deadline, "the batch was not written after chunk_seconds"
+            time.sleep(0.05)
+
+
+def test_a_writer_failure_is_raised_in_the_callers_thread_naming_the_chunk(tmp_path, finished_games):
+    from amazons.replay import ReplayWriteError
+
+    broken = GameSamples.concatenate([finished_games[0][0]])
+    broken.z[0] = 0
+    buffer = ReplayBuffer(tmp_path, window_positions=10_000, chunk_games=1)
+    buffer.add(broken)
+    with pytest.raises(ReplayWriteError, match=r"chunk-00000000\.npz.*z holds") as caught:
+        buffer.flush()
+    assert isinstance(caught.value.__cause__, ReplayChunkError)
+    with pytest.raises(ReplayWriteError, match="chunk-00000000.npz"):
+        buffer.add(finished_games[1][0])
+    with pytest.raises(ReplayWriteError):
+        buffer.close()
+    assert not list(tmp_path.glob("*"))  # nothing half-written
+
+
+def test_the_window_stores_labels_compactly_and_measures_its_bytes(finished_games):
+    games = [samples for samples, _, _ in finished_games]
+    buffer = ReplayBuffer(None, window_positions=10_000, seed=4)
+    for samples in games:
+        buffer.add_to_window(samples)
+    positions = sum(samples.num_positions for samples in games)
+    entries = sum(samples.label_moves.shape[0] for samples in games)
+    # A label entry: 3 uint8 squares and a float16 probability. A position: its (3,) uint64 words,
+    # z (int8), policy weight (float32), the move played (3 x uint8), label start (int64) and
+    # count (int32), ownership sign (int8), game row (int64). A game: 64 int8 owners, 64 mask bytes.
+    expected = (positions * (24 + 1 + 4 + 3 + 8 + 4 + 1 + 8) + entries * (3 + 2) + len(games) * 128) / positions
+    assert buffer.bytes_per_position == pytest.approx(expected)
+    assert buffer.nbytes >= buffer.bytes_per_position * positions
+    # The learner's samples: those of the full-precision games (the per-sample reference on the
+    # same draws), the probabilities within float16 rounding.
+    drawing = np.random.default_rng()
+    drawing.bit_generator.state = buffer.rng.bit_generator.state
+    expected = reference_sample(games, drawing, 256)
+    drawn = buffer.sample(256)
+    assert drawn["label_moves"].dtype == np.int32 and drawn["label_probs"].dtype == np.float32
+    for key, value in expected.items():
+        assert drawn[key].dtype == value.dtype, key
+        if key == "label_probs":
+            np.testing.assert_allclose(drawn[key], value, rtol=2 ** -10, atol=1e-7)
+            assert not np.array_equal(drawn[key], value)  # the window did round them
+        else:
+            np.testing.assert_array_equal(drawn[key], value, err_msg=key)

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -15,6 +16,8 @@ import numpy as np
 import pytest
 import torch
 
+from amazons import train as train_module
+from amazons.arena import ArenaResult
 from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
 from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.evaluation import EvalConfig, fit_elo
@@ -29,7 +32,8 @@ from amazons.learn import (
 )
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.net import PolicyValueNet, net_config
-from amazons.pipeline import EvaluationError
+from amazons.pipeline import EvaluationError, steps_for_positions
+from amazons.records import GameRecord
 from amazons.replay import GameSamples
 from amazons.selfplay import play_games
 from amazons.train import Run, backend_names, load_backend, main
@@ -234,6 +238,10 @@ def test_two_iterations_end_to_end_then_resume(tmp_path, mode):
     records = (run_dir / "games" / "selfplay.txt").read_text().count("[Event ")
     # async: games that ended after the last iteration's 4 are kept too (replay and records)
     assert records == 8 if mode == "sync" else records >= 8
+    state = json.loads((run_dir / "state.json").read_text())
+    assert state["trained_games"] == 8  # the games of the two iterations; later ones are the debt
+    in_replay = sum(int(np.load(path)["game_offsets"].shape[0] - 1) for path in chunks)
+    assert in_replay == records  # async: the games in progress at the end were played out and kept
     # Resumed with a new learning rate and schedule: the learner trains with them.
     assert main(["--run-dir", str(run_dir), "--iterations", "3", "--resume", "--no-progress",
                  "optim.lr=0.0007", "optim.warmup_steps=0", "optim.schedule=constant"]) == 0
@@ -305,3 +313,103 @@ def test_a_failing_evaluation_beside_self_play_stops_the_run_with_its_error(tmp_
               *SMOKE, "eval.every=1"])
     assert isinstance(caught.value.__cause__, FileNotFoundError)
     assert shm_segments() <= before
+
+
+def uniform_games(count: int, seed: int = 0) -> list[tuple[GameSamples, GameRecord]]:
+    """`count` short uniform-search games with their records."""
+    games: list[tuple[GameSamples, GameRecord]] = []
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=4, node_capacity=64, edge_capacity=1 << 15),
+                           num_games=2, seed=seed)
+    play_games(search, count, lambda samples, moves, adjudication: games.append(
+        (samples, GameRecord.from_game(moves, "a", "b", winner=None if adjudication is None else adjudication.winner))))
+    return games
+
+
+def test_games_a_stopped_run_left_in_the_replay_are_owed_steps_after_resume(tmp_path):
+    config = apply_overrides(preset_config("cpu"), [*SMOKE, "replay_chunk_games=100", "replay_chunk_seconds=600"])
+    run_dir = tmp_path / "run"
+    (first, first_record), (second, second_record), (third, third_record) = uniform_games(3)
+    run = Run(config, run_dir, resume=False)
+    try:
+        run.replay.add(first, [first_record])
+        run.iteration, run.trained_games = 1, 1  # iteration 1 held the first game
+        run.checkpoint()
+        run.replay.add(second, [second_record])  # games of iteration 2, then a stop
+        run.replay.add(third, [third_record])
+    finally:
+        run.close()  # what a stop by a signal runs: the waiting batch is written
+    assert (run_dir / "games" / "selfplay.txt").read_text().count("[Event ") == 3
+    resumed = Run(config, run_dir, resume=True)
+    try:
+        assert resumed.trained_games == 1 and resumed.replay.next_game == 3
+        budget = resumed.step_budget()
+        debt = second.num_positions + third.num_positions
+        assert budget.current.games == 2 and budget.current.positions == debt
+        assert budget.owed() == steps_for_positions(debt, config.sample_reuse, config.train_batch_size,
+                                                    0, config.max_steps)
+        assert resumed.take_debt() is None  # counted once
+    finally:
+        resumed.close()
+    # A run from before `trained_games` was kept resumes without a debt.
+    state = json.loads((run_dir / "state.json").read_text())
+    del state["trained_games"]
+    (run_dir / "state.json").write_text(json.dumps(state))
+    legacy = Run(config, run_dir, resume=True)
+    try:
+        assert legacy.take_debt() is None and legacy.trained_games == 3
+    finally:
+        legacy.close()
+
+
+def test_an_evaluation_hands_over_all_its_matches_at_once_beside_the_checkpoint(tmp_path, monkeypatch):
+    blocked, release = threading.Event(), threading.Event()
+
+    def result(wins: int, hold: bool) -> ArenaResult:
+        class Held(ArenaResult):  # the evaluation thread is held while it reads this result
+            @property
+            def games(self) -> int:
+                if hold:
+                    blocked.set()
+                    release.wait(30)
+                return 2
+
+            @games.setter
+            def games(self, value: int) -> None:
+                pass
+
+        return Held("new", "old", 2, wins, 2 - wins, wins, 0, wins / 2, 0.0, -1.0, 1.0, 0.1)
+
+    class Matches:  # the arena's part of an evaluation: results at once
+        stats: dict = {}
+
+        def __init__(self, *args: object) -> None:
+            pass
+
+        def __enter__(self) -> Matches:
+            return self
+
+        def __exit__(self, *exc_info: object) -> None:
+            pass
+
+        def run(self, *args: object, **kwargs: object) -> dict[str, ArenaResult]:
+            return {"previous": result(1, False), "random": result(2, True)}
+
+    monkeypatch.setattr(train_module, "Evaluation", Matches)
+    run = Run(apply_overrides(preset_config("cpu"), SMOKE), tmp_path / "run", resume=False)
+    try:
+        thread = threading.Thread(target=run.evaluate, args=(1,))
+        thread.start()
+        assert blocked.wait(30)
+        run.checkpoint()  # while the evaluation is between its two matches
+        assert json.loads((tmp_path / "run" / "state.json").read_text())["matches"] == []
+        release.set()
+        thread.join(30)
+        run.checkpoint()
+    finally:
+        release.set()
+        run.close()
+    state = json.loads((tmp_path / "run" / "state.json").read_text())
+    assert [(match["b"], match["wins_a"]) for match in state["matches"]] == [("iter-0000", 1), ("random", 2)]
+    ladder = json.loads((tmp_path / "run" / "elo.json").read_text())
+    assert ladder["matches"] == state["matches"] and ladder["ratings"]["random"] == 0
+    assert not list((tmp_path / "run").glob(".*.tmp"))  # written through a temporary file, renamed

@@ -154,7 +154,7 @@ class SelfPlayNode:
             raise
         for record in records:
             record.headers["Node"] = str(self.index)
-        stats = {"games": float(report.games), "positions": float(report.positions),
+        stats = {"games": float(report.games), "plies": float(report.plies), "positions": float(report.positions),
                  "simulations": float(report.simulations), "leaves_evaluated": float(report.leaves_evaluated),
                  "seconds": report.seconds, "weights_version": float(self.version), "pid": float(os.getpid())}
         return GameSamples.concatenate(samples), NodeResult(records, stats)
@@ -168,9 +168,10 @@ class SelfPlayNode:
             self.server = InferenceServer(node_evaluator_factory(self.config, path), self.config.selfplay.num_actors,
                                           self.config.inference)
             self.server.start()
-            self.janitor.stdin.write("".join(f"{name}\n" for name in self.server.slot_names))
-            self.janitor.stdin.flush()
             self.workers = SelfPlayWorkers(self.server, self.config.selfplay)
+            names = [*self.server.slot_names, *self.workers.semaphore_names]
+            self.janitor.stdin.write("".join(f"{name}\n" for name in names))
+            self.janitor.stdin.flush()
         self.server.publish_weights(str(path), version)
         keep = {path.name} | ({f"weights-{self.version:08d}.pt"} if self.version is not None else set())
         self.version = version
@@ -195,10 +196,10 @@ class SelfPlayNode:
 
 
 def _start_janitor() -> subprocess.Popen:
-    """Start `_janitor.py`, which removes the segments and the folder named on its input once this
-    process is gone (Ray kills a worker's children with it, so the shared-memory owner's own
-    clean-up and multiprocessing's resource tracker cannot be relied on when a node actor is
-    killed)."""
+    """Start `_janitor.py`, which removes the segments, the semaphores and the folder named on its
+    input once this process is gone (Ray kills a worker's children with it, so the shared-memory
+    owner's own clean-up and multiprocessing's resource tracker cannot be relied on when a node
+    actor is killed)."""
     janitor = subprocess.Popen([sys.executable, str(Path(__file__).with_name("_janitor.py"))],
                                stdin=subprocess.PIPE, text=True, start_new_session=True)
     janitor.wait()  # its first process exits at once; the detached second one holds the pipe

@@ -362,6 +362,7 @@ class NodePool:
             self.on_delivery(finished.pending.samples)
         stats = finished.result.stats
         report.games += int(stats["games"])
+        report.plies += int(stats.get("plies", 0))
         report.positions += int(stats["positions"])
         report.simulations += int(stats["simulations"])
         report.leaves_evaluated += int(stats["leaves_evaluated"])
