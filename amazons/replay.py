@@ -6,7 +6,9 @@ and the search's raw visit counts where they were kept) and the outcome `z` in {
 side to move there. Labels are never decoded by the
 engine: they are square triples from the search, in the same canonical frame as the position.
 A sample's `policy_weight` says how much its policy target counts in training: 1 for a full
-search, 0 for a playout cap's fast search, whose label is empty (its value target still counts).
+search, 0 for a value-only sample, whose label is empty (its value target still counts): self-play
+records only full searches (a playout cap's fast searches are played, not recorded), and keeps the
+last position of a game that had none as such a sample.
 
 The ownership target (an auxiliary target after KataGo's) is stored sparsely: one map per game of
 each square's owner at the game's final (or adjudicated) position, in the real frame with Black
@@ -98,7 +100,7 @@ class GameSamples:
         played_moves: `(T, 3) int32` the moves actually played, real (Botzone) frame.
         game_offsets: `(G + 1,) int64`; game g is positions `game_offsets[g]:game_offsets[g+1]`.
         policy_weight: `(T,) float32` in [0, 1], how much each position's policy target counts
-            (0: a playout cap's fast search, no target); None means 1 everywhere.
+            (0: a value-only sample, no policy target); None means 1 everywhere.
         ownership: `(G, 64) int8`, each game's owner of every square at its final (or
             adjudicated) position, real frame: +1 Black's, -1 White's, 0 neutral or an arrow
             (`amazons.selfplay.final_ownership`); None means 0 everywhere.
@@ -823,7 +825,7 @@ class ReplayBuffer:
             symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
             `label_probs (N,) float32` (the stored policy target, renormalized),
             `label_offsets (B + 1,) int64`, `z (B,) float32`,
-            `policy_weight (B,) float32` (0 for fast searches, whose labels are empty),
+            `policy_weight (B,) float32` (0 for value-only samples, whose labels are empty),
             `ownership (B, 64) int8` and `ownership_mask (B, 64) bool` (each sample's ownership
             target in its canonical frame, `GameSamples.ownership_targets`).
 
