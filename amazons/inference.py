@@ -546,6 +546,11 @@ class _Request:
     served: int = 0
 
 
+def _disconnected(index: int) -> InferenceError:
+    """The server's error for an actor whose pipe broke (killed or crashed mid-request)."""
+    return InferenceError(f"actor {index} disconnected without finishing (killed or crashed); stopping")
+
+
 class _BatchLoop:
     """The server's event loop over client pipes and the control pipe.
 
@@ -653,9 +658,7 @@ class _BatchLoop:
         try:
             message: ClientMessage = self.connections[index].recv()
         except (EOFError, OSError):
-            raise InferenceError(
-                f"actor {index} disconnected without finishing (killed or crashed); stopping"
-            ) from None
+            raise _disconnected(index) from None
         if message is None:
             self.live.discard(index)
             return
@@ -704,7 +707,11 @@ class _BatchLoop:
             self.split_requests += first == 0 and rows < request.rows
             request.served += rows
         while self.queue and self.queue[0].served == self.queue[0].rows:
-            self.connections[self.queue.popleft().client].send(self.version)
+            client = self.queue.popleft().client
+            try:
+                self.connections[client].send(self.version)
+            except OSError:  # a broken pipe: the actor died after its request, before this reply
+                raise _disconnected(client) from None
         self.pending_rows -= row
         self.batches += 1
         self.rows += row

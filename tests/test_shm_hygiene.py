@@ -30,4 +30,4 @@ def test_the_session_owns_the_semaphores_of_its_queues_and_of_its_childrens():
     results.join_thread()
     del results
     gc.collect()
-    assert owned_shm_entries() == before  # a dropped queue leaves nothing
+    assert not owned_shm_entries() & created  # a dropped queue leaves nothing (gc may free older ones too)
