@@ -41,12 +41,22 @@ $(CHROMIUM):
 
 browser: $(CHROMIUM)
 
+# The suite runs in two parts: first every test not marked `serial` on $(TEST_WORKERS) pytest-xdist
+# workers, each worker taking whole files (module fixtures stay shared); then the `serial` tests
+# alone (they count machine-wide shared memory or processes, or time replies on the wall clock,
+# which a neighbouring test would skew). MARK narrows both parts, e.g. MARK="not slow".
+TEST_WORKERS ?= 2
+MARK ?=
+PYTEST := AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
+AND_MARK := $(if $(MARK), and ($(MARK)))
+
 test: build browser
 	$(BIN)/ruff check .
-	AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q $(ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial$(AND_MARK)" $(ARGS)
+	$(PYTEST) -m "serial$(AND_MARK)" $(ARGS) || [ $$? -eq 5 ]
 
-test-fast: build browser
-	AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q -m "not slow" $(ARGS)
+test-fast:
+	$(MAKE) test MARK="not slow"
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -45,6 +45,7 @@ def test_suite_gpu_without_cuda_exits_non_zero_and_says_why():
 
 
 @pytest.mark.slow
+@pytest.mark.serial  # a 40 s main job must finish two iterations
 def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
     device = torch.device("cpu")
     inference = suite_gpu.inference(device, preset="tiny", precision="fp32", batches=(8, 24), window_s=0.05)

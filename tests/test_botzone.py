@@ -50,6 +50,9 @@ WIKI_TURN_3 = """3
 """
 WIKI_MOVES = ["5 0 3 2 6 5", "0 5 4 5 3 4", "0 2 0 3 3 0", "2 7 2 5 1 4"]
 
+# Replies are timed on the wall clock: the file runs alone, after the parallel part (Makefile).
+pytestmark = pytest.mark.serial
+
 
 def move_object(text: str) -> dict[str, int]:
     return dict(zip(("x0", "y0", "x1", "y1", "x2", "y2"), map(int, text.split()), strict=True))

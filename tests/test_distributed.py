@@ -22,6 +22,9 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
+# Ray's workers own their shared memory and processes, so the checks count them machine-wide:
+# the file runs alone, after the parallel part (Makefile).
+pytestmark = pytest.mark.serial
 
 import psutil  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402

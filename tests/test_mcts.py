@@ -750,6 +750,7 @@ def test_tree_memory_sets_fixed_capacities_that_fit_the_budget():
         SearchConfig().with_tree_memory(float("nan"))
 
 
+@pytest.mark.serial  # timed on the wall clock
 def test_a_full_tree_never_grows_and_the_player_stops_in_time():
     config = SearchConfig(leaves_per_game=4).with_tree_memory(0.2)
     player = MCTSPlayer(UniformEvaluator(), config, time_budget=5.0, seed=0, stop_when_full=True)
