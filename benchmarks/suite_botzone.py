@@ -50,6 +50,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -107,6 +108,30 @@ def _move_text(response: dict) -> str:
     return " ".join(str(response[key]) for key in MOVE_KEYS)
 
 
+def _play_out(bot: _KeepRunningBot, reply: dict, seed: int, ask: Callable[[dict], dict]) -> list[str]:
+    """Play the bot's game against greedy from its first `reply` to the end; `ask` sends each later
+    request and returns the reply (the caller times it). Returns every reply's debug text.
+
+    Raises:
+        RuntimeError: the bot played an illegal move (named, with the board).
+    """
+    board, opponent = Board(), GreedyPlayer(seed=seed)
+    debugs = [reply["debug"]]
+    while True:
+        move = Move.from_botzone(_move_text(reply["response"]))
+        if not board.is_legal(move):
+            raise RuntimeError(f"the bot {' '.join(bot.process.args)} played an illegal move {move} on\n{board}")
+        board.push(move)
+        if board.is_game_over():
+            return debugs
+        answer = opponent.choose_move(board)
+        board.push(answer)
+        if board.is_game_over():
+            return debugs
+        reply = ask(dict(zip(MOVE_KEYS, map(int, answer.to_botzone().split()), strict=True)))
+        debugs.append(reply["debug"])
+
+
 def play_game(model: str, turn_seconds: float, first_seconds: float, seed: int = 0) -> dict:
     """One whole keep-running game of the bot (Black) against the greedy player.
 
@@ -119,25 +144,16 @@ def play_game(model: str, turn_seconds: float, first_seconds: float, seed: int =
     bot = _KeepRunningBot(["--model", model, "--time", str(turn_seconds),
                            "--first-time", str(first_seconds), "--seed", str(seed)])
     try:
-        board, opponent = Board(), GreedyPlayer(seed=seed)
         reply, arrived = bot.ask(FIRST_REQUEST)
-        first, later, debugs = arrived - bot.started, [], [reply["debug"]]
-        while True:
-            move = Move.from_botzone(_move_text(reply["response"]))
-            if not board.is_legal(move):
-                raise RuntimeError(f"the bot played an illegal move {move} on\n{board}")
-            board.push(move)
-            if board.is_game_over():
-                break
-            answer = opponent.choose_move(board)
-            board.push(answer)
-            if board.is_game_over():
-                break
+        first, later = arrived - bot.started, []
+
+        def timed_ask(request: dict) -> dict:
             sent = time.perf_counter()
-            reply, arrived = bot.ask(dict(zip(MOVE_KEYS, map(int, answer.to_botzone().split()),
-                                              strict=True)))
+            answer, arrived = bot.ask(request)
             later.append(arrived - sent)
-            debugs.append(reply["debug"])
+            return answer
+
+        debugs = _play_out(bot, reply, seed, timed_ask)
         peak, end = peak_rss_mb(bot.process.pid), rss_mb(bot.process.pid)
         if "torch" in Path(f"/proc/{bot.process.pid}/maps").read_text():
             raise RuntimeError(f"torch is loaded in the bot process ({model})")
@@ -214,25 +230,16 @@ def play_cpp_game(binary: Path, seed: int = 0) -> dict[str, float]:
     """One whole keep-running JSON game of the C++ bot (Black, its default clock) against greedy."""
     bot = _KeepRunningBot([], command=[str(binary)])
     try:
-        board, opponent = Board(), GreedyPlayer(seed=seed)
         reply, _ = bot.ask(FIRST_REQUEST)
-        first_cpu = _cpu_seconds(bot.process.pid)
-        debugs, turn_cpu = [reply["debug"]], []
-        while True:
-            move = Move.from_botzone(_move_text(reply["response"]))
-            if not board.is_legal(move):
-                raise RuntimeError(f"the C++ bot played an illegal move {move} on\n{board}")
-            board.push(move)
-            if board.is_game_over():
-                break
-            answer = opponent.choose_move(board)
-            board.push(answer)
-            if board.is_game_over():
-                break
+        first_cpu, turn_cpu = _cpu_seconds(bot.process.pid), []
+
+        def cpu_timed_ask(request: dict) -> dict:
             before = _cpu_seconds(bot.process.pid)
-            reply, _ = bot.ask(dict(zip(MOVE_KEYS, map(int, answer.to_botzone().split()), strict=True)))
+            answer, _ = bot.ask(request)
             turn_cpu.append(_cpu_seconds(bot.process.pid) - before)
-            debugs.append(reply["debug"])
+            return answer
+
+        debugs = _play_out(bot, reply, seed, cpu_timed_ask)
         peak = peak_rss_mb(bot.process.pid)
         bot.close()
     finally:
