@@ -6,8 +6,9 @@ One search round alternates Numba kernels with batch calls into the Cython engin
 exist only in the engine and no Python loop ever runs over moves or nodes:
 
 1. `select_leaves` (Numba) descends every game's tree with PUCT and virtual loss (at a Gumbel
-   root, `root="gumbel"`, the root's move comes from sequential halving) and returns up to K leaf
-   paths per game;
+   root, `root="gumbel"`, the root's move comes from sequential halving; at a noised root with
+   `forced_playouts_k`, a move owed forced playouts comes first) and returns up to K leaf paths
+   per game;
 2. `engine.play_paths` turns root positions + paths into leaf positions, and `engine.legal_moves`
    lists their moves (CSR), both in one call for all G x K leaves;
 3. the evaluator scores all non-terminal leaves in one call (terminal leaves are exact losses for
@@ -48,6 +49,7 @@ __all__ = [
     "UniformEvaluator",
     "improved_policy",
     "proof_policy",
+    "prune_forced_visits",
     "warm_up",
 ]
 
@@ -93,6 +95,9 @@ class SearchConfig:
     lcb: bool = False  # play the root move with the highest lower confidence bound of Q (root="puct")
     lcb_min_visits_fraction: float = 0.15  # lcb: candidates have >= this fraction of the most visits (and >= 2)
     lcb_stdevs: float = 5.0  # lcb: bound = mean - t(lcb_stdevs, N) * sqrt(variance / N)
+    # KataGo's forced playouts at a root with Dirichlet noise (root="puct", self-play): a root
+    # move already visited gets at least sqrt(k * noisy prior * root visits) visits; 0 = off
+    forced_playouts_k: float = 0.0
     node_capacity: int = 4096  # nodes per game allocated up front
     edge_capacity: int = 1 << 18  # edges (moves) per game allocated up front, 30 bytes each
     node_capacity_max: int = 1 << 17  # nodes per game the arrays may grow to (doubling), never more
@@ -131,6 +136,19 @@ class SearchConfig:
                 f"lcb_min_visits_fraction must be in [0, 1], got {self.lcb_min_visits_fraction!r}")
         if not (np.isfinite(self.lcb_stdevs) and self.lcb_stdevs > 0):
             raise SearchConfigError(f"lcb_stdevs must be a finite number > 0, got {self.lcb_stdevs!r}")
+        if not (isinstance(self.forced_playouts_k, (int, float, np.integer, np.floating))
+                and not isinstance(self.forced_playouts_k, bool)
+                and np.isfinite(self.forced_playouts_k) and self.forced_playouts_k >= 0):
+            raise SearchConfigError(
+                f"forced_playouts_k must be a finite number >= 0, got {self.forced_playouts_k!r}")
+        if self.forced_playouts_k > 0 and self.root != "puct":
+            raise SearchConfigError(
+                f"forced_playouts_k ({self.forced_playouts_k!r}) applies to the PUCT root; root={self.root!r} "
+                f"allocates its root visits by sequential halving (set forced_playouts_k=0)")
+        if self.forced_playouts_k > 0 and not self.root_noise:
+            raise SearchConfigError(
+                f"forced_playouts_k ({self.forced_playouts_k!r}) applies at roots with Dirichlet noise "
+                f"(self-play): set root_noise=True, or forced_playouts_k=0")
         if self.node_capacity < 2:
             raise SearchConfigError(f"node_capacity must be >= 2, got {self.node_capacity}")
         if self.edge_capacity < MAX_MOVES:
@@ -246,6 +264,9 @@ class SearchResult:
     proof_plies: int  # plies to the end under best play when proven (a bound when adjudicated)
     principal_variation: np.ndarray  # (P, 3) int32, best line; move i in the frame of ply i
     num_legal_moves: int  # legal moves at the root
+    pruned_visits: np.ndarray | None = None  # (L,) int32, `visits` less the forced playouts that
+    #                      fail the PUCT check (`prune_forced_visits`) where forced playouts ran
+    #                      at this root; None elsewhere
 
     @property
     def simulations(self) -> int:
@@ -296,6 +317,70 @@ def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float 
     """
     return _completed_q_policy(result.priors, result.visits, result.q_values, result.move_proofs,
                                result.raw_value, c_visit, c_scale, min_visits, q_prior_visits)
+
+
+def prune_forced_visits(visits: np.ndarray, q_values: np.ndarray, search_priors: np.ndarray,
+                        move_proofs: np.ndarray, parent_visits: int, config: SearchConfig) -> np.ndarray:
+    """KataGo's policy target pruning: root visit counts less the forced playouts PUCT would not
+    have given (Wu 2019, "Accelerating Self-Play Learning in Go", section 3.2).
+
+    Let c* be the most visited root move not proven lost (the first on ties). Every other visited
+    move c gives up visits one at a time, at most floor(n_forced(c)) of them in all, as long as
+    its PUCT score with the reduced count n - 1 stays below c*'s:
+
+        n_forced(c) = sqrt(k * P(c) * sum of the root visits)
+        Q(c) + U * P(c) / n  <  Q(c*) + U * P(c*) / (1 + N(c*))
+        U = (c_puct + log((1 + N_parent + c_puct_base) / c_puct_base)) * sqrt(N_parent)
+
+    with k = `config.forced_playouts_k`, P the priors the search selected with (noise included),
+    Q a move's mean value over all its visits, N_parent the root's visits as the search counted
+    them. A move reduced to a single visit loses that one too (the paper prunes it outright).
+    c* is never pruned, nor is a move whose score with one visit less would reach c*'s; with
+    k = 0 nothing is.
+
+    Args:
+        visits: `(L,)` int visit counts of the root moves.
+        q_values: `(L,)` float mean values for the root's side to move (read where visited).
+        search_priors: `(L,)` float priors the selection used (with the root's noise).
+        move_proofs: `(L,)` int PROOF_* of each move (proven losses are never c*).
+        parent_visits: the root's visit count (its expansion included), as PUCT used it.
+        config: the search's configuration (`forced_playouts_k`, `c_puct`, `c_puct_base`).
+
+    Returns:
+        `(L,) int32` pruned visit counts, each at most the move's visits.
+
+    Raises:
+        SearchInputError: the arrays are not four 1-d arrays of one length.
+    """
+    visits = np.asarray(visits)
+    arrays = (visits, np.asarray(q_values), np.asarray(search_priors), np.asarray(move_proofs))
+    if any(array.ndim != 1 or array.shape != visits.shape for array in arrays):
+        raise SearchInputError("visits, q_values, search_priors and move_proofs must be 1-d arrays of one "
+                               f"length, got shapes {[array.shape for array in arrays]}")
+    visits = visits.astype(np.int64)
+    q = arrays[1].astype(np.float64)
+    priors = arrays[2].astype(np.float64)
+    pruned = visits.copy()
+    candidates = np.flatnonzero((arrays[3] != kernels.PROOF_LOSS) & (visits > 0))
+    if candidates.shape[0] == 0 or config.forced_playouts_k <= 0:
+        return pruned.astype(np.int32)
+    best = int(candidates[np.argmax(visits[candidates])])
+    c = config.c_puct
+    if config.c_puct_base > 0:
+        c += math.log((1.0 + parent_visits + config.c_puct_base) / config.c_puct_base)
+    scale = c * math.sqrt(max(parent_visits, 0))
+    best_score = q[best] + scale * priors[best] / (1.0 + visits[best])
+    caps = np.floor(np.sqrt(config.forced_playouts_k * priors * float(visits.sum()))).astype(np.int64)
+    for move in np.flatnonzero(visits > 0).tolist():
+        if move == best:
+            continue
+        count, lowest = int(visits[move]), max(int(visits[move] - caps[move]), 0)
+        while count > lowest and q[move] + scale * priors[move] / count < best_score:
+            count -= 1
+        if count == 1 and visits[move] > 1:
+            count = 0
+        pruned[move] = count
+    return pruned.astype(np.int32)
 
 
 def proof_policy(result: SearchResult) -> np.ndarray:
@@ -425,6 +510,7 @@ class BatchedSearch:
         self._clean_root_priors: list[np.ndarray | None] = [None] * self.num_games
         self._gumbel = kernels.allocate_gumbel(self.num_games, MAX_MOVES if self.config.root == "gumbel" else 0)
         self._gumbel_started = np.zeros(self.num_games, np.bool_)  # sequential halving runs at this root
+        self._root_forced_k = np.zeros(self.num_games, np.float64)  # forced playouts' k per root (0: off)
         batch = self.num_games * self.config.leaves_per_game
         self._leaf_game = np.zeros(batch, np.int32)
         self._leaf_parent = np.zeros(batch, np.int32)
@@ -611,6 +697,8 @@ class BatchedSearch:
         if gumbel:
             self._start_gumbel(games, simulations if planned is None else planned, planned is not None,
                                explore)
+        # Forced playouts run where the root's priors carry noise: self-play's full searches.
+        self._root_forced_k[:] = np.where(self._noised, self.config.forced_playouts_k, 0.0)
         self._remaining[:] = 0
         self._remaining[games] = simulations
         cfg = self.config
@@ -621,7 +709,7 @@ class BatchedSearch:
             count, status = kernels.select_leaves(
                 self.tree, active, self._remaining, cfg.leaves_per_game, float(cfg.c_puct),
                 float(cfg.c_puct_base), float(cfg.fpu_reduction), float(cfg.virtual_loss),
-                kernels.ROOT_GUMBEL if gumbel else kernels.ROOT_PUCT, self._gumbel,
+                self._root_forced_k, kernels.ROOT_GUMBEL if gumbel else kernels.ROOT_PUCT, self._gumbel,
                 int(cfg.gumbel_m), float(cfg.c_visit), float(cfg.c_scale), self._leaf_game, self._leaf_parent, self._path_edges, self._path_moves,
                 self._path_lengths, self._stats)
             if status != kernels.STATUS_OK:
@@ -837,9 +925,11 @@ class BatchedSearch:
         """The root statistics of `game` after a search (moves canonical, root frame).
 
         Priors are the evaluator's, without the root noise that steered the selection: the noise
-        explores, it is not something the search found. With root="gumbel" or `lcb`, the move
-        a deterministic `select_moves` plays comes first (and starts the principal variation)
-        even where another move has more visits.
+        explores, it is not something the search found. Where forced playouts ran (a noised root
+        with `forced_playouts_k` > 0), `pruned_visits` holds the visits with the forced playouts
+        that fail the PUCT check removed (`prune_forced_visits`). With root="gumbel" or `lcb`,
+        the move a deterministic `select_moves` plays comes first (and starts the principal
+        variation) even where another move has more visits.
         """
         game = int(self._check_games([game])[0])
         tree = self.tree
@@ -853,6 +943,7 @@ class BatchedSearch:
         plies = tree.edge_proof_plies[game, block].copy()
         clean = self._clean_root_priors[game]
         priors = clean.copy() if self._noised[game] and clean is not None else tree.edge_prior[game, block].copy()
+        pruned = self._pruned_root_visits(game) if self._forced_at(game) else None
         with np.errstate(invalid="ignore", divide="ignore"):
             q_values = (tree.edge_value_sum[game, block] / visits).astype(np.float32)
         q_values = np.where(proofs != 0, proofs.astype(np.float32), q_values)
@@ -880,6 +971,7 @@ class BatchedSearch:
             proof_plies=int(tree.node_proof_plies[game, 0]),
             principal_variation=pv[:length].copy(),
             num_legal_moves=count,
+            pruned_visits=None if pruned is None else pruned[order],
         )
 
     def select_moves(
@@ -891,11 +983,13 @@ class BatchedSearch:
         `config.temperature_moves` sample a move with probability proportional to
         visits ** (1 / temperature) among the moves not proven lost (with root="gumbel": to
         the completed-Q policy `improved_policy` ** (1 / temperature), since halving leaves
-        most moves unvisited); later plies take the most visited such move (the first on ties),
-        or with root="gumbel" the sequential-halving winner (`mcts_numba.gumbel_choice`), or
-        with `lcb` the move with the highest lower confidence bound (`mcts_numba.lcb_edge`); a
-        root proven lost plays its longest resistance. Where every visited move was proven lost
-        and the open moves got no visit, the open move with the highest prior is played.
+        most moves unvisited; where forced playouts ran: to the visits less the forced
+        playouts that fail the PUCT check, `prune_forced_visits`, as KataGo chooses its moves);
+        later plies take the most visited such move (the first on ties), or with root="gumbel"
+        the sequential-halving winner (`mcts_numba.gumbel_choice`), or with `lcb` the move with
+        the highest lower confidence bound (`mcts_numba.lcb_edge`); a root proven lost plays its
+        longest resistance. Where every visited move was proven lost and the open moves got no
+        visit, the open move with the highest prior is played.
 
         Args:
             plies: the ply (moves played since the game start) of each game, or one int for all.
@@ -917,6 +1011,8 @@ class BatchedSearch:
                 block = slice(first, first + count)
                 if self.config.root == "gumbel":
                     weights = self._root_policy(game).astype(np.float64)
+                elif self._forced_at(game):
+                    weights = self._pruned_root_visits(game).astype(np.float64)
                 else:
                     weights = tree.edge_visits[game, block].astype(np.float64)
                 weights[tree.edge_proof[game, block] == kernels.PROOF_LOSS] = 0.0
@@ -946,6 +1042,21 @@ class BatchedSearch:
             # Searched, but every visited move was proven lost and the open ones got no visit.
             pick = kernels.open_edge(self.tree, game, 0)
         return int(pick)
+
+    def _forced_at(self, game: int) -> bool:
+        """Whether forced playouts ran at the root of `game` (its priors carry noise, k > 0)."""
+        return self.config.forced_playouts_k > 0 and bool(self._noised[game])
+
+    def _pruned_root_visits(self, game: int) -> np.ndarray:
+        """`prune_forced_visits` over the root edges of `game`, in edge order `(L,) int32`."""
+        tree = self.tree
+        first, count = int(tree.node_first_edge[game, 0]), int(tree.node_edge_count[game, 0])
+        block = slice(first, first + count)
+        visits = tree.edge_visits[game, block]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            q_values = tree.edge_value_sum[game, block] / visits
+        return prune_forced_visits(visits, q_values, tree.edge_prior[game, block], tree.edge_proof[game, block],
+                                   int(tree.node_visits[game, 0]), self.config)
 
     def _root_policy(self, game: int) -> np.ndarray:
         """`improved_policy` over the root edges of `game`, in edge order `(L,) float32`."""

@@ -52,6 +52,16 @@ edges leave the set; if none is left, the next m edges by g + log prior refill i
 earlier searches of the same root (tree reuse) do not count towards an allocation
 (`base_visits`). The move to play is the remaining edge with the highest score (`gumbel_choice`).
 
+Forced playouts (KataGo, Wu 2019, "Accelerating Self-Play Learning in Go", section 3.2) apply
+at a PUCT root whose priors carry Dirichlet noise, with a per-game coefficient k > 0: a root edge
+that already has a completed visit and has been selected fewer times than
+n_forced = sqrt(k * P * sum of the root edges' selections) (P its noisy prior, selections =
+completed visits + in-flight ones) is chosen before any PUCT score is compared, the first such
+edge in edge order (`_forced_root_edge`). As in KataGo, only edges PUCT has already tried are
+forced, so the rule concentrates visits on moves noise lifted without spreading them over every
+legal move; the self-play target can prune the forced visits afterwards
+(`amazons.mcts.prune_forced_playouts`).
+
 LCB move selection (`lcb_edge`, as in KataGo) plays, among the edges with at least
 max(2, fraction x the most visits), the one whose Q has the highest lower confidence bound
 mean - t * sqrt(variance / N); the variance is the sample variance of the values backed up
@@ -255,6 +265,29 @@ def _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss
 
 
 @njit(cache=True)
+def _forced_root_edge(tree, g, forced_k):
+    """The first root edge of game g owed a forced playout, or -1 if none.
+
+    An edge is owed one if it is not proven lost, has at least one completed visit, and its
+    selections n (completed + in flight) satisfy n * n < forced_k * P * total, that is
+    n < sqrt(forced_k * P * total), with P its prior (noisy at a noised root) and total the
+    selections of all root edges.
+    """
+    first = tree.node_first_edge[g, 0]
+    last = first + tree.node_edge_count[g, 0]
+    total = 0
+    for e in range(first, last):
+        total += tree.edge_visits[g, e] + tree.edge_inflight[g, e]
+    for e in range(first, last):
+        if tree.edge_proof[g, e] == PROOF_LOSS or tree.edge_visits[g, e] == 0:
+            continue
+        selected = tree.edge_visits[g, e] + tree.edge_inflight[g, e]
+        if selected * selected < forced_k * tree.edge_prior[g, e] * total:
+            return e
+    return -1
+
+
+@njit(cache=True)
 def _backup(tree, g, path_edges, depth, leaf_value, remove_inflight):
     """Add one simulation worth `leaf_value` (side to move at the leaf) along a path from the root.
 
@@ -283,12 +316,13 @@ def _backup(tree, g, path_edges, depth, leaf_value, remove_inflight):
 
 @njit(cache=True)
 def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, fpu_reduction,
-                  virtual_loss, root_rule, gumbel, gumbel_m, c_visit, c_scale, out_leaf_game,
+                  virtual_loss, root_forced_k, root_rule, gumbel, gumbel_m, c_visit, c_scale, out_leaf_game,
                   out_leaf_parent, out_path_edges, out_path_moves, out_path_lengths, out_stats):
     """Gather up to `leaves_per_game` leaves per game for one evaluator batch.
 
     For each game in `games` (in order), descends from the root by PUCT until it leaves the tree
-    (with `root_rule` ROOT_GUMBEL, the root's edge comes from sequential halving instead).
+    (with `root_rule` ROOT_GUMBEL, the root's edge comes from sequential halving instead; with
+    `root_forced_k[g]` > 0, an edge owed a forced playout comes first, `_forced_root_edge`).
     A descent that ends on an unexpanded edge yields a leaf: its path gets virtual loss and the
     edge becomes PENDING. A descent that ends on a known terminal node or a proven node is backed
     up at once with its exact value (-1 terminal, +-1 proven; no evaluation needed). A game whose
@@ -302,6 +336,8 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
         remaining: [G] int32, simulations still to run per game; decremented here.
         leaves_per_game: int, K, the most leaves one game adds to the batch.
         c_puct, c_puct_base, fpu_reduction, virtual_loss: float, see `amazons.mcts.SearchConfig`.
+        root_forced_k: [G] float64, k of the forced playouts at each game's root (0: none; read
+            only with ROOT_PUCT).
         root_rule: ROOT_PUCT or ROOT_GUMBEL.
         gumbel: GumbelArrays, started (`start_gumbel`) for every game in `games` with ROOT_GUMBEL.
         gumbel_m, c_visit, c_scale: int, float, float, see `amazons.mcts.SearchConfig` (ROOT_GUMBEL).
@@ -336,6 +372,8 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
                 e = -1
                 if depth == 0 and root_rule == ROOT_GUMBEL:
                     e = _gumbel_root_edge(tree, gumbel, g, gumbel_m, c_visit, c_scale)
+                elif depth == 0 and root_forced_k[g] > 0.0:
+                    e = _forced_root_edge(tree, g, root_forced_k[g])
                 if e < 0:
                     e = _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss)
                 out_path_edges[count, depth] = e

@@ -25,6 +25,7 @@ Imports the engine, board, symmetry, mcts, inference, replay and records modules
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import multiprocessing as mp
 import queue
 import time
@@ -77,6 +78,10 @@ class SelfPlayConfig:
     # completed-Q target with root="puct": a visited move's Q is shrunk toward v_mix as if v_mix
     # had this many visits, q' = (n q + m v_mix) / (n + m); 0 = off
     target_q_prior_visits: float = 0.0
+    # KataGo's policy target pruning: the target counts each root move's visits less its forced
+    # playouts that fail the PUCT check (amazons.mcts.prune_forced_visits); needs
+    # search.forced_playouts_k > 0
+    prune_forced_playouts: bool = False
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
     full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (recorded)
     fast_simulations: int = 16  # simulations of the other moves (no root noise, not recorded)
@@ -98,6 +103,11 @@ class SelfPlayConfig:
             raise ValueError(f"target_min_visits must be an integer >= 1, got {self.target_min_visits!r}")
         if not (np.isfinite(self.target_q_prior_visits) and self.target_q_prior_visits >= 0):
             raise ValueError(f"target_q_prior_visits must be a finite number >= 0, got {self.target_q_prior_visits!r}")
+        if not isinstance(self.prune_forced_playouts, (bool, np.bool_)):
+            raise ValueError(f"prune_forced_playouts must be a bool, got {self.prune_forced_playouts!r}")
+        if self.prune_forced_playouts and not self.search.forced_playouts_k > 0:
+            raise ValueError("prune_forced_playouts prunes the forced playouts of the search: set "
+                             "search.forced_playouts_k > 0 (KataGo uses 2), or prune_forced_playouts=False")
         if self.search.root == "gumbel":
             for name, off in (("target_min_visits", 1), ("target_q_prior_visits", 0.0)):
                 if getattr(self, name) != off:
@@ -120,9 +130,17 @@ class SelfPlayConfig:
         search stops at such a root, so its visits say nothing. Otherwise `completed_q` covers
         every legal move (unvisited ones through the mixed value) and `visits` is zero on the
         moves the search did not visit.
+
+        With `prune_forced_playouts`, both kinds read the visits less the pruned forced playouts
+        (`result.pruned_visits`, where forced playouts ran at the root): a move pruned to no
+        visit counts as unvisited (its completed Q is the mixed value), and the reduced counts
+        weight the mixed value and the Q shrinkage (`target_q_prior_visits`) and decide
+        `target_min_visits`.
         """
         if result.proven != 0:
             return proof_policy(result)
+        if self.prune_forced_playouts and result.pruned_visits is not None:
+            result = dataclasses.replace(result, visits=result.pruned_visits)
         if self.policy_target == "visits":
             return result.policy
         return improved_policy(result, self.target_c_visit, self.target_c_scale,

@@ -30,7 +30,13 @@ choice the search makes (documented in `amazons/mcts_numba.py`):
   the largest g + log prior sampled, per phase max(1, n // (ceil(log2 m) * size)) new visits
   per remaining move (in-flight selections count; visits from earlier searches of the root do
   not), the fewest new visits first, then halving to max(2, size // 2) by g + log prior +
-  sigma(completed Q); proven-lost moves drop out, an empty set is refilled with the next m.
+  sigma(completed Q); proven-lost moves drop out, an empty set is refilled with the next m;
+* with `config.root_noise` (root "puct"), Dirichlet(total_alpha / n) noise drawn from `rng` once
+  per root, after its expansion, mixed into the root's float32 priors with `dirichlet_fraction`
+  (the prior mass of the root's selected edges is then summed again in edge order);
+* with `config.forced_playouts_k` k > 0 at such a noised root, forced playouts come before PUCT:
+  the first root edge, not proven lost, with a completed visit whose selections n (completed and
+  in flight) satisfy n * n < k * P * (the selections of all root edges), P its noisy prior.
 
 Used by tests/test_mcts.py and as the baseline in benchmarks/suite_mcts.py.
 """
@@ -122,8 +128,9 @@ class NaiveMCTS:
         self.root = NaiveNode(np.asarray(root_position, np.uint64).copy())
         self.collisions = 0
         self.terminal_hits = 0
-        self.rng = rng  # draws the Gumbel noise (root="gumbel"), as BatchedSearch's seeded generator
+        self.rng = rng  # draws the Gumbel or Dirichlet noise, as BatchedSearch's seeded generator
         self.halving: NaiveHalving | None = None
+        self.noised = False  # Dirichlet noise was mixed into the current root's priors
 
     # -- one node at a time ------------------------------------------------------------------
 
@@ -334,6 +341,34 @@ class NaiveMCTS:
                 return edges[min(open_edges, key=lambda i: (-self.score(i, terms), i))].move
         raise ValueError("no move to play")
 
+    # -- Dirichlet noise and forced playouts at a PUCT root -------------------------------------
+
+    def add_root_noise(self) -> None:
+        """Mix Dirichlet(total_alpha / n, ..., n times) noise into the root's n priors."""
+        cfg, edges = self.config, self.root.edges
+        count = len(edges)
+        noise = self.rng.gamma(cfg.dirichlet_total_alpha / count, size=count)
+        total = noise.sum()
+        noise = noise / total if total > 0 else np.full(count, 1.0 / count)
+        priors = np.array([edge.prior for edge in edges], np.float32)
+        priors[:] = (1.0 - cfg.dirichlet_fraction) * priors + cfg.dirichlet_fraction * noise
+        for edge, prior in zip(edges, priors.tolist(), strict=True):
+            edge.prior = prior
+        self.root.visited_mass = sum(edge.prior for edge in edges if edge.visits or edge.inflight)
+        self.noised = True
+
+    def forced_edge(self) -> NaiveEdge | None:
+        """The first root edge owed a forced playout, or None."""
+        edges = self.root.edges
+        total = sum(edge.visits + edge.inflight for edge in edges)
+        for edge in edges:
+            if edge.proof == -1 or edge.visits == 0:
+                continue
+            selected = edge.visits + edge.inflight
+            if selected * selected < self.config.forced_playouts_k * edge.prior * total:
+                return edge
+        return None
+
     # -- the search --------------------------------------------------------------------------
 
     def search(self, num_simulations: int | None = None, planned_simulations: int | None = None) -> None:
@@ -350,6 +385,9 @@ class NaiveMCTS:
         self.refresh_root_proof()
         if not self.root.evaluated and self.root.proof == 0:
             self.evaluate_root_priors()
+        if cfg.root_noise and cfg.root != "gumbel" and not self.noised:
+            self.add_root_noise()
+        forced = self.noised and cfg.forced_playouts_k > 0
         if cfg.root == "gumbel":
             budget = remaining if planned_simulations is None else planned_simulations
             if self.halving is None:
@@ -373,6 +411,8 @@ class NaiveMCTS:
                     edge = None
                     if node is self.root and cfg.root == "gumbel":
                         edge = self.gumbel_edge()
+                    elif node is self.root and forced:
+                        edge = self.forced_edge()
                     if edge is None:
                         edge = self.select_edge(node)
                     path.append((node, edge))
@@ -430,6 +470,7 @@ class NaiveMCTS:
         """Play `move` at the root, keeping its subtree when it exists (and reuse is on)."""
         move = tuple(int(square) for square in move)
         self.halving = None
+        self.noised = False
         for edge in self.root.edges or []:
             if edge.move == move and edge.child is not None and self.config.reuse_tree:
                 self.root = edge.child

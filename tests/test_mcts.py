@@ -638,13 +638,14 @@ def search_winning_move(board: Board) -> np.ndarray:
 
 
 def test_kernel_tests_pass_without_jit():
-    """The kernel tests of this file, test_solver.py and test_root_selection.py again with
-    NUMBA_DISABLE_JIT=1: the kernels are plain Python too."""
+    """The kernel tests of this file, test_solver.py, test_root_selection.py and
+    test_forced_playouts.py again with NUMBA_DISABLE_JIT=1: the kernels are plain Python too."""
     root = Path(__file__).resolve().parents[1]
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(Path(__file__)),
          str(Path(__file__).with_name("test_solver.py")), str(Path(__file__).with_name("test_root_selection.py")),
+         str(Path(__file__).with_name("test_forced_playouts.py")),
          "-k", "kernel and not without_jit"],
         cwd=root, env=env, capture_output=True, text=True, timeout=600,
     )
