@@ -13,15 +13,18 @@ What this module owns:
     features through an update gate, `x_next = x + relu(conv1x1(concat(x, keys)))`, and the
     arrow logits `[B, 64, 64]` = P(arrow | dst) come from `x_next`'s arrow queries (at the
     shooter's square, the destination) x arrow keys (at the target square). One forward pass, the causal chain
-    src -> dst -> arrow kept (seeds 001 and 003).
+    src -> dst -> arrow kept (seeds 001 and 003). With `NetConfig.arrow_source` the arrow query
+    also adds a projection of the source square's features, so the arrow distribution is
+    P(arrow | src, dst): the shooter knows which square it left.
   - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
   predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
   side to move, -1 the opponent (`amazons.replay` documents the target).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
-  restricted to legal moves. Both heads reduce to the same two tables, log P(src, dst) `(B, 4096)`
-  and log P(arrow | dst) `(B, 4096)`; the prior of a legal move is P(src, dst) * P(arrow | dst),
+  restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
+  `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus two `(B, 4096)` tables of the source term
+  with `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst),
   renormalized over the position's legal moves.
 * `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
   over fixed batch buckets with a CUDA graph per bucket.
@@ -69,8 +72,10 @@ __all__ = [
     "NetOutput",
     "NetworkEvaluator",
     "OwnershipHead",
+    "PolicyTables",
     "PolicyValueNet",
     "count_parameters",
+    "arrow_log_probs",
     "flatten_weights",
     "folded_state_dict",
     "gather_legal_priors",
@@ -112,6 +117,9 @@ class NetConfig:
     attention_placement: str = "end"  # "end": all after the trunk; "spread": evenly among the blocks
     attention_dim: int = 32  # query/key width of each attention block (values keep all channels)
     policy_head: str = "joint"  # "joint" (P(src, dst) and P(arrow | dst)) or "factorized" (3 x 64)
+    # joint head only: the arrow query adds a projection of the source square's features, so the
+    # arrow distribution is P(arrow | src, dst) (head_dim x (channels + 1) more weights)
+    arrow_source: bool = False
     head_dim: int = 64  # query/key width of the joint head's bilinear maps; hidden width (factorized)
     value_channels: int = 4  # channels of the value head's 1x1 convolution before its MLP
     value_hidden: int = 256  # hidden units of the value head's MLP
@@ -127,12 +135,15 @@ class NetConfig:
                 raise NetConfigError(f"{name} must be an int, got {value!r}")
             if value < (1 if name in positive else 0):
                 raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, got {value}")
-        if not isinstance(self.ownership_head, bool):
-            raise NetConfigError(f"ownership_head must be true or false, got {self.ownership_head!r}")
+        for name in ("ownership_head", "arrow_source"):
+            if not isinstance(getattr(self, name), bool):
+                raise NetConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.num_planes not in engine.FEATURE_PLANES:
             raise NetConfigError(f"num_planes must be 3 or 7, got {self.num_planes!r}")
         if self.policy_head not in POLICY_HEADS:
             raise NetConfigError(f"policy_head must be one of {POLICY_HEADS}, got {self.policy_head!r}")
+        if self.arrow_source and self.policy_head != "joint":
+            raise NetConfigError(f"arrow_source needs policy_head 'joint', got {self.policy_head!r}")
         if self.attention_placement not in ATTENTION_PLACEMENTS:
             raise NetConfigError(
                 f"attention_placement must be one of {ATTENTION_PLACEMENTS}, "
@@ -202,6 +213,10 @@ class JointPolicy(NamedTuple):
 
     move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
     arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
+    # [B, 64, 64] float, [b, src, arrow]: the source term added to every destination's arrow
+    # logits, log P(arrow | src, dst) = log softmax over arrows of arrow_logits[dst] + source_logits[src];
+    # None without `NetConfig.arrow_source`
+    source_logits: torch.Tensor | None = None
 
 
 class FactorizedPolicy(NamedTuple):
@@ -325,22 +340,34 @@ class JointPolicyHead(nn.Module):
     arrow queries at the shooter's square (the destination) x arrow keys at the target square.
     Queries and keys of each bilinear map come from one 1x1 convolution, the 1 / sqrt(head_dim)
     scale folded into the queries' initial weights.
+
+    With `source=True` (`NetConfig.arrow_source`) the query of a move's arrow is the
+    destination's arrow query plus `arrow_source(x_next)[src]`, a 1x1 projection of the source
+    square's features: `(q[dst] + u[src]) . k[arrow]` splits into the destination's arrow
+    logits and a source term `u[src] . k[arrow]` (`JointPolicy.source_logits`), one more `[B, 64,
+    64]` bilinear map over the same keys. The latent board stays one per position: a board per
+    (src, dst) pair would run the update gate up to 4,096 times.
     """
 
-    def __init__(self, channels: int, head_dim: int) -> None:
+    def __init__(self, channels: int, head_dim: int, source: bool = False) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.move_qk = _projection(channels, (head_dim, head_dim), head_dim)
         self.update_gate = nn.Conv2d(channels + head_dim, channels, 1)
         self.arrow_qk = _projection(channels, (head_dim, head_dim), head_dim)
+        self.arrow_source = _projection(channels, (head_dim,), head_dim) if source else None
 
     def forward(self, x: torch.Tensor) -> JointPolicy:
         src_queries, dst_keys = self.move_qk(x).split(self.head_dim, dim=1)
         move_logits = torch.bmm(_squares(src_queries), dst_keys.flatten(2))
         x_next = x + F.relu(self.update_gate(torch.cat([x, dst_keys], dim=1)))
         arrow_queries, arrow_keys = self.arrow_qk(x_next).split(self.head_dim, dim=1)
-        arrow_logits = torch.bmm(_squares(arrow_queries), arrow_keys.flatten(2))
-        return JointPolicy(move_logits, arrow_logits)
+        arrow_keys = arrow_keys.flatten(2)
+        arrow_logits = torch.bmm(_squares(arrow_queries), arrow_keys)
+        source_logits = None
+        if self.arrow_source is not None:
+            source_logits = torch.bmm(_squares(self.arrow_source(x_next)), arrow_keys)
+        return JointPolicy(move_logits, arrow_logits, source_logits)
 
 
 class FactorizedPolicyHead(nn.Module):
@@ -418,7 +445,7 @@ class PolicyValueNet(nn.Module):
                           for _ in range(config.attention_blocks))
         self.trunk = nn.Sequential(*layers)
         if config.policy_head == "joint":
-            self.policy_head: nn.Module = JointPolicyHead(channels, config.head_dim)
+            self.policy_head: nn.Module = JointPolicyHead(channels, config.head_dim, config.arrow_source)
         else:
             self.policy_head = FactorizedPolicyHead(channels, config.head_dim)
         self.value_head = ValueHead(channels, config.value_channels, config.value_hidden)
@@ -561,36 +588,70 @@ def unflatten_weights(model: nn.Module, flat: torch.Tensor) -> None:
 # From logits to priors: the one place where softmax and legal-move masking happen.
 
 
-def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> tuple[torch.Tensor, torch.Tensor]:
+class PolicyTables(NamedTuple):
+    """Log tables of a policy head's output (`policy_log_tables`), each `[B, 4096] float32`.
+
+    The log-probability of a full move (src, dst, arrow) is
+    `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`, and with the source term
+    (`NetConfig.arrow_source`) also `+ source_arrow[src * 64 + arrow] - source_norm[src * 64 + dst]`:
+    the source's weights exp(source_arrow) reweight the destination's arrow distribution, and
+    source_norm renormalizes each (src, dst) row over the 64 arrows. `move_log_probs` gathers it.
+    """
+
+    log_move: torch.Tensor  # [b, src * 64 + dst]: log P(src, dst)
+    log_arrow: torch.Tensor  # [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
+    source_arrow: torch.Tensor | None = None  # [b, src * 64 + arrow]: the source term's logits; None without it
+    # [b, src * 64 + dst]: log sum_arrow P(arrow | dst) exp(source_arrow[src, arrow]); None without it
+    source_norm: torch.Tensor | None = None
+
+
+def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
     """Log-probability tables of a policy head's output, in float32.
 
     * `log_move[b, src * 64 + dst]` = log P(src, dst): a log-softmax over all 4,096 pairs (legal or
       not). For the factorized head, log P(src) + log P(dst).
     * `log_arrow[b, dst * 64 + arrow]` = log P(arrow | dst): a log-softmax over the 64 arrows of
       each destination row. For the factorized head the same log P(arrow) in every row.
+    * With the joint head's source term: `source_arrow[b, src * 64 + arrow]` = its logits S, and
+      `source_norm[b, src * 64 + dst]` = log sum_a P(a | dst) exp(S[src, a]), so that
+      log P(arrow | src, dst) = log_arrow + source_arrow - source_norm (`arrow_log_probs`).
+      The norm is one `[64, 64] x [64, 64]` product per position, exp(S - max S) times
+      P(a | dst), in float32 whatever the autocast (a sum of exponentials needs its range).
 
-    The probability of a full move is then P(src, dst) * P(arrow | dst); over all 64**3 triples it
-    sums to 1. Training uses these tables directly (the targets sit on legal moves); the search
-    uses `gather_legal_priors`, which renormalizes them over the legal moves.
+    The probability of a full move is then P(src, dst) * P(arrow | [src,] dst); over all 64**3
+    triples it sums to 1. Training uses these tables directly (the targets sit on legal moves);
+    the search uses `gather_legal_priors`, which renormalizes them over the legal moves.
 
     Args:
-        policy: `JointPolicy` (logits `[B, 64, 64]` twice) or `FactorizedPolicy` (`[B, 64]` x 3).
+        policy: `JointPolicy` (logits `[B, 64, 64]`, two or three) or `FactorizedPolicy`
+            (`[B, 64]` x 3).
 
     Returns:
-        `(log_move, log_arrow)`, both `[B, 4096] float32`.
+        `PolicyTables`, each present table `[B, 4096] float32`.
     """
     if isinstance(policy, JointPolicy):
         batch = policy.move_logits.shape[0]
         log_move = F.log_softmax(policy.move_logits.float().reshape(batch, -1), dim=-1)
-        log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1).reshape(batch, -1)
-        return log_move, log_arrow
+        log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
+        if policy.source_logits is None:
+            return PolicyTables(log_move, log_arrow.reshape(batch, -1))
+        source = policy.source_logits.float()
+        with torch.autocast(source.device.type, enabled=False):
+            peak = source.amax(dim=-1, keepdim=True)  # [B, src, 1]
+            weights = torch.bmm(torch.exp(source - peak), log_arrow.exp().transpose(1, 2))  # [B, src, dst]
+            # Each sum is at least exp(-(its source row's logit range)): below float32's range only
+            # past a range of ~87, where the clamp keeps the norm finite.
+            norm = torch.log(weights.clamp_min(torch.finfo(torch.float32).tiny)) + peak
+        return PolicyTables(log_move, log_arrow.reshape(batch, -1), source.reshape(batch, -1),
+                            norm.reshape(batch, -1))
     if isinstance(policy, FactorizedPolicy):
         batch = policy.src_logits.shape[0]
         log_src = F.log_softmax(policy.src_logits.float(), dim=-1)
         log_dst = F.log_softmax(policy.dst_logits.float(), dim=-1)
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
-        return log_move, log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1)
+        return PolicyTables(log_move,
+                            log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1))
     raise NetInputError(f"policy must be a JointPolicy or FactorizedPolicy, got {type(policy).__name__}")
 
 
@@ -604,14 +665,37 @@ def segment_ids(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
 
 
-def move_log_probs(
-    log_move: torch.Tensor, log_arrow: torch.Tensor, moves: torch.Tensor, batch_index: torch.Tensor
-) -> torch.Tensor:
-    """log P(src, dst) + log P(arrow | dst) of full moves, one table row per move.
+def _gather(table: torch.Tensor, row: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`table[b, index]` of each move, `row` being its `b * 4096` (one flat gather)."""
+    return table.reshape(-1)[row + index]
+
+
+def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+    """log P(arrow | dst), or log P(arrow | src, dst) with the source term, of full moves.
 
     Args:
-        log_move: `[B, 4096] float32` from `policy_log_tables`.
-        log_arrow: `[B, 4096] float32` from `policy_log_tables`.
+        tables: from `policy_log_tables`.
+        moves: `[M, 3]` integer (src, dst, arrow) squares, on the tables' device.
+        batch_index: `[M] int64`, the table row (position) of each move.
+
+    Returns:
+        `[M] float32`, each a log-probability over the 64 arrows of its move's (src and) dst.
+    """
+    moves = moves.long()
+    src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
+    row = batch_index * (NUM_SQUARES * NUM_SQUARES)
+    log_p = _gather(tables.log_arrow, row, dst * NUM_SQUARES + arrow)
+    if tables.source_arrow is not None:
+        log_p = (log_p + _gather(tables.source_arrow, row, src * NUM_SQUARES + arrow)
+                 - _gather(tables.source_norm, row, src * NUM_SQUARES + dst))
+    return log_p
+
+
+def move_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+    """log P(src, dst) + log P(arrow | [src,] dst) of full moves, one table row per move.
+
+    Args:
+        tables: from `policy_log_tables`.
         moves: `[M, 3]` integer (src, dst, arrow) squares, on the tables' device.
         batch_index: `[M] int64`, the table row (position) of each move.
 
@@ -619,36 +703,29 @@ def move_log_probs(
         `[M] float32` log-probabilities under the full (unmasked) distribution over 64**3 moves.
     """
     moves = moves.long()
-    src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
     row = batch_index * (NUM_SQUARES * NUM_SQUARES)
-    return (log_move.reshape(-1)[row + src * NUM_SQUARES + dst]
-            + log_arrow.reshape(-1)[row + dst * NUM_SQUARES + arrow])
+    return (_gather(tables.log_move, row, moves[:, 0] * NUM_SQUARES + moves[:, 1])
+            + arrow_log_probs(tables, moves, batch_index))
 
 
-def gather_legal_priors(
-    log_move: torch.Tensor,
-    log_arrow: torch.Tensor,
-    moves: torch.Tensor,
-    batch_index: torch.Tensor,
-) -> torch.Tensor:
-    """Priors of the legal moves: P(src, dst) * P(arrow | dst), renormalized per position.
+def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+    """Priors of the legal moves: P(src, dst) * P(arrow | [src,] dst), renormalized per position.
 
     This is the one place where the network's distribution is restricted to legal moves: one
-    vectorized gather of both tables (flat indices `src * 64 + dst` and `dst * 64 + arrow` in the
-    move's own row) and a segment softmax over each position's moves. Positions without moves
-    simply own no rows.
+    vectorized gather per table (`move_log_probs`: flat indices `src * 64 + dst` and
+    `dst * 64 + arrow`, and `src * 64 + arrow` with the source term, in the move's own row) and a
+    segment softmax over each position's moves. Positions without moves simply own no rows.
 
     Args:
-        log_move: `[B, 4096] float32` log P(src, dst) (`policy_log_tables`).
-        log_arrow: `[B, 4096] float32` log P(arrow | dst) (`policy_log_tables`).
+        tables: from `policy_log_tables`.
         moves: `[M, 3]` integer legal moves (canonical), on the tables' device.
         batch_index: `[M] int64` position of each move (`segment_ids(move_offsets)`).
 
     Returns:
         `[M] float32` priors; each position's priors sum to 1.
     """
-    log_prior = move_log_probs(log_move, log_arrow, moves, batch_index)
-    positions = log_move.shape[0]
+    log_prior = move_log_probs(tables, moves, batch_index)
+    positions = tables.log_move.shape[0]
     peak = torch.full((positions,), -math.inf, dtype=log_prior.dtype, device=log_prior.device)
     peak = peak.scatter_reduce(0, batch_index, log_prior, reduce="amax", include_self=True)
     weights = torch.exp(log_prior - peak[batch_index])
@@ -795,12 +872,13 @@ class NetworkEvaluator:
             chunks.append((first, count, next(size for size in self.batch_buckets if size >= count)))
         return chunks
 
-    def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`(log_move [B, 4096], log_arrow [B, 4096], values [B])`, float32, of a device batch
-        (the ownership head, if any, is skipped: the search does not use it)."""
+    def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`(values [B], *tables)`, float32, of a device batch: the values, then the present
+        `PolicyTables` fields in order, each `[B, 4096]` (the ownership head, if any, is skipped:
+        the search does not use it)."""
         output = self.model(features, with_ownership=False)
-        log_move, log_arrow = policy_log_tables(output.policy)
-        return log_move, log_arrow, output.value.float()
+        tables = policy_log_tables(output.policy)
+        return (output.value.float(), *(table for table in tables if table is not None))
 
     def _graphed_tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`_tables` of a bucket-sized batch through that bucket's CUDA graph (captured now if new)."""
@@ -842,7 +920,7 @@ class NetworkEvaluator:
             parts.append([table[:count] for table in tables])
         if len(parts) == 1:
             return parts[0]
-        return [torch.cat([part[index] for part in parts]) for index in range(3)]
+        return [torch.cat([part[index] for part in parts]) for index in range(len(parts[0]))]
 
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
@@ -885,13 +963,13 @@ class NetworkEvaluator:
             with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                         enabled=self.dtype != torch.float32,
                                                         cache_enabled=not self.cuda_graphs):
-                log_move, log_arrow, values = self._forward(self._upload(host), chunks)
+                values, *tables = self._forward(self._upload(host), chunks)
                 staged = staged.to(self.device, non_blocking=self._pinned)
                 offsets = staged[3 * count:].long()
                 # Segment ids built on the device; `output_size` spares a sync on the total.
                 batch_index = torch.repeat_interleave(torch.arange(rows, device=self.device),
                                                       offsets[1:] - offsets[:-1], output_size=count)
-                priors = gather_legal_priors(log_move, log_arrow, staged[:3 * count].view(count, 3), batch_index)
+                priors = gather_legal_priors(PolicyTables(*tables), staged[:3 * count].view(count, 3), batch_index)
                 packed = torch.cat([priors, values])  # [M + B] float32: one copy back
         finally:
             model.train(was_training)
