@@ -425,25 +425,30 @@ def ownership_loss(ownership: torch.Tensor, labels: LabelTensors) -> torch.Tenso
     return squared.sum() / (NUM_SQUARES * labels.ownership_samples.clamp_min(1.0))
 
 
-def _source_arrow_entropy(tables: PolicyTables) -> torch.Tensor:
-    """H(arrow | src, dst) `[B, 64 src, 64 dst]` float32 of tables with the source term.
+def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.Tensor:
+    """sum over (src, dst) of P(src, dst) H(arrow | src, dst), `[B]` float32, for tables with the
+    source term (`squares` `[B, 4]`: the source term's slots, `JointPolicy.source_squares`).
 
-    With L = log P(a | dst), S the source logits, N the norm and m = max_a S[src, a],
-    H = N - exp(m - N) sum_a exp(S - m) P(a | dst) (L + S): two `[64, 64]` products per
-    position instead of a `[64, 64, 64]` table.
+    A source without an amazon keeps H(arrow | dst). For the slots, with L = log P(a | dst), S the
+    source logits, N the norm and m = max_a S[slot, a],
+    H = N - exp(m - N) sum_a exp(S - m) P(a | dst) (L + S): two `[4, 64] x [64, 64]` products
+    per position instead of a `[64, 64, 64]` table.
     """
     batch_size = tables.log_move.shape[0]
-    shape = (batch_size, NUM_SQUARES, NUM_SQUARES)
-    log_arrow = tables.log_arrow.reshape(shape)  # [b, dst, arrow]
-    source = tables.source_arrow.reshape(shape)  # [b, src, arrow]
-    norm = tables.source_norm.reshape(shape)  # [b, src, dst]
+    log_arrow = tables.log_arrow.reshape(batch_size, NUM_SQUARES, NUM_SQUARES)  # [b, dst, arrow]
+    source = tables.source_arrow.reshape(batch_size, -1, NUM_SQUARES)  # [b, slot, arrow]
+    norm = tables.source_norm.reshape(batch_size, -1, NUM_SQUARES)  # [b, slot, dst]
     with torch.autocast(source.device.type, enabled=False):
-        peak = source.amax(dim=-1, keepdim=True)
-        weights = torch.exp(source - peak)
         p_arrow = log_arrow.exp()
+        plain = -(p_arrow * log_arrow).sum(-1)  # [b, dst]: H(arrow | dst)
+        peak = source.amax(dim=-1, keepdim=True)
+        weights = (source - peak).exp_()
         expected = (torch.bmm(weights, (p_arrow * log_arrow).transpose(1, 2))
                     + torch.bmm(weights * source, p_arrow.transpose(1, 2)))
-        return norm - torch.exp(peak - norm) * expected
+        with_source = norm - torch.exp(peak - norm) * expected  # [b, slot, dst]
+    p_move = tables.log_move.exp().reshape(batch_size, NUM_SQUARES, NUM_SQUARES)
+    p_moved = torch.gather(p_move, 1, squares[:, :, None].expand(-1, -1, NUM_SQUARES))  # [b, slot, dst]
+    return (p_move.sum(dim=1) * plain).sum(-1) + (p_moved * (with_source - plain[:, None, :])).sum(dim=(1, 2))
 
 
 @torch.no_grad()
@@ -468,7 +473,7 @@ def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors)
         arrow_entropy = -(log_arrow.exp() * log_arrow).reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1)
         mean_arrow_entropy = (p_dst * arrow_entropy).sum(-1)
     else:
-        mean_arrow_entropy = (p_move * _source_arrow_entropy(tables).reshape(batch_size, -1)).sum(-1)
+        mean_arrow_entropy = _source_arrow_entropy(tables, policy.source_squares)
     model_entropy = -(p_move * log_move).sum(-1) + mean_arrow_entropy
     log_q = move_log_probs(tables, labels.moves, labels.sample_index)
     cross_entropy = -(labels.probs * labels.label_weight * log_q).sum() / weight

@@ -15,7 +15,8 @@ What this module owns:
     shooter's square, the destination) x arrow keys (at the target square). One forward pass, the causal chain
     src -> dst -> arrow kept (seeds 001 and 003). With `NetConfig.arrow_source` the arrow query
     also adds a projection of the source square's features, so the arrow distribution is
-    P(arrow | src, dst): the shooter knows which square it left.
+    P(arrow | src, dst): the shooter knows which square it left. The term is computed for the
+    four squares a move can leave, those of the side to move's amazons (feature plane 0).
   - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
@@ -23,9 +24,9 @@ What this module owns:
   side to move, -1 the opponent (`amazons.replay` documents the target).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
   restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
-  `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus two `(B, 4096)` tables of the source term
-  with `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst),
-  renormalized over the position's legal moves.
+  `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus the source term's tables with
+  `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst), renormalized
+  over the position's legal moves.
 * `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
   over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
@@ -58,6 +59,7 @@ from torch import nn
 from amazons import engine
 
 __all__ = [
+    "AMAZONS_PER_SIDE",
     "ATTENTION_PLACEMENTS",
     "NUM_SQUARES",
     "POLICY_HEADS",
@@ -81,6 +83,7 @@ __all__ = [
     "gather_legal_priors",
     "load_prepared_weights",
     "move_log_probs",
+    "mover_squares",
     "net_config",
     "policy_log_tables",
     "batch_buckets",
@@ -92,6 +95,7 @@ __all__ = [
 ]
 
 NUM_SQUARES = 64
+AMAZONS_PER_SIDE = 4  # the squares a move can leave: the source term's rows
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # how training and inference compute (see `resolve_precision`)
@@ -213,10 +217,12 @@ class JointPolicy(NamedTuple):
 
     move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
     arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
-    # [B, 64, 64] float, [b, src, arrow]: the source term added to every destination's arrow
-    # logits, log P(arrow | src, dst) = log softmax over arrows of arrow_logits[dst] + source_logits[src];
-    # None without `NetConfig.arrow_source`
+    # The source term (`NetConfig.arrow_source`; None without it), for the side to move's amazons:
+    # [B, 4, 64] float, [b, slot, arrow], added to every destination's arrow logits when the amazon
+    # of that slot moves: log P(arrow | src, dst) = log softmax over arrows of
+    # arrow_logits[dst] + source_logits[slot of src].
     source_logits: torch.Tensor | None = None
+    source_squares: torch.Tensor | None = None  # [B, 4] int64, the square of each slot, increasing
 
 
 class FactorizedPolicy(NamedTuple):
@@ -342,11 +348,13 @@ class JointPolicyHead(nn.Module):
     scale folded into the queries' initial weights.
 
     With `source=True` (`NetConfig.arrow_source`) the query of a move's arrow is the
-    destination's arrow query plus `arrow_source(x_next)[src]`, a 1x1 projection of the source
-    square's features: `(q[dst] + u[src]) . k[arrow]` splits into the destination's arrow
-    logits and a source term `u[src] . k[arrow]` (`JointPolicy.source_logits`), one more `[B, 64,
-    64]` bilinear map over the same keys. The latent board stays one per position: a board per
-    (src, dst) pair would run the update gate up to 4,096 times.
+    destination's arrow query plus `u[src] = arrow_source(x_next[src])`, a linear projection of
+    the source square's latent features: `(q[dst] + u[src]) . k[arrow]` splits into the
+    destination's arrow logits and a source term `u[src] . k[arrow]` over the same keys. Only the
+    side to move's four amazons can leave their squares, so the term is computed for those four
+    (`sources`, `[B, 4]`): a `[4, 64]` map per position (`JointPolicy.source_logits`). The
+    latent board stays one per position: a board per (src, dst) pair would run the update gate up
+    to 4,096 times.
     """
 
     def __init__(self, channels: int, head_dim: int, source: bool = False) -> None:
@@ -355,19 +363,41 @@ class JointPolicyHead(nn.Module):
         self.move_qk = _projection(channels, (head_dim, head_dim), head_dim)
         self.update_gate = nn.Conv2d(channels + head_dim, channels, 1)
         self.arrow_qk = _projection(channels, (head_dim, head_dim), head_dim)
-        self.arrow_source = _projection(channels, (head_dim,), head_dim) if source else None
+        self.arrow_source: nn.Linear | None = None
+        if source:
+            self.arrow_source = nn.Linear(channels, head_dim)
+            with torch.no_grad():  # a query, scaled as `_projection` scales the others
+                self.arrow_source.weight.mul_(1.0 / math.sqrt(head_dim))
+                self.arrow_source.bias.mul_(1.0 / math.sqrt(head_dim))
 
-    def forward(self, x: torch.Tensor) -> JointPolicy:
+    def forward(self, x: torch.Tensor, sources: torch.Tensor | None = None) -> JointPolicy:
+        """The logits; `sources` `[B, 4] int64`, the side to move's amazon squares, goes with the
+        source term (`mover_squares`).
+
+        Raises:
+            NetInputError: a head with the source term and no `sources`.
+        """
         src_queries, dst_keys = self.move_qk(x).split(self.head_dim, dim=1)
         move_logits = torch.bmm(_squares(src_queries), dst_keys.flatten(2))
         x_next = x + F.relu(self.update_gate(torch.cat([x, dst_keys], dim=1)))
         arrow_queries, arrow_keys = self.arrow_qk(x_next).split(self.head_dim, dim=1)
         arrow_keys = arrow_keys.flatten(2)
         arrow_logits = torch.bmm(_squares(arrow_queries), arrow_keys)
-        source_logits = None
-        if self.arrow_source is not None:
-            source_logits = torch.bmm(_squares(self.arrow_source(x_next)), arrow_keys)
-        return JointPolicy(move_logits, arrow_logits, source_logits)
+        if self.arrow_source is None:
+            return JointPolicy(move_logits, arrow_logits)
+        if sources is None:
+            raise NetInputError("the joint head's source term needs the side to move's amazon squares")
+        features = _squares(x_next)
+        at_sources = torch.gather(features, 1, sources[:, :, None].expand(-1, -1, features.shape[2]))
+        source_logits = torch.bmm(self.arrow_source(at_sources), arrow_keys)  # [B, 4, 64]
+        return JointPolicy(move_logits, arrow_logits, source_logits, sources)
+
+
+def mover_squares(features: torch.Tensor) -> torch.Tensor:
+    """The side to move's amazon squares, `[B, 4] int64` increasing, from feature planes
+    `[B, P, 8, 8]` (plane 0 of either set marks them; an empty padding board gives 4 squares too)."""
+    marks = features[:, 0].reshape(features.shape[0], NUM_SQUARES)
+    return marks.topk(AMAZONS_PER_SIDE, dim=1).indices.sort(dim=1).values
 
 
 class FactorizedPolicyHead(nn.Module):
@@ -468,7 +498,8 @@ class PolicyValueNet(nn.Module):
             )
         x = self.trunk(F.relu(self.stem(features)))
         ownership = self.ownership_head(x) if with_ownership and self.config.ownership_head else None
-        return NetOutput(self.policy_head(x), self.value_head(x), ownership)
+        policy = self.policy_head(x, mover_squares(features)) if self.config.arrow_source else self.policy_head(x)
+        return NetOutput(policy, self.value_head(x), ownership)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -589,20 +620,23 @@ def unflatten_weights(model: nn.Module, flat: torch.Tensor) -> None:
 
 
 class PolicyTables(NamedTuple):
-    """Log tables of a policy head's output (`policy_log_tables`), each `[B, 4096] float32`.
+    """Log tables of a policy head's output (`policy_log_tables`), float32 unless said.
 
     The log-probability of a full move (src, dst, arrow) is
     `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`, and with the source term
-    (`NetConfig.arrow_source`) also `+ source_arrow[src * 64 + arrow] - source_norm[src * 64 + dst]`:
-    the source's weights exp(source_arrow) reweight the destination's arrow distribution, and
-    source_norm renormalizes each (src, dst) row over the 64 arrows. `move_log_probs` gathers it.
+    (`NetConfig.arrow_source`), when `source_slot[src] = i >= 0`, also
+    `+ source_arrow[i * 64 + arrow] - source_norm[i * 64 + dst]`: the weights exp(source_arrow)
+    of the amazon that moved reweight the destination's arrow distribution, and source_norm
+    renormalizes each (src, dst) row over the 64 arrows. A source without an amazon of the side
+    to move (never a legal move's) keeps P(arrow | dst). `move_log_probs` gathers it.
     """
 
-    log_move: torch.Tensor  # [b, src * 64 + dst]: log P(src, dst)
-    log_arrow: torch.Tensor  # [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
-    source_arrow: torch.Tensor | None = None  # [b, src * 64 + arrow]: the source term's logits; None without it
-    # [b, src * 64 + dst]: log sum_arrow P(arrow | dst) exp(source_arrow[src, arrow]); None without it
-    source_norm: torch.Tensor | None = None
+    log_move: torch.Tensor  # [B, 4096], [b, src * 64 + dst]: log P(src, dst)
+    log_arrow: torch.Tensor  # [B, 4096], [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
+    # The source term's tables (None without it), per slot i of the side to move's amazons:
+    source_arrow: torch.Tensor | None = None  # [B, 256], [b, i * 64 + arrow]: the term's logits
+    source_norm: torch.Tensor | None = None  # [B, 256], [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_slot: torch.Tensor | None = None  # [B, 64] int64, [b, square]: its amazon's slot, -1 where none stands
 
 
 def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
@@ -612,22 +646,24 @@ def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
       not). For the factorized head, log P(src) + log P(dst).
     * `log_arrow[b, dst * 64 + arrow]` = log P(arrow | dst): a log-softmax over the 64 arrows of
       each destination row. For the factorized head the same log P(arrow) in every row.
-    * With the joint head's source term: `source_arrow[b, src * 64 + arrow]` = its logits S, and
-      `source_norm[b, src * 64 + dst]` = log sum_a P(a | dst) exp(S[src, a]), so that
-      log P(arrow | src, dst) = log_arrow + source_arrow - source_norm (`arrow_log_probs`).
-      The norm is one `[64, 64] x [64, 64]` product per position, exp(S - max S) times
-      P(a | dst), in float32 whatever the autocast (a sum of exponentials needs its range).
+    * With the joint head's source term, for each of the side to move's amazons (slot i):
+      `source_arrow[b, i * 64 + arrow]` = the term's logits S, `source_norm[b, i * 64 + dst]` =
+      log sum_a P(a | dst) exp(S[i, a]), and `source_slot[b, square]` = the slot of the amazon on
+      that square (-1 for none), so that log P(arrow | src, dst) = log_arrow + source_arrow -
+      source_norm (`arrow_log_probs`). The norm is one `[4, 64] x [64, 64]` product per
+      position, exp(S - max S) times P(a | dst), in float32 whatever the autocast (a sum of
+      exponentials needs its range).
 
     The probability of a full move is then P(src, dst) * P(arrow | [src,] dst); over all 64**3
     triples it sums to 1. Training uses these tables directly (the targets sit on legal moves);
     the search uses `gather_legal_priors`, which renormalizes them over the legal moves.
 
     Args:
-        policy: `JointPolicy` (logits `[B, 64, 64]`, two or three) or `FactorizedPolicy`
-            (`[B, 64]` x 3).
+        policy: `JointPolicy` (logits `[B, 64, 64]` twice, and the source term's) or
+            `FactorizedPolicy` (`[B, 64]` x 3).
 
     Returns:
-        `PolicyTables`, each present table `[B, 4096] float32`.
+        `PolicyTables`.
     """
     if isinstance(policy, JointPolicy):
         batch = policy.move_logits.shape[0]
@@ -635,15 +671,19 @@ def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
         if policy.source_logits is None:
             return PolicyTables(log_move, log_arrow.reshape(batch, -1))
-        source = policy.source_logits.float()
+        source = policy.source_logits.float()  # [B, 4, 64]
         with torch.autocast(source.device.type, enabled=False):
-            peak = source.amax(dim=-1, keepdim=True)  # [B, src, 1]
-            weights = torch.bmm(torch.exp(source - peak), log_arrow.exp().transpose(1, 2))  # [B, src, dst]
+            peak = source.amax(dim=-1, keepdim=True)  # [B, 4, 1]
+            # In place where autograd allows it: on a CPU fresh buffers cost more than the arithmetic.
+            weights = torch.bmm((source - peak).exp_(), log_arrow.exp().transpose(1, 2))  # [B, 4, dst]
             # Each sum is at least exp(-(its source row's logit range)): below float32's range only
             # past a range of ~87, where the clamp keeps the norm finite.
-            norm = torch.log(weights.clamp_min(torch.finfo(torch.float32).tiny)) + peak
+            norm = torch.log(weights.clamp_min_(torch.finfo(torch.float32).tiny)).add_(peak)
+        squares = policy.source_squares
+        slots = torch.full((batch, NUM_SQUARES), -1, dtype=torch.int64, device=squares.device)
+        slots.scatter_(1, squares, torch.arange(AMAZONS_PER_SIDE, device=squares.device).expand_as(squares))
         return PolicyTables(log_move, log_arrow.reshape(batch, -1), source.reshape(batch, -1),
-                            norm.reshape(batch, -1))
+                            norm.reshape(batch, -1), slots)
     if isinstance(policy, FactorizedPolicy):
         batch = policy.src_logits.shape[0]
         log_src = F.log_softmax(policy.src_logits.float(), dim=-1)
@@ -665,9 +705,9 @@ def segment_ids(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
 
 
-def _gather(table: torch.Tensor, row: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    """`table[b, index]` of each move, `row` being its `b * 4096` (one flat gather)."""
-    return table.reshape(-1)[row + index]
+def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`table.reshape(-1)[index]`: one flat gather (`index` already holds the row offsets)."""
+    return table.reshape(-1)[index]
 
 
 def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
@@ -683,12 +723,13 @@ def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torc
     """
     moves = moves.long()
     src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
-    row = batch_index * (NUM_SQUARES * NUM_SQUARES)
-    log_p = _gather(tables.log_arrow, row, dst * NUM_SQUARES + arrow)
-    if tables.source_arrow is not None:
-        log_p = (log_p + _gather(tables.source_arrow, row, src * NUM_SQUARES + arrow)
-                 - _gather(tables.source_norm, row, src * NUM_SQUARES + dst))
-    return log_p
+    log_p = _gather(tables.log_arrow, batch_index * (NUM_SQUARES * NUM_SQUARES) + dst * NUM_SQUARES + arrow)
+    if tables.source_arrow is None:
+        return log_p
+    slot = _gather(tables.source_slot, batch_index * NUM_SQUARES + src)
+    row = (batch_index * AMAZONS_PER_SIDE + slot.clamp_min(0)) * NUM_SQUARES
+    term = _gather(tables.source_arrow, row + arrow) - _gather(tables.source_norm, row + dst)
+    return log_p + torch.where(slot >= 0, term, 0.0)
 
 
 def move_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
@@ -703,9 +744,8 @@ def move_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch
         `[M] float32` log-probabilities under the full (unmasked) distribution over 64**3 moves.
     """
     moves = moves.long()
-    row = batch_index * (NUM_SQUARES * NUM_SQUARES)
-    return (_gather(tables.log_move, row, moves[:, 0] * NUM_SQUARES + moves[:, 1])
-            + arrow_log_probs(tables, moves, batch_index))
+    pair = batch_index * (NUM_SQUARES * NUM_SQUARES) + moves[:, 0] * NUM_SQUARES + moves[:, 1]
+    return _gather(tables.log_move, pair) + arrow_log_probs(tables, moves, batch_index)
 
 
 def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
@@ -713,8 +753,8 @@ def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor, batch_index: 
 
     This is the one place where the network's distribution is restricted to legal moves: one
     vectorized gather per table (`move_log_probs`: flat indices `src * 64 + dst` and
-    `dst * 64 + arrow`, and `src * 64 + arrow` with the source term, in the move's own row) and a
-    segment softmax over each position's moves. Positions without moves simply own no rows.
+    `dst * 64 + arrow` in the move's own row, and the source term's by the slot of its src) and
+    a segment softmax over each position's moves. Positions without moves simply own no rows.
 
     Args:
         tables: from `policy_log_tables`.
@@ -873,9 +913,9 @@ class NetworkEvaluator:
         return chunks
 
     def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`(values [B], *tables)`, float32, of a device batch: the values, then the present
-        `PolicyTables` fields in order, each `[B, 4096]` (the ownership head, if any, is skipped:
-        the search does not use it)."""
+        """`(values [B] float32, *tables)` of a device batch: the values, then the present
+        `PolicyTables` fields in order (the ownership head, if any, is skipped: the search does
+        not use it)."""
         output = self.model(features, with_ownership=False)
         tables = policy_log_tables(output.policy)
         return (output.value.float(), *(table for table in tables if table is not None))

@@ -73,6 +73,7 @@ VERSION = 3  # 3: the arrow source term's arrays; written only for networks with
 READABLE_VERSIONS = (1, 2, 3)  # version 1 files have no ownership head, 1 and 2 no arrow source term
 HEADER_KEY = "header"
 NUM_SQUARES = 64
+AMAZONS_PER_SIDE = 4  # the rows of the arrow source term: the squares a move can leave
 TRUNK_LAYERS = ("residual", "attention")
 POLICY_HEADS = ("joint", "factorized")
 _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
@@ -138,7 +139,7 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
         shapes["policy_head.update_gate.weight"] = (channels, channels + head_dim, 1, 1)
         shapes["policy_head.update_gate.bias"] = (channels,)
         if _has_arrow_source(net_config):
-            shapes["policy_head.arrow_source.weight"] = (head_dim, channels, 1, 1)
+            shapes["policy_head.arrow_source.weight"] = (head_dim, channels)
             shapes["policy_head.arrow_source.bias"] = (head_dim,)
     elif _has_arrow_source(net_config):
         raise ModelFileError(f"net_config arrow_source needs policy_head 'joint', got {head!r}")
@@ -345,16 +346,20 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 class PolicyTables(NamedTuple):
-    """The twin of `amazons.net.PolicyTables`: log tables, each `(B, 4096) float32`.
+    """The twin of `amazons.net.PolicyTables`: log tables, float32 unless said.
 
     A full move's log-probability is `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`,
-    and with the arrow source term also `+ source_arrow[src * 64 + arrow] - source_norm[src * 64 + dst]`.
+    and with the arrow source term, when `source_slot[src] = i >= 0`, also
+    `+ source_arrow[i * 64 + arrow] - source_norm[i * 64 + dst]` (i: the slot of the side to
+    move's amazon on src, one of 4).
     """
 
-    log_move: np.ndarray  # [b, src * 64 + dst]: log P(src, dst)
-    log_arrow: np.ndarray  # [b, dst * 64 + arrow]: log P(arrow | dst)
-    source_arrow: np.ndarray | None = None  # [b, src * 64 + arrow]: the source term's logits; None without it
-    source_norm: np.ndarray | None = None  # [b, src * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[src, a])
+    log_move: np.ndarray  # (B, 4096), [b, src * 64 + dst]: log P(src, dst)
+    log_arrow: np.ndarray  # (B, 4096), [b, dst * 64 + arrow]: log P(arrow | dst)
+    # The source term's tables (None without it), per slot i of the side to move's amazons:
+    source_arrow: np.ndarray | None = None  # (B, 256), [b, i * 64 + arrow]: the term's logits
+    source_norm: np.ndarray | None = None  # (B, 256), [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_slot: np.ndarray | None = None  # (B, 64) int64, [b, square]: its amazon's slot, -1 where none stands
 
 
 class NumpyNet:
@@ -398,11 +403,13 @@ class NumpyNet:
                     _pointwise(arrays[f"{prefix}.qkv.weight"]), bias(f"{prefix}.qkv.bias"),
                     bias(f"{prefix}.gate"))))
         if self.policy_head == "joint":
-            names = ["move_qk", "update_gate", "arrow_qk"] + (["arrow_source"] if self.has_arrow_source else [])
             self._policy = tuple(
-                part for name in names
+                part for name in ("move_qk", "update_gate", "arrow_qk")
                 for part in (_pointwise(arrays[f"policy_head.{name}.weight"]),
                              bias(f"policy_head.{name}.bias")))
+            if self.has_arrow_source:
+                self._policy += (np.ascontiguousarray(arrays["policy_head.arrow_source.weight"].T),
+                                 bias("policy_head.arrow_source.bias"))
         else:
             self._policy = (_pointwise(arrays["policy_head.hidden.conv.weight"]),
                             bias("policy_head.hidden.conv.bias"),
@@ -462,8 +469,8 @@ class NumpyNet:
 
         Returns:
             `(tables, values)`: `PolicyTables` (`log_move` = log P(src, dst) at `src * 64 + dst`,
-            `log_arrow` = log P(arrow | dst) at `dst * 64 + arrow`, and the source term's two
-            tables when the network has it), each `(B, 4096) float32`; `values (B,) float32` in
+            `log_arrow` = log P(arrow | dst) at `dst * 64 + arrow`, each `(B, 4096) float32`,
+            and the source term's tables when the network has it); `values (B,) float32` in
             [-1, 1] for the side to move (the tables of `amazons.net.policy_log_tables` and the
             value of `PolicyValueNet`).
 
@@ -471,7 +478,7 @@ class NumpyNet:
             NpNetInputError: `features` is not a `(B, num_planes, 8, 8)` float32 array.
         """
         x = self._trunk_output(features)
-        tables = self._joint_policy(x) if self.policy_head == "joint" else self._factorized_policy(x)
+        tables = self._joint_policy(x, features) if self.policy_head == "joint" else self._factorized_policy(x)
         return tables, self._value_head(x)
 
     def ownership(self, features: np.ndarray) -> np.ndarray:
@@ -527,7 +534,7 @@ class NumpyNet:
         attended = _softmax(energy) @ qkv[:, :, 2 * d:]  # (B, 64, C)
         return x + gate[0] * attended
 
-    def _joint_policy(self, x: np.ndarray) -> PolicyTables:
+    def _joint_policy(self, x: np.ndarray, features: np.ndarray) -> PolicyTables:
         move_w, move_b, gate_w, gate_b, arrow_w, arrow_b, *source = self._policy
         batch, h = x.shape[0], self._head_dim
         move_qk = x @ move_w + move_b
@@ -544,12 +551,22 @@ class NumpyNet:
         if not source:
             return PolicyTables(log_move, log_arrow.reshape(flat))
         source_w, source_b = source
-        source_logits = (x_next @ source_w + source_b) @ arrow_keys  # [b, src, arrow]
-        # log sum_a P(a | dst) exp(S[src, a]) as one product, as `amazons.net.policy_log_tables`
+        # The side to move's amazon squares (feature plane 0), increasing: `amazons.net.mover_squares`.
+        squares = np.sort(np.argsort(-features[:, 0].reshape(batch, NUM_SQUARES), axis=1, kind="stable")
+                          [:, :AMAZONS_PER_SIDE], axis=1)
+        at_sources = np.take_along_axis(x_next, squares[:, :, None], axis=1)  # [b, slot, C]
+        source_logits = (at_sources @ source_w + source_b) @ arrow_keys  # [b, slot, arrow]
+        # log sum_a P(a | dst) exp(S[slot, a]) as one product, as `amazons.net.policy_log_tables`
         peak = source_logits.max(axis=-1, keepdims=True)
-        weights = np.exp(source_logits - peak) @ np.exp(log_arrow).transpose(0, 2, 1)  # [b, src, dst]
-        norm = np.log(np.maximum(weights, np.finfo(np.float32).tiny)) + peak
-        return PolicyTables(log_move, log_arrow.reshape(flat), source_logits.reshape(flat), norm.reshape(flat))
+        shifted = source_logits - peak
+        norm = np.exp(shifted, out=shifted) @ np.exp(log_arrow).transpose(0, 2, 1)  # [b, slot, dst]
+        np.maximum(norm, np.finfo(np.float32).tiny, out=norm)
+        np.log(norm, out=norm)
+        norm += peak
+        slots = np.full((batch, NUM_SQUARES), -1, np.int64)
+        np.put_along_axis(slots, squares, np.arange(AMAZONS_PER_SIDE), axis=1)
+        return PolicyTables(log_move, log_arrow.reshape(flat), source_logits.reshape(batch, -1),
+                            norm.reshape(batch, -1), slots)
 
     def _factorized_policy(self, x: np.ndarray) -> PolicyTables:
         hidden_w, hidden_b, maps_w, maps_b = self._policy
@@ -597,8 +614,10 @@ def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarr
     log_prior = (tables.log_move[batch_index, src * NUM_SQUARES + dst]
                  + tables.log_arrow[batch_index, dst * NUM_SQUARES + arrow])
     if tables.source_arrow is not None:
-        log_prior += (tables.source_arrow[batch_index, src * NUM_SQUARES + arrow]
-                      - tables.source_norm[batch_index, src * NUM_SQUARES + dst])
+        slot = tables.source_slot[batch_index, src]
+        row = np.maximum(slot, 0) * NUM_SQUARES
+        term = tables.source_arrow[batch_index, row + arrow] - tables.source_norm[batch_index, row + dst]
+        log_prior += np.where(slot >= 0, term, np.float32(0.0))
     owners = counts > 0
     starts = move_offsets[:-1][owners]
     peak = np.repeat(np.maximum.reduceat(log_prior, starts), counts[owners])

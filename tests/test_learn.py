@@ -44,25 +44,31 @@ POLICY_VARIANTS = [pytest.param("joint", {}, id="joint"), pytest.param("factoriz
 
 def naive_log_probs(policy: JointPolicy) -> torch.Tensor:
     """log P(src, dst, arrow) `[B, 64, 64, 64]` float64 straight from a joint head's logits: a
-    softmax over the 4,096 pairs, then one over the 64 arrows of arrow_logits[dst] (+
-    source_logits[src] with the source term)."""
+    softmax over the 4,096 pairs, then one over the 64 arrows of arrow_logits[dst] (+ the source
+    logits of the amazon on src, with the source term)."""
     batch = policy.move_logits.shape[0]
     log_move = torch.log_softmax(policy.move_logits.double().reshape(batch, -1), -1).reshape(batch, 64, 64, 1)
-    arrow_logits = policy.arrow_logits.double().reshape(batch, 1, 64, 64)
+    arrow_logits = policy.arrow_logits.double().reshape(batch, 1, 64, 64).repeat(1, 64, 1, 1)  # [b, src, dst, arrow]
     if policy.source_logits is not None:
-        arrow_logits = arrow_logits + policy.source_logits.double().reshape(batch, 64, 1, 64)
+        for row in range(batch):
+            for slot, square in enumerate(policy.source_squares[row].tolist()):
+                arrow_logits[row, square] += policy.source_logits[row, slot].double()
     return log_move + torch.log_softmax(arrow_logits, -1)
 
 
 def full_log_probs(tables: PolicyTables) -> torch.Tensor:
     """log P(src, dst, arrow) `[B, 64, 64, 64]` float64 of every triple, built from the tables
-    term by term (the source term's tables too, when present)."""
+    term by term (the source term's too, on the squares of its slots, when present)."""
     batch = tables.log_move.shape[0]
     log_p = (tables.log_move.double().reshape(batch, 64, 64, 1)
              + tables.log_arrow.double().reshape(batch, 1, 64, 64))
     if tables.source_arrow is not None:
-        log_p = (log_p + tables.source_arrow.double().reshape(batch, 64, 1, 64)
-                 - tables.source_norm.double().reshape(batch, 64, 64, 1))
+        source = tables.source_arrow.double().reshape(batch, -1, 1, 64)  # [b, slot, ., arrow]
+        norm = tables.source_norm.double().reshape(batch, -1, 64, 1)  # [b, slot, dst, .]
+        for row in range(batch):
+            for square, slot in enumerate(tables.source_slot[row].tolist()):
+                if slot >= 0:
+                    log_p[row, square] += source[row, slot] - norm[row, slot]
     return log_p
 
 
@@ -236,8 +242,9 @@ def test_losses_equal_a_naive_loop(batch, head, overrides):
             pi = float(batch.label_probs[j])
             if head == "joint":
                 logits = arrow_logits[dst]
-                if source_logits is not None:
-                    logits = logits + source_logits[row, src].double()
+                if source_logits is not None:  # labels leave an amazon's square: one of the 4 slots
+                    slot = output.policy.source_squares[row].tolist().index(src)
+                    logits = logits + source_logits[row, slot].double()
                 parts = {"policy_move": float(log_move[src * 64 + dst]),
                          "policy_arrow": float(torch.log_softmax(logits, 0)[arrow])}
             else:

@@ -25,12 +25,18 @@ from amazons.net import (
     PolicyValueNet,
     count_parameters,
     gather_legal_priors,
+    mover_squares,
     net_config,
     policy_log_tables,
     prepare_for_inference,
     segment_ids,
 )
-from amazons.symmetry import NUM_SYMMETRIES, transform_pair_labels, transform_square_labels
+from amazons.symmetry import (
+    INVERSE_PERMUTATIONS,
+    NUM_SYMMETRIES,
+    SYMMETRIES,
+    transform_square_labels,
+)
 
 torch.set_num_threads(1)
 
@@ -132,8 +138,10 @@ def test_full_move_probabilities_sum_to_one(positions, head, overrides):
     with torch.no_grad():
         output = tiny_model(head, **overrides)(features_of(positions))
     tables = policy_log_tables(output.policy)
-    assert all(table is None or table.dtype == torch.float32 for table in tables)
-    assert (tables.source_arrow is None) == (tables.source_norm is None) == (not overrides)
+    assert all(table is None or table.dtype == torch.float32 for table in tables[:4])
+    assert {table is None for table in tables[2:]} == {not overrides}
+    if overrides:
+        assert tables.source_slot.dtype == torch.int64 and (tables.source_slot >= 0).sum(1).tolist() == [4] * 10
     batch = positions.shape[0]
     # P(s, d, a) = P(s, d) P(a | [s,] d) over all 64**3 triples, in float64.
     joint = full_log_probs(tables).exp()
@@ -216,20 +224,31 @@ def test_the_arrow_distribution_depends_on_the_source(positions):
 
 @pytest.mark.parametrize("k", range(NUM_SYMMETRIES))
 def test_the_joint_head_moves_with_the_board(k):
-    """The joint head with the source term is 1x1 projections and bilinear maps over the squares:
-    turning its input by a symmetry turns every table with it, so each move keeps its
-    probability when board and move turn together (k = 2 is the half turn between White's real
-    and canonical frames)."""
+    """The joint head with the source term is 1x1 projections and bilinear maps over the squares,
+    and its source rows are picked by square: turning its input and the amazons' squares by a
+    symmetry turns the whole move distribution with them, so each move keeps its probability when
+    board and move turn together (k = 2 is the half turn between White's real and canonical
+    frames)."""
     torch.manual_seed(k)
     head = JointPolicyHead(32, 16, source=True).eval()
     x = torch.randn(3, 32, 8, 8)
+    sources = torch.stack([torch.randperm(64)[:4] for _ in range(3)]).sort(dim=1).values
     turned = torch.from_numpy(transform_square_labels(x.reshape(3, 32, 64).numpy(), k)).reshape(3, 32, 8, 8)
+    turned_sources = torch.from_numpy(SYMMETRIES[k][sources.numpy()]).sort(dim=1).values
     with torch.no_grad():
-        tables, turned_tables = policy_log_tables(head(x)), policy_log_tables(head(turned))
-    assert tables.source_arrow is not None
-    for table, turned_table in zip(tables, turned_tables, strict=True):
-        expected = transform_pair_labels(table.reshape(3, 64, 64).numpy(), k)
-        np.testing.assert_allclose(turned_table.reshape(3, 64, 64).numpy(), expected, rtol=0, atol=2e-5)
+        full = full_log_probs(policy_log_tables(head(x, sources)))
+        turned_full = full_log_probs(policy_log_tables(head(turned, turned_sources)))
+    back = torch.from_numpy(INVERSE_PERMUTATIONS[k])
+    expected = full[:, back][:, :, back][:, :, :, back]  # expected[σs, σd, σa] = full[s, d, a]
+    torch.testing.assert_close(turned_full, expected, rtol=0, atol=2e-5)
+
+
+def test_mover_squares_are_the_side_to_moves_amazons(positions):
+    for planes in (3, 7):
+        features = features_of(positions, planes)
+        expected = [np.flatnonzero(features[row, 0].numpy().reshape(-1)) for row in range(positions.shape[0])]
+        np.testing.assert_array_equal(mover_squares(features).numpy(), np.stack(expected))
+        assert all(len(squares) == 4 for squares in expected)
 
 
 def test_gather_handles_extreme_logits():

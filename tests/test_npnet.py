@@ -146,7 +146,16 @@ def test_legal_priors_is_gather_legal_priors(positions, source):
 
     log_move = torch.log_softmax(table(3.0), -1)
     log_arrow = torch.log_softmax(table(1.0).reshape(batch, 64, 64), -1).reshape(batch, 4096)
-    tables = PolicyTables(log_move, log_arrow, table(2.0), table(1.0)) if source else PolicyTables(log_move, log_arrow)
+    tables = PolicyTables(log_move, log_arrow)
+    if source:  # slots on the amazons' squares in even rows; in odd rows on random squares, which
+        # most moves do not leave (they keep P(arrow | dst))
+        rows = np.concatenate([positions[:2], positions[2:3], positions[2:]])  # the rows' positions
+        amazons = engine.features(rows, 3)[:, 0].reshape(batch, 64)
+        slots = torch.full((batch, 64), -1, dtype=torch.int64)
+        for row in range(batch):
+            squares = np.flatnonzero(amazons[row]) if row % 2 == 0 else rng.choice(64, 4, replace=False)
+            slots[row, torch.from_numpy(squares)] = torch.arange(4)
+        tables = PolicyTables(log_move, log_arrow, table(2.0)[:, :256], table(1.0)[:, :256], slots)
     moves, offsets = engine.legal_moves(positions)
     offsets = np.concatenate([offsets[:3], offsets[2:3], offsets[3:]])  # position 2 owns no move
     expected = gather_legal_priors(tables, torch.from_numpy(moves),
@@ -155,6 +164,9 @@ def test_legal_priors_is_gather_legal_priors(positions, source):
                                 moves, offsets)
     assert np.abs(priors - expected.numpy()).max() < 1e-6
     assert np.allclose(np.add.reduceat(priors, offsets[:-1][np.diff(offsets) > 0]), 1.0, atol=1e-5)
+    if source:  # the term counted
+        plain = npnet.legal_priors(npnet.PolicyTables(log_move.numpy(), log_arrow.numpy()), moves, offsets)
+        assert np.abs(priors - plain).max() > 1e-2
 
 
 def test_the_evaluator_drives_a_search(tmp_path):
