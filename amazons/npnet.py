@@ -597,7 +597,7 @@ def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarr
     softmax over each position's segment of moves.
 
     Args:
-        tables: `NumpyNet.forward`'s, each `(B, 4096) float32`.
+        tables: `NumpyNet.forward`'s.
         moves: `(M, 3) int32` legal moves (canonical), grouped by position.
         move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
 
