@@ -51,6 +51,7 @@ from amazons.net import (
     PRECISIONS,
     FactorizedPolicy,
     JointPolicy,
+    JointSourcePolicy,
     NetOutput,
     PolicyTables,
     PolicyValueNet,
@@ -381,7 +382,8 @@ def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: tor
     return table.reshape(-1)[sample_index * table.shape[1] + index]
 
 
-def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
+def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
+                      labels: LabelTensors) -> dict[str, torch.Tensor]:
     """The policy cross-entropy terms, each averaged over the batch's policy weight (float32
     scalars; over the batch size when every weight is 1; 0 when no sample has a policy target).
 
@@ -394,7 +396,7 @@ def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTenso
     weight = labels.policy_samples.clamp_min(1e-12)
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     rows = labels.sample_index
-    if isinstance(policy, JointPolicy):
+    if isinstance(policy, JointPolicy | JointSourcePolicy):
         tables = policy_log_tables(policy)
         log_p = {
             "policy_move": _label_log_probs(tables.log_move, rows, src * NUM_SQUARES + dst),
@@ -427,7 +429,7 @@ def ownership_loss(ownership: torch.Tensor, labels: LabelTensors) -> torch.Tenso
 
 def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.Tensor:
     """sum over (src, dst) of P(src, dst) H(arrow | src, dst), `[B]` float32, for tables with the
-    source term (`squares` `[B, 4]`: the source term's slots, `JointPolicy.source_squares`).
+    source term (`squares` `[B, 4]`: the source term's slots, `JointSourcePolicy.source_squares`).
 
     A source without an amazon keeps H(arrow | dst). For the slots, with L = log P(a | dst), S the
     source logits, N the norm and m = max_a S[slot, a],
@@ -452,7 +454,8 @@ def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.
 
 
 @torch.no_grad()
-def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
+def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
+                   labels: LabelTensors) -> dict[str, torch.Tensor]:
     """Monitoring figures over the full move distribution P(s, d) P(a | [s,] d), batch means.
 
     * `policy_entropy`: the model's entropy, H(src, dst) + sum_d P(d) H(arrow | d), or

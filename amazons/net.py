@@ -68,6 +68,7 @@ __all__ = [
     "PRESETS",
     "FactorizedPolicy",
     "JointPolicy",
+    "JointSourcePolicy",
     "NetConfig",
     "NetConfigError",
     "NetInputError",
@@ -217,12 +218,19 @@ class JointPolicy(NamedTuple):
 
     move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
     arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
-    # The source term (`NetConfig.arrow_source`; None without it), for the side to move's amazons:
-    # [B, 4, 64] float, [b, slot, arrow], added to every destination's arrow logits when the amazon
-    # of that slot moves: log P(arrow | src, dst) = log softmax over arrows of
-    # arrow_logits[dst] + source_logits[slot of src].
-    source_logits: torch.Tensor | None = None
-    source_squares: torch.Tensor | None = None  # [B, 4] int64, the square of each slot, increasing
+
+
+class JointSourcePolicy(NamedTuple):
+    """Logits of the `joint` head with the arrow source term (`NetConfig.arrow_source`).
+
+    log P(arrow | src, dst) = log softmax over the arrows of arrow_logits[dst] + source_logits[i],
+    i the slot of the side to move's amazon on src.
+    """
+
+    move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
+    arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: the destination's arrow logits
+    source_logits: torch.Tensor  # [B, 4, 64] float, [b, slot, arrow]: added when the slot's amazon moves
+    source_squares: torch.Tensor  # [B, 4] int64, the square of each slot (the side to move's amazons), increasing
 
 
 class FactorizedPolicy(NamedTuple):
@@ -236,7 +244,7 @@ class FactorizedPolicy(NamedTuple):
 class NetOutput(NamedTuple):
     """What `PolicyValueNet.forward` returns."""
 
-    policy: JointPolicy | FactorizedPolicy  # logits only
+    policy: JointPolicy | JointSourcePolicy | FactorizedPolicy  # logits only
     value: torch.Tensor  # [B] float in [-1, 1], for the side to move
     ownership: torch.Tensor | None = None  # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
 
@@ -352,7 +360,7 @@ class JointPolicyHead(nn.Module):
     the source square's latent features: `(q[dst] + u[src]) . k[arrow]` splits into the
     destination's arrow logits and a source term `u[src] . k[arrow]` over the same keys. Only the
     side to move's four amazons can leave their squares, so the term is computed for those four
-    (`sources`, `[B, 4]`): a `[4, 64]` map per position (`JointPolicy.source_logits`). The
+    (`sources`, `[B, 4]`): a `[4, 64]` map per position (`JointSourcePolicy.source_logits`). The
     latent board stays one per position: a board per (src, dst) pair would run the update gate up
     to 4,096 times.
     """
@@ -370,7 +378,7 @@ class JointPolicyHead(nn.Module):
                 self.arrow_source.weight.mul_(1.0 / math.sqrt(head_dim))
                 self.arrow_source.bias.mul_(1.0 / math.sqrt(head_dim))
 
-    def forward(self, x: torch.Tensor, sources: torch.Tensor | None = None) -> JointPolicy:
+    def forward(self, x: torch.Tensor, sources: torch.Tensor | None = None) -> JointPolicy | JointSourcePolicy:
         """The logits; `sources` `[B, 4] int64`, the side to move's amazon squares, goes with the
         source term (`mover_squares`).
 
@@ -390,7 +398,7 @@ class JointPolicyHead(nn.Module):
         features = _squares(x_next)
         at_sources = torch.gather(features, 1, sources[:, :, None].expand(-1, -1, features.shape[2]))
         source_logits = torch.bmm(self.arrow_source(at_sources), arrow_keys)  # [B, 4, 64]
-        return JointPolicy(move_logits, arrow_logits, source_logits, sources)
+        return JointSourcePolicy(move_logits, arrow_logits, source_logits, sources)
 
 
 def mover_squares(features: torch.Tensor) -> torch.Tensor:
@@ -639,7 +647,7 @@ class PolicyTables(NamedTuple):
     source_slot: torch.Tensor | None = None  # [B, 64] int64, [b, square]: its amazon's slot, -1 where none stands
 
 
-def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
+def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy) -> PolicyTables:
     """Log-probability tables of a policy head's output, in float32.
 
     * `log_move[b, src * 64 + dst]` = log P(src, dst): a log-softmax over all 4,096 pairs (legal or
@@ -659,17 +667,17 @@ def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
     the search uses `gather_legal_priors`, which renormalizes them over the legal moves.
 
     Args:
-        policy: `JointPolicy` (logits `[B, 64, 64]` twice, and the source term's) or
-            `FactorizedPolicy` (`[B, 64]` x 3).
+        policy: `JointPolicy` (logits `[B, 64, 64]` twice), `JointSourcePolicy` (and the source
+            term's) or `FactorizedPolicy` (`[B, 64]` x 3).
 
     Returns:
         `PolicyTables`.
     """
-    if isinstance(policy, JointPolicy):
+    if isinstance(policy, JointPolicy | JointSourcePolicy):
         batch = policy.move_logits.shape[0]
         log_move = F.log_softmax(policy.move_logits.float().reshape(batch, -1), dim=-1)
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
-        if policy.source_logits is None:
+        if isinstance(policy, JointPolicy):
             return PolicyTables(log_move, log_arrow.reshape(batch, -1))
         source = policy.source_logits.float()  # [B, 4, 64]
         with torch.autocast(source.device.type, enabled=False):
@@ -692,7 +700,8 @@ def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> PolicyTables:
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
         return PolicyTables(log_move,
                             log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1))
-    raise NetInputError(f"policy must be a JointPolicy or FactorizedPolicy, got {type(policy).__name__}")
+    raise NetInputError(
+        f"policy must be a JointPolicy, JointSourcePolicy or FactorizedPolicy, got {type(policy).__name__}")
 
 
 def segment_ids(offsets: np.ndarray) -> np.ndarray:

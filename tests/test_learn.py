@@ -31,7 +31,14 @@ from amazons.learn import (
     sample_batch,
     value_loss,
 )
-from amazons.net import JointPolicy, PolicyTables, PolicyValueNet, net_config, policy_log_tables
+from amazons.net import (
+    JointPolicy,
+    JointSourcePolicy,
+    PolicyTables,
+    PolicyValueNet,
+    net_config,
+    policy_log_tables,
+)
 from amazons.symmetry import INVERSE, NUM_SYMMETRIES, transform_moves, transform_positions
 
 torch.set_num_threads(1)
@@ -42,14 +49,14 @@ POLICY_VARIANTS = [pytest.param("joint", {}, id="joint"), pytest.param("factoriz
                    pytest.param("joint", {"arrow_source": True}, id="joint-source")]
 
 
-def naive_log_probs(policy: JointPolicy) -> torch.Tensor:
+def naive_log_probs(policy: JointPolicy | JointSourcePolicy) -> torch.Tensor:
     """log P(src, dst, arrow) `[B, 64, 64, 64]` float64 straight from a joint head's logits: a
     softmax over the 4,096 pairs, then one over the 64 arrows of arrow_logits[dst] (+ the source
     logits of the amazon on src, with the source term)."""
     batch = policy.move_logits.shape[0]
     log_move = torch.log_softmax(policy.move_logits.double().reshape(batch, -1), -1).reshape(batch, 64, 64, 1)
     arrow_logits = policy.arrow_logits.double().reshape(batch, 1, 64, 64).repeat(1, 64, 1, 1)  # [b, src, dst, arrow]
-    if policy.source_logits is not None:
+    if isinstance(policy, JointSourcePolicy):
         for row in range(batch):
             for slot, square in enumerate(policy.source_squares[row].tolist()):
                 arrow_logits[row, square] += policy.source_logits[row, slot].double()
@@ -233,7 +240,7 @@ def test_losses_equal_a_naive_loop(batch, head, overrides):
         if head == "joint":
             log_move = torch.log_softmax(output.policy.move_logits[row].reshape(-1).double(), 0)
             arrow_logits = output.policy.arrow_logits[row].double()  # [dst, arrow]
-            source_logits = output.policy.source_logits
+            source = isinstance(output.policy, JointSourcePolicy)
         else:
             log_src, log_dst, log_arrow = (torch.log_softmax(logits[row].double(), 0)
                                            for logits in output.policy)
@@ -242,9 +249,9 @@ def test_losses_equal_a_naive_loop(batch, head, overrides):
             pi = float(batch.label_probs[j])
             if head == "joint":
                 logits = arrow_logits[dst]
-                if source_logits is not None:  # labels leave an amazon's square: one of the 4 slots
+                if source:  # labels leave an amazon's square: one of the 4 slots
                     slot = output.policy.source_squares[row].tolist().index(src)
-                    logits = logits + source_logits[row, slot].double()
+                    logits = logits + output.policy.source_logits[row, slot].double()
                 parts = {"policy_move": float(log_move[src * 64 + dst]),
                          "policy_arrow": float(torch.log_softmax(logits, 0)[arrow])}
             else:

@@ -18,6 +18,7 @@ from amazons.net import (
     GlobalSelfAttention,
     JointPolicy,
     JointPolicyHead,
+    JointSourcePolicy,
     NetConfig,
     NetConfigError,
     NetInputError,
@@ -79,8 +80,7 @@ def test_output_shapes_per_preset_and_head(preset, head):
         output = model(torch.rand(3, 7, 8, 8).round())
     if head == "joint":
         assert isinstance(output.policy, JointPolicy)
-        assert [tuple(t.shape) for t in output.policy[:2]] == [(3, 64, 64), (3, 64, 64)]
-        assert output.policy.source_logits is None
+        assert [tuple(t.shape) for t in output.policy] == [(3, 64, 64), (3, 64, 64)]
     else:
         assert isinstance(output.policy, FactorizedPolicy)
         assert [tuple(t.shape) for t in output.policy] == [(3, 64), (3, 64), (3, 64)]
@@ -186,6 +186,10 @@ def test_the_arrow_source_switch():
     assert config_from_dict(NetConfig, stored) == net_config("tiny")
     assert set(source.state_dict()) - set(plain.state_dict()) == {"policy_head.arrow_source.weight",
                                                                  "policy_head.arrow_source.bias"}
+    with torch.no_grad():
+        policy = source.eval()(torch.rand(3, 7, 8, 8).round()).policy
+    assert isinstance(policy, JointSourcePolicy)
+    assert [tuple(t.shape) for t in policy] == [(3, 64, 64), (3, 64, 64), (3, 4, 64), (3, 4)]
 
 
 def arrow_distribution_gaps(priors: np.ndarray, moves: np.ndarray, offsets: np.ndarray) -> list[float]:
@@ -271,10 +275,9 @@ def test_prepare_for_inference_keeps_the_outputs(positions, overrides):
     with torch.no_grad():
         expected = model(features)
         got = prepared(features.contiguous(memory_format=torch.channels_last))
-    assert (got.policy.source_logits is None) == (not overrides)
+    assert isinstance(got.policy, JointSourcePolicy) == bool(overrides)
     for want, have in zip([*expected.policy, expected.value], [*got.policy, got.value], strict=True):
-        if want is not None:
-            torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
+        torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize(("head", "overrides"), VARIANTS)
