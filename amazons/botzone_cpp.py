@@ -50,7 +50,8 @@ BASE64_LINE = 120  # characters of base64 per string literal line
 
 
 class BotzoneExportError(ValueError):
-    """The C++ bot cannot be written: a bad weights-file name or an unusable template."""
+    """The C++ bot cannot be written: a network it cannot run, a bad weights-file name or an
+    unusable template."""
 
 
 def weight_bytes(net: NumpyNet) -> bytes:
@@ -137,9 +138,12 @@ def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | N
             `data/<name>`).
 
     Raises:
-        BotzoneExportError: a bad `weights_file` name, or the template lacks its marker.
+        BotzoneExportError: a network with the arrow source term (the template has no forward
+            pass for it), a bad `weights_file` name, or the template lacks its marker.
         OSError: the files cannot be written.
     """
+    if net.has_arrow_source:
+        raise BotzoneExportError("the C++ bot has no arrow source term: export a network with net.arrow_source=false")
     if weights_file is not None:
         weights_file = _check_weights_name(weights_file)
     template = TEMPLATE_PATH.read_text(encoding="utf-8")

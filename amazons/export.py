@@ -122,9 +122,8 @@ def torch_outputs(model: PolicyValueNet, positions: np.ndarray) -> tuple[np.ndar
     try:
         features = torch.from_numpy(engine.features(positions, model.config.num_planes)).to(device)
         output = model(features)
-        log_move, log_arrow = policy_log_tables(output.policy)
         moves, offsets = engine.legal_moves(positions)
-        priors = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves).to(device),
+        priors = gather_legal_priors(policy_log_tables(output.policy), torch.from_numpy(moves).to(device),
                                      torch.from_numpy(segment_ids(offsets)).to(device))
     finally:
         model.train(was_training)
@@ -307,7 +306,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         if args.out is not None:
             path, differences = export_checkpoint(args.model, args.out, args.check_positions)
             net = npnet.load_model(path)
-            heads = f"{net.policy_head} head" + (", ownership head" if net.has_ownership else "")
+            heads = (f"{net.policy_head} head" + (", arrow source term" if net.has_arrow_source else "")
+                     + (", ownership head" if net.has_ownership else ""))
             print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
                   f"{heads}); largest difference from torch over {args.check_positions} "
                   f"positions: {_describe_differences(differences, '.1e')}",

@@ -16,7 +16,7 @@ What this module owns:
 * The losses. Labels are always the soft visit distribution pi, never its argmax.
   - joint head: -sum pi(s, d, a) [log P(s, d) + log P(a | d)], reported as two terms: the
     cross-entropy of the (src, dst) marginal and the one of the (dst, arrow) marginal under the
-    conditional;
+    conditional (P(a | s, d) with the source term, `NetConfig.arrow_source`);
   - factorized head: the three marginal cross-entropies (src, dst, arrow);
   each weighted by the sample's policy weight and averaged over the samples' total policy weight;
   - value: mean squared error against z, over every sample;
@@ -51,8 +51,12 @@ from amazons.net import (
     PRECISIONS,
     FactorizedPolicy,
     JointPolicy,
+    JointSourcePolicy,
     NetOutput,
+    PolicyTables,
     PolicyValueNet,
+    arrow_log_probs,
+    move_log_probs,
     policy_log_tables,
     resolve_precision,
     segment_ids,
@@ -378,23 +382,25 @@ def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: tor
     return table.reshape(-1)[sample_index * table.shape[1] + index]
 
 
-def policy_loss_terms(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
+def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
+                      labels: LabelTensors) -> dict[str, torch.Tensor]:
     """The policy cross-entropy terms, each averaged over the batch's policy weight (float32
     scalars; over the batch size when every weight is 1; 0 when no sample has a policy target).
 
-    joint: `policy_move` = -sum pi log P(src, dst), `policy_arrow` = -sum pi log P(arrow | dst);
-    their sum is the cross-entropy of pi against P(src, dst) P(arrow | dst).
+    joint: `policy_move` = -sum pi log P(src, dst), `policy_arrow` = -sum pi log P(arrow | dst)
+    (P(arrow | src, dst) with `NetConfig.arrow_source`); their sum is the cross-entropy of pi
+    against the full move distribution.
     factorized: `policy_src`, `policy_dst`, `policy_arrow`, the three marginal cross-entropies
     (-sum pi log P(src) equals the cross-entropy of pi's src marginal, and so on).
     """
     weight = labels.policy_samples.clamp_min(1e-12)
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     rows = labels.sample_index
-    if isinstance(policy, JointPolicy):
-        log_move, log_arrow = policy_log_tables(policy)
+    if isinstance(policy, JointPolicy | JointSourcePolicy):
+        tables = policy_log_tables(policy)
         log_p = {
-            "policy_move": _label_log_probs(log_move, rows, src * NUM_SQUARES + dst),
-            "policy_arrow": _label_log_probs(log_arrow, rows, dst * NUM_SQUARES + arrow),
+            "policy_move": _label_log_probs(tables.log_move, rows, src * NUM_SQUARES + dst),
+            "policy_arrow": arrow_log_probs(tables, labels.moves, rows),
         }
     elif isinstance(policy, FactorizedPolicy):
         log_p = {
@@ -421,11 +427,39 @@ def ownership_loss(ownership: torch.Tensor, labels: LabelTensors) -> torch.Tenso
     return squared.sum() / (NUM_SQUARES * labels.ownership_samples.clamp_min(1.0))
 
 
-@torch.no_grad()
-def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors) -> dict[str, torch.Tensor]:
-    """Monitoring figures over the full move distribution P(s, d) P(a | d), batch means.
+def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.Tensor:
+    """sum over (src, dst) of P(src, dst) H(arrow | src, dst), `[B]` float32, for tables with the
+    source term (`squares` `[B, 4]`: the source term's slots, `JointSourcePolicy.source_squares`).
 
-    * `policy_entropy`: the model's entropy, H(src, dst) + sum_d P(d) H(arrow | d);
+    A source without an amazon keeps H(arrow | dst). For the slots, with L = log P(a | dst), S the
+    source logits, N the norm and m = max_a S[slot, a],
+    H = N - exp(m - N) sum_a exp(S - m) P(a | dst) (L + S): two `[4, 64] x [64, 64]` products
+    per position instead of a `[64, 64, 64]` table.
+    """
+    batch_size = tables.log_move.shape[0]
+    log_arrow = tables.log_arrow.reshape(batch_size, NUM_SQUARES, NUM_SQUARES)  # [b, dst, arrow]
+    source = tables.source_arrow.reshape(batch_size, -1, NUM_SQUARES)  # [b, slot, arrow]
+    norm = tables.source_norm.reshape(batch_size, -1, NUM_SQUARES)  # [b, slot, dst]
+    with torch.autocast(source.device.type, enabled=False):
+        p_arrow = log_arrow.exp()
+        plain = -(p_arrow * log_arrow).sum(-1)  # [b, dst]: H(arrow | dst)
+        peak = source.amax(dim=-1, keepdim=True)
+        weights = (source - peak).exp_()
+        expected = (torch.bmm(weights, (p_arrow * log_arrow).transpose(1, 2))
+                    + torch.bmm(weights * source, p_arrow.transpose(1, 2)))
+        with_source = norm - torch.exp(peak - norm) * expected  # [b, slot, dst]
+    p_move = tables.log_move.exp().reshape(batch_size, NUM_SQUARES, NUM_SQUARES)
+    p_moved = torch.gather(p_move, 1, squares[:, :, None].expand(-1, -1, NUM_SQUARES))  # [b, slot, dst]
+    return (p_move.sum(dim=1) * plain).sum(-1) + (p_moved * (with_source - plain[:, None, :])).sum(dim=(1, 2))
+
+
+@torch.no_grad()
+def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
+                   labels: LabelTensors) -> dict[str, torch.Tensor]:
+    """Monitoring figures over the full move distribution P(s, d) P(a | [s,] d), batch means.
+
+    * `policy_entropy`: the model's entropy, H(src, dst) + sum_d P(d) H(arrow | d), or
+      H(src, dst) + sum_{s, d} P(s, d) H(arrow | s, d) with the source term;
     * `target_entropy`: the entropy of the labels pi;
     * `policy_kl`: KL(pi || model) = cross-entropy - target entropy (>= 0; 0 iff the model puts
       exactly pi on the labelled moves).
@@ -434,14 +468,17 @@ def policy_metrics(policy: JointPolicy | FactorizedPolicy, labels: LabelTensors)
     """
     batch_size = labels.z.shape[0]
     weight = labels.policy_samples.clamp_min(1e-12)
-    log_move, log_arrow = policy_log_tables(policy)
+    tables = policy_log_tables(policy)
+    log_move, log_arrow = tables.log_move, tables.log_arrow
     p_move = log_move.exp()
-    p_dst = p_move.reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(dim=1)
-    arrow_entropy = -(log_arrow.exp() * log_arrow).reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1)
-    model_entropy = -(p_move * log_move).sum(-1) + (p_dst * arrow_entropy).sum(-1)
-    src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
-    log_q = (_label_log_probs(log_move, labels.sample_index, src * NUM_SQUARES + dst)
-             + _label_log_probs(log_arrow, labels.sample_index, dst * NUM_SQUARES + arrow))
+    if tables.source_arrow is None:
+        p_dst = p_move.reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(dim=1)
+        arrow_entropy = -(log_arrow.exp() * log_arrow).reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1)
+        mean_arrow_entropy = (p_dst * arrow_entropy).sum(-1)
+    else:
+        mean_arrow_entropy = _source_arrow_entropy(tables, policy.source_squares)
+    model_entropy = -(p_move * log_move).sum(-1) + mean_arrow_entropy
+    log_q = move_log_probs(tables, labels.moves, labels.sample_index)
     cross_entropy = -(labels.probs * labels.label_weight * log_q).sum() / weight
     target_entropy = -(labels.label_weight * torch.special.xlogy(labels.probs, labels.probs)).sum() / weight
     return {

@@ -13,16 +13,20 @@ What this module owns:
     features through an update gate, `x_next = x + relu(conv1x1(concat(x, keys)))`, and the
     arrow logits `[B, 64, 64]` = P(arrow | dst) come from `x_next`'s arrow queries (at the
     shooter's square, the destination) x arrow keys (at the target square). One forward pass, the causal chain
-    src -> dst -> arrow kept (seeds 001 and 003).
+    src -> dst -> arrow kept (seeds 001 and 003). With `NetConfig.arrow_source` the arrow query
+    also adds a projection of the source square's features, so the arrow distribution is
+    P(arrow | src, dst): the shooter knows which square it left. The term is computed for the
+    four squares a move can leave, those of the side to move's amazons (feature plane 0).
   - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
   predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
   side to move, -1 the opponent (`amazons.replay` documents the target).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
-  restricted to legal moves. Both heads reduce to the same two tables, log P(src, dst) `(B, 4096)`
-  and log P(arrow | dst) `(B, 4096)`; the prior of a legal move is P(src, dst) * P(arrow | dst),
-  renormalized over the position's legal moves.
+  restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
+  `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus the source term's tables with
+  `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst), renormalized
+  over the position's legal moves.
 * `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
   over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
@@ -55,6 +59,7 @@ from torch import nn
 from amazons import engine
 
 __all__ = [
+    "AMAZONS_PER_SIDE",
     "ATTENTION_PLACEMENTS",
     "NUM_SQUARES",
     "POLICY_HEADS",
@@ -63,19 +68,23 @@ __all__ = [
     "PRESETS",
     "FactorizedPolicy",
     "JointPolicy",
+    "JointSourcePolicy",
     "NetConfig",
     "NetConfigError",
     "NetInputError",
     "NetOutput",
     "NetworkEvaluator",
     "OwnershipHead",
+    "PolicyTables",
     "PolicyValueNet",
     "count_parameters",
+    "arrow_log_probs",
     "flatten_weights",
     "folded_state_dict",
     "gather_legal_priors",
     "load_prepared_weights",
     "move_log_probs",
+    "mover_squares",
     "net_config",
     "policy_log_tables",
     "batch_buckets",
@@ -87,6 +96,7 @@ __all__ = [
 ]
 
 NUM_SQUARES = 64
+AMAZONS_PER_SIDE = 4  # the squares a move can leave: the source term's rows
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # how training and inference compute (see `resolve_precision`)
@@ -112,6 +122,9 @@ class NetConfig:
     attention_placement: str = "end"  # "end": all after the trunk; "spread": evenly among the blocks
     attention_dim: int = 32  # query/key width of each attention block (values keep all channels)
     policy_head: str = "joint"  # "joint" (P(src, dst) and P(arrow | dst)) or "factorized" (3 x 64)
+    # joint head only: the arrow query adds a projection of the source square's features, so the
+    # arrow distribution is P(arrow | src, dst) (head_dim x (channels + 1) more weights)
+    arrow_source: bool = False
     head_dim: int = 64  # query/key width of the joint head's bilinear maps; hidden width (factorized)
     value_channels: int = 4  # channels of the value head's 1x1 convolution before its MLP
     value_hidden: int = 256  # hidden units of the value head's MLP
@@ -127,12 +140,15 @@ class NetConfig:
                 raise NetConfigError(f"{name} must be an int, got {value!r}")
             if value < (1 if name in positive else 0):
                 raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, got {value}")
-        if not isinstance(self.ownership_head, bool):
-            raise NetConfigError(f"ownership_head must be true or false, got {self.ownership_head!r}")
+        for name in ("ownership_head", "arrow_source"):
+            if not isinstance(getattr(self, name), bool):
+                raise NetConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.num_planes not in engine.FEATURE_PLANES:
             raise NetConfigError(f"num_planes must be 3 or 7, got {self.num_planes!r}")
         if self.policy_head not in POLICY_HEADS:
             raise NetConfigError(f"policy_head must be one of {POLICY_HEADS}, got {self.policy_head!r}")
+        if self.arrow_source and self.policy_head != "joint":
+            raise NetConfigError(f"arrow_source needs policy_head 'joint', got {self.policy_head!r}")
         if self.attention_placement not in ATTENTION_PLACEMENTS:
             raise NetConfigError(
                 f"attention_placement must be one of {ATTENTION_PLACEMENTS}, "
@@ -204,6 +220,19 @@ class JointPolicy(NamedTuple):
     arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
 
 
+class JointSourcePolicy(NamedTuple):
+    """Logits of the `joint` head with the arrow source term (`NetConfig.arrow_source`).
+
+    log P(arrow | src, dst) = log softmax over the arrows of arrow_logits[dst] + source_logits[i],
+    i the slot of the side to move's amazon on src.
+    """
+
+    move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
+    arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: the destination's arrow logits
+    source_logits: torch.Tensor  # [B, 4, 64] float, [b, slot, arrow]: added when the slot's amazon moves
+    source_squares: torch.Tensor  # [B, 4] int64, the square of each slot (the side to move's amazons), increasing
+
+
 class FactorizedPolicy(NamedTuple):
     """Logits of the `factorized` head: three independent 64-way distributions."""
 
@@ -215,7 +244,7 @@ class FactorizedPolicy(NamedTuple):
 class NetOutput(NamedTuple):
     """What `PolicyValueNet.forward` returns."""
 
-    policy: JointPolicy | FactorizedPolicy  # logits only
+    policy: JointPolicy | JointSourcePolicy | FactorizedPolicy  # logits only
     value: torch.Tensor  # [B] float in [-1, 1], for the side to move
     ownership: torch.Tensor | None = None  # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
 
@@ -325,22 +354,58 @@ class JointPolicyHead(nn.Module):
     arrow queries at the shooter's square (the destination) x arrow keys at the target square.
     Queries and keys of each bilinear map come from one 1x1 convolution, the 1 / sqrt(head_dim)
     scale folded into the queries' initial weights.
+
+    With `source=True` (`NetConfig.arrow_source`) the query of a move's arrow is the
+    destination's arrow query plus `u[src] = arrow_source(x_next[src])`, a linear projection of
+    the source square's latent features: `(q[dst] + u[src]) . k[arrow]` splits into the
+    destination's arrow logits and a source term `u[src] . k[arrow]` over the same keys. Only the
+    side to move's four amazons can leave their squares, so the term is computed for those four
+    (`sources`, `[B, 4]`): a `[4, 64]` map per position (`JointSourcePolicy.source_logits`). The
+    latent board stays one per position: a board per (src, dst) pair would run the update gate up
+    to 4,096 times.
     """
 
-    def __init__(self, channels: int, head_dim: int) -> None:
+    def __init__(self, channels: int, head_dim: int, source: bool = False) -> None:
         super().__init__()
         self.head_dim = head_dim
         self.move_qk = _projection(channels, (head_dim, head_dim), head_dim)
         self.update_gate = nn.Conv2d(channels + head_dim, channels, 1)
         self.arrow_qk = _projection(channels, (head_dim, head_dim), head_dim)
+        self.arrow_source: nn.Linear | None = None
+        if source:
+            self.arrow_source = nn.Linear(channels, head_dim)
+            with torch.no_grad():  # a query, scaled as `_projection` scales the others
+                self.arrow_source.weight.mul_(1.0 / math.sqrt(head_dim))
+                self.arrow_source.bias.mul_(1.0 / math.sqrt(head_dim))
 
-    def forward(self, x: torch.Tensor) -> JointPolicy:
+    def forward(self, x: torch.Tensor, sources: torch.Tensor | None = None) -> JointPolicy | JointSourcePolicy:
+        """The logits; `sources` `[B, 4] int64`, the side to move's amazon squares, goes with the
+        source term (`mover_squares`).
+
+        Raises:
+            NetInputError: a head with the source term and no `sources`.
+        """
         src_queries, dst_keys = self.move_qk(x).split(self.head_dim, dim=1)
         move_logits = torch.bmm(_squares(src_queries), dst_keys.flatten(2))
         x_next = x + F.relu(self.update_gate(torch.cat([x, dst_keys], dim=1)))
         arrow_queries, arrow_keys = self.arrow_qk(x_next).split(self.head_dim, dim=1)
-        arrow_logits = torch.bmm(_squares(arrow_queries), arrow_keys.flatten(2))
-        return JointPolicy(move_logits, arrow_logits)
+        arrow_keys = arrow_keys.flatten(2)
+        arrow_logits = torch.bmm(_squares(arrow_queries), arrow_keys)
+        if self.arrow_source is None:
+            return JointPolicy(move_logits, arrow_logits)
+        if sources is None:
+            raise NetInputError("the joint head's source term needs the side to move's amazon squares")
+        features = _squares(x_next)
+        at_sources = torch.gather(features, 1, sources[:, :, None].expand(-1, -1, features.shape[2]))
+        source_logits = torch.bmm(self.arrow_source(at_sources), arrow_keys)  # [B, 4, 64]
+        return JointSourcePolicy(move_logits, arrow_logits, source_logits, sources)
+
+
+def mover_squares(features: torch.Tensor) -> torch.Tensor:
+    """The side to move's amazon squares, `[B, 4] int64` increasing, from feature planes
+    `[B, P, 8, 8]` (plane 0 of either set marks them; an empty padding board gives 4 squares too)."""
+    marks = features[:, 0].reshape(features.shape[0], NUM_SQUARES)
+    return marks.topk(AMAZONS_PER_SIDE, dim=1).indices.sort(dim=1).values
 
 
 class FactorizedPolicyHead(nn.Module):
@@ -418,7 +483,7 @@ class PolicyValueNet(nn.Module):
                           for _ in range(config.attention_blocks))
         self.trunk = nn.Sequential(*layers)
         if config.policy_head == "joint":
-            self.policy_head: nn.Module = JointPolicyHead(channels, config.head_dim)
+            self.policy_head: nn.Module = JointPolicyHead(channels, config.head_dim, config.arrow_source)
         else:
             self.policy_head = FactorizedPolicyHead(channels, config.head_dim)
         self.value_head = ValueHead(channels, config.value_channels, config.value_hidden)
@@ -441,7 +506,8 @@ class PolicyValueNet(nn.Module):
             )
         x = self.trunk(F.relu(self.stem(features)))
         ownership = self.ownership_head(x) if with_ownership and self.config.ownership_head else None
-        return NetOutput(self.policy_head(x), self.value_head(x), ownership)
+        policy = self.policy_head(x, mover_squares(features)) if self.config.arrow_source else self.policy_head(x)
+        return NetOutput(policy, self.value_head(x), ownership)
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -561,37 +627,81 @@ def unflatten_weights(model: nn.Module, flat: torch.Tensor) -> None:
 # From logits to priors: the one place where softmax and legal-move masking happen.
 
 
-def policy_log_tables(policy: JointPolicy | FactorizedPolicy) -> tuple[torch.Tensor, torch.Tensor]:
+class PolicyTables(NamedTuple):
+    """Log tables of a policy head's output (`policy_log_tables`), float32 unless said.
+
+    The log-probability of a full move (src, dst, arrow) is
+    `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`, and with the source term
+    (`NetConfig.arrow_source`), when `source_slot[src] = i >= 0`, also
+    `+ source_arrow[i * 64 + arrow] - source_norm[i * 64 + dst]`: the weights exp(source_arrow)
+    of the amazon that moved reweight the destination's arrow distribution, and source_norm
+    renormalizes each (src, dst) row over the 64 arrows. A source without an amazon of the side
+    to move (never a legal move's) keeps P(arrow | dst). `move_log_probs` gathers it.
+    """
+
+    log_move: torch.Tensor  # [B, 4096], [b, src * 64 + dst]: log P(src, dst)
+    log_arrow: torch.Tensor  # [B, 4096], [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
+    # The source term's tables (None without it), per slot i of the side to move's amazons:
+    source_arrow: torch.Tensor | None = None  # [B, 256], [b, i * 64 + arrow]: the term's logits
+    source_norm: torch.Tensor | None = None  # [B, 256], [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_slot: torch.Tensor | None = None  # [B, 64] int64, [b, square]: its amazon's slot, -1 where none stands
+
+
+def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy) -> PolicyTables:
     """Log-probability tables of a policy head's output, in float32.
 
     * `log_move[b, src * 64 + dst]` = log P(src, dst): a log-softmax over all 4,096 pairs (legal or
       not). For the factorized head, log P(src) + log P(dst).
     * `log_arrow[b, dst * 64 + arrow]` = log P(arrow | dst): a log-softmax over the 64 arrows of
       each destination row. For the factorized head the same log P(arrow) in every row.
+    * With the joint head's source term, for each of the side to move's amazons (slot i):
+      `source_arrow[b, i * 64 + arrow]` = the term's logits S, `source_norm[b, i * 64 + dst]` =
+      log sum_a P(a | dst) exp(S[i, a]), and `source_slot[b, square]` = the slot of the amazon on
+      that square (-1 for none), so that log P(arrow | src, dst) = log_arrow + source_arrow -
+      source_norm (`arrow_log_probs`). The norm is one `[4, 64] x [64, 64]` product per
+      position, exp(S - max S) times P(a | dst), in float32 whatever the autocast (a sum of
+      exponentials needs its range).
 
-    The probability of a full move is then P(src, dst) * P(arrow | dst); over all 64**3 triples it
-    sums to 1. Training uses these tables directly (the targets sit on legal moves); the search
-    uses `gather_legal_priors`, which renormalizes them over the legal moves.
+    The probability of a full move is then P(src, dst) * P(arrow | [src,] dst); over all 64**3
+    triples it sums to 1. Training uses these tables directly (the targets sit on legal moves);
+    the search uses `gather_legal_priors`, which renormalizes them over the legal moves.
 
     Args:
-        policy: `JointPolicy` (logits `[B, 64, 64]` twice) or `FactorizedPolicy` (`[B, 64]` x 3).
+        policy: `JointPolicy` (logits `[B, 64, 64]` twice), `JointSourcePolicy` (and the source
+            term's) or `FactorizedPolicy` (`[B, 64]` x 3).
 
     Returns:
-        `(log_move, log_arrow)`, both `[B, 4096] float32`.
+        `PolicyTables`.
     """
-    if isinstance(policy, JointPolicy):
+    if isinstance(policy, JointPolicy | JointSourcePolicy):
         batch = policy.move_logits.shape[0]
         log_move = F.log_softmax(policy.move_logits.float().reshape(batch, -1), dim=-1)
-        log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1).reshape(batch, -1)
-        return log_move, log_arrow
+        log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
+        if isinstance(policy, JointPolicy):
+            return PolicyTables(log_move, log_arrow.reshape(batch, -1))
+        source = policy.source_logits.float()  # [B, 4, 64]
+        with torch.autocast(source.device.type, enabled=False):
+            peak = source.amax(dim=-1, keepdim=True)  # [B, 4, 1]
+            # In place where autograd allows it: on a CPU fresh buffers cost more than the arithmetic.
+            weights = torch.bmm((source - peak).exp_(), log_arrow.exp().transpose(1, 2))  # [B, 4, dst]
+            # Each sum is at least exp(-(its source row's logit range)): below float32's range only
+            # past a range of ~87, where the clamp keeps the norm finite.
+            norm = torch.log(weights.clamp_min_(torch.finfo(torch.float32).tiny)).add_(peak)
+        squares = policy.source_squares
+        slots = torch.full((batch, NUM_SQUARES), -1, dtype=torch.int64, device=squares.device)
+        slots.scatter_(1, squares, torch.arange(AMAZONS_PER_SIDE, device=squares.device).expand_as(squares))
+        return PolicyTables(log_move, log_arrow.reshape(batch, -1), source.reshape(batch, -1),
+                            norm.reshape(batch, -1), slots)
     if isinstance(policy, FactorizedPolicy):
         batch = policy.src_logits.shape[0]
         log_src = F.log_softmax(policy.src_logits.float(), dim=-1)
         log_dst = F.log_softmax(policy.dst_logits.float(), dim=-1)
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
-        return log_move, log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1)
-    raise NetInputError(f"policy must be a JointPolicy or FactorizedPolicy, got {type(policy).__name__}")
+        return PolicyTables(log_move,
+                            log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1))
+    raise NetInputError(
+        f"policy must be a JointPolicy, JointSourcePolicy or FactorizedPolicy, got {type(policy).__name__}")
 
 
 def segment_ids(offsets: np.ndarray) -> np.ndarray:
@@ -604,14 +714,38 @@ def segment_ids(offsets: np.ndarray) -> np.ndarray:
     return np.repeat(np.arange(offsets.shape[0] - 1, dtype=np.int64), np.diff(offsets))
 
 
-def move_log_probs(
-    log_move: torch.Tensor, log_arrow: torch.Tensor, moves: torch.Tensor, batch_index: torch.Tensor
-) -> torch.Tensor:
-    """log P(src, dst) + log P(arrow | dst) of full moves, one table row per move.
+def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    """`table.reshape(-1)[index]`: one flat gather (`index` already holds the row offsets)."""
+    return table.reshape(-1)[index]
+
+
+def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+    """log P(arrow | dst), or log P(arrow | src, dst) with the source term, of full moves.
 
     Args:
-        log_move: `[B, 4096] float32` from `policy_log_tables`.
-        log_arrow: `[B, 4096] float32` from `policy_log_tables`.
+        tables: from `policy_log_tables`.
+        moves: `[M, 3]` integer (src, dst, arrow) squares, on the tables' device.
+        batch_index: `[M] int64`, the table row (position) of each move.
+
+    Returns:
+        `[M] float32`, each a log-probability over the 64 arrows of its move's (src and) dst.
+    """
+    moves = moves.long()
+    src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
+    log_p = _gather(tables.log_arrow, batch_index * (NUM_SQUARES * NUM_SQUARES) + dst * NUM_SQUARES + arrow)
+    if tables.source_arrow is None:
+        return log_p
+    slot = _gather(tables.source_slot, batch_index * NUM_SQUARES + src)
+    row = (batch_index * AMAZONS_PER_SIDE + slot.clamp_min(0)) * NUM_SQUARES
+    term = _gather(tables.source_arrow, row + arrow) - _gather(tables.source_norm, row + dst)
+    return log_p + torch.where(slot >= 0, term, 0.0)
+
+
+def move_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+    """log P(src, dst) + log P(arrow | [src,] dst) of full moves, one table row per move.
+
+    Args:
+        tables: from `policy_log_tables`.
         moves: `[M, 3]` integer (src, dst, arrow) squares, on the tables' device.
         batch_index: `[M] int64`, the table row (position) of each move.
 
@@ -619,36 +753,28 @@ def move_log_probs(
         `[M] float32` log-probabilities under the full (unmasked) distribution over 64**3 moves.
     """
     moves = moves.long()
-    src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
-    row = batch_index * (NUM_SQUARES * NUM_SQUARES)
-    return (log_move.reshape(-1)[row + src * NUM_SQUARES + dst]
-            + log_arrow.reshape(-1)[row + dst * NUM_SQUARES + arrow])
+    pair = batch_index * (NUM_SQUARES * NUM_SQUARES) + moves[:, 0] * NUM_SQUARES + moves[:, 1]
+    return _gather(tables.log_move, pair) + arrow_log_probs(tables, moves, batch_index)
 
 
-def gather_legal_priors(
-    log_move: torch.Tensor,
-    log_arrow: torch.Tensor,
-    moves: torch.Tensor,
-    batch_index: torch.Tensor,
-) -> torch.Tensor:
-    """Priors of the legal moves: P(src, dst) * P(arrow | dst), renormalized per position.
+def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+    """Priors of the legal moves: P(src, dst) * P(arrow | [src,] dst), renormalized per position.
 
     This is the one place where the network's distribution is restricted to legal moves: one
-    vectorized gather of both tables (flat indices `src * 64 + dst` and `dst * 64 + arrow` in the
-    move's own row) and a segment softmax over each position's moves. Positions without moves
-    simply own no rows.
+    vectorized gather per table (`move_log_probs`: flat indices `src * 64 + dst` and
+    `dst * 64 + arrow` in the move's own row, and the source term's by the slot of its src) and
+    a segment softmax over each position's moves. Positions without moves simply own no rows.
 
     Args:
-        log_move: `[B, 4096] float32` log P(src, dst) (`policy_log_tables`).
-        log_arrow: `[B, 4096] float32` log P(arrow | dst) (`policy_log_tables`).
+        tables: from `policy_log_tables`.
         moves: `[M, 3]` integer legal moves (canonical), on the tables' device.
         batch_index: `[M] int64` position of each move (`segment_ids(move_offsets)`).
 
     Returns:
         `[M] float32` priors; each position's priors sum to 1.
     """
-    log_prior = move_log_probs(log_move, log_arrow, moves, batch_index)
-    positions = log_move.shape[0]
+    log_prior = move_log_probs(tables, moves, batch_index)
+    positions = tables.log_move.shape[0]
     peak = torch.full((positions,), -math.inf, dtype=log_prior.dtype, device=log_prior.device)
     peak = peak.scatter_reduce(0, batch_index, log_prior, reduce="amax", include_self=True)
     weights = torch.exp(log_prior - peak[batch_index])
@@ -795,12 +921,13 @@ class NetworkEvaluator:
             chunks.append((first, count, next(size for size in self.batch_buckets if size >= count)))
         return chunks
 
-    def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """`(log_move [B, 4096], log_arrow [B, 4096], values [B])`, float32, of a device batch
-        (the ownership head, if any, is skipped: the search does not use it)."""
+    def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """`(values [B] float32, *tables)` of a device batch: the values, then the present
+        `PolicyTables` fields in order (the ownership head, if any, is skipped: the search does
+        not use it)."""
         output = self.model(features, with_ownership=False)
-        log_move, log_arrow = policy_log_tables(output.policy)
-        return log_move, log_arrow, output.value.float()
+        tables = policy_log_tables(output.policy)
+        return (output.value.float(), *(table for table in tables if table is not None))
 
     def _graphed_tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """`_tables` of a bucket-sized batch through that bucket's CUDA graph (captured now if new)."""
@@ -842,7 +969,7 @@ class NetworkEvaluator:
             parts.append([table[:count] for table in tables])
         if len(parts) == 1:
             return parts[0]
-        return [torch.cat([part[index] for part in parts]) for index in range(3)]
+        return [torch.cat([part[index] for part in parts]) for index in range(len(parts[0]))]
 
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
@@ -885,13 +1012,13 @@ class NetworkEvaluator:
             with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
                                                         enabled=self.dtype != torch.float32,
                                                         cache_enabled=not self.cuda_graphs):
-                log_move, log_arrow, values = self._forward(self._upload(host), chunks)
+                values, *tables = self._forward(self._upload(host), chunks)
                 staged = staged.to(self.device, non_blocking=self._pinned)
                 offsets = staged[3 * count:].long()
                 # Segment ids built on the device; `output_size` spares a sync on the total.
                 batch_index = torch.repeat_interleave(torch.arange(rows, device=self.device),
                                                       offsets[1:] - offsets[:-1], output_size=count)
-                priors = gather_legal_priors(log_move, log_arrow, staged[:3 * count].view(count, 3), batch_index)
+                priors = gather_legal_priors(PolicyTables(*tables), staged[:3 * count].view(count, 3), batch_index)
                 packed = torch.cat([priors, values])  # [M + B] float32: one copy back
         finally:
             model.train(was_training)

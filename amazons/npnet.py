@@ -4,7 +4,7 @@ What this module owns:
 
 * The exported model format (`FORMAT`, `VERSION`): one `.npz` file (numpy's zip of `.npy`
   arrays) read with `allow_pickle=False`, so loading can never run code. It holds
-  - `header`: a `uint8` array of UTF-8 JSON: `{"format": "amazons-npnet", "version": 2,
+  - `header`: a `uint8` array of UTF-8 JSON: `{"format": "amazons-npnet", "version": 2 | 3,
     "net_config": {...}, "trunk": ["residual", ..., "attention"], "sha256": "...",
     "source": {...}}`; `net_config` is the network's `NetConfig` as
     `amazons.config.config_to_dict` writes it, `trunk` names the
@@ -14,19 +14,23 @@ What this module owns:
     (`amazons.net.prepare_for_inference`: batch norms folded into the convolutions), in torch's
     layouts: convolutions `(out, in, k, k)` with a bias `(out,)`, linear layers `(out, in)`.
   Version 2 added the ownership head's arrays (present when `net_config["ownership_head"]`);
-  version 1 files, whose configs predate the field, load as networks without it.
+  version 1 files, whose configs predate the field, load as networks without it. Version 3 added
+  the joint head's arrow source term (`policy_head.arrow_source`, present when
+  `net_config["arrow_source"]`); a network without the term is still written as version 2, which
+  readers older than the term load, and a config without the field describes one without it.
   `write_model` writes it atomically (`amazons._atomic`); `load_model` checks the header, the
   names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
   the file and what is wrong.
 * `NumpyNet`: the forward pass of `amazons.net.PolicyValueNet` in float32 numpy, every preset,
-  both policy heads and the global self-attention blocks: feature planes `(B, P, 8, 8)` in, the
-  two log-probability tables of `amazons.net.policy_log_tables` and the value out; the ownership
+  both policy heads (with the arrow source term) and the global self-attention blocks: feature
+  planes `(B, P, 8, 8)` in, the log-probability tables of `amazons.net.policy_log_tables`
+  (`PolicyTables`) and the value out; the ownership
   head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
   board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
   product and 3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in
   order (`NumpyNet.layout_arrays`), are what the Botzone C++ export (`amazons.botzone_cpp`)
   writes into its source.
-* `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | dst),
+* `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | [src,] dst),
   renormalized over each position's legal moves).
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
 
@@ -41,7 +45,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -55,6 +59,7 @@ __all__ = [
     "NpNetInputError",
     "NumpyEvaluator",
     "NumpyNet",
+    "PolicyTables",
     "array_digest",
     "expected_shapes",
     "legal_priors",
@@ -64,10 +69,11 @@ __all__ = [
 ]
 
 FORMAT = "amazons-npnet"
-VERSION = 2  # 2: the ownership head's arrays when the config has the head
-READABLE_VERSIONS = (1, 2)  # version 1 files have no ownership head
+VERSION = 3  # 3: the arrow source term's arrays; written only for networks with the term
+READABLE_VERSIONS = (1, 2, 3)  # version 1 files have no ownership head, 1 and 2 no arrow source term
 HEADER_KEY = "header"
 NUM_SQUARES = 64
+AMAZONS_PER_SIDE = 4  # the rows of the arrow source term: the squares a move can leave
 TRUNK_LAYERS = ("residual", "attention")
 POLICY_HEADS = ("joint", "factorized")
 _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
@@ -92,7 +98,8 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
     Args:
         net_config: the `NetConfig` fields, as a dict (`num_planes`, `channels`, `attention_dim`,
             `policy_head`, `head_dim`, `value_channels`, `value_hidden` are used, and
-            `ownership_channels` when `ownership_head` is true; a missing `ownership_head` is false).
+            `ownership_channels` when `ownership_head` is true; a missing `ownership_head` or
+            `arrow_source` is false).
         trunk: the trunk's layers in order, each `"residual"` or `"attention"`.
 
     Raises:
@@ -131,6 +138,11 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
             shapes[f"policy_head.{name}.bias"] = (2 * head_dim,)
         shapes["policy_head.update_gate.weight"] = (channels, channels + head_dim, 1, 1)
         shapes["policy_head.update_gate.bias"] = (channels,)
+        if _has_arrow_source(net_config):
+            shapes["policy_head.arrow_source.weight"] = (head_dim, channels)
+            shapes["policy_head.arrow_source.bias"] = (head_dim,)
+    elif _has_arrow_source(net_config):
+        raise ModelFileError(f"net_config arrow_source needs policy_head 'joint', got {head!r}")
     else:
         shapes["policy_head.hidden.conv.weight"] = (head_dim, channels, 1, 1)
         shapes["policy_head.hidden.conv.bias"] = (head_dim,)
@@ -163,6 +175,19 @@ def _has_ownership(net_config: dict[str, Any]) -> bool:
     if not isinstance(head, bool):
         raise ModelFileError(f"net_config field 'ownership_head' must be true or false, got {head!r}")
     return head
+
+
+def _has_arrow_source(net_config: dict[str, Any]) -> bool:
+    """Whether a config has the joint head's arrow source term (absent from configs older than
+    the field).
+
+    Raises:
+        ModelFileError: the field is there but not a bool.
+    """
+    source = net_config.get("arrow_source", False)
+    if not isinstance(source, bool):
+        raise ModelFileError(f"net_config field 'arrow_source' must be true or false, got {source!r}")
+    return source
 
 
 def array_digest(arrays: dict[str, np.ndarray]) -> str:
@@ -211,7 +236,8 @@ def write_model(
     path = Path(path)
     arrays = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in arrays.items()}
     _check_arrays(str(path), arrays, expected_shapes(net_config, list(trunk)))
-    header = {"format": FORMAT, "version": VERSION, "net_config": dict(net_config),
+    version = VERSION if _has_arrow_source(net_config) else 2  # the oldest version that holds the file
+    header = {"format": FORMAT, "version": version, "net_config": dict(net_config),
               "trunk": list(trunk), "sha256": array_digest(arrays), "source": dict(source or {})}
     try:
         encoded = np.frombuffer(json.dumps(header, sort_keys=True).encode(), dtype=np.uint8)
@@ -319,6 +345,23 @@ def _relu(x: np.ndarray) -> np.ndarray:
     return np.maximum(x, 0.0, out=x)
 
 
+class PolicyTables(NamedTuple):
+    """The twin of `amazons.net.PolicyTables`: log tables, float32 unless said.
+
+    A full move's log-probability is `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`,
+    and with the arrow source term, when `source_slot[src] = i >= 0`, also
+    `+ source_arrow[i * 64 + arrow] - source_norm[i * 64 + dst]` (i: the slot of the side to
+    move's amazon on src, one of 4).
+    """
+
+    log_move: np.ndarray  # (B, 4096), [b, src * 64 + dst]: log P(src, dst)
+    log_arrow: np.ndarray  # (B, 4096), [b, dst * 64 + arrow]: log P(arrow | dst)
+    # The source term's tables (None without it), per slot i of the side to move's amazons:
+    source_arrow: np.ndarray | None = None  # (B, 256), [b, i * 64 + arrow]: the term's logits
+    source_norm: np.ndarray | None = None  # (B, 256), [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_slot: np.ndarray | None = None  # (B, 64) int64, [b, square]: its amazon's slot, -1 where none stands
+
+
 class NumpyNet:
     """The forward pass of `amazons.net.PolicyValueNet` (eval mode, batch norms folded), in numpy.
 
@@ -339,6 +382,7 @@ class NumpyNet:
         self.num_planes = int(net_config["num_planes"])
         self.policy_head = net_config["policy_head"]
         self.has_ownership = _has_ownership(net_config)
+        self.has_arrow_source = _has_arrow_source(net_config)
         self._channels = int(net_config["channels"])
         self._key_dim = int(net_config["attention_dim"])
         self._head_dim = int(net_config["head_dim"])
@@ -363,6 +407,9 @@ class NumpyNet:
                 part for name in ("move_qk", "update_gate", "arrow_qk")
                 for part in (_pointwise(arrays[f"policy_head.{name}.weight"]),
                              bias(f"policy_head.{name}.bias")))
+            if self.has_arrow_source:
+                self._policy += (np.ascontiguousarray(arrays["policy_head.arrow_source.weight"].T),
+                                 bias("policy_head.arrow_source.bias"))
         else:
             self._policy = (_pointwise(arrays["policy_head.hidden.conv.weight"]),
                             bias("policy_head.hidden.conv.bias"),
@@ -391,44 +438,48 @@ class NumpyNet:
         3x3 convolutions are `(9 * in, out)` (rows ordered dy, dx, in), 1x1 convolutions and
         linear layers `(in, out)`, biases `(out,)`: the stem; each trunk layer (residual: two
         convolutions; attention: qkv weight, bias, gate `(1,)`); the policy head (joint: move
-        query/key, update gate, arrow query/key; factorized: hidden, maps); the value head
-        (reduce, hidden `(value_channels * 64, value_hidden)`, out). The ownership head is left
-        out. This is what the Botzone C++ export (`amazons.botzone_cpp`) writes into its source.
+        query/key, update gate, arrow query/key, and the arrow source projection when the
+        network has it; factorized: hidden, maps); the value head (reduce, hidden
+        `(value_channels * 64, value_hidden)`, out). The ownership head is left out. This is what
+        the Botzone C++ export (`amazons.botzone_cpp`) writes into its source (which refuses a
+        network with the arrow source term).
         """
         named = [("stem.weight", self._stem[0]), ("stem.bias", self._stem[1])]
         for index, (kind, layer) in enumerate(self._trunk):
             parts = ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias") if kind == "residual" \
                 else ("qkv.weight", "qkv.bias", "gate")
             named += [(f"trunk.{index}.{part}", array) for part, array in zip(parts, layer, strict=True)]
-        parts = ("move_qk.weight", "move_qk.bias", "update_gate.weight", "update_gate.bias", "arrow_qk.weight",
-                 "arrow_qk.bias") if self.policy_head == "joint" else \
-            ("hidden.weight", "hidden.bias", "maps.weight", "maps.bias")
+        if self.policy_head == "joint":
+            parts = ("move_qk.weight", "move_qk.bias", "update_gate.weight", "update_gate.bias", "arrow_qk.weight",
+                     "arrow_qk.bias")
+            if self.has_arrow_source:
+                parts += ("arrow_source.weight", "arrow_source.bias")
+        else:
+            parts = ("hidden.weight", "hidden.bias", "maps.weight", "maps.bias")
         named += [(f"policy_head.{part}", array) for part, array in zip(parts, self._policy, strict=True)]
         parts = ("reduce.weight", "reduce.bias", "hidden.weight", "hidden.bias", "out.weight", "out.bias")
         named += [(f"value_head.{part}", array) for part, array in zip(parts, self._value, strict=True)]
         return [(name, np.ascontiguousarray(array, dtype=np.float32)) for name, array in named]
 
-    def forward(self, features: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def forward(self, features: np.ndarray) -> tuple[PolicyTables, np.ndarray]:
         """Policy tables and values of feature planes.
 
         Args:
             features: `(B, num_planes, 8, 8) float32` from `amazons.engine.features`.
 
         Returns:
-            `(log_move, log_arrow, values)`: `log_move (B, 4096) float32` = log P(src, dst) at
-            `src * 64 + dst`; `log_arrow (B, 4096) float32` = log P(arrow | dst) at
-            `dst * 64 + arrow`; `values (B,) float32` in [-1, 1] for the side to move (the
-            tables of `amazons.net.policy_log_tables` and the value of `PolicyValueNet`).
+            `(tables, values)`: `PolicyTables` (`log_move` = log P(src, dst) at `src * 64 + dst`,
+            `log_arrow` = log P(arrow | dst) at `dst * 64 + arrow`, each `(B, 4096) float32`,
+            and the source term's tables when the network has it); `values (B,) float32` in
+            [-1, 1] for the side to move (the tables of `amazons.net.policy_log_tables` and the
+            value of `PolicyValueNet`).
 
         Raises:
             NpNetInputError: `features` is not a `(B, num_planes, 8, 8)` float32 array.
         """
         x = self._trunk_output(features)
-        if self.policy_head == "joint":
-            log_move, log_arrow = self._joint_policy(x)
-        else:
-            log_move, log_arrow = self._factorized_policy(x)
-        return log_move, log_arrow, self._value_head(x)
+        tables = self._joint_policy(x, features) if self.policy_head == "joint" else self._factorized_policy(x)
+        return tables, self._value_head(x)
 
     def ownership(self, features: np.ndarray) -> np.ndarray:
         """The ownership head's map of feature planes (the trunk, then the head only).
@@ -483,8 +534,8 @@ class NumpyNet:
         attended = _softmax(energy) @ qkv[:, :, 2 * d:]  # (B, 64, C)
         return x + gate[0] * attended
 
-    def _joint_policy(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        move_w, move_b, gate_w, gate_b, arrow_w, arrow_b = self._policy
+    def _joint_policy(self, x: np.ndarray, features: np.ndarray) -> PolicyTables:
+        move_w, move_b, gate_w, gate_b, arrow_w, arrow_b, *source = self._policy
         batch, h = x.shape[0], self._head_dim
         move_qk = x @ move_w + move_b
         dst_keys = move_qk[:, :, h:]
@@ -492,19 +543,39 @@ class NumpyNet:
         update = np.concatenate([x, dst_keys], axis=2) @ gate_w + gate_b
         x_next = x + _relu(update)
         arrow_qk = x_next @ arrow_w + arrow_b
-        arrow_logits = arrow_qk[:, :, :h] @ arrow_qk[:, :, h:].transpose(0, 2, 1)  # [b, dst, arrow]
+        arrow_keys = arrow_qk[:, :, h:].transpose(0, 2, 1)
+        arrow_logits = arrow_qk[:, :, :h] @ arrow_keys  # [b, dst, arrow]
         log_move = _log_softmax(move_logits.reshape(batch, NUM_SQUARES * NUM_SQUARES))
-        log_arrow = _log_softmax(arrow_logits).reshape(batch, NUM_SQUARES * NUM_SQUARES)
-        return log_move, log_arrow
+        log_arrow = _log_softmax(arrow_logits)
+        flat = (batch, NUM_SQUARES * NUM_SQUARES)
+        if not source:
+            return PolicyTables(log_move, log_arrow.reshape(flat))
+        source_w, source_b = source
+        # The side to move's amazon squares (feature plane 0), increasing: `amazons.net.mover_squares`.
+        squares = np.sort(np.argsort(-features[:, 0].reshape(batch, NUM_SQUARES), axis=1, kind="stable")
+                          [:, :AMAZONS_PER_SIDE], axis=1)
+        at_sources = np.take_along_axis(x_next, squares[:, :, None], axis=1)  # [b, slot, C]
+        source_logits = (at_sources @ source_w + source_b) @ arrow_keys  # [b, slot, arrow]
+        # log sum_a P(a | dst) exp(S[slot, a]) as one product, as `amazons.net.policy_log_tables`
+        peak = source_logits.max(axis=-1, keepdims=True)
+        shifted = source_logits - peak
+        norm = np.exp(shifted, out=shifted) @ np.exp(log_arrow).transpose(0, 2, 1)  # [b, slot, dst]
+        np.maximum(norm, np.finfo(np.float32).tiny, out=norm)
+        np.log(norm, out=norm)
+        norm += peak
+        slots = np.full((batch, NUM_SQUARES), -1, np.int64)
+        np.put_along_axis(slots, squares, np.arange(AMAZONS_PER_SIDE), axis=1)
+        return PolicyTables(log_move, log_arrow.reshape(flat), source_logits.reshape(batch, -1),
+                            norm.reshape(batch, -1), slots)
 
-    def _factorized_policy(self, x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def _factorized_policy(self, x: np.ndarray) -> PolicyTables:
         hidden_w, hidden_b, maps_w, maps_b = self._policy
         batch = x.shape[0]
         maps = _relu(x @ hidden_w + hidden_b) @ maps_w + maps_b  # (B, 64, 3)
         log_src, log_dst, log_arrow = (_log_softmax(np.ascontiguousarray(maps[:, :, k])) for k in range(3))
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
         log_arrow = np.broadcast_to(log_arrow[:, None, :], (batch, NUM_SQUARES, NUM_SQUARES))
-        return log_move, np.ascontiguousarray(log_arrow).reshape(batch, -1)
+        return PolicyTables(log_move, np.ascontiguousarray(log_arrow).reshape(batch, -1))
 
     def _value_head(self, x: np.ndarray) -> np.ndarray:
         reduce_w, reduce_b, hidden_w, hidden_b, out_w, out_b = self._value
@@ -519,16 +590,14 @@ class NumpyNet:
 # From tables to legal-move priors, and the Evaluator
 
 
-def legal_priors(log_move: np.ndarray, log_arrow: np.ndarray, moves: np.ndarray,
-                 move_offsets: np.ndarray) -> np.ndarray:
-    """Priors of the legal moves: P(src, dst) * P(arrow | dst), renormalized per position.
+def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarray) -> np.ndarray:
+    """Priors of the legal moves: P(src, dst) * P(arrow | [src,] dst), renormalized per position.
 
-    The numpy twin of `amazons.net.gather_legal_priors`: one gather from both tables and a
+    The numpy twin of `amazons.net.gather_legal_priors`: one gather from each table and a
     softmax over each position's segment of moves.
 
     Args:
-        log_move: `(B, 4096) float32` log P(src, dst).
-        log_arrow: `(B, 4096) float32` log P(arrow | dst).
+        tables: `NumpyNet.forward`'s.
         moves: `(M, 3) int32` legal moves (canonical), grouped by position.
         move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
 
@@ -542,8 +611,13 @@ def legal_priors(log_move: np.ndarray, log_arrow: np.ndarray, moves: np.ndarray,
     src = moves[:, 0].astype(np.intp)
     dst = moves[:, 1].astype(np.intp)
     arrow = moves[:, 2].astype(np.intp)
-    log_prior = (log_move[batch_index, src * NUM_SQUARES + dst]
-                 + log_arrow[batch_index, dst * NUM_SQUARES + arrow])
+    log_prior = (tables.log_move[batch_index, src * NUM_SQUARES + dst]
+                 + tables.log_arrow[batch_index, dst * NUM_SQUARES + arrow])
+    if tables.source_arrow is not None:
+        slot = tables.source_slot[batch_index, src]
+        row = np.maximum(slot, 0) * NUM_SQUARES
+        term = tables.source_arrow[batch_index, row + arrow] - tables.source_norm[batch_index, row + dst]
+        log_prior += np.where(slot >= 0, term, np.float32(0.0))
     owners = counts > 0
     starts = move_offsets[:-1][owners]
     peak = np.repeat(np.maximum.reduceat(log_prior, starts), counts[owners])
@@ -614,8 +688,8 @@ class NumpyEvaluator:
         if positions.shape[0] == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.float32)
         planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
-        log_move, log_arrow, values = self.net.forward(planes)
-        return legal_priors(log_move, log_arrow, moves, move_offsets), values.astype(np.float32)
+        tables, values = self.net.forward(planes)
+        return legal_priors(tables, moves, move_offsets), values.astype(np.float32)
 
     @property
     def has_ownership(self) -> bool:

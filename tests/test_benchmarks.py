@@ -1,6 +1,7 @@
 """The benchmark runner and the `gpu` suite: without CUDA the suite refuses with a clear message,
 its parts run the same code on a CPU with a tiny net, few simulations and a short main job, and
-its evaluators are built as the main job builds its server's."""
+its evaluators are built as the main job builds its server's. `net_option_cost` measures both
+networks it compares."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from amazons.netplay import resolve_device, server_evaluator_factory
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
 
+import net_option_cost  # noqa: E402
 import run as runner  # noqa: E402
 import suite_gpu  # noqa: E402
 import suite_selfplay  # noqa: E402
@@ -32,6 +34,17 @@ def test_all_runs_every_suite_but_gpu_which_is_named_explicitly():
     assert runner.parse_suites("nn,gpu") == ["nn", "gpu"]
     with pytest.raises(SystemExit, match="unknown suite"):
         runner.parse_suites("tpu")
+
+
+@pytest.mark.slow
+def test_net_option_cost_compares_the_two_networks(capsys):
+    assert net_option_cost.main(["--preset", "tiny", "--rounds", "1", "net.arrow_source=true"]) == 0
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in capsys.readouterr().out.splitlines()}
+    assert rows["weights"] == ["48,694", "49,222", "+528 |"]
+    assert all(float(rows[name][0]) > 0 and float(rows[name][1]) > 0 for name in
+               ("evaluate b1 (ms)", "evaluate b256 (ms)", "npnet b1 (ms)", "train step b256 (ms)"))
+    with pytest.raises(SystemExit):
+        net_option_cost.main(["optim.lr=0.1"])  # not a network field
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="this machine has CUDA: the suite would run")

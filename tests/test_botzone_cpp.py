@@ -37,7 +37,7 @@ from amazons.botzone_cpp import (
     weights_file_bytes,
     write_bot,
 )
-from amazons.export import TOLERANCE, main, model_arrays, random_positions
+from amazons.export import TOLERANCE, export_model, main, model_arrays, random_positions
 from amazons.models import default_model_path
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed (the C++ bot needs it)")
@@ -444,6 +444,17 @@ def test_the_exporter_refuses_what_it_cannot_write(tmp_path, capsys):
         write_bot(npnet.load_model(default_model_path()), tmp_path, weights_file="../escape.bin")
     assert main([str(tmp_path / "missing.npz"), "--botzone", str(tmp_path)]) == 2
     assert "missing.npz" in capsys.readouterr().err
+
+
+def test_a_network_with_the_arrow_source_term_is_refused(tmp_path, capsys):
+    """The template has no forward pass for the arrow source term: no source is written."""
+    path, _ = export_model(random_model("tiny", "joint", arrow_source=True), tmp_path / "source.npz",
+                           check_positions=0)
+    with pytest.raises(BotzoneExportError, match="net.arrow_source"):
+        write_bot(npnet.load_model(path), tmp_path / "bot")
+    assert main([str(path), "--botzone", str(tmp_path / "bot")]) == 2
+    assert "arrow source term" in capsys.readouterr().err
+    assert not (tmp_path / "bot").exists()
 
 
 def test_a_checkpoint_exports_the_same_bot_as_its_numpy_model(tmp_path, capsys):

@@ -31,10 +31,52 @@ from amazons.learn import (
     sample_batch,
     value_loss,
 )
-from amazons.net import PolicyValueNet, net_config, policy_log_tables
+from amazons.net import (
+    JointPolicy,
+    JointSourcePolicy,
+    PolicyTables,
+    PolicyValueNet,
+    net_config,
+    policy_log_tables,
+)
 from amazons.symmetry import INVERSE, NUM_SYMMETRIES, transform_moves, transform_positions
 
 torch.set_num_threads(1)
+
+
+# The policy heads the loss tests run: (policy_head, other NetConfig fields).
+POLICY_VARIANTS = [pytest.param("joint", {}, id="joint"), pytest.param("factorized", {}, id="factorized"),
+                   pytest.param("joint", {"arrow_source": True}, id="joint-source")]
+
+
+def naive_log_probs(policy: JointPolicy | JointSourcePolicy) -> torch.Tensor:
+    """log P(src, dst, arrow) `[B, 64, 64, 64]` float64 straight from a joint head's logits: a
+    softmax over the 4,096 pairs, then one over the 64 arrows of arrow_logits[dst] (+ the source
+    logits of the amazon on src, with the source term)."""
+    batch = policy.move_logits.shape[0]
+    log_move = torch.log_softmax(policy.move_logits.double().reshape(batch, -1), -1).reshape(batch, 64, 64, 1)
+    arrow_logits = policy.arrow_logits.double().reshape(batch, 1, 64, 64).repeat(1, 64, 1, 1)  # [b, src, dst, arrow]
+    if isinstance(policy, JointSourcePolicy):
+        for row in range(batch):
+            for slot, square in enumerate(policy.source_squares[row].tolist()):
+                arrow_logits[row, square] += policy.source_logits[row, slot].double()
+    return log_move + torch.log_softmax(arrow_logits, -1)
+
+
+def full_log_probs(tables: PolicyTables) -> torch.Tensor:
+    """log P(src, dst, arrow) `[B, 64, 64, 64]` float64 of every triple, built from the tables
+    term by term (the source term's too, on the squares of its slots, when present)."""
+    batch = tables.log_move.shape[0]
+    log_p = (tables.log_move.double().reshape(batch, 64, 64, 1)
+             + tables.log_arrow.double().reshape(batch, 1, 64, 64))
+    if tables.source_arrow is not None:
+        source = tables.source_arrow.double().reshape(batch, -1, 1, 64)  # [b, slot, ., arrow]
+        norm = tables.source_norm.double().reshape(batch, -1, 64, 1)  # [b, slot, dst, .]
+        for row in range(batch):
+            for square, slot in enumerate(tables.source_slot[row].tolist()):
+                if slot >= 0:
+                    log_p[row, square] += source[row, slot] - norm[row, slot]
+    return log_p
 
 
 def random_positions(rng: np.random.Generator, count: int, max_plies: int = 30) -> np.ndarray:
@@ -180,10 +222,10 @@ def test_random_augmentation_draws_every_symmetry_and_keeps_labels_legal():
 # Losses against naive loops
 
 
-@pytest.mark.parametrize("head", ["joint", "factorized"])
-def test_losses_equal_a_naive_loop(batch, head):
+@pytest.mark.parametrize(("head", "overrides"), POLICY_VARIANTS)
+def test_losses_equal_a_naive_loop(batch, head, overrides):
     torch.manual_seed(0)
-    model = PolicyValueNet(net_config("tiny", policy_head=head)).eval()
+    model = PolicyValueNet(net_config("tiny", policy_head=head, **overrides)).eval()
     features = torch.from_numpy(engine.features(batch.positions, 7))
     with torch.no_grad():
         output = model(features)
@@ -197,7 +239,8 @@ def test_losses_equal_a_naive_loop(batch, head):
     for row in range(batch.size):
         if head == "joint":
             log_move = torch.log_softmax(output.policy.move_logits[row].reshape(-1).double(), 0)
-            log_arrow_rows = torch.log_softmax(output.policy.arrow_logits[row].double(), 1)
+            arrow_logits = output.policy.arrow_logits[row].double()  # [dst, arrow]
+            source = isinstance(output.policy, JointSourcePolicy)
         else:
             log_src, log_dst, log_arrow = (torch.log_softmax(logits[row].double(), 0)
                                            for logits in output.policy)
@@ -205,8 +248,12 @@ def test_losses_equal_a_naive_loop(batch, head):
             src, dst, arrow = (int(square) for square in batch.label_moves[j])
             pi = float(batch.label_probs[j])
             if head == "joint":
+                logits = arrow_logits[dst]
+                if source:  # labels leave an amazon's square: one of the 4 slots
+                    slot = output.policy.source_squares[row].tolist().index(src)
+                    logits = logits + output.policy.source_logits[row, slot].double()
                 parts = {"policy_move": float(log_move[src * 64 + dst]),
-                         "policy_arrow": float(log_arrow_rows[dst, arrow])}
+                         "policy_arrow": float(torch.log_softmax(logits, 0)[arrow])}
             else:
                 parts = {"policy_src": float(log_src[src]), "policy_dst": float(log_dst[dst]),
                          "policy_arrow": float(log_arrow[arrow])}
@@ -224,16 +271,15 @@ def test_losses_equal_a_naive_loop(batch, head):
     assert float(value_loss(output.value, labels.z)) == pytest.approx(naive_value, rel=1e-6)
 
 
-@pytest.mark.parametrize("head", ["joint", "factorized"])
-def test_policy_entropy_is_the_entropy_of_the_full_move_distribution(head):
+@pytest.mark.parametrize(("head", "overrides"), POLICY_VARIANTS)
+def test_policy_entropy_is_the_entropy_of_the_full_move_distribution(head, overrides):
     torch.manual_seed(1)
-    model = PolicyValueNet(net_config("tiny", policy_head=head)).eval()
+    model = PolicyValueNet(net_config("tiny", policy_head=head, **overrides)).eval()
     one = random_batch(np.random.default_rng(5), 2)
     with torch.no_grad():
         output = model(torch.from_numpy(engine.features(one.positions, 7)))
     metrics = policy_metrics(output.policy, label_tensors(one))
-    log_move, log_arrow = policy_log_tables(output.policy)
-    joint = (log_move.double().reshape(2, 64, 64, 1) + log_arrow.double().reshape(2, 1, 64, 64))
+    joint = naive_log_probs(output.policy) if head == "joint" else full_log_probs(policy_log_tables(output.policy))
     entropy = -(joint.exp() * joint).sum(dim=(1, 2, 3)).mean()
     assert float(metrics["policy_entropy"]) == pytest.approx(float(entropy), rel=1e-5)
     assert float(metrics["policy_kl"]) > 0
@@ -443,13 +489,13 @@ def test_validation_metrics_do_not_train(batch):
     assert learner.step == 0
 
 
-@pytest.mark.parametrize("head", ["joint", "factorized"])
-def test_tiny_net_overfits_a_fixed_batch(head):
+@pytest.mark.parametrize(("head", "overrides"), POLICY_VARIANTS)
+def test_tiny_net_overfits_a_fixed_batch(head, overrides):
     """64 fixed samples, low-entropy soft targets: the total loss falls by at least 80%."""
     torch.manual_seed(0)
     fixed = random_batch(np.random.default_rng(11), 64, max_labels=3, skew=4.0)
     config = OptimConfig(lr=3e-3, warmup_steps=0, schedule="constant", weight_decay=0.0)
-    learner = Learner(PolicyValueNet(net_config("tiny", policy_head=head)), config, seed=0)
+    learner = Learner(PolicyValueNet(net_config("tiny", policy_head=head, **overrides)), config, seed=0)
     first = learner.train_step(fixed)["loss"]
     for _ in range(100):
         last = learner.train_step(fixed)

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_learn import random_positions
+from test_learn import full_log_probs, naive_log_probs, random_positions
 
 from amazons import engine
 from amazons.config import ConfigError, config_from_dict, config_to_dict
@@ -17,6 +17,8 @@ from amazons.net import (
     FactorizedPolicy,
     GlobalSelfAttention,
     JointPolicy,
+    JointPolicyHead,
+    JointSourcePolicy,
     NetConfig,
     NetConfigError,
     NetInputError,
@@ -24,16 +26,26 @@ from amazons.net import (
     PolicyValueNet,
     count_parameters,
     gather_legal_priors,
+    mover_squares,
     net_config,
     policy_log_tables,
     prepare_for_inference,
     segment_ids,
+)
+from amazons.symmetry import (
+    INVERSE_PERMUTATIONS,
+    NUM_SYMMETRIES,
+    SYMMETRIES,
+    transform_square_labels,
 )
 
 torch.set_num_threads(1)
 
 RESNET40_PARAMETERS = 23_927_370  # joint head, 7 planes; docs/network.md reports it
 HEADS = ("joint", "factorized")
+# Every policy head: (policy_head, other NetConfig fields).
+VARIANTS = [pytest.param("joint", {}, id="joint"), pytest.param("factorized", {}, id="factorized"),
+            pytest.param("joint", {"arrow_source": True}, id="joint-source")]
 
 
 @pytest.fixture(scope="module")
@@ -121,37 +133,126 @@ def test_attention_placement():
     assert attention_slots(net_config("small", attention_blocks=0)) == []
 
 
-@pytest.mark.parametrize("head", HEADS)
-def test_full_move_probabilities_sum_to_one(positions, head):
+@pytest.mark.parametrize(("head", "overrides"), VARIANTS)
+def test_full_move_probabilities_sum_to_one(positions, head, overrides):
     with torch.no_grad():
-        output = tiny_model(head)(features_of(positions))
-    log_move, log_arrow = policy_log_tables(output.policy)
-    assert log_move.dtype == log_arrow.dtype == torch.float32
+        output = tiny_model(head, **overrides)(features_of(positions))
+    tables = policy_log_tables(output.policy)
+    assert all(table is None or table.dtype == torch.float32 for table in tables[:4])
+    assert {table is None for table in tables[2:]} == {not overrides}
+    if overrides:
+        assert tables.source_slot.dtype == torch.int64 and (tables.source_slot >= 0).sum(1).tolist() == [4] * 10
     batch = positions.shape[0]
-    # P(s, d, a) = P(s, d) P(a | d) over all 64**3 triples, in float64.
-    joint = (log_move.double().reshape(batch, 64, 64, 1) + log_arrow.double().reshape(batch, 1, 64, 64)).exp()
+    # P(s, d, a) = P(s, d) P(a | [s,] d) over all 64**3 triples, in float64.
+    joint = full_log_probs(tables).exp()
     torch.testing.assert_close(joint.sum(dim=(1, 2, 3)), torch.ones(batch, dtype=torch.float64),
                                rtol=0, atol=1e-5)
-    rows = log_arrow.exp().reshape(batch, 64, 64).sum(-1)
-    torch.testing.assert_close(rows, torch.ones(batch, 64), rtol=0, atol=1e-5)
+    # Each (src, dst) row of arrows sums to 1, and is the softmax of the head's logits.
+    torch.testing.assert_close(joint.sum(-1), tables.log_move.double().exp().reshape(batch, 64, 64),
+                               rtol=0, atol=1e-6)
+    if head == "joint":
+        torch.testing.assert_close(full_log_probs(tables), naive_log_probs(output.policy), rtol=0, atol=2e-5)
 
 
-@pytest.mark.parametrize("head", HEADS)
-def test_gathered_priors_match_a_naive_loop(positions, head):
+@pytest.mark.parametrize(("head", "overrides"), VARIANTS)
+def test_gathered_priors_match_a_naive_loop(positions, head, overrides):
     with torch.no_grad():
-        output = tiny_model(head)(features_of(positions))
-    log_move, log_arrow = policy_log_tables(output.policy)
+        output = tiny_model(head, **overrides)(features_of(positions))
+    tables = policy_log_tables(output.policy)
     moves, offsets = engine.legal_moves(positions)
-    priors = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves),
-                                 torch.from_numpy(segment_ids(offsets))).numpy()
+    priors = gather_legal_priors(tables, torch.from_numpy(moves), torch.from_numpy(segment_ids(offsets))).numpy()
     assert priors.dtype == np.float32 and priors.shape == (moves.shape[0],)
-    p_move, p_arrow = log_move.double().exp().numpy(), log_arrow.double().exp().numpy()
+    p_full = full_log_probs(tables).exp().numpy()
     for row in range(positions.shape[0]):
         own = moves[offsets[row]:offsets[row + 1]]
-        raw = np.array([p_move[row, s * 64 + d] * p_arrow[row, d * 64 + a] for s, d, a in own.tolist()])
+        raw = np.array([p_full[row, s, d, a] for s, d, a in own.tolist()])
         np.testing.assert_allclose(priors[offsets[row]:offsets[row + 1]], raw / raw.sum(), rtol=2e-5)
         assert priors[offsets[row]:offsets[row + 1]].sum() == pytest.approx(1.0, abs=1e-5)
     assert np.all(priors > 0)
+
+
+def test_the_arrow_source_switch():
+    plain = PolicyValueNet(net_config("tiny"))
+    source = PolicyValueNet(net_config("tiny", arrow_source=True))
+    assert count_parameters(source) - count_parameters(plain) == 16 * (32 + 1)  # head_dim x (channels + 1)
+    with pytest.raises(NetConfigError, match="arrow_source needs policy_head 'joint'"):
+        net_config("tiny", policy_head="factorized", arrow_source=True)
+    with pytest.raises(NetConfigError, match="arrow_source must be true or false"):
+        net_config("tiny", arrow_source=1)
+    # A config stored before the field (checkpoints, exported files) is a network without the term,
+    # whose weights are the ones such a network always had.
+    stored = config_to_dict(net_config("tiny"))
+    del stored["arrow_source"]
+    assert config_from_dict(NetConfig, stored) == net_config("tiny")
+    assert set(source.state_dict()) - set(plain.state_dict()) == {"policy_head.arrow_source.weight",
+                                                                 "policy_head.arrow_source.bias"}
+    with torch.no_grad():
+        policy = source.eval()(torch.rand(3, 7, 8, 8).round()).policy
+    assert isinstance(policy, JointSourcePolicy)
+    assert [tuple(t.shape) for t in policy] == [(3, 64, 64), (3, 64, 64), (3, 4, 64), (3, 4)]
+
+
+def arrow_distribution_gaps(priors: np.ndarray, moves: np.ndarray, offsets: np.ndarray) -> list[float]:
+    """For each pair of (src, dst) moves with one destination and two sources, the largest
+    difference between the logs of their arrow distributions, both renormalized over the arrows
+    legal after either."""
+    gaps = []
+    for row in range(offsets.shape[0] - 1):
+        arrows: dict[tuple[int, int], dict[int, float]] = {}
+        for (src, dst, arrow), prior in zip(moves[offsets[row]:offsets[row + 1]].tolist(),
+                                            priors[offsets[row]:offsets[row + 1]].tolist(), strict=True):
+            arrows.setdefault((src, dst), {})[arrow] = prior
+        for (src, dst), first in arrows.items():
+            for (other_src, other_dst), second in arrows.items():
+                common = sorted(first.keys() & second.keys())
+                if other_dst != dst or other_src <= src or len(common) < 2:
+                    continue
+                p = np.array([first[arrow] for arrow in common], np.float64)
+                q = np.array([second[arrow] for arrow in common], np.float64)
+                gaps.append(float(np.abs(np.log(p / p.sum()) - np.log(q / q.sum())).max()))
+    return gaps
+
+
+def test_the_arrow_distribution_depends_on_the_source(positions):
+    """The search's priors of two moves to one destination from two sources: with the source term
+    (a random-init net) their arrow distributions differ; without it they are one distribution."""
+    moves, offsets = engine.legal_moves(positions)
+    plain_priors, _ = NetworkEvaluator(tiny_model("joint"), 7).evaluate(positions, moves, offsets)
+    source_priors, _ = NetworkEvaluator(tiny_model("joint", arrow_source=True), 7).evaluate(positions, moves, offsets)
+    plain = arrow_distribution_gaps(plain_priors, moves, offsets)
+    source = arrow_distribution_gaps(source_priors, moves, offsets)
+    assert len(plain) == len(source) >= 20
+    assert max(plain) < 1e-5  # float32 rounding
+    assert min(source) > 1e-3 and np.median(source) > 5e-3
+
+
+@pytest.mark.parametrize("k", range(NUM_SYMMETRIES))
+def test_the_joint_head_moves_with_the_board(k):
+    """The joint head with the source term is 1x1 projections and bilinear maps over the squares,
+    and its source rows are picked by square: turning its input and the amazons' squares by a
+    symmetry turns the whole move distribution with them, so each move keeps its probability when
+    board and move turn together (k = 2 is the half turn between White's real and canonical
+    frames)."""
+    torch.manual_seed(k)
+    head = JointPolicyHead(32, 16, source=True).eval()
+    x = torch.randn(3, 32, 8, 8)
+    sources = torch.stack([torch.randperm(64)[:4] for _ in range(3)]).sort(dim=1).values
+    turned = torch.from_numpy(transform_square_labels(x.reshape(3, 32, 64).numpy(), k)).reshape(3, 32, 8, 8)
+    turned_sources = torch.from_numpy(SYMMETRIES[k][sources.numpy()]).sort(dim=1).values
+    with torch.no_grad():
+        full = full_log_probs(policy_log_tables(head(x, sources)))
+        turned_full = full_log_probs(policy_log_tables(head(turned, turned_sources)))
+    back = torch.from_numpy(INVERSE_PERMUTATIONS[k])
+    expected = full[:, back][:, :, back][:, :, :, back]  # expected[σs, σd, σa] = full[s, d, a]
+    torch.testing.assert_close(turned_full, expected, rtol=0, atol=2e-5)
+
+
+def test_mover_squares_are_the_side_to_moves_amazons(positions):
+    for planes in (3, 7):
+        features = features_of(positions, planes)
+        expected = [np.flatnonzero(features[row, 0].numpy().reshape(-1)) for row in range(positions.shape[0])]
+        np.testing.assert_array_equal(mover_squares(features).numpy(), np.stack(expected))
+        assert all(len(squares) == 4 for squares in expected)
 
 
 def test_gather_handles_extreme_logits():
@@ -160,12 +261,13 @@ def test_gather_handles_extreme_logits():
     move_logits[0, 0, 1] = 1e4
     policy = JointPolicy(move_logits, torch.zeros(1, 64, 64))
     moves = torch.tensor([[2, 3, 4], [5, 6, 7]])
-    priors = gather_legal_priors(*policy_log_tables(policy), moves, torch.zeros(2, dtype=torch.int64))
+    priors = gather_legal_priors(policy_log_tables(policy), moves, torch.zeros(2, dtype=torch.int64))
     torch.testing.assert_close(priors, torch.tensor([0.5, 0.5]))
 
 
-def test_prepare_for_inference_keeps_the_outputs(positions):
-    model = tiny_model("joint")
+@pytest.mark.parametrize("overrides", [{}, {"arrow_source": True}], ids=["joint", "joint-source"])
+def test_prepare_for_inference_keeps_the_outputs(positions, overrides):
+    model = tiny_model("joint", **overrides)
     prepared = prepare_for_inference(model)
     assert not any(isinstance(m, torch.nn.BatchNorm2d) for m in prepared.modules())
     assert any(isinstance(m, torch.nn.BatchNorm2d) for m in model.modules())  # original untouched
@@ -173,13 +275,14 @@ def test_prepare_for_inference_keeps_the_outputs(positions):
     with torch.no_grad():
         expected = model(features)
         got = prepared(features.contiguous(memory_format=torch.channels_last))
-    for want, have in zip(list(expected.policy) + [expected.value], list(got.policy) + [got.value], strict=True):
+    assert isinstance(got.policy, JointSourcePolicy) == bool(overrides)
+    for want, have in zip([*expected.policy, expected.value], [*got.policy, got.value], strict=True):
         torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("head", HEADS)
-def test_network_evaluator_follows_the_protocol(positions, head):
-    model = tiny_model(head)
+@pytest.mark.parametrize(("head", "overrides"), VARIANTS)
+def test_network_evaluator_follows_the_protocol(positions, head, overrides):
+    model = tiny_model(head, **overrides)
     evaluator = NetworkEvaluator(model, num_planes=7)
     moves, offsets = engine.legal_moves(positions)
     priors, values = evaluator.evaluate(positions, moves, offsets)
@@ -190,7 +293,7 @@ def test_network_evaluator_follows_the_protocol(positions, head):
     with torch.no_grad():
         output = model(features_of(positions))
     np.testing.assert_allclose(values, output.value.numpy(), rtol=1e-5, atol=1e-6)
-    expected = gather_legal_priors(*policy_log_tables(output.policy), torch.from_numpy(moves),
+    expected = gather_legal_priors(policy_log_tables(output.policy), torch.from_numpy(moves),
                                    torch.from_numpy(segment_ids(offsets))).numpy()
     np.testing.assert_allclose(priors, expected, rtol=1e-5, atol=1e-8)
     # A frozen, folded, channels_last copy gives the same answers.

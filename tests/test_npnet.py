@@ -1,9 +1,9 @@
 """The torch-free network (`amazons.npnet`) against the torch model, and its exported file format.
 
-Every preset and both policy heads are exported from torch models whose batch norms have
-non-trivial statistics and whose attention gates are open, then run in numpy: legal-move priors
-and values must match the torch model's within `amazons.export.TOLERANCE` (1e-4) on random
-positions from the start to the middle game.
+Every preset and both policy heads (the joint one with and without the arrow source term) are
+exported from torch models whose batch norms have non-trivial statistics and whose attention gates
+are open, then run in numpy: legal-move priors and values must match the torch model's within
+`amazons.export.TOLERANCE` (1e-4) on random positions from the start to the middle game.
 """
 
 from __future__ import annotations
@@ -31,7 +31,13 @@ from amazons.export import (
 )
 from amazons.mcts import BatchedSearch, SearchConfig
 from amazons.models import default_checkpoint_path, default_model_path
-from amazons.net import GlobalSelfAttention, PolicyValueNet, gather_legal_priors, net_config
+from amazons.net import (
+    GlobalSelfAttention,
+    PolicyTables,
+    PolicyValueNet,
+    gather_legal_priors,
+    net_config,
+)
 
 torch.set_num_threads(1)
 
@@ -74,10 +80,11 @@ def assert_matches_torch(model: PolicyValueNet, path: Path, positions: np.ndarra
     assert np.ptp(expected_values) > 10 * TOLERANCE
 
 
-@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize(("head", "overrides"), [("joint", {}), ("factorized", {}), ("joint", {"arrow_source": True})],
+                         ids=["joint", "factorized", "joint-source"])
 @pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
-def test_numpy_forward_matches_torch(preset, head, positions, tmp_path):
-    model = random_model(preset, head)
+def test_numpy_forward_matches_torch(preset, head, overrides, positions, tmp_path):
+    model = random_model(preset, head, **overrides)
     path, differences = export_model(model, tmp_path / f"{preset}.npz", check_positions=0)
     assert differences == {"priors": 0.0, "values": 0.0}
     assert_matches_torch(model, path, positions)
@@ -92,7 +99,8 @@ def test_numpy_forward_matches_torch_resnet40(head, positions, tmp_path):
 
 
 @pytest.mark.parametrize("overrides", [{"num_planes": 3}, {"attention_blocks": 2, "attention_placement": "spread"},
-                                       {"attention_blocks": 0}])
+                                       {"attention_blocks": 0},
+                                       {"arrow_source": True, "ownership_head": True, "num_planes": 3}])
 def test_numpy_forward_other_shapes(overrides, positions, tmp_path):
     model = random_model("tiny", "joint", seed=3, **overrides)
     path, _ = export_model(model, tmp_path / "model.npz", check_positions=0)
@@ -128,19 +136,37 @@ def test_export_refuses_a_model_it_cannot_reproduce(tmp_path, monkeypatch):
     assert not (tmp_path / "skewed.npz").exists()
 
 
-def test_legal_priors_is_gather_legal_priors(positions):
+@pytest.mark.parametrize("source", [False, True])
+def test_legal_priors_is_gather_legal_priors(positions, source):
     rng = np.random.default_rng(2)
     batch = positions.shape[0] + 1  # one more table row: position 2 below owns no move
-    log_move = torch.log_softmax(torch.from_numpy(rng.normal(size=(batch, 4096)).astype(np.float32) * 3), -1)
-    log_arrow = torch.log_softmax(torch.from_numpy(rng.normal(size=(batch, 64, 64)).astype(np.float32)), -1)
-    log_arrow = log_arrow.reshape(batch, 4096)
+
+    def table(scale: float) -> torch.Tensor:
+        return torch.from_numpy(rng.normal(size=(batch, 4096)).astype(np.float32) * scale)
+
+    log_move = torch.log_softmax(table(3.0), -1)
+    log_arrow = torch.log_softmax(table(1.0).reshape(batch, 64, 64), -1).reshape(batch, 4096)
+    tables = PolicyTables(log_move, log_arrow)
+    if source:  # slots on the amazons' squares in even rows; in odd rows on random squares, which
+        # most moves do not leave (they keep P(arrow | dst))
+        rows = np.concatenate([positions[:2], positions[2:3], positions[2:]])  # the rows' positions
+        amazons = engine.features(rows, 3)[:, 0].reshape(batch, 64)
+        slots = torch.full((batch, 64), -1, dtype=torch.int64)
+        for row in range(batch):
+            squares = np.flatnonzero(amazons[row]) if row % 2 == 0 else rng.choice(64, 4, replace=False)
+            slots[row, torch.from_numpy(squares)] = torch.arange(4)
+        tables = PolicyTables(log_move, log_arrow, table(2.0)[:, :256], table(1.0)[:, :256], slots)
     moves, offsets = engine.legal_moves(positions)
     offsets = np.concatenate([offsets[:3], offsets[2:3], offsets[3:]])  # position 2 owns no move
-    expected = gather_legal_priors(log_move, log_arrow, torch.from_numpy(moves),
+    expected = gather_legal_priors(tables, torch.from_numpy(moves),
                                    torch.from_numpy(np.repeat(np.arange(batch), np.diff(offsets))))
-    priors = npnet.legal_priors(log_move.numpy(), log_arrow.numpy(), moves, offsets)
+    priors = npnet.legal_priors(npnet.PolicyTables(*(None if t is None else t.numpy() for t in tables)),
+                                moves, offsets)
     assert np.abs(priors - expected.numpy()).max() < 1e-6
     assert np.allclose(np.add.reduceat(priors, offsets[:-1][np.diff(offsets) > 0]), 1.0, atol=1e-5)
+    if source:  # the term counted
+        plain = npnet.legal_priors(npnet.PolicyTables(log_move.numpy(), log_arrow.numpy()), moves, offsets)
+        assert np.abs(priors - plain).max() > 1e-2
 
 
 def test_the_evaluator_drives_a_search(tmp_path):
@@ -201,7 +227,7 @@ def exported(tmp_path) -> Path:
 
 def test_the_file_holds_a_versioned_header_and_plain_arrays(exported):
     header = header_of(exported)
-    assert (header["format"], header["version"]) == (npnet.FORMAT, npnet.VERSION)
+    assert (header["format"], header["version"]) == (npnet.FORMAT, 2)  # without the arrow source term
     assert header["net_config"]["policy_head"] == "factorized" and header["source"] == {"note": "test"}
     assert header["trunk"] == ["residual", "residual", "attention"]
     with zipfile.ZipFile(exported) as archive:
@@ -237,6 +263,30 @@ def test_load_refuses_changed_missing_or_foreign_content(exported, tmp_path):
         npnet.load_model(pickled)  # an object array would need pickle: refused
     with pytest.raises(FileNotFoundError):
         npnet.load_model(tmp_path / "none.npz")
+
+
+def test_the_arrow_source_term_is_version_3_and_checked(tmp_path):
+    path, _ = export_model(random_model("tiny", "joint", arrow_source=True), tmp_path / "source.npz",
+                           check_positions=0)
+    header = header_of(path)
+    assert header["version"] == npnet.VERSION == 3 and header["net_config"]["arrow_source"] is True
+    net = npnet.load_model(path)
+    assert net.has_arrow_source and net.num_parameters() == sum(
+        int(np.prod(shape)) for shape in npnet.expected_shapes(header["net_config"], header["trunk"]).values())
+    assert [name for name, _ in net.layout_arrays() if "arrow_source" in name] == [
+        "policy_head.arrow_source.weight", "policy_head.arrow_source.bias"]
+    with pytest.raises(npnet.ModelFileError, match="missing \\['policy_head.arrow_source.bias'\\]"):
+        npnet.load_model(rewrite(path, tmp_path / "a.npz", drop="policy_head.arrow_source.bias"))
+    without = {**header, "net_config": {**header["net_config"], "arrow_source": False}}
+    with pytest.raises(npnet.ModelFileError, match="unknown \\['policy_head.arrow_source.bias'"):
+        npnet.load_model(rewrite(path, tmp_path / "b.npz", header=without))
+    for value, message in ((1, "'arrow_source' must be true or false"), (None, "must be true or false")):
+        changed = {**header, "net_config": {**header["net_config"], "arrow_source": value}}
+        with pytest.raises(npnet.ModelFileError, match=message):
+            npnet.load_model(rewrite(path, tmp_path / "c.npz", header=changed))
+    factorized = {**header["net_config"], "policy_head": "factorized"}
+    with pytest.raises(npnet.ModelFileError, match="arrow_source needs policy_head 'joint'"):
+        npnet.expected_shapes(factorized, header["trunk"])
 
 
 def test_write_refuses_arrays_that_do_not_fit(tmp_path):

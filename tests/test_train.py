@@ -18,7 +18,7 @@ import torch
 
 from amazons import train as train_module
 from amazons.arena import ArenaResult
-from amazons.checkpoint import CheckpointError, resume_learner, save_checkpoint
+from amazons.checkpoint import CheckpointError, load_model_for_play, resume_learner, save_checkpoint
 from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.evaluation import EvalConfig, fit_elo
 from amazons.inference import segment_prefix
@@ -148,6 +148,8 @@ def test_resume_refuses_a_new_network_shape_naming_the_field(tmp_path):
         resume_learner(path, dataclasses.replace(net, blocks=net.blocks + 1), OptimConfig())
     with pytest.raises(CheckpointError, match="net.policy_head"):
         resume_learner(path, dataclasses.replace(net, policy_head="factorized"), OptimConfig())
+    with pytest.raises(CheckpointError, match="net.arrow_source"):
+        resume_learner(path, dataclasses.replace(net, arrow_source=True), OptimConfig())
 
 
 def test_resume_command_refuses_a_network_change_before_touching_the_run(tmp_path, capsys):
@@ -252,6 +254,22 @@ def test_two_iterations_end_to_end_then_resume(tmp_path, mode):
     assert len(list((run_dir / "replay").glob("chunk-*.npz"))) > len(chunks)
     assert json.loads(lines[-1])["train/learner_step"] == 9
     assert shm_segments() == before
+
+
+@pytest.mark.slow
+def test_one_iteration_with_the_arrow_source_term(tmp_path):
+    """`net.arrow_source=true` through the main command (the async pipeline, as an ablation arm
+    runs it): self-play on its priors with weights published to the actors, training on its loss,
+    evaluation, checkpoints with the term's weights."""
+    run_dir = tmp_path / "run"
+    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "1", "--no-progress", *SMOKE,
+                 "net.arrow_source=true"]) == 0
+    assert json.loads((run_dir / "config.json").read_text())["net"]["arrow_source"] is True
+    first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    assert first["selfplay/games"] == 4 and first["train/steps"] == 3
+    assert all(np.isfinite(first[f"train/{name}"]) for name in ("policy_move", "policy_arrow", "policy_entropy"))
+    model = load_model_for_play(run_dir / "models" / "model-0001.pt")
+    assert model.config.arrow_source and "policy_head.arrow_source.weight" in model.state_dict()
 
 
 def _default_sigint() -> None:
