@@ -5,7 +5,8 @@ checked against the Python originals: its perft counts, legal-move lists and adj
 separated positions against the engine,
 its network's value and priors against `npnet` on 200 positions from seeded random games (for
 the shipped model and for random models of both policy heads, both feature sets, attention in
-and after the trunk, and a channel count that takes the portable kernels), and whole games
+and after the trunk, a channel count that takes the portable kernels and one that splits the
+Winograd kernels' output channels into blocks of 16 and 8), and whole games
 through its protocols against random moves, every reply checked on a `Board`. The bot is built
 with g++ as Botzone builds it (`-D_BOTZONE_ONLINE`, C++11) with `-Werror`, once per session;
 without g++ these tests are skipped.
@@ -46,6 +47,7 @@ MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
 KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
 NO_MOVE = "-1 -1 -1 -1 -1 -1"
 FAST = ["--simulations", "12"]  # whole-game tests: a few simulations a turn
+FIRST_REQUEST_JSON = {"requests": [dict.fromkeys(KEYS, -1)], "responses": []}  # Black's first turn
 
 
 def build(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> Path:
@@ -157,6 +159,7 @@ def test_compiles_without_warnings_under_a_current_standard(tmp_path):
 @pytest.mark.parametrize(("head", "overrides"), [
     ("joint", {"attention_placement": "spread"}),  # residual, attention, residual
     ("factorized", {"num_planes": 3, "channels": 20, "head_dim": 12}),  # 20: not a multiple of 8
+    ("joint", {"num_planes": 3, "channels": 24, "head_dim": 8}),  # 24 = 16 + 8; 3 planes padded to 8
 ])
 def test_random_models_match_npnet(head, overrides, positions, tmp_path):
     config, trunk, arrays = model_arrays(random_model("tiny", head, seed=3, **overrides))
@@ -293,6 +296,36 @@ def test_whole_games_restart_per_turn(default_bot, use_json):
 def test_a_kept_process_restarted_mid_game_plays_on(default_bot):
     board = play_game(default_bot, BLACK, use_json=False, keep_running=True, seed=4, restart_at=6)
     assert board.is_game_over() and board.ply > 12
+
+
+def test_the_network_cache_changes_no_reply(default_bot):
+    # A few hundred simulations a turn reach some positions twice (transpositions); taking the
+    # network's outputs from the node that has one must leave every reply, root visit count and
+    # value as the network makes them, through tree reuse and compaction.
+    rng = np.random.default_rng(6)
+    board = Board()
+    bots = [KeptBot(default_bot, "--simulations", "400"), KeptBot(default_bot, "--simulations", "400", "--no-cache")]
+    request = json.dumps(FIRST_REQUEST_JSON) + "\n"
+    cached = 0
+    while True:
+        cached_reply, uncached_reply = (json.loads(bot.ask(request)) for bot in bots)
+        assert cached_reply["response"] == uncached_reply["response"]
+        # "N simulations (M this turn), value V, S s cpu, H cached[, ...]": all but the CPU time
+        with_cache, without = (reply["debug"].split(", ") for reply in (cached_reply, uncached_reply))
+        assert with_cache[:2] == without[:2] and with_cache[4:] == without[4:], (with_cache, without)
+        assert without[3] == "0 cached"
+        cached += int(with_cache[3].split()[0])
+        board.push(parse_reply(json.dumps(cached_reply), use_json=True))
+        if board.is_game_over():
+            break
+        legal = board.legal_moves()
+        move = legal[int(rng.integers(len(legal)))]
+        board.push(move)
+        if board.is_game_over():
+            break
+        request = json.dumps(move_object(move)) + "\n"
+    assert [bot.close() for bot in bots] == [0, 0]
+    assert board.ply >= 20 and cached > 0
 
 
 def test_the_bot_answers_the_no_move_line_when_it_has_lost(default_bot):
