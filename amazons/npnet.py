@@ -138,10 +138,10 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
             shapes[f"policy_head.{name}.bias"] = (2 * head_dim,)
         shapes["policy_head.update_gate.weight"] = (channels, channels + head_dim, 1, 1)
         shapes["policy_head.update_gate.bias"] = (channels,)
-        if _has_arrow_source(net_config):
+        if _config_flag(net_config, "arrow_source"):
             shapes["policy_head.arrow_source.weight"] = (head_dim, channels)
             shapes["policy_head.arrow_source.bias"] = (head_dim,)
-    elif _has_arrow_source(net_config):
+    elif _config_flag(net_config, "arrow_source"):
         raise ModelFileError(f"net_config arrow_source needs policy_head 'joint', got {head!r}")
     else:
         shapes["policy_head.hidden.conv.weight"] = (head_dim, channels, 1, 1)
@@ -154,7 +154,7 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
     shapes["value_head.hidden.bias"] = (value_hidden,)
     shapes["value_head.out.weight"] = (1, value_hidden)
     shapes["value_head.out.bias"] = (1,)
-    if _has_ownership(net_config):
+    if _config_flag(net_config, "ownership_head"):
         hidden = net_config.get("ownership_channels")
         if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
             raise ModelFileError(f"net_config field 'ownership_channels' must be a positive int, got {hidden!r}")
@@ -165,29 +165,17 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
     return shapes
 
 
-def _has_ownership(net_config: dict[str, Any]) -> bool:
-    """Whether a config has the ownership head (absent from configs older than the field).
+def _config_flag(net_config: dict[str, Any], name: str) -> bool:
+    """A boolean field of a stored net config, false where the config predates the field
+    (`ownership_head`, `arrow_source`).
 
     Raises:
         ModelFileError: the field is there but not a bool.
     """
-    head = net_config.get("ownership_head", False)
-    if not isinstance(head, bool):
-        raise ModelFileError(f"net_config field 'ownership_head' must be true or false, got {head!r}")
-    return head
-
-
-def _has_arrow_source(net_config: dict[str, Any]) -> bool:
-    """Whether a config has the joint head's arrow source term (absent from configs older than
-    the field).
-
-    Raises:
-        ModelFileError: the field is there but not a bool.
-    """
-    source = net_config.get("arrow_source", False)
-    if not isinstance(source, bool):
-        raise ModelFileError(f"net_config field 'arrow_source' must be true or false, got {source!r}")
-    return source
+    flag = net_config.get(name, False)
+    if not isinstance(flag, bool):
+        raise ModelFileError(f"net_config field {name!r} must be true or false, got {flag!r}")
+    return flag
 
 
 def array_digest(arrays: dict[str, np.ndarray]) -> str:
@@ -236,7 +224,7 @@ def write_model(
     path = Path(path)
     arrays = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in arrays.items()}
     _check_arrays(str(path), arrays, expected_shapes(net_config, list(trunk)))
-    version = VERSION if _has_arrow_source(net_config) else 2  # the oldest version that holds the file
+    version = VERSION if _config_flag(net_config, "arrow_source") else 2  # the oldest version that holds the file
     header = {"format": FORMAT, "version": version, "net_config": dict(net_config),
               "trunk": list(trunk), "sha256": array_digest(arrays), "source": dict(source or {})}
     try:
@@ -381,8 +369,8 @@ class NumpyNet:
         self.source = dict(source or {})
         self.num_planes = int(net_config["num_planes"])
         self.policy_head = net_config["policy_head"]
-        self.has_ownership = _has_ownership(net_config)
-        self.has_arrow_source = _has_arrow_source(net_config)
+        self.has_ownership = _config_flag(net_config, "ownership_head")
+        self.has_arrow_source = _config_flag(net_config, "arrow_source")
         self._channels = int(net_config["channels"])
         self._key_dim = int(net_config["attention_dim"])
         self._head_dim = int(net_config["head_dim"])
