@@ -339,6 +339,25 @@ def resume_learner(
     return learner
 
 
+def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[str, Any]:
+    """Copy the weights of a learner or model checkpoint into `model` (a warm start: the caller's
+    optimizer, schedule and step stay fresh). Returns the checkpoint's `extra` dict.
+
+    Raises:
+        CheckpointError: see `load_checkpoint`; also a stored network that differs from `model`'s
+            config (every differing field is named, as `net.FIELD`).
+    """
+    path = Path(path)
+    payload = load_checkpoint(path)
+    differences = _config_differences(config_to_dict(_net_config(path, payload)), config_to_dict(model.config))
+    if differences:
+        raise CheckpointError(
+            f"{path}: its network is not the run's, so its weights cannot start it: "
+            + "; ".join(f"net.{difference}".replace(", learner ", ", run ") for difference in differences))
+    _load_weights(path, model, payload["model"])
+    return payload["extra"]
+
+
 def learner_from_checkpoint(path: str | os.PathLike, device: str | torch.device = "cpu") -> Learner:
     """A learner built from the checkpoint's own configs and restored to its state (the usual
     way to resume a run)."""

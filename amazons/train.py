@@ -1,4 +1,4 @@
-"""The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]`.
+"""The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume | --init MODEL] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]`.
 
 An iteration is `games_per_iteration` self-play games and the training steps they are owed,
 `ceil(new_positions * sample_reuse / train_batch_size)` (bounded), on uniformly sampled,
@@ -23,6 +23,9 @@ Everything a run needs is in its run directory: `config.json` (the resolved conf
 `metrics.jsonl`, `elo.json` and TensorBoard logs under `tensorboard/`. Ctrl-C stops every
 process and unlinks the shared memory; `--resume` continues from the last finished iteration
 with all persisted games.
+
+`--init MODEL` starts a new run from a trained model's weights (a warm start: fresh optimizer,
+schedule and replay, iteration 0 is that model); the path is kept as `init_model` in `config.json`.
 
 Config overrides use dotted paths into `TrainConfig`, e.g. `selfplay.search.simulations=64` or
 `net.blocks=4`.
@@ -50,7 +53,7 @@ import numpy as np
 import torch
 
 from amazons._atomic import atomic_write
-from amazons.checkpoint import resume_learner, save_checkpoint, save_model
+from amazons.checkpoint import init_weights_from, resume_learner, save_checkpoint, save_model
 from amazons.config import config_from_dict, config_to_dict
 from amazons.evaluation import Evaluation, fit_elo
 from amazons.inference import InferenceServer
@@ -158,6 +161,8 @@ class Run:
         else:
             torch.manual_seed(config.seed)
             model = PolicyValueNet(config.net)
+            if config.init_model:
+                init_weights_from(config.init_model, model)
             self.learner = Learner(model, config.optim, self.device, seed=config.seed)
         games_file = run_dir / "games" / "selfplay.txt"
         self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions, seed=config.seed + self.iteration,
@@ -187,7 +192,8 @@ class Run:
                                            config.inference)
         print(f"run {self.run_dir}: preset {config.preset}, net {count_parameters(self.learner.model):,} parameters, "
               f"device {self.device}, {config.pipeline.mode} pipeline, iteration {self.iteration}/{config.iterations}, "
-              f"replay {len(self.replay):,} positions", flush=True)
+              f"replay {len(self.replay):,} positions"
+              + (f", started from {config.init_model}" if config.init_model else ""), flush=True)
         with InferenceServer(factory, config.selfplay.num_actors, config.inference) as server:
             if config.pipeline.mode == "sync":
                 server.publish_weights(str(self.model_path(self.iteration)), self.iteration)
@@ -537,6 +543,10 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     A resumed run takes every override (optimizer, schedule, self-play, search, evaluation,
     replay) except a change of the network, which it refuses naming the field.
     """
+    init = getattr(args, "init", None)
+    if init is not None and args.resume:
+        raise SystemExit("--init starts a new run from a model's weights; --resume continues from the run's "
+                         "own checkpoint: pass one of them")
     config_path = args.run_dir / "config.json"
     if args.resume:
         if not (args.run_dir / "checkpoints" / "latest.pt").exists() or not config_path.exists():
@@ -557,6 +567,14 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
                          "start a new run in another --run-dir")
     if args.iterations is not None:
         config = dataclasses.replace(config, iterations=args.iterations)
+    if init is not None:
+        if init == "default":
+            from amazons.models import default_checkpoint_path
+
+            init = str(default_checkpoint_path())
+        config = dataclasses.replace(config, init_model=str(Path(init).resolve()))
+    if not args.resume and config.init_model and not Path(config.init_model).is_file():
+        raise SystemExit(f"init_model: no such model file {config.init_model}")
     return config
 
 
@@ -587,6 +605,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<preset>")
     parser.add_argument("--iterations", type=int, default=None, help="iterations to reach (overrides the config)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
+    parser.add_argument("--init", default=None, metavar="MODEL",
+                        help="start a new run from a model's weights (a .pt model or learner checkpoint, or "
+                             "'default': the shipped model) with a fresh optimizer; sets init_model")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
     parser.add_argument("--backend", choices=backend_names(), default="local",
                         help="local: this machine's processes; ray: self-play on every node of a Ray "

@@ -78,6 +78,7 @@ class TrainConfig:
     preset: str = "cpu"  # the preset this config started from
     iterations: int = 30  # iterations to run (a resumed run continues up to this number)
     seed: int = 0  # seeds self-play, sampling and the initial weights
+    init_model: str = ""  # a warm start: a model or learner checkpoint whose weights the run starts from ("" = random)
     device: str = "auto"  # learner and inference device: "auto", "cpu", "cuda"
     inference_dtype: str = "auto"  # inference server dtype: "auto" (bf16 on GPU, fp32 on CPU), "fp32", ...
     torch_threads: int = 1  # intra-op threads of the learner process

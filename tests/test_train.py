@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 import json
 import os
@@ -18,7 +19,14 @@ import torch
 
 from amazons import train as train_module
 from amazons.arena import ArenaResult
-from amazons.checkpoint import CheckpointError, load_model_for_play, resume_learner, save_checkpoint
+from amazons.checkpoint import (
+    CheckpointError,
+    init_weights_from,
+    load_model_for_play,
+    resume_learner,
+    save_checkpoint,
+    save_model,
+)
 from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.evaluation import EvalConfig, fit_elo
 from amazons.inference import segment_prefix
@@ -36,7 +44,7 @@ from amazons.pipeline import EvaluationError, steps_for_positions
 from amazons.records import GameRecord
 from amazons.replay import GameSamples
 from amazons.selfplay import play_games
-from amazons.train import Run, backend_names, load_backend, main
+from amazons.train import Run, backend_names, load_backend, main, resolve_config
 from amazons.train_config import TrainConfig, apply_overrides, preset_config
 
 # Small enough for CI: a couple of games per iteration, few simulations, tiny evaluation.
@@ -161,6 +169,39 @@ def test_resume_command_refuses_a_network_change_before_touching_the_run(tmp_pat
     with pytest.raises(SystemExit, match="net.blocks: 2 -> 3"):
         main(["--run-dir", str(run_dir), "--resume", "net.blocks=3", "optim.lr=0.01"])
     assert (run_dir / "config.json").read_text() == text
+
+
+def test_init_starts_a_new_run_from_a_models_weights_with_a_fresh_optimizer(tmp_path):
+    net = net_config("tiny")
+    learner, checkpoint = _saved_learner(tmp_path, net, OptimConfig())
+    model_file = save_model(tmp_path / "model.pt", learner.model)
+    for source in (checkpoint, model_file):  # a learner checkpoint or a model file
+        args = argparse.Namespace(run_dir=tmp_path / f"run-{source.stem}", resume=False, preset="cpu",
+                                  overrides=[], iterations=1, init=str(source))
+        config = resolve_config(args)
+        assert config.init_model == str(source.resolve())
+        run = Run(config, args.run_dir, resume=False)
+        try:
+            assert run.learner.step == 0 and not run.learner.optimizer.state_dict()["state"]
+            for have, want in zip(run.learner.model.state_dict().values(), learner.model.state_dict().values(),
+                                  strict=True):
+                assert torch.equal(have.cpu(), want)
+        finally:
+            run.close()
+
+
+def test_init_refuses_another_network_a_missing_file_and_resume(tmp_path, capsys):
+    net = net_config("tiny")
+    learner, _ = _saved_learner(tmp_path, net, OptimConfig())
+    model_file = save_model(tmp_path / "model.pt", learner.model)
+    with pytest.raises(CheckpointError, match=r"net.blocks: checkpoint 2, run 3"):
+        init_weights_from(model_file, PolicyValueNet(dataclasses.replace(net, blocks=3)))
+    with pytest.raises(SystemExit, match="no such model file"):
+        main(["--run-dir", str(tmp_path / "a"), "--init", str(tmp_path / "missing.pt")])
+    with pytest.raises(SystemExit, match="--init starts a new run"):
+        resolve_config(argparse.Namespace(run_dir=tmp_path / "b", resume=True, preset=None, overrides=[],
+                                          iterations=None, init=str(model_file)))
+    assert not (tmp_path / "a").exists()
 
 
 def test_backends_are_found_by_name_and_refuse_what_they_do_not_run(tmp_path, capsys):
