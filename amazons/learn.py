@@ -374,7 +374,9 @@ def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     The staging memory comes from torch's caching host allocator, which does not hand it out
     again before the copy that reads it has finished.
     """
-    return torch.from_numpy(np.ascontiguousarray(array)).pin_memory().to(device, non_blocking=True)
+    # np.ascontiguousarray makes a 0-d array 1-d; the reshape keeps a scalar a scalar.
+    staged = torch.from_numpy(np.ascontiguousarray(array).reshape(np.shape(array)))
+    return staged.pin_memory().to(device, non_blocking=True)
 
 
 def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
@@ -721,7 +723,8 @@ class Learner:
         metrics: dict[str, torch.Tensor | float] = {name: value.detach().float() for name, value in terms.items()}
         metrics.update(grad_norm=grad_norm.detach().float(), lr=lr, skipped=(~finite).float())
         if self.scaler.is_enabled():
-            metrics["loss_scale"] = self.scaler._get_scale_async().detach().float()  # get_scale() would wait
+            # get_scale() would wait; the async scale is a [1] tensor
+            metrics["loss_scale"] = self.scaler._get_scale_async().detach().float().reshape(())
         return metrics
 
     @torch.no_grad()

@@ -437,6 +437,28 @@ def test_lazy_step_metrics_and_their_sums_equal_the_float_ones(batch):
     assert MetricSums().means() == {}
 
 
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
+def test_step_metrics_are_scalars_on_every_device(batch, device, precision):
+    """`MetricSums` stacks the metrics of many steps: each must be a 0-d tensor wherever it was
+    computed (a batch's label totals staged through pinned memory on a GPU, fp16's loss scale)."""
+    labels = label_tensors(batch, device)
+    assert labels.policy_samples.shape == () and labels.ownership_samples.shape == ()
+    assert labels.z.shape == (batch.size,) and labels.moves.shape == (batch.label_moves.shape[0], 3)
+    torch.manual_seed(0)
+    learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(precision=precision), device=device, seed=0)
+    sums = MetricSums()
+    for _ in range(2):
+        metrics = learner.train_step_tensors(batch)
+        assert all(value.shape == () for value in metrics.values() if isinstance(value, torch.Tensor)), {
+            name: tuple(value.shape) for name, value in metrics.items() if isinstance(value, torch.Tensor)}
+        sums.add(metrics)
+    assert all(math.isfinite(value) for value in sums.means().values())
+
+
 class DeviceSkipLearner(Learner):
     """The GPU's way of skipping a non-finite step (fused AdamW with `found_inf`), on the CPU."""
 
