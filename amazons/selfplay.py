@@ -32,7 +32,7 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
+from multiprocessing.connection import Connection, wait
 
 import numpy as np
 
@@ -768,13 +768,26 @@ class SelfPlayWorkers:
         self._winding_down = False
 
     def close(self, timeout: float = 30.0) -> None:
-        """Ask every actor to finish, then wait for them (terminating any that hang)."""
+        """Ask every actor to finish, then wait for them, `timeout` seconds for all together
+        (terminating any that hang).
+
+        Results nobody collected are read and dropped meanwhile: an actor cannot exit while its
+        queue's feeder thread still holds games the pipe has no room for, so without the reads an
+        actor that finished games nobody took (endless tasks stopped by Ctrl-C or SIGTERM) would
+        wait out the timeout.
+        """
         for tasks, process in zip(self._tasks, self._actors, strict=True):
             if process.is_alive():
                 with contextlib.suppress(OSError):
                     tasks.send(None)
-        for process in self._actors:
-            process.join(timeout)
+        deadline = time.monotonic() + timeout
+        while any(process.is_alive() for process in self._actors) and time.monotonic() < deadline:
+            try:
+                self._results.get(timeout=0.05)
+            except queue.Empty:
+                pass
+            except (OSError, EOFError, ValueError):  # the queue is broken: wait without reading
+                wait([process.sentinel for process in self._actors], max(0.0, deadline - time.monotonic()))
         self.terminate()
         for tasks in self._tasks:
             tasks.close()

@@ -324,6 +324,30 @@ def test_selfplay_workers_apply_the_playout_cap(tmp_path):
     assert report.positions == samples.num_positions and 0 < report.positions < report.plies
 
 
+def test_close_does_not_wait_on_actors_holding_games_nobody_collected():
+    """Ctrl-C or SIGTERM in the main job closes endless actors whose finished games were never
+    collected; their result queue's pipe is full, so an actor can only exit once they are read.
+    Before `close` read them, each actor waited out the join timeout: 12 actors on a GPU took
+    over 6 minutes."""
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=4, search=FAST_SEARCH.replace(simulations=2),
+                            start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+        workers = SelfPlayWorkers(server, config)
+        try:
+            workers.start(stream=0)
+            workers.collect(60.0)  # the actors are playing
+            time.sleep(3.0)  # tens of games queue up unread, more than the pipe holds
+            assert all(process.is_alive() for process in workers._actors)
+            started = time.monotonic()
+            workers.close(timeout=20.0)
+            seconds = time.monotonic() - started
+        finally:
+            workers.terminate()
+        assert not any(process.is_alive() for process in workers._actors)
+        assert all(process.exitcode == 0 for process in workers._actors), [p.exitcode for p in workers._actors]
+        assert seconds < 10.0, f"close took {seconds:.1f} s"
+
+
 def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
     """`ReplayBuffer.sample` as it was before the window lived in flat arrays: one Python step
     per sample over the window's chunks. The obviously-correct reference for the gather."""
