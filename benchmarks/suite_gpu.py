@@ -50,8 +50,7 @@ code on a CPU with a tiny net (`device="cpu"`):
   `gpu.preset.iteration_s_at_preset_sims` estimates one iteration of the preset itself:
   `games_per_iteration` x `gpu.selfplay.mean_game_plies` x its simulations / `gpu.selfplay.sims_per_s`.
 
-About 4.5 minutes on an H200 (259 and 260 s measured): inference about 30 s, self-play about 1 minute, publishing weights
-and the learner about 30 s, the main job 3 minutes and its start.
+About 4.5 minutes on an H200 (259 and 260 s measured), 3 of them the main job's window.
 """
 
 from __future__ import annotations
