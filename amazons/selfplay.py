@@ -774,21 +774,24 @@ class SelfPlayWorkers:
         Results nobody collected are read and dropped meanwhile: an actor cannot exit while its
         queue's feeder thread still holds games the pipe has no room for, so without the reads an
         actor that finished games nobody took (endless tasks stopped by Ctrl-C or SIGTERM) would
-        wait out the timeout.
+        wait out the timeout, and one left alive would hold the owner's exit (multiprocessing
+        joins its children then) for ever.
         """
         for tasks, process in zip(self._tasks, self._actors, strict=True):
             if process.is_alive():
                 with contextlib.suppress(OSError):
                     tasks.send(None)
         deadline = time.monotonic() + timeout
-        while any(process.is_alive() for process in self._actors) and time.monotonic() < deadline:
-            try:
-                self._results.get(timeout=0.05)
-            except queue.Empty:
-                pass
-            except (OSError, EOFError, ValueError):  # the queue is broken: wait without reading
-                wait([process.sentinel for process in self._actors], max(0.0, deadline - time.monotonic()))
-        self.terminate()
+        try:
+            while any(process.is_alive() for process in self._actors) and time.monotonic() < deadline:
+                try:
+                    self._results.get(timeout=0.05)
+                except queue.Empty:
+                    pass
+                except (OSError, EOFError, ValueError):  # the queue is broken: wait without reading
+                    wait([process.sentinel for process in self._actors], max(0.0, deadline - time.monotonic()))
+        finally:  # a second Ctrl-C here still ends the actors: none is left for the exit to wait on
+            self.terminate()
         for tasks in self._tasks:
             tasks.close()
 

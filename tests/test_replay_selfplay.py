@@ -348,6 +348,27 @@ def test_close_does_not_wait_on_actors_holding_games_nobody_collected():
         assert seconds < 10.0, f"close took {seconds:.1f} s"
 
 
+def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
+    """A second Ctrl-C while `close` waits must not leave actors alive: multiprocessing joins a
+    process's children when it exits, and an actor stuck flushing its results would hold the
+    main job's exit for ever (seen when a stopped run was interrupted again)."""
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=4, search=FAST_SEARCH.replace(simulations=2),
+                            start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+        workers = SelfPlayWorkers(server, config)
+        workers.start(stream=0)
+        workers.collect(60.0)
+        time.sleep(2.0)  # games queue up unread
+
+        def interrupted(*args, **kwargs):
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(workers._results, "get", interrupted)
+        with pytest.raises(KeyboardInterrupt):
+            workers.close(timeout=20.0)
+        assert not any(process.is_alive() for process in workers._actors)
+
+
 def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
     """`ReplayBuffer.sample` as it was before the window lived in flat arrays: one Python step
     per sample over the window's chunks. The obviously-correct reference for the gather."""
