@@ -267,6 +267,15 @@ def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list
             for name in names if stored.get(name, "<missing>") != current.get(name, "<missing>")]
 
 
+def _refuse_another_net(path: Path, payload: dict[str, Any], net: NetConfig, refusal: str, wanted: str) -> None:
+    """Raise `CheckpointError` ("{path}: {refusal}: net.FIELD: checkpoint A, {wanted} B; ...") when
+    the checkpoint's network differs from `net`."""
+    differences = _config_differences(config_to_dict(_net_config(path, payload)), config_to_dict(net))
+    if differences:
+        raise CheckpointError(f"{path}: {refusal}: " + "; ".join(
+            f"net.{difference}".replace(", learner ", f", {wanted} ") for difference in differences))
+
+
 def _restore(path: Path, payload: dict[str, Any], learner: Learner, same_optim: bool = True) -> dict[str, Any]:
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
@@ -328,11 +337,7 @@ def resume_learner(
     payload = load_checkpoint(path)
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    differences = _config_differences(config_to_dict(_net_config(path, payload)), config_to_dict(net))
-    if differences:
-        raise CheckpointError(
-            f"{path}: a resumed run cannot change its network's shape or head: "
-            + "; ".join(f"net.{difference}".replace(", learner ", ", requested ") for difference in differences))
+    _refuse_another_net(path, payload, net, "a resumed run cannot change its network's shape or head", "requested")
     learner = Learner(PolicyValueNet(net), optim, device=device)
     _restore(path, payload, learner, same_optim=False)
     learner.apply_optim_config()
@@ -349,11 +354,8 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[st
     """
     path = Path(path)
     payload = load_checkpoint(path)
-    differences = _config_differences(config_to_dict(_net_config(path, payload)), config_to_dict(model.config))
-    if differences:
-        raise CheckpointError(
-            f"{path}: its network is not the run's, so its weights cannot start it: "
-            + "; ".join(f"net.{difference}".replace(", learner ", ", run ") for difference in differences))
+    _refuse_another_net(path, payload, model.config, "its network is not the run's, so its weights cannot start it",
+                        "run")
     _load_weights(path, model, payload["model"])
     return payload["extra"]
 
