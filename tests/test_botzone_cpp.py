@@ -39,6 +39,7 @@ from amazons.botzone_cpp import (
     write_bot,
 )
 from amazons.export import TOLERANCE, export_model, main, model_arrays, random_positions
+from amazons.mcts_numba import _t_quantile
 from amazons.models import default_model_path
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed (the C++ bot needs it)")
@@ -326,6 +327,71 @@ def test_the_network_cache_changes_no_reply(default_bot):
         request = json.dumps(move_object(move)) + "\n"
     assert [bot.close() for bot in bots] == [0, 0]
     assert board.ply >= 20 and cached > 0
+
+
+def root_search(binary: Path, history: list[Move], *args: str) -> tuple[Move, list[tuple]]:
+    """A fresh process's reply to the game `history` at 400 simulations, and its root's moves as
+    `--root-stats` prints them: (move, visits, value sum, sum of squares, proof) each."""
+    black = len(history) % 2 == 0
+    requests = [None, *history[1::2]] if black else history[0::2]
+    responses = history[0::2] if black else history[1::2]
+    result = subprocess.run([str(binary), "--restart-per-turn", "--simulations", "400", "--root-stats", *args],
+                            input=first_input(requests, responses, use_json=False), capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    stats = []
+    for line in result.stderr.splitlines():
+        tokens = line.split()
+        assert tokens[0] == "root", line
+        stats.append((Move.from_botzone(" ".join(tokens[1:7])), int(tokens[7]), float(tokens[8]),
+                      float(tokens[9]), int(tokens[10])))
+    return parse_reply(result.stdout.splitlines()[0], use_json=False), stats
+
+
+def most_visited(stats: list[tuple]) -> Move:
+    """The most visited move not proven lost (the first of equals)."""
+    return max((s for s in stats if s[4] != -1), key=lambda s: s[1])[0]
+
+
+def lcb_choice(stats: list[tuple], stdevs: float, fraction: float = 0.15) -> Move:
+    """KataGo's rule as docs/search.md states it: among the moves not proven lost with at least
+    max(2, fraction x the most visits), the highest mean - t(stdevs, N) * sqrt(variance / N)."""
+    most = max((s for s in stats if s[4] != -1), key=lambda s: s[1])
+    threshold = max(2.0, fraction * most[1])
+    chosen, chosen_bound = most, -np.inf
+    for s in stats:
+        move, visits, total, squares, proof = s
+        if proof == -1 or visits < threshold:
+            continue
+        mean = total / visits
+        variance = max(squares / visits - mean * mean, 0.0)
+        bound = mean - _t_quantile(stdevs, float(visits)) * np.sqrt(variance / visits)
+        if bound > chosen_bound or (bound == chosen_bound and visits > chosen[1]):
+            chosen, chosen_bound = s, bound
+    return chosen[0]
+
+
+def test_the_bot_plays_the_best_lower_confidence_bound(default_bot):
+    # The Python bot's rule (SearchConfig.lcb, on by default): checked on the root statistics the
+    # bot prints, at its default width, at a narrow one that often overrides the visits, and off.
+    rng = np.random.default_rng(11)
+    board, histories = Board(), []
+    while board.ply < 36 and not board.is_game_over():
+        if board.ply % 4 == 2:
+            histories.append(list(board.move_stack))
+        legal = board.legal_moves()
+        board.push(legal[int(rng.integers(len(legal)))])
+    overridden = 0
+    for history in histories:
+        for args, stdevs in (((), 5.0), (("--lcb-stdevs", "0.5"), 0.5), (("--no-lcb",), None)):
+            reply, stats = root_search(default_bot, history, *args)
+            if any(s[4] == 1 for s in stats):
+                continue  # a proven win is played as the proof says (tested with the solver)
+            assert sum(s[1] for s in stats) == 400
+            expected = most_visited(stats) if stdevs is None else lcb_choice(stats, stdevs)
+            assert reply == expected, (len(history), args)
+            overridden += stdevs is not None and expected != most_visited(stats)
+    assert len(histories) >= 8 and overridden > 0
 
 
 def test_the_bot_answers_the_no_move_line_when_it_has_lost(default_bot):
