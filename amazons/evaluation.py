@@ -48,7 +48,10 @@ class EvalConfig:
     simulations: int = 64  # MCTS simulations per move of every MCTS player (overrides the searches' own `simulations`)
     opponents: tuple[str, ...] = ("previous", "random", "greedy")  # "previous" = last iteration's model; else player specs
     processes: int = 2  # arena worker processes (each holds a slot on both model servers)
-    search: SearchConfig = field(default_factory=lambda: NET_SEARCH)  # the network players' search (new and previous model)
+    # The network players' search (new and previous model): play's, but the most visited move: at
+    # the ladder's 64 simulations LCB measured no gain (17 of 40, docs/search.md), and the ladder's
+    # figures stay comparable with earlier runs'.
+    search: SearchConfig = field(default_factory=lambda: NET_SEARCH.replace(lcb=False))
     rollout_search: SearchConfig = field(default_factory=lambda: ROLLOUT_SEARCH)  # an `mcts-rollout` opponent's search
 
     def __post_init__(self) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from amazons.board import Board
+from amazons.evaluation import EvalConfig
 from amazons.mcts import RolloutEvaluator, UniformEvaluator
 from amazons.models import default_checkpoint_path, default_model_path
 from amazons.npnet import ModelFileError, NumpyEvaluator
@@ -31,6 +32,16 @@ def test_each_model_spec_gives_its_evaluator_and_search():
         build_model_player(str(default_checkpoint_path()))  # the bot and terminal play: no torch
     with pytest.raises(FileNotFoundError, match="does not exist"):
         build_model_player("/no/such/model.npz")
+
+
+def test_network_players_play_the_lower_confidence_bound_and_the_ladder_the_most_visits():
+    # The arena's mcts-net, the Botzone bot, terminal play and the web board build their network
+    # players from NET_SEARCH (LCB won at 1 s a move); the training's evaluation keeps the visits.
+    assert NET_SEARCH.lcb and NET_SEARCH.root == "puct" and not NET_SEARCH.root_noise
+    assert make_player("mcts-net:default", simulations=8).config.lcb
+    assert build_model_player("default", simulations=8).config.lcb
+    assert not make_player("mcts-net:default", simulations=8, search=[("lcb", "false")]).config.lcb
+    assert EvalConfig().search == NET_SEARCH.replace(lcb=False)
 
 
 def test_a_checkpoint_runs_prepared_where_torch_is_allowed():
