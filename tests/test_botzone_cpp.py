@@ -348,15 +348,15 @@ def root_search(binary: Path, history: list[Move], *args: str) -> tuple[Move, li
     return parse_reply(result.stdout.splitlines()[0], use_json=False), stats
 
 
-def most_visited(stats: list[tuple]) -> Move:
-    """The most visited move not proven lost (the first of equals)."""
-    return max((s for s in stats if s[4] != -1), key=lambda s: s[1])[0]
+def most_visited(stats: list[tuple]) -> tuple:
+    """The statistics of the most visited move not proven lost (the first of equals)."""
+    return max((s for s in stats if s[4] != -1), key=lambda s: s[1])
 
 
 def lcb_choice(stats: list[tuple], stdevs: float, fraction: float = 0.15) -> Move:
     """KataGo's rule as docs/search.md states it: among the moves not proven lost with at least
     max(2, fraction x the most visits), the highest mean - t(stdevs, N) * sqrt(variance / N)."""
-    most = max((s for s in stats if s[4] != -1), key=lambda s: s[1])
+    most = most_visited(stats)
     threshold = max(2.0, fraction * most[1])
     chosen, chosen_bound = most, -np.inf
     for s in stats:
@@ -388,9 +388,9 @@ def test_the_bot_plays_the_best_lower_confidence_bound(default_bot):
             if any(s[4] == 1 for s in stats):
                 continue  # a proven win is played as the proof says (tested with the solver)
             assert sum(s[1] for s in stats) == 400
-            expected = most_visited(stats) if stdevs is None else lcb_choice(stats, stdevs)
+            expected = most_visited(stats)[0] if stdevs is None else lcb_choice(stats, stdevs)
             assert reply == expected, (len(history), args)
-            overridden += stdevs is not None and expected != most_visited(stats)
+            overridden += stdevs is not None and expected != most_visited(stats)[0]
     assert len(histories) >= 8 and overridden > 0
 
 
