@@ -31,7 +31,8 @@ Config overrides use dotted paths into `TrainConfig`, e.g. `selfplay.search.simu
 `net.blocks=4`.
 
 `--backend ray` runs the same iterations with self-play on every node of a Ray cluster and,
-optionally, data-parallel training (`amazons.distributed`, docs/distributed.md).
+optionally, data-parallel training (`amazons.distributed`, docs/distributed.md); it runs the
+presets in the sync mode (`Run.fit_config`).
 """
 
 from __future__ import annotations
@@ -97,7 +98,12 @@ class Backend(Protocol):
     """A self-play backend: builds the run for a resolved config. The local backend is `Run`;
     others (`--backend ray`: `amazons.distributed.ray_backend.RayRun`) register under the
     entry-point group `amazons.backends` (pyproject.toml), so this module never imports them.
-    A backend refuses, with a `ValueError` naming the field, settings it does not honour."""
+    `fit_config` first adapts the preset's settings it does not run; the backend then refuses,
+    with a `ValueError` naming the field, settings it does not honour."""
+
+    def fit_config(self, config: TrainConfig, overrides: list[str]) -> TrainConfig:
+        """The config this backend runs for `config`, resolved with the KEY=VALUE `overrides`."""
+        ...
 
     def __call__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> Run:
         ...
@@ -130,7 +136,21 @@ class Run:
             `config.pipeline.mode` is one this backend does not run (`pipeline_modes`).
     """
 
-    pipeline_modes: tuple[str, ...] = ("async", "sync")  # the `pipeline.mode` values this backend runs
+    pipeline_modes: tuple[str, ...] = ("async", "sync")  # the `pipeline.mode` values this backend runs (its own first)
+
+    @classmethod
+    def fit_config(cls, config: TrainConfig, overrides: list[str]) -> TrainConfig:
+        """`config` with a `pipeline.mode` this backend does not run replaced by its own
+        (`pipeline_modes[0]`) when the mode is the preset's, with a line in the log; a mode that
+        an override names, or that differs from the preset's, stays, and `__init__` refuses it."""
+        mode = config.pipeline.mode
+        named = any(override.partition("=")[0] == "pipeline.mode" for override in overrides)
+        if mode in cls.pipeline_modes or named or mode != preset_config(config.preset).pipeline.mode:
+            return config
+        own = cls.pipeline_modes[0]
+        print(f"pipeline.mode: the preset's {mode!r} replaced by {own!r}, the mode the {cls.__name__} backend runs",
+              flush=True)
+        return dataclasses.replace(config, pipeline=dataclasses.replace(config.pipeline, mode=own))
 
     def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> None:
         if address is not None:
@@ -620,12 +640,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.run_dir is None:
         args.run_dir = Path("runs") / (args.preset or ("gpu" if torch.cuda.is_available() else "cpu"))
     try:
-        config = resolve_config(args)
+        backend = load_backend(args.backend)
+        config = backend.fit_config(resolve_config(args), args.overrides)
     except ValueError as error:
         parser.error(str(error))
     args.run_dir.mkdir(parents=True, exist_ok=True)
     try:
-        run = load_backend(args.backend)(config, args.run_dir, args.resume, address=args.address)
+        run = backend(config, args.run_dir, args.resume, address=args.address)
     except ValueError as error:
         parser.error(str(error))
     (args.run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2) + "\n")

@@ -6,10 +6,11 @@
 `TrainingGroup`. Everything else is the local run's: the same config, run directory, replay
 chunks (written by the learner alone, so their names are unique whatever the number of nodes),
 game records, evaluation, checkpoints, logs and `--resume`. Each iteration's metrics gain the
-`ray/*` counters of `NodePool.take_metrics`. It runs the synchronous pipeline (`Run.run_iteration`)
-and refuses any other `pipeline.mode` (pass `pipeline.mode=sync`); `ray.max_weights_lag` lets nodes
-play ahead while the learner trains. It is the `ray` entry point of the `amazons.backends` group
-(pyproject.toml), which `python -m amazons.train --backend ray` loads.
+`ray/*` counters of `NodePool.take_metrics`. It runs the synchronous pipeline (`Run.run_iteration`):
+the presets run as written, their async `pipeline.mode` replaced by sync (`Run.fit_config`: a line
+in the log, and `config.json` records sync), while an async mode named by an override is refused;
+`ray.max_weights_lag` lets nodes play ahead while the learner trains. It is the `ray` entry point
+of the `amazons.backends` group (pyproject.toml), which `python -m amazons.train --backend ray` loads.
 
 Imports Ray (through the pool and the group) and the main job.
 """
@@ -63,7 +64,7 @@ class RayRun(Run):
         address: see `connect`.
     """
 
-    pipeline_modes = ("sync",)
+    pipeline_modes = ("sync",)  # a preset's async becomes sync (`Run.fit_config`); an overridden async is refused
 
     def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> None:
         super().__init__(config, run_dir, resume)
