@@ -11,7 +11,7 @@ CHROMIUM ?= /usr/bin/chromium
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-ENGINE_SRC := amazons/_engine.pyx amazons/_engine.pxd setup.py
+ENGINE_SRC := amazons/_engine.pyx amazons/_engine.pxd amazons/_native.pyx $(wildcard amazons/native/*) setup.py
 ENGINE_SO := amazons/.engine-built
 
 .PHONY: install build browser test test-fast lint train bench clean
@@ -68,4 +68,4 @@ bench: build
 	$(BIN)/python benchmarks/run.py $(ARGS)
 
 clean:
-	rm -rf build amazons/*.so amazons/_engine.c $(ENGINE_SO) *.egg-info
+	rm -rf build amazons/*.so amazons/_engine.c amazons/_native.cpp $(ENGINE_SO) *.egg-info

@@ -1,4 +1,9 @@
-"""Build the Cython rules engine (`amazons._engine`) with -O3 and numpy headers."""
+"""Build the Cython rules engine (`amazons._engine`) and the native CPU evaluator (`amazons._native`).
+
+`amazons._native` is Cython over the native core's C++ (`amazons/native/`: the rules' feature
+planes, the kernels and the network's forward pass, the parts the Botzone export joins into its
+source), built with the machine's g++ and the standard library's threads.
+"""
 
 import os
 
@@ -18,7 +23,20 @@ extensions = [
         include_dirs=[numpy.get_include()],
         extra_compile_args=["-O3", ARCH_FLAG, "-fno-strict-aliasing"],
         define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
-    )
+    ),
+    Extension(
+        "amazons._native",
+        ["amazons/_native.pyx"],
+        include_dirs=[numpy.get_include(), "amazons"],
+        language="c++",
+        # -O2 as the Botzone build: the AVX2 kernels are tuned for it (they pick their own
+        # instructions with target attributes, and choose at run time).
+        extra_compile_args=["-O2", ARCH_FLAG, "-std=c++11", "-pthread", "-Wno-unused-function"],
+        extra_link_args=["-pthread"],
+        define_macros=[("NPY_NO_DEPRECATED_API", "NPY_1_7_API_VERSION")],
+        depends=[f"amazons/native/{name}" for name in
+                 ("common.h", "rules.h", "kernels.h", "network.h", "evaluator.h")],
+    ),
 ]
 
 setup(

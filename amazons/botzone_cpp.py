@@ -1,10 +1,14 @@
 """The Botzone C++ export: a network and the bot's search as one self-contained C++ source.
 
 Botzone runs Python 3.6 without Numba, so the project's Python bot cannot be uploaded there; one
-C++ source compiled with g++ can. `write_bot` fills the template `amazons/botzone_bot.cpp.in`
-(the rules on bitboards, the forward pass of `amazons.npnet`, the search of the Python bot,
-Botzone's simple and JSON interaction, the CPU clock) with a model block: the network's shape
-as constants and its weights, which are
+C++ source compiled with g++ can. `join_sources` joins the native core's parts
+(`amazons/native/`, `PARTS`: the rules on bitboards, adjudication, the kernels, the forward pass of
+`amazons.npnet`, the search of the Python bot, and `bot.cpp` with Botzone's simple and JSON
+interaction and the CPU clock) into one file: the parts in order, their local `#include` lines
+dropped, the settings block (`settings_block`: the search's constants from `NET_SEARCH`, the
+adjudication's budgets from `amazons.engine`, written from the Python definitions, never typed
+twice) where the first part includes `settings.h`, and the model block where `bot.cpp` has its
+marker: the network's shape as constants and its weights, which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
   base64 text in string literals, so the bot's outputs are npnet's to float32 rounding (the
@@ -14,8 +18,9 @@ as constants and its weights, which are
   the float count as 8 bytes little-endian, then the floats. The source keeps the size, the
   SHA-256 and the FNV-1a digest of the floats and refuses a file that does not match.
 
-`compile_command` is the g++ line the docs and the tests use. Imports numpy and `amazons.npnet`
-only (the exporter, `amazons.export`, turns torch checkpoints into a `NumpyNet` first).
+`compile_command` is the g++ line the docs and the tests use. Imports numpy, `amazons.engine` and
+`amazons.npnet`, and the search's defaults (`amazons.player_factory`) when a bot is written (the
+exporter, `amazons.export`, turns torch checkpoints into a `NumpyNet` first).
 """
 
 from __future__ import annotations
@@ -24,27 +29,39 @@ import base64
 import hashlib
 import os
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from amazons import engine
 from amazons._atomic import atomic_write
 from amazons.npnet import NumpyNet
 
 __all__ = [
+    "LARGE_SOURCE_BYTES",
+    "NATIVE_DIR",
+    "PARTS",
     "SOURCE_NAME",
-    "TEMPLATE_PATH",
     "WEIGHTS_MAGIC",
     "BotzoneExportError",
     "compile_command",
     "fnv1a64",
+    "join_sources",
+    "settings_block",
     "weight_bytes",
     "weights_file_bytes",
     "write_bot",
 ]
 
 SOURCE_NAME = "bot.cpp"
-TEMPLATE_PATH = Path(__file__).resolve().parent / "botzone_bot.cpp.in"
+NATIVE_DIR = Path(__file__).resolve().parent / "native"
+# The native core's parts in the order the joined source holds them; each includes those before it.
+PARTS = ("common.h", "rules.h", "adjudicate.h", "kernels.h", "network.h", "search.h", "bot.cpp")
+SETTINGS_INCLUDE = '#include "settings.h"'
 MODEL_MARKER = "//@MODEL@"
+# Botzone takes uploaded sources of a few hundred kB without complaint; past this size the
+# exporter suggests keeping the weights in a file (--weights-file) instead.
+LARGE_SOURCE_BYTES = 1 << 20
 WEIGHTS_MAGIC = b"AMZW0001"
 BASE64_LINE = 120  # characters of base64 per string literal line
 
@@ -75,9 +92,109 @@ def weights_file_bytes(net: NumpyNet) -> bytes:
     return WEIGHTS_MAGIC + digest + (len(payload) // 4).to_bytes(8, "little") + payload
 
 
+def comment_text(text: str) -> str:
+    """`text` made safe inside one `//` comment line: printable ASCII on one line, no backslash (a
+    trailing one would continue the comment onto the next source line) and no `??` (a trigraph
+    under -std=c++11: `??/` is a backslash)."""
+    safe = "".join(c if " " <= c <= "~" else " " for c in str(text)).replace("\\", "/")
+    while "??" in safe:
+        safe = safe.replace("??", "?-?")
+    return " ".join(safe.split())
+
+
 def _describe_source(source: dict) -> str:
     """`key=value, ...` of where the weights came from (one comment line in the source)."""
-    return ", ".join(f"{key}={value}" for key, value in sorted(source.items())) or "unknown"
+    return comment_text(", ".join(f"{key}={value}" for key, value in sorted(source.items())) or "unknown")
+
+
+def _cpp_double(value: float) -> str:
+    """A C++ double literal that reads back as exactly `value`."""
+    text = repr(float(value))
+    if not np.isfinite(float(value)):
+        raise BotzoneExportError(f"a search setting must be finite, got {value!r}")
+    return text if any(c in text for c in ".e") else text + ".0"
+
+
+def settings_block(search: Any = None) -> str:
+    """The C++ constants the native core shares with Python, written from the Python definitions.
+
+    Args:
+        search: the bot's search (`amazons.mcts.SearchConfig`); None: the network players'
+            defaults, `amazons.player_factory.NET_SEARCH`, read when called.
+
+    Returns:
+        C++ definitions: the search's c_puct, its base, the FPU reduction, LCB's candidate
+        fraction, width and whether it is on, and the adjudication's budgets of
+        `amazons.engine`.
+    """
+    if search is None:
+        from amazons import player_factory  # the search's defaults; loads the search (Numba) lazily
+
+        search = player_factory.NET_SEARCH
+    lines = [
+        "// Settings written by the exporter from the Python definitions (amazons.botzone_cpp.settings_block).",
+        f"static const double C_PUCT = {_cpp_double(search.c_puct)};  // SearchConfig.c_puct",
+        f"static const double C_PUCT_BASE = {_cpp_double(search.c_puct_base)};  // SearchConfig.c_puct_base",
+        f"static const double FPU_REDUCTION = {_cpp_double(search.fpu_reduction)};  // SearchConfig.fpu_reduction",
+        f"static const double LCB_MIN_VISITS_FRACTION = {_cpp_double(search.lcb_min_visits_fraction)};"
+        "  // SearchConfig.lcb_min_visits_fraction",
+        f"static const double LCB_STDEVS = {_cpp_double(search.lcb_stdevs)};  // SearchConfig.lcb_stdevs",
+        f"static const bool LCB_DEFAULT = {'true' if search.lcb else 'false'};  // SearchConfig.lcb",
+        f"static const int EXACT_FILL_MAX_SQUARES = {int(engine.EXACT_FILL_SQUARES)};  // engine.EXACT_FILL_SQUARES",
+        f"static const int EXACT_FILL_NODE_BUDGET = {int(engine.EXACT_FILL_NODES)};  // engine.EXACT_FILL_NODES",
+        f"static const int FILL_TABLE_SIZE = {int(engine.FILL_TABLE_ENTRIES)};  // engine.FILL_TABLE_ENTRIES",
+        f"static const int MAX_EXACT_FILL_MOVES = {int(engine.EXACT_FILL_MOVES)};  // engine.EXACT_FILL_MOVES",
+    ]
+    return "\n".join(lines)
+
+
+def _include_name(line: str) -> str | None:
+    """The file of a local `#include "name"` line, else None."""
+    stripped = line.strip()
+    if stripped.startswith("#include") and stripped.endswith('"') and stripped.count('"') == 2:
+        return stripped.split('"')[1]
+    return None
+
+
+def join_sources(model_block: str, settings: str, native_dir: Path = NATIVE_DIR) -> str:
+    """The native core's parts joined into one source: `bot.cpp`'s leading comment first, then each
+    part of `PARTS` in order without its local includes, `settings` where the first part includes
+    `settings.h`, and `model_block` at `bot.cpp`'s marker.
+
+    Raises:
+        BotzoneExportError: a part is missing, includes a file that is not an earlier part, or
+            `bot.cpp` lacks its one marker.
+    """
+    texts = {}
+    for name in PARTS:
+        path = native_dir / name
+        try:
+            texts[name] = path.read_text(encoding="utf-8")
+        except OSError as error:
+            raise BotzoneExportError(f"{path}: the native part cannot be read ({error})") from None
+    bot = texts[PARTS[-1]]
+    if bot.count(MODEL_MARKER) != 1:
+        raise BotzoneExportError(f"{native_dir / PARTS[-1]}: expected one {MODEL_MARKER} line")
+    lines = bot.split("\n")
+    lead = 0
+    while lead < len(lines) and (lines[lead].startswith("//") or not lines[lead].strip()):
+        lead += 1
+    header, texts[PARTS[-1]] = "\n".join(lines[:lead]), "\n".join(lines[lead:])
+    out = [header.rstrip("\n") + "\n"]
+    settings_written = False
+    for index, name in enumerate(PARTS):
+        out.append(f"// ==== amazons/native/{name} " + "=" * max(0, 80 - len(name)))
+        for line in texts[name].split("\n"):
+            included = _include_name(line)
+            if included is None:
+                out.append(line.replace(MODEL_MARKER, model_block) if line.strip() == MODEL_MARKER else line)
+            elif included == "settings.h":
+                if not settings_written:
+                    out.append(settings)
+                    settings_written = True
+            elif included not in PARTS[:index]:
+                raise BotzoneExportError(f"amazons/native/{name} includes {included}, which is not a part before it")
+    return "\n".join(out).rstrip("\n") + "\n"
 
 
 def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str:
@@ -85,8 +202,9 @@ def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str
     trunk_kinds = ", ".join("0" if kind == "residual" else "1" for kind in net.trunk_layers)
     config = net.config
     lines = [
-        f"// {net.policy_head} policy head, trunk {' '.join(net.trunk_layers)}; "
-        f"source: {' '.join(_describe_source(net.source).split())}",
+        f"// {net.policy_head} policy head{' with the arrow source term' if net.has_arrow_source else ''}, "
+        f"trunk {' '.join(net.trunk_layers)}; "
+        f"source: {_describe_source(net.source)}",
         f"static const int NUM_PLANES = {net.num_planes};",
         f"static const int CHANNELS = {int(config['channels'])};",
         f"static const int KEY_DIM = {int(config['attention_dim'])};",
@@ -94,6 +212,7 @@ def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str
         f"static const int VALUE_CHANNELS = {int(config['value_channels'])};",
         f"static const int VALUE_HIDDEN = {int(config['value_hidden'])};",
         f"static const int POLICY_JOINT = {1 if net.policy_head == 'joint' else 0};",
+        f"static const int ARROW_SOURCE = {1 if net.has_arrow_source else 0};",
         f"static const int TRUNK_LAYERS = {len(net.trunk_layers)};",
         f"static const int TRUNK_KINDS[TRUNK_LAYERS + 1] = {{{trunk_kinds}, -1}};  // 0 residual, 1 attention",
         f"static const unsigned long WEIGHT_FLOATS = {len(payload) // 4}UL;",
@@ -127,7 +246,8 @@ def _check_weights_name(name: str) -> str:
     return name
 
 
-def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | None = None) -> list[Path]:
+def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | None = None,
+              search: Any = None) -> list[Path]:
     """Write `DIR/bot.cpp` for `net` (and `DIR/<weights_file>` when given); returns the paths.
 
     Args:
@@ -136,21 +256,17 @@ def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | N
         weights_file: None embeds the weights in the source; a plain file name writes them to
             that file beside it instead (upload it to Botzone's storage; the bot reads
             `data/<name>`).
+        search: the bot's search settings (`SearchConfig`); None: `NET_SEARCH`, the network
+            players' (`settings_block`).
 
     Raises:
-        BotzoneExportError: a network with the arrow source term (the template has no forward
-            pass for it), a bad `weights_file` name, or the template lacks its marker.
+        BotzoneExportError: a bad `weights_file` name, or the native parts cannot be joined.
         OSError: the files cannot be written.
     """
-    if net.has_arrow_source:
-        raise BotzoneExportError("the C++ bot has no arrow source term: export a network with net.arrow_source=false")
     if weights_file is not None:
         weights_file = _check_weights_name(weights_file)
-    template = TEMPLATE_PATH.read_text(encoding="utf-8")
-    if template.count(MODEL_MARKER) != 1:
-        raise BotzoneExportError(f"{TEMPLATE_PATH}: expected one {MODEL_MARKER} line")
     payload = weight_bytes(net)
-    source = template.replace(MODEL_MARKER, _model_block(net, payload, weights_file))
+    source = join_sources(_model_block(net, payload, weights_file), settings_block(search))
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
     written = [atomic_write(directory / SOURCE_NAME, lambda stream: stream.write(source.encode("utf-8")))]

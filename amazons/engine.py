@@ -239,6 +239,8 @@ def perft_position(position: np.ndarray, depth: int) -> int:
 MY_LOWER, MY_UPPER, THEIR_LOWER, THEIR_UPPER = 0, 1, 2, 3
 EXACT_FILL_SQUARES = _engine.EXACT_FILL_SQUARES  # regions this small get the exhaustive fill search
 EXACT_FILL_NODES = _engine.EXACT_FILL_NODES  # node budget of one region's exhaustive search
+FILL_TABLE_ENTRIES = _engine.FILL_TABLE_ENTRIES  # transposition entries of one region's search
+EXACT_FILL_MOVES = _engine.EXACT_FILL_MOVES  # room for the moves of one region of EXACT_FILL_SQUARES
 
 
 def adjudicate(

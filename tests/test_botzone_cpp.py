@@ -4,9 +4,9 @@ The generated bot is a native twin of the engine, `npnet` and the bot's search, 
 checked against the Python originals: its perft counts, legal-move lists and adjudication of
 separated positions against the engine,
 its network's value and priors against `npnet` on 200 positions from seeded random games (for
-the shipped model and for random models of both policy heads, both feature sets, attention in
-and after the trunk, a channel count that takes the portable kernels and one that splits the
-Winograd kernels' output channels into blocks of 16 and 8), and whole games
+the shipped model and for random models of both policy heads, the arrow source term, both feature
+sets, attention in and after the trunk, a channel count that takes the portable kernels and one
+that splits the Winograd kernels' output channels into blocks of 16 and 8), and whole games
 through its protocols against random moves, every reply checked on a `Board`. The bot is built
 with g++ as Botzone builds it (`-D_BOTZONE_ONLINE`, C++11) with `-Werror`, once per session;
 without g++ these tests are skipped.
@@ -38,7 +38,7 @@ from amazons.botzone_cpp import (
     weights_file_bytes,
     write_bot,
 )
-from amazons.export import TOLERANCE, export_model, main, model_arrays, random_positions
+from amazons.export import TOLERANCE, main, model_arrays, random_positions
 from amazons.mcts_numba import _t_quantile
 from amazons.models import default_model_path
 
@@ -161,6 +161,7 @@ def test_compiles_without_warnings_under_a_current_standard(tmp_path):
     ("joint", {"attention_placement": "spread"}),  # residual, attention, residual
     ("factorized", {"num_planes": 3, "channels": 20, "head_dim": 12}),  # 20: not a multiple of 8
     ("joint", {"num_planes": 3, "channels": 24, "head_dim": 8}),  # 24 = 16 + 8; 3 planes padded to 8
+    ("joint", {"arrow_source": True}),  # the joint head's arrow source term
 ])
 def test_random_models_match_npnet(head, overrides, positions, tmp_path):
     config, trunk, arrays = model_arrays(random_model("tiny", head, seed=3, **overrides))
@@ -543,17 +544,6 @@ def test_the_exporter_refuses_what_it_cannot_write(tmp_path, capsys):
         write_bot(npnet.load_model(default_model_path()), tmp_path, weights_file="../escape.bin")
     assert main([str(tmp_path / "missing.npz"), "--botzone", str(tmp_path)]) == 2
     assert "missing.npz" in capsys.readouterr().err
-
-
-def test_a_network_with_the_arrow_source_term_is_refused(tmp_path, capsys):
-    """The template has no forward pass for the arrow source term: no source is written."""
-    path, _ = export_model(random_model("tiny", "joint", arrow_source=True), tmp_path / "source.npz",
-                           check_positions=0)
-    with pytest.raises(BotzoneExportError, match="net.arrow_source"):
-        write_bot(npnet.load_model(path), tmp_path / "bot")
-    assert main([str(path), "--botzone", str(tmp_path / "bot")]) == 2
-    assert "arrow source term" in capsys.readouterr().err
-    assert not (tmp_path / "bot").exists()
 
 
 def test_a_checkpoint_exports_the_same_bot_as_its_numpy_model(tmp_path, capsys):

@@ -1,0 +1,339 @@
+// The network's forward pass (amazons/npnet.py's NumpyNet.forward), one position at a time, and
+// the legal-move priors of npnet.legal_priors. The shape is a run-time value (NetShape), so one
+// build runs every network npnet runs: both policy heads, the joint head's arrow source term,
+// 3 or 7 feature planes, any mix of residual and attention layers.
+//
+// The weights are npnet's `layout_arrays`, float32, in that order, owned by the caller:
+// bind_network points a Network into them (and makes the Winograd filters of the AVX2 kernels).
+// Loading new weights into the same buffer and binding again updates the network in place. A
+// Network is read-only while it evaluates; each thread evaluates with its own Workspace.
+
+#ifndef AMZ_NETWORK_H
+#define AMZ_NETWORK_H
+
+#include "kernels.h"
+#include "rules.h"
+
+static const int AMAZONS_PER_SIDE = 4;  // the arrow source term's rows: the squares a move can leave
+
+struct NetShape {
+    int num_planes;      // 3 or 7 feature planes (amazons.engine.features)
+    int channels;        // the trunk's width
+    int key_dim;         // attention's query and key width
+    int head_dim;        // the policy head's query and key width
+    int value_channels;  // the value head's 1x1 reduction
+    int value_hidden;    // the value head's hidden layer
+    bool joint;          // the joint move head (else the factorized three-map head)
+    bool arrow_source;   // the joint head's arrow source term
+    std::vector<int> trunk;  // per trunk layer: 0 residual, 1 attention
+};
+
+// The floats of a network's weights in npnet's layout_arrays.
+static size_t network_weight_floats(const NetShape& s) {
+    const size_t c = s.channels, h = s.head_dim, d = s.key_dim;
+    size_t total = 9 * (size_t)s.num_planes * c + c;
+    for (size_t l = 0; l < s.trunk.size(); ++l)
+        total += s.trunk[l] == 0 ? 2 * (9 * c * c + c) : c * (2 * d + c) + (2 * d + c) + 1;
+    if (s.joint)
+        total += 2 * (c * 2 * h + 2 * h) + (c + h) * c + c + (s.arrow_source ? c * h + h : 0);
+    else
+        total += c * h + h + h * 3 + 3;
+    total += c * s.value_channels + s.value_channels + (size_t)s.value_channels * 64 * s.value_hidden +
+             s.value_hidden + s.value_hidden + 1;
+    return total;
+}
+
+// Why `s` cannot be run, or "" when it can.
+static std::string network_shape_error(const NetShape& s) {
+    if (s.num_planes != 3 && s.num_planes != 7) return format("num_planes must be 3 or 7, got %d", s.num_planes);
+    if (s.channels < 1 || s.key_dim < 1 || s.head_dim < 1 || s.value_channels < 1 || s.value_hidden < 1)
+        return "every width must be >= 1";
+    if (s.arrow_source && !s.joint) return "the arrow source term needs the joint head";
+    for (size_t l = 0; l < s.trunk.size(); ++l)
+        if (s.trunk[l] != 0 && s.trunk[l] != 1) return format("trunk layer %d is of kind %d", (int)l, s.trunk[l]);
+    return "";
+}
+
+struct TrunkLayer {
+    int kind;                           // 0 residual, 1 attention
+    Conv conv1, conv2;                  // residual
+    const float *qkv_w, *qkv_b, *gate;  // attention
+};
+
+struct Network {
+    NetShape shape;
+    const Kernels* kernels;
+    Conv stem;
+    std::vector<TrunkLayer> trunk;
+    // joint: move w, b, update gate w, b, arrow w, b (, source w, b); factorized: hidden w, b, maps w, b
+    const float* policy[8];
+    const float *reduce_w, *reduce_b, *hidden_w, *hidden_b, *out_w, *out_b;
+    std::vector<float> reduce_t;  // reduce_w transposed: [value_channels][channels]
+
+    Network() : kernels(0), reduce_w(0), reduce_b(0), hidden_w(0), hidden_b(0), out_w(0), out_b(0) {
+        for (int i = 0; i < 8; ++i) policy[i] = 0;
+    }
+};
+
+// A convolution from `in` channels to `out` whose weights and bias start at *p (then past them).
+static void bind_conv(Conv* conv, int in, int out, const float** p, const Kernels* kernels) {
+    conv->in = in;
+    conv->out = out;
+    conv->w = *p;
+    conv->bias = *p + (size_t)9 * in * out;
+    *p = conv->bias + out;
+    conv->winograd.clear();
+    if (kernels->winograd && out % 8 == 0) prepare_winograd(conv);
+}
+
+// Points `net` into `weights` (`count` floats, kept by the caller) for `shape`, run by `kernels`;
+// binding again after new weights were written into the buffer re-makes the Winograd filters.
+static void bind_network(Network* net, const NetShape& shape, const float* weights, size_t count,
+                         const Kernels* kernels) {
+    std::string why = network_shape_error(shape);
+    if (!why.empty()) throw BotError("the network's shape cannot be run: " + why);
+    if (count != network_weight_floats(shape))
+        throw BotError(format("the weights hold %lu floats; the network's shape needs %lu", (unsigned long)count,
+                              (unsigned long)network_weight_floats(shape)));
+    net->shape = shape;
+    net->kernels = kernels;
+    const float* p = weights;
+    const int c = shape.channels, h = shape.head_dim, d = shape.key_dim, vc = shape.value_channels;
+#define AMZ_TAKE(count) (p += (count), p - (count))
+    bind_conv(&net->stem, shape.num_planes, c, &p, kernels);
+    net->trunk.resize(shape.trunk.size());
+    for (size_t l = 0; l < shape.trunk.size(); ++l) {
+        TrunkLayer& layer = net->trunk[l];
+        layer.kind = shape.trunk[l];
+        layer.qkv_w = layer.qkv_b = layer.gate = 0;
+        if (layer.kind == 0) {
+            bind_conv(&layer.conv1, c, c, &p, kernels);
+            bind_conv(&layer.conv2, c, c, &p, kernels);
+        } else {
+            layer.qkv_w = AMZ_TAKE(c * (2 * d + c));
+            layer.qkv_b = AMZ_TAKE(2 * d + c);
+            layer.gate = AMZ_TAKE(1);
+        }
+    }
+    for (int i = 0; i < 8; ++i) net->policy[i] = 0;
+    if (shape.joint) {
+        net->policy[0] = AMZ_TAKE(c * 2 * h);
+        net->policy[1] = AMZ_TAKE(2 * h);
+        net->policy[2] = AMZ_TAKE((c + h) * c);
+        net->policy[3] = AMZ_TAKE(c);
+        net->policy[4] = AMZ_TAKE(c * 2 * h);
+        net->policy[5] = AMZ_TAKE(2 * h);
+        if (shape.arrow_source) {
+            net->policy[6] = AMZ_TAKE(c * h);
+            net->policy[7] = AMZ_TAKE(h);
+        }
+    } else {
+        net->policy[0] = AMZ_TAKE(c * h);
+        net->policy[1] = AMZ_TAKE(h);
+        net->policy[2] = AMZ_TAKE(h * 3);
+        net->policy[3] = AMZ_TAKE(3);
+    }
+    net->reduce_w = AMZ_TAKE(c * vc);
+    net->reduce_b = AMZ_TAKE(vc);
+    net->reduce_t.resize((size_t)vc * c);
+    for (int i = 0; i < c; ++i)
+        for (int v = 0; v < vc; ++v) net->reduce_t[(size_t)v * c + i] = net->reduce_w[(size_t)i * vc + v];
+    net->hidden_w = AMZ_TAKE((size_t)vc * 64 * shape.value_hidden);
+    net->hidden_b = AMZ_TAKE(shape.value_hidden);
+    net->out_w = AMZ_TAKE(shape.value_hidden);
+    net->out_b = AMZ_TAKE(1);
+#undef AMZ_TAKE
+}
+
+static inline void relu(float* x, size_t n) {
+    for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
+}
+
+// One thread's scratch of the forward pass, sized for a shape by reserve().
+struct Workspace {
+    std::vector<float> features, x, hidden, qkv, queries_t, energy, values_t, attended_t, x_t, head, head_keys;
+    std::vector<float> gathered, queries, move_logits, arrow_logits, scratch, flat, value_hidden;
+    std::vector<float> source_queries, source_logits;  // the arrow source term: [4][head_dim], [4][64]
+    float log_src[64], log_dst[64], log_arrow[64], arrow_norm[64];
+    uint8_t source_row[64], destination_row[64];  // a square's row in the gathered tables
+    WinogradScratch winograd;
+
+    void reserve(const NetShape& s) {
+        const size_t c = s.channels, h = s.head_dim, d = s.key_dim;
+        features.assign(64 * (size_t)s.num_planes, 0.0f);
+        x.assign(64 * c, 0.0f);
+        hidden.assign(64 * (c + h), 0.0f);
+        qkv.assign(64 * (2 * d + c), 0.0f);
+        queries_t.assign(d * 64, 0.0f);
+        energy.assign(64 * 64, 0.0f);
+        values_t.assign(c * 64, 0.0f);
+        attended_t.assign(c * 64, 0.0f);
+        x_t.assign(c * 64, 0.0f);
+        head.assign(64 * (c + h), 0.0f);
+        head_keys.assign(h * 64, 0.0f);
+        gathered.assign(64 * c, 0.0f);
+        queries.assign(64 * h, 0.0f);
+        move_logits.assign(64 * 64, 0.0f);
+        arrow_logits.assign(64 * 64, 0.0f);
+        scratch.assign(64 * (h + 3), 0.0f);
+        flat.assign((size_t)s.value_channels * 64, 0.0f);
+        value_hidden.assign(s.value_hidden, 0.0f);
+        source_queries.assign(AMAZONS_PER_SIDE * h, 0.0f);
+        source_logits.assign(AMAZONS_PER_SIDE * 64, 0.0f);
+        const int widest = s.num_planes > s.channels ? s.num_planes : s.channels;
+        winograd.reserve((widest + 7) & ~7, s.channels);
+    }
+};
+
+// Copies the rows of x ([64][width]) of the squares in `squares` to out, by increasing square;
+// row_of[square] = its row there. Returns the number of rows.
+static int gather_rows(const float* x, int width, u64 squares, float* out, uint8_t* row_of) {
+    int rows = 0;
+    for (; squares; squares &= squares - 1, ++rows) {
+        int square = ctz64(squares);
+        std::memcpy(out + (size_t)rows * width, x + (size_t)square * width, sizeof(float) * width);
+        row_of[square] = (uint8_t)rows;
+    }
+    return rows;
+}
+
+// The trunk's output into a.x ([64][channels]).
+static void trunk_forward(const Network& net, Workspace& a, const Pos& pos) {
+    const Kernels* K = net.kernels;
+    const int c = net.shape.channels, d = net.shape.key_dim, width = 2 * d + c;
+    write_features(pos, net.shape.num_planes, &a.features[0]);
+    K->conv3x3(net.stem, &a.features[0], 0, &a.x[0], &a.winograd);
+    for (size_t l = 0; l < net.trunk.size(); ++l) {
+        const TrunkLayer& layer = net.trunk[l];
+        if (layer.kind == 0) {
+            K->conv3x3(layer.conv1, &a.x[0], 0, &a.hidden[0], &a.winograd);
+            K->conv3x3(layer.conv2, &a.hidden[0], &a.x[0], &a.x[0], &a.winograd);
+        } else {
+            K->matmul(&a.x[0], c, 64, c, layer.qkv_w, width, layer.qkv_b, &a.qkv[0], width, width);
+            // energy[key][query]: each query's softmax over the keys runs down a column; then
+            // attended^T [c][query] = values^T [c][key] x energy.
+            K->transpose(&a.qkv[0], width, 64, d, &a.queries_t[0]);
+            K->matmul(&a.qkv[d], width, 64, d, &a.queries_t[0], 64, 0, &a.energy[0], 64, 64);
+            K->softmax_columns(&a.energy[0], 64, 64);
+            K->transpose(&a.qkv[2 * d], width, 64, c, &a.values_t[0]);
+            K->matmul(&a.values_t[0], 64, c, 64, &a.energy[0], 64, 0, &a.attended_t[0], 64, 64);
+            K->transpose(&a.attended_t[0], 64, c, 64, &a.hidden[0]);
+            const float gate = layer.gate[0];
+            for (int i = 0; i < 64 * c; ++i) a.x[i] += gate * a.hidden[i];
+        }
+    }
+}
+
+static float value_forward(const Network& net, Workspace& a) {
+    const Kernels* K = net.kernels;
+    const int c = net.shape.channels, vc = net.shape.value_channels, vh = net.shape.value_hidden;
+    // The reduction channel-major, as torch flattens it: flat[v][s] = relu(b[v] + (W^T x^T)[v][s]),
+    // a row of 64 squares per channel.
+    K->transpose(&a.x[0], c, 64, c, &a.x_t[0]);
+    K->matmul(&net.reduce_t[0], c, vc, c, &a.x_t[0], 64, 0, &a.flat[0], 64, 64);
+    for (int v = 0; v < vc; ++v)
+        for (int s = 0; s < 64; ++s) {
+            float sum = a.flat[v * 64 + s] + net.reduce_b[v];
+            a.flat[v * 64 + s] = sum > 0.0f ? sum : 0.0f;
+        }
+    K->matmul(&a.flat[0], vc * 64, 1, vc * 64, net.hidden_w, vh, net.hidden_b, &a.value_hidden[0], vh, vh);
+    relu(&a.value_hidden[0], vh);
+    float out = net.out_b[0];
+    for (int i = 0; i < vh; ++i) out += a.value_hidden[i] * net.out_w[i];
+    return std::tanh(out);
+}
+
+// The arrow source term's part of each move's log prior (npnet's PolicyTables.source_arrow and
+// source_norm): for the amazon on src (slot i of the side to move's 4, by increasing square),
+// S[i][arrow] - log sum_a P(a | dst) exp(S[i][a]), where S = (x_next[src] Ws + bs) . arrow keys.
+// a.hidden holds x_next, a.head_keys the arrow keys [h][arrow], a.arrow_logits and a.arrow_norm
+// log P(arrow | dst) by destination row.
+static void add_source_term(const Network& net, Workspace& a, const Pos& pos, const Move* moves, int count,
+                            float* priors) {
+    const Kernels* K = net.kernels;
+    const int c = net.shape.channels, h = net.shape.head_dim;
+    uint8_t slot_of[64];
+    const int slots = gather_rows(&a.hidden[0], c, pos.mine, &a.gathered[0], slot_of);
+    K->matmul(&a.gathered[0], c, slots, c, net.policy[6], h, net.policy[7], &a.source_queries[0], h, h);
+    K->matmul(&a.source_queries[0], h, slots, h, &a.head_keys[0], 64, 0, &a.source_logits[0], 64, 64);
+    // norm[i][dst] for the (slot, destination) pairs the moves use, computed once each.
+    float norm[AMAZONS_PER_SIDE * 64];
+    uint64_t done[AMAZONS_PER_SIDE] = {0, 0, 0, 0};
+    for (int k = 0; k < count; ++k) {
+        const Move& m = moves[k];
+        const int i = slot_of[m.src], d = a.destination_row[m.dst];
+        const float* source = &a.source_logits[(size_t)i * 64];
+        if (!((done[i] >> m.dst) & 1)) {
+            float peak = source[0];
+            for (int s = 1; s < 64; ++s) peak = source[s] > peak ? source[s] : peak;
+            const float* log_arrow = &a.arrow_logits[(size_t)d * 64];
+            double total = 0.0;
+            for (int s = 0; s < 64; ++s)
+                total += std::exp((double)(log_arrow[s] - a.arrow_norm[d]) + (double)(source[s] - peak));
+            const double tiny = 1.17549435e-38;  // float32's smallest normal, npnet's floor
+            norm[i * 64 + m.dst] = (float)std::log(total > tiny ? total : tiny) + peak;
+            done[i] |= (uint64_t)1 << m.dst;
+        }
+        priors[k] += source[m.arrow] - norm[i * 64 + m.dst];
+    }
+}
+
+// The priors of `moves` (npnet.legal_priors: P(src, dst) * P(arrow | [src,] dst), renormalized over
+// the legal moves) and the value for the side to move. The log-softmax over all (src, dst) pairs
+// adds one constant to every move and cancels in the renormalization, so it is left out.
+static float network_evaluate(const Network& net, Workspace& a, const Pos& pos, const Move* moves, int count,
+                              float* priors) {
+    const Kernels* K = net.kernels;
+    const int c = net.shape.channels, h = net.shape.head_dim;
+    trunk_forward(net, a, pos);
+    if (net.shape.joint) {
+        // Keys and the update gate need every square; queries and logits only the rows of the
+        // squares the legal moves start from (move logits) or land on (arrow logits).
+        const int joint = c + h;  // a.head: [x | move keys] per square
+        u64 sources = 0, destinations = 0;
+        for (int i = 0; i < count; ++i) {
+            sources |= ONE << moves[i].src;
+            destinations |= ONE << moves[i].dst;
+        }
+        K->matmul(&a.x[0], c, 64, c, net.policy[0] + h, 2 * h, net.policy[1] + h, &a.head[c], joint, h);
+        for (int s = 0; s < 64; ++s) std::memcpy(&a.head[(size_t)s * joint], &a.x[(size_t)s * c], sizeof(float) * c);
+        K->transpose(&a.head[c], joint, 64, h, &a.head_keys[0]);  // [h][dst]
+        int rows = gather_rows(&a.x[0], c, sources, &a.gathered[0], a.source_row);
+        K->matmul(&a.gathered[0], c, rows, c, net.policy[0], 2 * h, net.policy[1], &a.queries[0], h, h);
+        K->matmul(&a.queries[0], h, rows, h, &a.head_keys[0], 64, 0, &a.move_logits[0], 64, 64);  // [source row][dst]
+        K->matmul(&a.head[0], joint, 64, joint, net.policy[2], c, net.policy[3], &a.hidden[0], c, c);
+        for (int i = 0; i < 64 * c; ++i) a.hidden[i] = a.x[i] + (a.hidden[i] > 0.0f ? a.hidden[i] : 0.0f);
+        K->matmul(&a.hidden[0], c, 64, c, net.policy[4] + h, 2 * h, net.policy[5] + h, &a.scratch[0], h, h);
+        K->transpose(&a.scratch[0], h, 64, h, &a.head_keys[0]);  // [h][arrow]
+        rows = gather_rows(&a.hidden[0], c, destinations, &a.gathered[0], a.destination_row);
+        K->matmul(&a.gathered[0], c, rows, c, net.policy[4], 2 * h, net.policy[5], &a.queries[0], h, h);
+        K->matmul(&a.queries[0], h, rows, h, &a.head_keys[0], 64, 0, &a.arrow_logits[0], 64, 64);  // [destination row][arrow]
+        for (int r = 0; r < rows; ++r) a.arrow_norm[r] = K->log_sum_exp(&a.arrow_logits[(size_t)r * 64], 64);
+        for (int i = 0; i < count; ++i) {
+            const Move& m = moves[i];
+            int d = a.destination_row[m.dst];
+            priors[i] = a.move_logits[a.source_row[m.src] * 64 + m.dst] + a.arrow_logits[d * 64 + m.arrow] -
+                        a.arrow_norm[d];
+        }
+        if (net.shape.arrow_source && count > 0) add_source_term(net, a, pos, moves, count, priors);
+    } else {
+        K->matmul(&a.x[0], c, 64, c, net.policy[0], h, net.policy[1], &a.hidden[0], h, h);
+        relu(&a.hidden[0], (size_t)64 * h);
+        K->matmul(&a.hidden[0], h, 64, h, net.policy[2], 3, net.policy[3], &a.scratch[0], 3, 3);
+        float* maps[3] = {a.log_src, a.log_dst, a.log_arrow};
+        float row[64];
+        for (int k = 0; k < 3; ++k) {
+            for (int s = 0; s < 64; ++s) row[s] = a.scratch[s * 3 + k];
+            float norm = K->log_sum_exp(row, 64);
+            for (int s = 0; s < 64; ++s) maps[k][s] = a.scratch[s * 3 + k] - norm;
+        }
+        for (int i = 0; i < count; ++i) {
+            const Move& m = moves[i];
+            priors[i] = a.log_src[m.src] + a.log_dst[m.dst] + a.log_arrow[m.arrow];
+        }
+    }
+    if (count > 0) K->softmax(priors, count);
+    return value_forward(net, a);
+}
+
+#endif  // AMZ_NETWORK_H

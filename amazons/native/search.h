@@ -1,0 +1,679 @@
+// The bot's search (amazons/mcts_numba.py with the Python bot's settings): the CPU clock, the
+// tree, the network cache, PUCT with the MCTS-solver and LCB. Its constants come from the Python
+// definitions (amazons.player_factory.NET_SEARCH, amazons.botzone limits): the exporter writes
+// them in the settings block before the parts. The program that includes this part defines
+// evaluate_leaf, the network's value and move priors of a position (bot.cpp: the network part).
+
+#ifndef AMZ_SEARCH_H
+#define AMZ_SEARCH_H
+
+#include "adjudicate.h"
+#include "settings.h"
+
+static float evaluate_leaf(const Pos& pos, const Move* moves, int count, float* priors);
+
+// ================================================================================================
+// The clock: the process's CPU time, which Botzone charges.
+
+static double cpu_seconds() {
+#if defined(CLOCK_PROCESS_CPUTIME_ID)
+    struct timespec now;
+    if (clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now) == 0) return (double)now.tv_sec + 1e-9 * (double)now.tv_nsec;
+#endif
+    return (double)std::clock() / CLOCKS_PER_SEC;
+}
+
+// ================================================================================================
+// The search tree (amazons/mcts_numba.py): struct of arrays, node 0 the root, each node's edges one
+// contiguous block, nodes and edges allocated left to right. An edge's statistics are its child's
+// (visits, and the value negated); an edge without a child has no visit.
+
+static const int8_t PROOF_WIN = 1, PROOF_LOSS = -1, PROOF_NONE = 0;
+static const int NO_NODE = -1;
+static const int NOT_EXPANDED = -1;
+
+// C_PUCT, C_PUCT_BASE, FPU_REDUCTION, LCB_MIN_VISITS_FRACTION, LCB_STDEVS: the settings block.
+
+static const size_t NODE_BYTES = 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 1 + 1 + 1 + 4 + 8;  // with the compaction scratch
+static const size_t EDGE_BYTES = 3 + 1 + 1 + 4 + 4;
+static const int MOVES_PER_NODE = 32;  // edges budgeted per node when the tree's memory is split
+
+template <typename T>
+static T* allocate(size_t count) {
+    // Not zeroed: the operating system backs a page only once the search writes it.
+    T* data = static_cast<T*>(std::malloc(sizeof(T) * (count ? count : 1)));
+    if (!data) throw BotError(format("cannot allocate %lu bytes for the search tree", (unsigned long)(sizeof(T) * count)));
+    return data;
+}
+
+struct Tree {
+    int node_capacity, edge_capacity, nodes_used, edges_used;
+    int32_t* n_visits;      // simulations through the node (its expansion included)
+    double* n_value;        // sum of backed-up values, for the side to move at the node
+    double* n_value_sq;     // sum of their squares (the variance of the lower confidence bound)
+    float* n_mass;          // prior mass of the edges selected so far (first-play urgency)
+    int32_t* n_first;       // first edge
+    int32_t* n_count;       // number of edges; NOT_EXPANDED for a fresh root
+    int32_t* n_parent;      // parent node, NO_NODE at the root
+    int32_t* n_parent_edge; // edge from the parent
+    int32_t* n_child;       // a child (the newest), NO_NODE if none: the children form a list
+    int32_t* n_sibling;     // the next child of the same parent, NO_NODE at the end
+    int32_t* n_open;        // the edge without a child with the highest prior (the first of equals), or -1
+    int8_t* n_proof;        // PROOF_* for the side to move at the node
+    uint8_t* n_plies;       // plies to the end under best play when proven
+    uint8_t* n_terminal;    // the side to move has no move
+    float* n_raw;           // the network's value at expansion (exact if proven)
+    int32_t *scratch_index, *scratch_shift;
+    uint8_t* e_move;        // [E][3] canonical (src, dst, arrow) in the owning node's frame
+    int8_t* e_proof;        // PROOF_* of the move for the side choosing it
+    uint8_t* e_plies;       // plies from the move to the end when proven
+    float* e_prior;
+    int32_t* e_child;       // NO_NODE until the move's position is expanded
+
+    void allocate_for(double megabytes) {
+        double bytes = megabytes * 1048576.0;
+        double edges = bytes / ((double)EDGE_BYTES + (double)NODE_BYTES / MOVES_PER_NODE);
+        if (edges > 2e9) edges = 2e9;
+        edge_capacity = (int)edges;
+        node_capacity = edge_capacity / MOVES_PER_NODE;
+        if (edge_capacity < MAX_MOVES || node_capacity < 2)
+            throw BotError(format("--tree-mb %g holds %d edges and %d nodes; a tree needs %d edges and 2 nodes",
+                                  megabytes, edge_capacity, node_capacity, MAX_MOVES));
+        n_visits = allocate<int32_t>(node_capacity);
+        n_value = allocate<double>(node_capacity);
+        n_value_sq = allocate<double>(node_capacity);
+        n_mass = allocate<float>(node_capacity);
+        n_first = allocate<int32_t>(node_capacity);
+        n_count = allocate<int32_t>(node_capacity);
+        n_parent = allocate<int32_t>(node_capacity);
+        n_parent_edge = allocate<int32_t>(node_capacity);
+        n_child = allocate<int32_t>(node_capacity);
+        n_sibling = allocate<int32_t>(node_capacity);
+        n_open = allocate<int32_t>(node_capacity);
+        n_proof = allocate<int8_t>(node_capacity);
+        n_plies = allocate<uint8_t>(node_capacity);
+        n_terminal = allocate<uint8_t>(node_capacity);
+        n_raw = allocate<float>(node_capacity);
+        scratch_index = allocate<int32_t>(node_capacity);
+        scratch_shift = allocate<int32_t>(node_capacity);
+        e_move = allocate<uint8_t>((size_t)edge_capacity * 3);
+        e_proof = allocate<int8_t>(edge_capacity);
+        e_plies = allocate<uint8_t>(edge_capacity);
+        e_prior = allocate<float>(edge_capacity);
+        e_child = allocate<int32_t>(edge_capacity);
+        reset();
+    }
+
+    void init_node(int node, int parent, int parent_edge) {
+        n_visits[node] = 0;
+        n_value[node] = 0.0;
+        n_value_sq[node] = 0.0;
+        n_mass[node] = 0.0f;
+        n_first[node] = edges_used;
+        n_count[node] = NOT_EXPANDED;
+        n_parent[node] = parent;
+        n_parent_edge[node] = parent_edge;
+        n_child[node] = NO_NODE;
+        n_sibling[node] = NO_NODE;
+        n_open[node] = -1;
+        n_proof[node] = PROOF_NONE;
+        n_plies[node] = 0;
+        n_terminal[node] = 0;
+        n_raw[node] = 0.0f;
+    }
+
+    void reset() {
+        nodes_used = 1;
+        edges_used = 0;
+        init_node(0, NO_NODE, NO_NODE);
+    }
+
+    int edge_visits(int e) const { return e_child[e] >= 0 ? n_visits[e_child[e]] : 0; }
+
+    Move edge_move(int e) const {
+        Move move;
+        move.src = e_move[(size_t)e * 3];
+        move.dst = e_move[(size_t)e * 3 + 1];
+        move.arrow = e_move[(size_t)e * 3 + 2];
+        return move;
+    }
+};
+
+// ================================================================================================
+// The network cache: where a position the network evaluated in the tree comes up again (another
+// move order reaching it, a transposition), its node already holds the network's outputs for
+// it: the value at expansion (n_raw) and the priors of the same moves in the same order (its
+// edges). A direct-mapped table from the position to that node lets expand_leaf copy them
+// instead of calling the network; the search and its results are unchanged. Entries follow the
+// nodes through compaction and are dropped with them.
+
+static const int CACHE_BITS = 18;  // 2^18 entries of 32 bytes: 8 MiB
+
+struct CacheEntry {
+    Pos pos;
+    int32_t node;  // NO_NODE: empty
+};
+
+class NetworkCache {
+  public:
+    NetworkCache() : entries((size_t)1 << CACHE_BITS) { clear(); }
+
+    void clear() {
+        for (size_t i = 0; i < entries.size(); ++i) entries[i].node = NO_NODE;
+    }
+
+    // The node the network evaluated at `pos`, or NO_NODE.
+    int find(const Pos& pos) const {
+        const CacheEntry& entry = entries[slot(pos)];
+        if (entry.node != NO_NODE && entry.pos.mine == pos.mine && entry.pos.theirs == pos.theirs &&
+            entry.pos.arrows == pos.arrows)
+            return entry.node;
+        return NO_NODE;
+    }
+
+    void remember(const Pos& pos, int node) {
+        CacheEntry& entry = entries[slot(pos)];
+        entry.pos = pos;
+        entry.node = node;
+    }
+
+    // After compaction: node n is now renumbered[n], or gone where that is negative.
+    void renumber(const int32_t* renumbered) {
+        for (size_t i = 0; i < entries.size(); ++i)
+            if (entries[i].node != NO_NODE) entries[i].node = renumbered[entries[i].node] >= 0 ? renumbered[entries[i].node] : NO_NODE;
+    }
+
+  private:
+    std::vector<CacheEntry> entries;
+
+    static size_t slot(const Pos& pos) {
+        u64 key = pos.mine * 0x9E3779B97F4A7C15ULL ^ pos.theirs * 0xC2B2AE3D27D4EB4FULL ^ pos.arrows * 0x165667B19E3779F9ULL;
+        key ^= key >> 29;
+        return (size_t)((key * 0xBF58476D1CE4E5B9ULL) >> (64 - CACHE_BITS));
+    }
+};
+
+// ================================================================================================
+// The search
+
+struct SearchResult {
+    int simulations;      // this search's simulations
+    bool tree_full;       // the search stopped because the tree was full
+    int cache_hits;       // its new leaves evaluated from the network cache instead of the network
+};
+
+static const int CLOCK_EVERY = 8;  // simulations between two reads of the CPU clock (a system call)
+
+class Search {
+  public:
+    Tree tree;
+    Pos root;
+    std::vector<Move> moves;
+    std::vector<float> priors;
+    std::vector<uint8_t> wins;
+    NetworkCache cache;
+    bool use_cache;  // false: the network evaluates every new leaf
+    bool use_lcb;       // play the best lower confidence bound (SearchConfig.lcb), else the most visits
+    double lcb_stdevs;  // SearchConfig.lcb_stdevs
+    int cache_hits;  // leaves evaluated from the cache so far
+    int top;         // the node of `root`: 0, or a node below it after moves not compacted yet
+
+    Search()
+        : moves(MAX_MOVES), priors(MAX_MOVES), wins(MAX_MOVES), use_cache(true), use_lcb(LCB_DEFAULT), lcb_stdevs(LCB_STDEVS),
+          cache_hits(0), top(0) {
+        root = start_position();
+    }
+
+    void set_root(const Pos& pos) {
+        root = pos;
+        top = 0;
+        tree.reset();
+        cache.clear();
+    }
+
+    // Play canonical `move` at the root: its subtree (if expanded) becomes the tree, else a fresh
+    // root. The tree is compacted only when the next search starts: after the bot's own move
+    // (played once its search's time is up) and the opponent's reply, it is compacted once, to
+    // the subtree two plies down, inside the next turn's time.
+    void advance(const Move& move) {
+        int child = NO_NODE;
+        if (tree.n_count[top] > 0) {
+            int first = tree.n_first[top];
+            for (int e = first; e < first + tree.n_count[top]; ++e) {
+                const uint8_t* m = tree.e_move + (size_t)e * 3;
+                if (m[0] == move.src && m[1] == move.dst && m[2] == move.arrow) {
+                    child = tree.e_child[e];
+                    break;
+                }
+            }
+        }
+        root = child_position(root, move.src, move.dst, move.arrow);
+        if (child > 0) {
+            top = child;
+        } else {
+            top = 0;
+            tree.reset();
+            cache.clear();
+        }
+    }
+
+    // Run simulations until `simulations` (> 0) are done or the CPU clock reaches `deadline` (> 0),
+    // the root is proven, or the tree is full. At least one simulation runs; the clock is read
+    // after the first and then every CLOCK_EVERY.
+    SearchResult run(int simulations, double deadline) {
+        SearchResult result = {0, false, 0};
+        int hits_before = cache_hits;
+        if (top != 0) {
+            compact(top);
+            top = 0;
+        }
+        if (tree.n_count[0] == NOT_EXPANDED) expand_root();
+        refresh_root_proof();
+        while (tree.n_proof[0] == PROOF_NONE) {
+            if (simulations > 0 && result.simulations >= simulations) break;
+            if (deadline > 0 && result.simulations % CLOCK_EVERY == 1 && cpu_seconds() >= deadline) break;
+            bool expanded = simulate();
+            ++result.simulations;
+            if (!expanded) {
+                result.tree_full = true;
+                break;
+            }
+        }
+        result.cache_hits = cache_hits - hits_before;
+        return result;
+    }
+
+    // The edge to play: with `use_lcb` (mcts_numba.lcb_edge) at an unproven root, among the moves
+    // not proven lost with at least max(2, LCB_MIN_VISITS_FRACTION x the most visits), the one with
+    // the highest mean - t(lcb_stdevs, N) * sqrt(variance / N) of the values backed up through it
+    // (ties to more visits, then the first); else, and when none qualifies, `most_visited_edge`.
+    int best_edge() const {
+        int most = most_visited_edge();
+        const Tree& t = tree;
+        if (!use_lcb || most < 0 || t.n_proof[0] != PROOF_NONE) return most;
+        double threshold = LCB_MIN_VISITS_FRACTION * t.edge_visits(most);
+        if (threshold < 2.0) threshold = 2.0;
+        int first = t.n_first[0], last = first + t.n_count[0];
+        int chosen = most;
+        double chosen_bound = -HUGE_VAL;
+        for (int e = first; e < last; ++e) {
+            int visits = t.edge_visits(e);
+            if (t.e_proof[e] == PROOF_LOSS || visits < threshold) continue;
+            int child = t.e_child[e];
+            double n = visits;
+            double mean = -t.n_value[child] / n;
+            double variance = t.n_value_sq[child] / n - mean * mean;
+            if (variance < 0.0) variance = 0.0;
+            // Student-t counterpart of lcb_stdevs for n samples (mcts_numba._t_quantile)
+            double quantile = std::sqrt(n * std::expm1(lcb_stdevs * lcb_stdevs * (n - 1.5) / ((n - 1.0) * (n - 1.0))));
+            double bound = mean - quantile * std::sqrt(variance / n);
+            if (bound > chosen_bound || (bound == chosen_bound && visits > t.edge_visits(chosen))) {
+                chosen = e;
+                chosen_bound = bound;
+            }
+        }
+        return chosen;
+    }
+
+    // mcts_numba.best_edge, then open_edge: a proven win (the shortest), else the most visited move
+    // not proven lost, else the open move with the highest prior; at a proven loss the longest
+    // resistance. -1 only at a root without moves.
+    int most_visited_edge() const {
+        const Tree& t = tree;
+        int first = t.n_first[0], last = first + (t.n_count[0] > 0 ? t.n_count[0] : 0);
+        int chosen = -1;
+        if (t.n_proof[0] == PROOF_WIN) {
+            for (int e = first; e < last; ++e)
+                if (t.e_proof[e] == PROOF_WIN &&
+                    (chosen < 0 || t.e_plies[e] < t.e_plies[chosen] ||
+                     (t.e_plies[e] == t.e_plies[chosen] && t.edge_visits(e) > t.edge_visits(chosen))))
+                    chosen = e;
+            return chosen;
+        }
+        if (t.n_proof[0] == PROOF_LOSS) {
+            for (int e = first; e < last; ++e)
+                if (chosen < 0 || t.e_plies[e] > t.e_plies[chosen] ||
+                    (t.e_plies[e] == t.e_plies[chosen] && t.edge_visits(e) > t.edge_visits(chosen)))
+                    chosen = e;
+            return chosen;
+        }
+        int best_visits = 0;
+        for (int e = first; e < last; ++e)
+            if (t.e_proof[e] != PROOF_LOSS && t.edge_visits(e) > best_visits) {
+                best_visits = t.edge_visits(e);
+                chosen = e;
+            }
+        if (chosen < 0)
+            for (int e = first; e < last; ++e)
+                if (t.e_proof[e] != PROOF_LOSS && (chosen < 0 || t.e_prior[e] > t.e_prior[chosen])) chosen = e;
+        if (chosen < 0) chosen = first < last ? first : -1;
+        return chosen;
+    }
+
+    double root_value() const { return tree.n_visits[0] > 0 ? tree.n_value[0] / tree.n_visits[0] : 0.0; }
+
+  private:
+    // Expand the root with the network (not counted as a simulation).
+    void expand_root() {
+        int count = legal_moves(root, &moves[0]);
+        float value = -1.0f;
+        int8_t proof = PROOF_NONE;
+        int plies = 0;
+        if (count == 0) {
+            proof = PROOF_LOSS;
+        } else {
+            value = evaluate_leaf(root, &moves[0], count, &priors[0]);
+            if (winning_moves(root, &moves[0], count, &wins[0]) > 0) {
+                proof = PROOF_WIN;
+                plies = 1;
+                value = 1.0f;
+            }
+        }
+        if (count > tree.edge_capacity) throw BotError("the tree cannot hold the root's moves: raise --tree-mb");
+        write_node(0, count, count == 0, value, proof, plies);
+        backup(0, value);
+    }
+
+    void write_node(int node, int count, bool terminal, float value, int8_t proof, int plies) {
+        Tree& t = tree;
+        int first = t.edges_used;
+        t.n_first[node] = first;
+        t.n_count[node] = count;
+        t.n_terminal[node] = terminal ? 1 : 0;
+        t.n_raw[node] = value;
+        t.n_proof[node] = proof;
+        t.n_plies[node] = (uint8_t)plies;
+        int open = -1;
+        for (int i = 0; i < count; ++i) {
+            uint8_t* m = t.e_move + (size_t)(first + i) * 3;
+            m[0] = moves[i].src;
+            m[1] = moves[i].dst;
+            m[2] = moves[i].arrow;
+            t.e_prior[first + i] = priors[i];
+            t.e_child[first + i] = NO_NODE;
+            bool win = proof == PROOF_WIN && plies == 1 && wins[i];
+            t.e_proof[first + i] = win ? PROOF_WIN : PROOF_NONE;
+            t.e_plies[first + i] = win ? 1 : 0;
+            if (i == 0 || priors[i] > priors[open - first]) open = first + i;  // no edge has a child yet
+        }
+        t.edges_used = first + count;
+        t.n_open[node] = open;
+    }
+
+    // Add one simulation worth `value` (for the side to move at `node`) from `node` up to the root.
+    void backup(int node, double value) {
+        while (node != NO_NODE) {
+            tree.n_visits[node] += 1;
+            tree.n_value[node] += value;
+            tree.n_value_sq[node] += value * value;
+            value = -value;
+            node = tree.n_parent[node];
+        }
+    }
+
+    // An edge's PUCT score: Q + c * P * sqrt(N_parent) / (1 + N) with N its child's visits; an
+    // edge without a visit scores the first-play urgency fpu + c * P * sqrt(N_parent).
+    double edge_score(int e, double scale, double fpu) const {
+        const Tree& t = tree;
+        int child = t.e_child[e];
+        if (child >= 0 && t.n_visits[child] > 0) {
+            double visits = t.n_visits[child];
+            return -t.n_value[child] / visits + scale * t.e_prior[e] / (1.0 + visits);
+        }
+        return fpu + scale * t.e_prior[e];
+    }
+
+    // The edge without a child and not proven lost with the highest prior (the first of equals),
+    // or -1.
+    int open_edge(int node) const {
+        const Tree& t = tree;
+        int open = -1;
+        for (int e = t.n_first[node]; e < t.n_first[node] + t.n_count[node]; ++e)
+            if (t.e_child[e] < 0 && t.e_proof[e] != PROOF_LOSS && (open < 0 || t.e_prior[e] > t.e_prior[open]))
+                open = e;
+        return open;
+    }
+
+    // PUCT choice at an expanded, non-terminal, unproven node (mcts_numba._select_edge without
+    // virtual loss): the best score, the first best on ties; proven-lost edges are never chosen.
+    // Edges without a child score by their prior alone, so the open edge is the only one of them
+    // that can win: the node's children and its open edge decide. Only where the open edge would
+    // win with a term scale * P under 1e-6 (so small that rounding may tie it with lower priors
+    // of earlier edges) do all the edges get scored, in order.
+    int select_edge(int node) const {
+        const Tree& t = tree;
+        double parent_visits = t.n_visits[node];
+        double c = C_PUCT;
+        if (C_PUCT_BASE > 0.0) c = C_PUCT + std::log((1.0 + parent_visits + C_PUCT_BASE) / C_PUCT_BASE);
+        double scale = c * std::sqrt(parent_visits);
+        double parent_q = t.n_value[node] / t.n_visits[node];
+        double fpu = parent_q - FPU_REDUCTION * std::sqrt((double)t.n_mass[node]);
+        int best = -1;
+        double best_score = -HUGE_VAL;
+        for (int child = t.n_child[node]; child != NO_NODE; child = t.n_sibling[child]) {
+            int e = t.n_parent_edge[child];
+            if (t.e_proof[e] == PROOF_LOSS) continue;
+            double score = edge_score(e, scale, fpu);
+            if (score > best_score || (score == best_score && e < best)) {
+                best_score = score;
+                best = e;
+            }
+        }
+        int open = t.n_open[node];
+        if (open >= 0) {
+            double score = edge_score(open, scale, fpu);
+            if (score > best_score || (score == best_score && open < best)) {
+                if (scale * t.e_prior[open] < 1e-6) return scan_edges(node, scale, fpu);
+                best = open;
+            }
+        }
+        return best >= 0 ? best : t.n_first[node];
+    }
+
+    // select_edge by scoring every edge in order.
+    int scan_edges(int node, double scale, double fpu) const {
+        const Tree& t = tree;
+        int first = t.n_first[node], last = first + t.n_count[node];
+        int best = first;
+        double best_score = -HUGE_VAL;
+        for (int e = first; e < last; ++e) {
+            if (t.e_proof[e] == PROOF_LOSS) continue;
+            double score = edge_score(e, scale, fpu);
+            if (score > best_score) {
+                best_score = score;
+                best = e;
+            }
+        }
+        return best;
+    }
+
+    // One simulation: descend by PUCT, then back up a terminal's or proven node's exact value, or
+    // expand the new leaf. Returns false when the leaf did not fit in the tree.
+    bool simulate() {
+        Tree& t = tree;
+        int node = 0;
+        Pos pos = root;
+        for (;;) {
+            if (t.n_terminal[node] || (node != 0 && t.n_proof[node] != PROOF_NONE)) {
+                backup(node, t.n_terminal[node] ? -1.0 : (double)t.n_proof[node]);
+                return true;
+            }
+            int e = select_edge(node);
+            const uint8_t* m = t.e_move + (size_t)e * 3;
+            pos = child_position(pos, m[0], m[1], m[2]);
+            int child = t.e_child[e];
+            if (child < 0) {
+                t.n_mass[node] += t.e_prior[e];
+                return expand_leaf(node, e, pos);
+            }
+            node = child;
+        }
+    }
+
+    bool expand_leaf(int parent, int edge, const Pos& pos) {
+        Tree& t = tree;
+        int count = legal_moves(pos, &moves[0]);
+        float value;
+        int8_t proof = PROOF_NONE;
+        int plies = 0;
+        bool by_network = false;
+        if (count == 0) {
+            value = -1.0f;
+            proof = PROOF_LOSS;
+        } else if (winning_moves(pos, &moves[0], count, &wins[0]) > 0) {
+            value = 1.0f;
+            proof = PROOF_WIN;
+            plies = 1;
+            for (int i = 0; i < count; ++i) priors[i] = 1.0f / count;
+        } else {
+            int bounds[4];
+            int result = adjudicate(pos, bounds);
+            if (result != 0) {
+                // Plies to the end are bounds: the loser with a moves is stuck at ply 2a + 1; the
+                // winner's opponent with b moves at ply 2b + 2.
+                value = (float)result;
+                proof = (int8_t)result;
+                plies = result > 0 ? 2 * bounds[3] + 2 : 2 * bounds[1] + 1;
+                for (int i = 0; i < count; ++i) priors[i] = 1.0f / count;
+            } else {
+                int same = use_cache ? cache.find(pos) : NO_NODE;
+                if (same != NO_NODE) {
+                    value = t.n_raw[same];
+                    std::memcpy(&priors[0], t.e_prior + t.n_first[same], sizeof(float) * count);
+                    ++cache_hits;
+                } else {
+                    value = evaluate_leaf(pos, &moves[0], count, &priors[0]);
+                    by_network = true;
+                }
+            }
+        }
+        if (t.nodes_used >= t.node_capacity || (int64_t)t.edges_used + count > t.edge_capacity) {
+            backup(parent, -value);
+            return false;
+        }
+        int node = t.nodes_used++;
+        t.init_node(node, parent, edge);
+        t.e_child[edge] = node;
+        t.n_sibling[node] = t.n_child[parent];
+        t.n_child[parent] = node;
+        if (t.n_open[parent] == edge) t.n_open[parent] = open_edge(parent);
+        if (by_network && use_cache) cache.remember(pos, node);
+        write_node(node, count, count == 0, value, proof, plies);
+        backup(node, value);
+        if (proof != PROOF_NONE) propagate_proof(node);
+        return true;
+    }
+
+    // mcts_numba._propagate_proof: the edge into a proven node gets the opposite result one ply
+    // longer; its parent is a proven win if that edge wins (the shortest win counts), a proven
+    // loss if all its edges are proven losses (the longest counts); otherwise the climb stops.
+    void propagate_proof(int node) {
+        Tree& t = tree;
+        while (node != 0 && t.n_proof[node] != PROOF_NONE) {
+            int parent = t.n_parent[node], e = t.n_parent_edge[node];
+            t.e_proof[e] = (int8_t)-t.n_proof[node];
+            t.e_plies[e] = (uint8_t)(t.n_plies[node] + 1);
+            if (t.e_proof[e] == PROOF_WIN) {
+                int plies = t.e_plies[e];
+                if (t.n_proof[parent] == PROOF_WIN && t.n_plies[parent] <= plies) return;
+                t.n_proof[parent] = PROOF_WIN;
+                t.n_plies[parent] = (uint8_t)plies;
+            } else {
+                int first = t.n_first[parent], longest = 0;
+                for (int other = first; other < first + t.n_count[parent]; ++other) {
+                    if (t.e_proof[other] != PROOF_LOSS) return;
+                    if (t.e_plies[other] > longest) longest = t.e_plies[other];
+                }
+                t.n_proof[parent] = PROOF_LOSS;
+                t.n_plies[parent] = (uint8_t)longest;
+            }
+            node = parent;
+        }
+    }
+
+    // mcts_numba.refresh_root_proof: the root's proof from its edges alone.
+    void refresh_root_proof() {
+        Tree& t = tree;
+        int count = t.n_count[0];
+        int8_t proof = PROOF_NONE;
+        int plies = 0;
+        if (count > 0) {
+            int first = t.n_first[0], shortest_win = 1 << 30, longest_loss = 0, losses = 0;
+            for (int e = first; e < first + count; ++e) {
+                if (t.e_proof[e] == PROOF_WIN) {
+                    if (t.e_plies[e] < shortest_win) shortest_win = t.e_plies[e];
+                } else if (t.e_proof[e] == PROOF_LOSS) {
+                    ++losses;
+                    if (t.e_plies[e] > longest_loss) longest_loss = t.e_plies[e];
+                }
+            }
+            if (shortest_win < (1 << 30)) {
+                proof = PROOF_WIN;
+                plies = shortest_win;
+            } else if (losses == count) {
+                proof = PROOF_LOSS;
+                plies = longest_loss;
+            }
+        }
+        t.n_proof[0] = proof;
+        t.n_plies[0] = (uint8_t)plies;
+    }
+
+    // mcts_numba.compact_subtree: make `new_root` the root, sliding its subtree's nodes and edge
+    // blocks to the left in place (indices only decrease) and renumbering the links.
+    void compact(int new_root) {
+        Tree& t = tree;
+        int used = t.nodes_used;
+        for (int n = 0; n < used; ++n) t.scratch_index[n] = -1;
+        t.scratch_index[new_root] = 0;
+        int kept = 1;
+        for (int n = new_root + 1; n < used; ++n) {
+            int parent = t.n_parent[n];
+            if (parent >= 0 && t.scratch_index[parent] >= 0) t.scratch_index[n] = kept++;
+        }
+        int next_edge = 0;
+        for (int n = new_root; n < used; ++n) {
+            int m = t.scratch_index[n];
+            if (m < 0) continue;
+            int first = t.n_first[n], count = t.n_count[n];
+            t.scratch_shift[n] = first - next_edge;
+            for (int i = 0; i < count; ++i) {
+                int src = first + i, dst = next_edge + i;
+                std::memmove(t.e_move + (size_t)dst * 3, t.e_move + (size_t)src * 3, 3);
+                t.e_prior[dst] = t.e_prior[src];
+                t.e_proof[dst] = t.e_proof[src];
+                t.e_plies[dst] = t.e_plies[src];
+                int child = t.e_child[src];
+                t.e_child[dst] = child >= 0 ? t.scratch_index[child] : child;
+            }
+            t.n_visits[m] = t.n_visits[n];
+            t.n_value[m] = t.n_value[n];
+            t.n_value_sq[m] = t.n_value_sq[n];
+            t.n_mass[m] = t.n_mass[n];
+            t.n_first[m] = next_edge;
+            t.n_count[m] = count;
+            t.n_terminal[m] = t.n_terminal[n];
+            t.n_raw[m] = t.n_raw[n];
+            t.n_proof[m] = t.n_proof[n];
+            t.n_plies[m] = t.n_plies[n];
+            t.n_child[m] = t.n_child[n] != NO_NODE ? t.scratch_index[t.n_child[n]] : NO_NODE;
+            t.n_open[m] = t.n_open[n] >= 0 ? t.n_open[n] - t.scratch_shift[n] : -1;
+            if (m == 0) {
+                t.n_parent[m] = NO_NODE;
+                t.n_parent_edge[m] = NO_NODE;
+                t.n_sibling[m] = NO_NODE;
+            } else {
+                int parent = t.n_parent[n];
+                t.n_parent[m] = t.scratch_index[parent];
+                t.n_parent_edge[m] = t.n_parent_edge[n] - t.scratch_shift[parent];
+                t.n_sibling[m] = t.n_sibling[n] != NO_NODE ? t.scratch_index[t.n_sibling[n]] : NO_NODE;
+            }
+            if (count > 0) next_edge += count;
+        }
+        t.nodes_used = kept;
+        t.edges_used = next_edge;
+        cache.renumber(t.scratch_index);
+    }
+};
+
+#endif  // AMZ_SEARCH_H

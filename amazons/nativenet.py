@@ -1,0 +1,160 @@
+"""The compiled CPU evaluator: the native core's forward pass as the search's `Evaluator`.
+
+`NativeEvaluator` runs a network with the C++ of `amazons/native/` (the forward pass the Botzone
+bot runs, with its AVX2/FMA Winograd kernels where the CPU has them), compiled by `setup.py` as
+the extension `amazons._native`: a batch of canonical positions and their legal moves in, each
+move's prior and each position's value out, the GIL released while it computes. It runs every
+network `amazons.npnet` runs (both policy heads, the arrow source term, 3 or 7 planes), from the
+same folded float32 arrays (`NumpyNet.layout_arrays`), and agrees with npnet and torch within
+1e-4 (tests/test_nativenet.py). `load_net` writes new weights into the same buffer and re-makes
+the Winograd filters in place (the inference server's weight updates).
+
+Threads: one by default, as the inference server's torch runs; `threads=N` splits a batch over N
+threads (docs/network.md says what more buys).
+
+`amazons.npnet` stays the reference that needs no compiler: where the extension is not built,
+`native_available()` is False and the builders (`amazons.player_factory`, `amazons.netplay`)
+fall back to npnet or torch. Imports numpy, `amazons.npnet` and the extension; never torch.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+
+from amazons.npnet import NpNetInputError, NumpyNet, _check_batch, load_model
+
+try:
+    from amazons import _native
+except ImportError as error:  # the extension is not built (a checkout without `make build`)
+    _native = None
+    _IMPORT_ERROR = str(error)
+else:
+    _IMPORT_ERROR = ""
+
+__all__ = ["NativeEvaluator", "NativeUnavailableError", "native_available", "native_support"]
+
+KERNELS = ("auto", "avx2", "portable")
+
+
+class NativeUnavailableError(RuntimeError):
+    """The native evaluator cannot run here: the extension is not built, or it cannot run the
+    network (the message says which)."""
+
+
+def native_available() -> bool:
+    """Whether the extension `amazons._native` is built and importable."""
+    return _native is not None
+
+
+def native_support(net_config: dict, trunk: list[str]) -> str:
+    """Why the native evaluator cannot run this network here, or "" when it can.
+
+    Args:
+        net_config: the network's `NetConfig` fields (`NumpyNet.config`).
+        trunk: its trunk layers (`"residual"` / `"attention"`).
+    """
+    if _native is None:
+        return f"the extension amazons._native is not built ({_IMPORT_ERROR}): run `make build`"
+    unknown = [kind for kind in trunk if kind not in _native.TRUNK_KINDS]
+    if unknown:
+        return f"trunk layers of kind {unknown[0]!r}"
+    return _native.shape_error(dict(net_config), list(trunk))
+
+
+class NativeEvaluator:
+    """The search's `Evaluator` on the native forward pass.
+
+    Args:
+        net: the network (`amazons.npnet.load_model`, or a `NumpyNet` from a checkpoint).
+        threads: threads per batch (>= 1).
+        kernels: "auto" (AVX2/FMA where the CPU has it), "avx2" (the same choice, refused
+            without) or "portable".
+
+    Raises:
+        NativeUnavailableError: the extension is not built or cannot run `net`.
+        ValueError: threads < 1 or an unknown `kernels`.
+    """
+
+    def __init__(self, net: NumpyNet, threads: int = 1, kernels: str = "auto") -> None:
+        if kernels not in KERNELS:
+            raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
+        if int(threads) < 1:
+            raise ValueError(f"threads must be >= 1, got {threads!r}")
+        why = native_support(net.config, net.trunk_layers)
+        if why:
+            raise NativeUnavailableError(f"the native evaluator cannot run this network: {why}")
+        self.threads = int(threads)
+        self._core = _native.NativeNetwork()
+        self._core.set_kernels(kernels == "portable")
+        if kernels == "avx2" and self._core.kernels == "portable":
+            raise NativeUnavailableError("kernels='avx2': this CPU has no AVX2 and FMA")
+        self.net = net
+        self.load_net(net)
+
+    @classmethod
+    def from_file(cls, path: str | os.PathLike, threads: int = 1, kernels: str = "auto") -> NativeEvaluator:
+        """An evaluator on an exported `.npz` model (see `amazons.npnet.load_model` for what it raises)."""
+        return cls(load_model(path), threads, kernels)
+
+    @property
+    def kernels(self) -> str:
+        """The kernels in use: "avx2+fma" or "portable"."""
+        return self._core.kernels
+
+    def load_net(self, net: NumpyNet) -> None:
+        """Take `net`'s weights in place (the same buffer; the Winograd filters re-made).
+
+        Raises:
+            NativeUnavailableError: `net` has another shape than the network loaded first.
+        """
+        if hasattr(self, "_shape") and (net.config, net.trunk_layers) != self._shape:
+            raise NativeUnavailableError("load_net takes a network of the shape loaded first; build a new evaluator")
+        weights = np.concatenate([array.reshape(-1) for _, array in net.layout_arrays()]).astype(np.float32)
+        self._core.load(dict(net.config), list(net.trunk_layers), weights)
+        self._shape = (dict(net.config), list(net.trunk_layers))
+        self.net = net
+
+    def evaluate(
+        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Priors over each position's legal moves and a value for its side to move.
+
+        Args:
+            positions: `(B, 3) uint64` canonical positions, none terminal.
+            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
+            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
+
+        Returns:
+            `(priors (M,) float32, values (B,) float32)`: priors sum to 1 over each position's
+            moves; values in [-1, 1] for the side to move.
+
+        Raises:
+            amazons.npnet.NpNetInputError: malformed input.
+        """
+        _check_batch(positions, moves, move_offsets)
+        priors = np.empty(moves.shape[0], np.float32)
+        values = np.empty(positions.shape[0], np.float32)
+        if positions.shape[0]:
+            self._core.evaluate(np.ascontiguousarray(positions), np.ascontiguousarray(moves),
+                                np.ascontiguousarray(move_offsets), priors, values, self.threads)
+        return priors, values
+
+    @property
+    def has_ownership(self) -> bool:
+        """Whether the network has the ownership head (`ownership` answers, through npnet)."""
+        return self.net.has_ownership
+
+    def ownership(self, positions: np.ndarray) -> np.ndarray:
+        """The ownership head's map (`amazons.npnet.NumpyEvaluator.ownership`; the native core
+        runs the search's outputs only).
+
+        Raises:
+            NpNetInputError: no ownership head, or `positions` is not `(B, 3) uint64`.
+        """
+        from amazons.npnet import NumpyEvaluator
+
+        if not self.net.has_ownership:
+            raise NpNetInputError("this network has no ownership head")
+        return NumpyEvaluator(self.net).ownership(positions)
