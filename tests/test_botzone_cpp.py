@@ -39,6 +39,7 @@ from amazons.botzone_cpp import (
     write_bot,
 )
 from amazons.export import TOLERANCE, main, model_arrays, random_positions
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.mcts_numba import _t_quantile
 from amazons.models import default_model_path
 
@@ -330,14 +331,14 @@ def test_the_network_cache_changes_no_reply(default_bot):
     assert board.ply >= 20 and cached > 0
 
 
-def root_search(binary: Path, history: list[Move], *args: str) -> tuple[Move, list[tuple]]:
-    """A fresh process's reply to the game `history` at 400 simulations, and its root's moves as
-    `--root-stats` prints them: (move, visits, value sum, sum of squares, proof) each."""
+def root_search(binary: Path, history: list[Move], *args: str, simulations: int = 400) -> tuple[Move, list[tuple]]:
+    """A fresh process's reply to the game `history` at `simulations`, and its root's moves as
+    `--root-stats` prints them: (move, visits, value sum, sum of squares, proof, proof plies) each."""
     black = len(history) % 2 == 0
     requests = [None, *history[1::2]] if black else history[0::2]
     responses = history[0::2] if black else history[1::2]
-    result = subprocess.run([str(binary), "--restart-per-turn", "--simulations", "400", "--root-stats", *args],
-                            input=first_input(requests, responses, use_json=False), capture_output=True,
+    result = subprocess.run([str(binary), "--restart-per-turn", "--simulations", str(simulations), "--root-stats",
+                             *args], input=first_input(requests, responses, use_json=False), capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     stats = []
@@ -345,7 +346,7 @@ def root_search(binary: Path, history: list[Move], *args: str) -> tuple[Move, li
         tokens = line.split()
         assert tokens[0] == "root", line
         stats.append((Move.from_botzone(" ".join(tokens[1:7])), int(tokens[7]), float(tokens[8]),
-                      float(tokens[9]), int(tokens[10])))
+                      float(tokens[9]), int(tokens[10]), int(tokens[11])))
     return parse_reply(result.stdout.splitlines()[0], use_json=False), stats
 
 
@@ -361,7 +362,7 @@ def lcb_choice(stats: list[tuple], stdevs: float, fraction: float = 0.15) -> Mov
     threshold = max(2.0, fraction * most[1])
     chosen, chosen_bound = most, -np.inf
     for s in stats:
-        move, visits, total, squares, proof = s
+        move, visits, total, squares, proof, _ = s
         if proof == -1 or visits < threshold:
             continue
         mean = total / visits
@@ -393,6 +394,48 @@ def test_the_bot_plays_the_best_lower_confidence_bound(default_bot):
             assert reply == expected, (len(history), args)
             overridden += stdevs is not None and expected != most_visited(stats)[0]
     assert len(histories) >= 8 and overridden > 0
+
+
+def separated_games(count: int, seed: int) -> list[Board]:
+    """Seeded random games stopped at their first separated position (a side to move with moves)."""
+    rng = np.random.default_rng(seed)
+    boards = []
+    while len(boards) < count:
+        board = Board()
+        while not board.is_game_over():
+            if engine.adjudicate(board.canonical_position())[1][0, engine.MY_LOWER] >= 0:
+                boards.append(board)
+                break
+            legal = board.legal_moves()
+            board.push(legal[int(rng.integers(len(legal)))])
+    return boards
+
+
+def test_proofs_of_separated_positions_count_the_plies_as_the_python_search_does(default_bot):
+    # The tree's convention (amazons.mcts._adjudicate_leaves): a terminal node is lost in 0 plies,
+    # a winning move wins in 1, so a side to move with a moves against b loses in 2a plies or wins
+    # in 2b + 1. A root move whose child the adjudication decides at its expansion gets the same
+    # proof and plies in the bot's tree as in the Python search's (move_proof_plies).
+    compared = {1: 0, -1: 0}
+    for board in separated_games(16, seed=12):
+        search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=600))
+        search.set_roots(board.canonical_position())
+        search.search()
+        result = search.root_result(0)
+        children = engine.apply_moves(np.repeat(board.canonical_position()[None], len(result.moves), 0),
+                                      result.moves.astype(np.int32))
+        decided = engine.adjudicate(children)[0] != 0
+        python = {Move(*real.tolist()): (int(proof), int(plies), bool(exact)) for real, proof, plies, exact in
+                  zip(board.canonical_to_real(result.moves), result.move_proofs, result.move_proof_plies, decided,
+                      strict=True)}
+        _, stats = root_search(default_bot, board.move_stack, simulations=600)
+        for move, _, _, _, proof, plies in stats:
+            python_proof, python_plies, exact = python[move]
+            if proof == 0 or python_proof == 0 or not exact:
+                continue  # compared where both trees hold the child the adjudication decides
+            assert (proof, plies) == (python_proof, python_plies), (board.ply, move)
+            compared[proof] += 1
+    assert compared[1] >= 5 and compared[-1] >= 20, compared
 
 
 def test_the_bot_answers_the_no_move_line_when_it_has_lost(default_bot):

@@ -51,7 +51,8 @@
 //   --no-lcb            play the most visited move, not the best lower confidence bound of Q
 //   --lcb-stdevs Z      the bound's width in standard errors (default 5, SearchConfig.lcb_stdevs)
 //   --root-stats        after each search, one line per root move on stderr: "root x0 y0 x1 y1 x2
-//                       y2 visits value_sum value_sq_sum proof" (the mover's values; tests)
+//                       y2 visits value_sum value_sq_sum proof plies" (the mover's values and
+//                       proof, the plies to the end when proven; tests)
 //   --info              the model, the kernels in use and the tree's capacity
 
 #include "network.h"
@@ -275,17 +276,18 @@ class Bot {
         return true;
     }
 
-    // --root-stats: per root move "root x0 y0 x1 y1 x2 y2 visits value_sum value_sq_sum proof", the
-    // values those backed up through the move for the side choosing it, the proof PROOF_* for it.
+    // --root-stats: per root move "root x0 y0 x1 y1 x2 y2 visits value_sum value_sq_sum proof plies",
+    // the values those backed up through the move for the side choosing it, the proof PROOF_* for
+    // it and, when proven, the plies from the move to the game's end (0 when not).
     void print_root_stats() const {
         const Tree& t = search.tree;
         int first = t.n_first[0], count = t.n_count[0] > 0 ? t.n_count[0] : 0;
         for (int e = first; e < first + count; ++e) {
             int child = t.e_child[e];
-            std::fprintf(stderr, "root %s %d %.17g %.17g %d\n",
+            std::fprintf(stderr, "root %s %d %.17g %.17g %d %d\n",
                          botzone_text(to_real(t.edge_move(e), (int)played.size())).c_str(),
                          t.edge_visits(e), child >= 0 ? -t.n_value[child] : 0.0, child >= 0 ? t.n_value_sq[child] : 0.0,
-                         (int)t.e_proof[e]);
+                         (int)t.e_proof[e], (int)t.e_plies[e]);
         }
         std::fflush(stderr);
     }

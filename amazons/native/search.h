@@ -529,11 +529,12 @@ class Search {
             int bounds[4];
             int result = adjudicate(pos, bounds);
             if (result != 0) {
-                // Plies to the end are bounds: the loser with a moves is stuck at ply 2a + 1; the
-                // winner's opponent with b moves at ply 2b + 2.
+                // The tree's convention (amazons.mcts._adjudicate_leaves: a terminal node is lost
+                // in 0 plies, a winning move wins in 1): with a moves against b, the side to move
+                // loses in 2a plies or wins in 2b + 1; bounds, from the upper bounds of a and b.
                 value = (float)result;
                 proof = (int8_t)result;
-                plies = result > 0 ? 2 * bounds[3] + 2 : 2 * bounds[1] + 1;
+                plies = result > 0 ? 2 * bounds[3] + 1 : 2 * bounds[1];
                 for (int i = 0; i < count; ++i) priors[i] = 1.0f / count;
             } else {
                 int same = use_cache ? cache.find(pos) : NO_NODE;
