@@ -92,7 +92,7 @@ class Evaluation:
         rows = config.processes * config.search.leaves_per_game
         self.inference = inference or InferenceConfig(inference_batch_size=rows, flush_deadline_ms=1.0)
         self._factory = evaluator_factory or (lambda path: served_evaluator_factory(
-            path, device, precision, max_batch=self.inference.inference_batch_size))
+            path, device, precision, max_batch=self.inference.inference_batch_size, backend=self.inference.backend))
         self._workers: ArenaWorkers | None = None
         self.stats: dict[str, dict[str, float]] = {}
 

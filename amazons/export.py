@@ -38,17 +38,14 @@ import torch
 
 from amazons import botzone_cpp, engine, npnet
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
-from amazons.config import config_to_dict
 from amazons.models import default_model_path
 from amazons.net import (
-    GlobalSelfAttention,
     PolicyValueNet,
-    ResidualBlock,
     gather_legal_priors,
     policy_log_tables,
-    prepare_for_inference,
     segment_ids,
 )
+from amazons.netplay import model_arrays
 
 __all__ = [
     "TOLERANCE",
@@ -69,26 +66,6 @@ TOLERANCE = 1e-4  # largest accepted difference between torch and numpy priors o
 
 class ExportError(ValueError):
     """The export's check failed: the numpy forward pass does not reproduce the torch model."""
-
-
-def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
-    """What an exported file holds: `(net_config dict, trunk layer kinds, float32 arrays)`.
-
-    The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded), on the
-    CPU, in torch's layouts; `model` itself is not changed.
-    """
-    prepared = prepare_for_inference(model, torch.float32, channels_last=False).cpu()
-    trunk = []
-    for layer in prepared.trunk:
-        if isinstance(layer, ResidualBlock):
-            trunk.append("residual")
-        elif isinstance(layer, GlobalSelfAttention):
-            trunk.append("attention")
-        else:
-            raise ExportError(f"cannot export a trunk layer of type {type(layer).__name__}")
-    arrays = {name: tensor.detach().float().contiguous().numpy().copy()
-              for name, tensor in prepared.state_dict().items()}
-    return config_to_dict(model.config), trunk, arrays
 
 
 def random_positions(count: int, seed: int = 0, max_plies: int = 40) -> np.ndarray:

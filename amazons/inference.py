@@ -59,6 +59,7 @@ from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
+BACKENDS = ("auto", "torch", "native")  # InferenceConfig.backend: the server's network
 
 
 class InferenceError(RuntimeError):
@@ -75,8 +76,17 @@ class InferenceConfig:
     slot_moves: int = 256 * 1024  # legal moves one round trip can carry (>= MAX_MOVES)
     start_timeout_s: float = 300.0  # the server must build its evaluator within this time
     torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
+    # The server's network: "torch" (the prepared torch model), "native" (the compiled CPU
+    # evaluator, amazons.nativenet) or "auto" (native on a CPU where it is built and runs the
+    # network, torch on a GPU).
+    backend: str = "auto"
+    native_threads: int = 1  # threads of the native evaluator per batch
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        if self.native_threads < 1:
+            raise ValueError(f"native_threads must be >= 1, got {self.native_threads}")
         if self.inference_batch_size < 1:
             raise ValueError(f"inference_batch_size must be >= 1, got {self.inference_batch_size}")
         if self.slot_rows < 1:

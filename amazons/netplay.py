@@ -10,11 +10,17 @@
   a file, `load_flat_weights(flat)` from the learner's shared memory) go into that CPU model,
   their batch norms are folded there, and the result is copied into the prepared model's own
   tensors in place, so the evaluator, its model and its captured CUDA graphs are kept.
+* `NativeReloadableEvaluator`: the same model on the compiled CPU evaluator
+  (`amazons.nativenet.NativeEvaluator`, the native core's forward pass): the checkpoint's model
+  kept on the CPU as the source, its batch norms folded there (`prepare_for_inference`), the
+  folded arrays loaded into the native network's buffer in place on every weight update.
+  `resolve_backend` chooses between the two (`InferenceConfig.backend`: "auto" takes the native
+  one on a CPU where the extension is built and runs the network, torch on a GPU).
 * `load_network_evaluator`: a checkpoint as that evaluator, in this process.
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
   build the same evaluator; `server_evaluator_factory` is the one builder of it from a run's
-  settings (device, precision, `InferenceConfig`: the largest batch bucket is the server's
-  `inference_batch_size`), called by the main job, the Ray node and the benchmarks.
+  settings (device, precision, `InferenceConfig`: the backend, and the largest batch bucket is
+  the server's `inference_batch_size`), called by the main job, the Ray node and the benchmarks.
 
 The bot and terminal play never come here: they run exported numpy models (`amazons.npnet`),
 whose batch norms were folded at export. Players are built by `amazons.player_factory`, which
@@ -27,27 +33,38 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
+from amazons import nativenet
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
-from amazons.inference import InferenceConfig
+from amazons.config import config_to_dict
+from amazons.inference import BACKENDS, InferenceConfig
 from amazons.net import (
     PRECISION_DTYPES,
+    GlobalSelfAttention,
     NetworkEvaluator,
     PolicyValueNet,
+    ResidualBlock,
     batch_buckets,
     load_prepared_weights,
     prepare_for_inference,
     resolve_precision,
     unflatten_weights,
 )
+from amazons.npnet import NumpyNet
 
 __all__ = [
+    "BackendError",
+    "NativeReloadableEvaluator",
     "NetworkEvaluatorFactory",
     "ReloadableNetworkEvaluator",
     "load_network_evaluator",
+    "model_arrays",
+    "numpy_net",
+    "resolve_backend",
     "resolve_device",
     "server_evaluator_factory",
 ]
@@ -119,22 +136,164 @@ class ReloadableNetworkEvaluator(NetworkEvaluator):
         load_prepared_weights(self.model, self.source)
 
 
+class BackendError(ValueError):
+    """An inference backend that cannot run here: the message names it and why."""
+
+
+def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
+    """What an exported file holds: `(net_config dict, trunk layer kinds, float32 arrays)`.
+
+    The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded), on the
+    CPU, in torch's layouts; `model` itself is not changed.
+
+    Raises:
+        BackendError: a trunk layer of a kind the numpy and native networks do not run.
+    """
+    prepared = prepare_for_inference(model, torch.float32, channels_last=False).cpu()
+    trunk = []
+    for layer in prepared.trunk:
+        if isinstance(layer, ResidualBlock):
+            trunk.append("residual")
+        elif isinstance(layer, GlobalSelfAttention):
+            trunk.append("attention")
+        else:
+            raise BackendError(f"cannot export a trunk layer of type {type(layer).__name__}")
+    arrays = {name: tensor.detach().float().contiguous().numpy().copy()
+              for name, tensor in prepared.state_dict().items()}
+    return config_to_dict(model.config), trunk, arrays
+
+
+def numpy_net(model: PolicyValueNet, source: dict[str, Any] | None = None) -> NumpyNet:
+    """`model` with its batch norms folded, as `amazons.npnet.NumpyNet` (what the native and
+    numpy evaluators and the Botzone export run)."""
+    return NumpyNet(*model_arrays(model), source)
+
+
+def resolve_backend(backend: str, device: str, model: PolicyValueNet) -> str:
+    """The backend that runs `model` on `device`: "torch" or "native".
+
+    "auto" takes the native evaluator on a CPU where the extension is built and runs the network
+    (every network npnet runs), and torch on a GPU or where it cannot; "native" is refused on a
+    GPU or where it cannot run.
+
+    Raises:
+        BackendError: an unknown backend, or "native" where it cannot run (the reason named).
+    """
+    if backend not in BACKENDS:
+        raise BackendError(f"inference backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    if backend == "torch":
+        return "torch"
+    on_cpu = torch.device(resolve_device(device)).type == "cpu"
+    try:
+        why = nativenet.native_support(config_to_dict(model.config), _trunk_kinds(model))
+    except BackendError as error:
+        why = str(error)
+    if backend == "native":
+        if not on_cpu:
+            raise BackendError(f"inference backend 'native' runs on the CPU; the device is {device!r}")
+        if why:
+            raise BackendError(f"inference backend 'native' cannot run this network: {why}")
+        return "native"
+    return "native" if on_cpu and not why else "torch"
+
+
+def _trunk_kinds(model: PolicyValueNet) -> list[str]:
+    kinds = []
+    for layer in model.trunk:
+        if isinstance(layer, ResidualBlock):
+            kinds.append("residual")
+        elif isinstance(layer, GlobalSelfAttention):
+            kinds.append("attention")
+        else:
+            raise BackendError(f"a trunk layer of type {type(layer).__name__}")
+    return kinds
+
+
+class NativeReloadableEvaluator:
+    """The production evaluator on the compiled CPU evaluator (`amazons.nativenet`).
+
+    Args:
+        model: the network as checkpoints hold it (batch norms unfolded); kept on the CPU as the
+            source of the folded arrays.
+        threads: the native evaluator's threads per batch.
+
+    Raises:
+        amazons.nativenet.NativeUnavailableError: the extension is not built or cannot run it.
+    """
+
+    backend = "native"
+    precision = "fp32"
+
+    def __init__(self, model: PolicyValueNet, threads: int = 1) -> None:
+        self.source = model.cpu().eval()
+        self.native = nativenet.NativeEvaluator(numpy_net(self.source), threads)
+
+    @property
+    def has_ownership(self) -> bool:
+        """Whether the network has the ownership head."""
+        return self.native.has_ownership
+
+    def ownership(self, positions: np.ndarray) -> np.ndarray:
+        """The ownership head's map (`amazons.nativenet.NativeEvaluator.ownership`)."""
+        return self.native.ownership(positions)
+
+    def evaluate(self, positions: np.ndarray, moves: np.ndarray,
+                 move_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """The search's `Evaluator` call (`amazons.nativenet.NativeEvaluator.evaluate`)."""
+        return self.native.evaluate(positions, moves, move_offsets)
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Load a learner or model checkpoint's weights (same architecture) in place.
+
+        Raises:
+            amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
+        """
+        payload = load_checkpoint(path)
+        try:
+            self.source.load_state_dict(payload["model"])
+        except RuntimeError as error:
+            raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
+        self._refresh()
+
+    def load_flat_weights(self, flat: np.ndarray) -> None:
+        """Take the learner's flat weights (`amazons.net.flatten_weights`) in place; `flat` is
+        copied before this returns.
+
+        Raises:
+            amazons.net.NetInputError: `flat` does not have this network's length.
+        """
+        unflatten_weights(self.source, torch.from_numpy(flat))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        """Fold the source model's batch norms on the CPU and write the arrays into the native
+        network's buffer (its Winograd filters re-made)."""
+        self.native.load_net(numpy_net(self.source))
+
+
 def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precision: str = "auto",
                            max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None,
-                           torch_threads: int | None = None) -> ReloadableNetworkEvaluator:
+                           torch_threads: int | None = None, backend: str = "auto",
+                           native_threads: int = 1) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
     """The network of a learner or model checkpoint as the production evaluator, in this process.
 
     Args:
         path: the checkpoint.
         device, precision, max_batch, cuda_graphs: see `ReloadableNetworkEvaluator`.
         torch_threads: set torch's intra-op threads (process-wide) first; None leaves them.
+        backend: "auto", "torch" or "native" (`resolve_backend`).
+        native_threads: the native evaluator's threads per batch.
 
     Raises:
         amazons.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
+        BackendError: "native" where it cannot run.
     """
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
-    return ReloadableNetworkEvaluator(load_model_for_play(path, "cpu"), device, precision, max_batch, cuda_graphs)
+    model = load_model_for_play(path, "cpu")
+    if resolve_backend(backend, device, model) == "native":
+        return NativeReloadableEvaluator(model, native_threads)
+    return ReloadableNetworkEvaluator(model, device, precision, max_batch, cuda_graphs)
 
 
 @dataclass(frozen=True)
@@ -147,6 +306,8 @@ class NetworkEvaluatorFactory:
         dtype: the precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`).
         max_batch: the largest batch bucket of the CUDA graphs (the server's inference batch).
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
+        backend: "auto", "torch" or "native" (`resolve_backend`).
+        native_threads: the native evaluator's threads per batch.
     """
 
     model_path: str
@@ -154,9 +315,12 @@ class NetworkEvaluatorFactory:
     dtype: str = "auto"
     max_batch: int = DEFAULT_MAX_BATCH
     cuda_graphs: bool | None = None
+    backend: str = "auto"
+    native_threads: int = 1
 
-    def __call__(self) -> ReloadableNetworkEvaluator:
-        return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch, self.cuda_graphs)
+    def __call__(self) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
+        return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch, self.cuda_graphs,
+                                      backend=self.backend, native_threads=self.native_threads)
 
 
 def server_evaluator_factory(model_path: str | os.PathLike, device: str, precision: str,
@@ -174,4 +338,5 @@ def server_evaluator_factory(model_path: str | os.PathLike, device: str, precisi
         precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`).
         inference: the server's batching settings.
     """
-    return NetworkEvaluatorFactory(str(model_path), device, precision, max_batch=inference.inference_batch_size)
+    return NetworkEvaluatorFactory(str(model_path), device, precision, max_batch=inference.inference_batch_size,
+                                   backend=inference.backend, native_threads=inference.native_threads)

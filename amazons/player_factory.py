@@ -5,12 +5,16 @@ What this module owns:
 * **Model specs**, what `--model` means in the bot, terminal play and the web board, and what
   follows the colon of `mcts-net:MODEL` / `policy-net:MODEL`:
   - `none`: random playouts (`amazons.mcts.RolloutEvaluator`), searched with `ROLLOUT_SEARCH`;
-  - `default`: the exported model shipped in `amazons/models` (`default.npz`), in numpy;
-  - `PATH.npz`: an exported model (`python -m amazons.export`), in numpy (`amazons.npnet`);
+  - `default`: the exported model shipped in `amazons/models` (`default.npz`);
+  - `PATH.npz`: an exported model (`python -m amazons.export`), run by the compiled CPU
+    evaluator (`amazons.nativenet`) where it is built, else in numpy (`amazons.npnet`);
   - `PATH.pt`: a torch checkpoint, where torch is allowed (`allow_torch`: the arena, the web
     board, evaluation): the model `amazons.net.prepare_for_inference` makes
-    (`amazons.netplay.load_network_evaluator`). Where it is not (the bot, terminal play) it is
-    refused with the command that exports it.
+    (`amazons.netplay.load_network_evaluator`), on the native evaluator on a CPU, on torch on a
+    GPU. Where it is not (the bot, terminal play) it is refused with the command that exports
+    it.
+  `backend` ("auto", "torch", "native"; `amazons.inference.InferenceConfig.backend`) picks the
+  network's backend: "torch" runs an `.npz` model in numpy.
   A network searches with `NET_SEARCH`.
 * `model_evaluator` (a model spec -> its evaluator and default search) and `build_model_player`,
   the one function that builds a model-backed `MCTSPlayer` for the arena, the Botzone bot,
@@ -23,7 +27,7 @@ What this module owns:
   Botzone program, `amazons.botzone_player`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
-Torch-free: imports numpy, `mcts`, `npnet`, `players`, `models`, `botzone_player` and `openspiel_player` (which
+Torch-free: imports numpy, `mcts`, `npnet`, `nativenet`, `players`, `models`, `botzone_player` and `openspiel_player` (which
 imports pyspiel only when its player is built); `amazons.netplay`, and with it torch, is imported
 only when a `.pt` model is asked for.
 """
@@ -39,7 +43,8 @@ from typing import Any
 from amazons.botzone_player import BotzonePlayer, parse_botzone_spec
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
-from amazons.npnet import ModelFileError, NumpyEvaluator, limit_blas_threads
+from amazons.nativenet import NativeEvaluator, native_support
+from amazons.npnet import ModelFileError, NumpyEvaluator, NumpyNet, limit_blas_threads, load_model
 from amazons.openspiel_player import OpenSpielMCTSPlayer
 from amazons.players import (
     GreedyPlayer,
@@ -104,9 +109,27 @@ def _model_path(model: str) -> Path:
     return path
 
 
+def numpy_model_evaluator(net: NumpyNet, backend: str = "auto") -> Evaluator:
+    """An exported network's evaluator: the compiled CPU evaluator (`amazons.nativenet`) where
+    `backend` is "auto" and it runs the network, or "native"; numpy (`amazons.npnet`) otherwise.
+
+    Raises:
+        PlayerSpecError: an unknown backend, or "native" where the native evaluator cannot run.
+    """
+    if backend not in ("auto", "torch", "native"):
+        raise PlayerSpecError(f"backend must be auto, torch or native, got {backend!r}")
+    why = native_support(net.config, net.trunk_layers) if backend != "torch" else "not asked for"
+    if not why:
+        return NativeEvaluator(net)
+    if backend == "native":
+        raise PlayerSpecError(f"backend 'native' cannot run this network: {why}")
+    limit_blas_threads(1)
+    return NumpyEvaluator(net)
+
+
 def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = False,
-                    device: str = "auto", precision: str = "auto",
-                    torch_threads: int | None = None) -> tuple[Evaluator, SearchConfig]:
+                    device: str = "auto", precision: str = "auto", torch_threads: int | None = None,
+                    backend: str = "auto") -> tuple[Evaluator, SearchConfig]:
     """The evaluator a model spec names, and the search settings it plays with by default.
 
     Args:
@@ -118,8 +141,10 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
             `amazons.net.resolve_precision`).
         torch_threads: torch's intra-op threads (process-wide) once a `.pt` model is loaded;
             None leaves them.
+        backend: "auto", "torch" or "native": the network's backend (see the module doc).
 
-    Numpy models run on one BLAS thread (`amazons.npnet.limit_blas_threads`).
+    Numpy models run on one BLAS thread (`amazons.npnet.limit_blas_threads`), native ones on one
+    thread.
 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
@@ -136,9 +161,9 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
                 f"{path} is a torch checkpoint; export it first (the bot and terminal play run without "
                 f"torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
         netplay = importlib.import_module("amazons.netplay")
-        return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads), NET_SEARCH
-    limit_blas_threads(1)
-    return NumpyEvaluator.from_file(path), NET_SEARCH
+        return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads,
+                                              backend=backend), NET_SEARCH
+    return numpy_model_evaluator(load_model(path), backend), NET_SEARCH
 
 
 def build_model_player(model: str, *, search: SearchConfig | None = None, simulations: int | None = None,
@@ -146,7 +171,7 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
                        tree_memory_mb: float | None = None, allow_torch: bool = False,
                        device: str = "auto", precision: str = "auto", torch_threads: int | None = None,
                        evaluator: Evaluator | None = None, name: str | None = None,
-                       stop_when_full: bool = False) -> MCTSPlayer:
+                       stop_when_full: bool = False, backend: str = "auto") -> MCTSPlayer:
     """The MCTS player a model spec names: what the arena (`mcts-net`), the Botzone bot, terminal
     play, the web board and evaluation all build their AI with.
 
@@ -164,6 +189,7 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
             spec still picks the default search and the name.
         name: the player's name (default `mcts-rollout` for `none`, else `mcts-net:MODEL`).
         stop_when_full: end a time-budgeted search once the tree is full (the bot).
+        backend: the network's backend, "auto", "torch" or "native" (see `model_evaluator`).
 
     Raises:
         FileNotFoundError, amazons.npnet.ModelFileError, amazons.checkpoint.CheckpointError: see
@@ -173,7 +199,8 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
     """
     if evaluator is None:
         evaluator, default_search = model_evaluator(model, seed=seed, allow_torch=allow_torch, device=device,
-                                                    precision=precision, torch_threads=torch_threads)
+                                                    precision=precision, torch_threads=torch_threads,
+                                                    backend=backend)
     else:
         default_search = ROLLOUT_SEARCH if model == "none" else NET_SEARCH
     config = search if search is not None else default_search
@@ -186,13 +213,14 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
 
 
 def served_evaluator_factory(model: str, device: str = "auto", precision: str = "auto",
-                             max_batch: int = 256) -> Callable[[], Evaluator]:
+                             max_batch: int = 256, backend: str = "auto") -> Callable[[], Evaluator]:
     """A network model as the picklable zero-argument recipe an inference server runs in its own
     process to build its evaluator (`amazons.inference.InferenceServer`).
 
     A `.pt` checkpoint gives `amazons.netplay.NetworkEvaluatorFactory` (the prepared model on
     `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs run;
-    `load_weights` for `publish_weights`); `default` or a `.npz` file the numpy network.
+    `load_weights` for `publish_weights`; on a CPU the native evaluator: `backend`); `default` or
+    a `.npz` file the native evaluator, or the numpy network (`numpy_model_evaluator`).
 
     Raises:
         FileNotFoundError: no such model file.
@@ -203,18 +231,19 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     path = _model_path(model)
     if path.suffix == ".pt":
         netplay = importlib.import_module("amazons.netplay")
-        return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch)
-    return _NumpyEvaluatorFactory(str(path))
+        return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch, backend=backend)
+    return _NumpyEvaluatorFactory(str(path), backend)
 
 
 @dataclass(frozen=True)
 class _NumpyEvaluatorFactory:
-    """Builds the numpy network of an exported model in the server's process."""
+    """Builds an exported model's evaluator in the server's process (`numpy_model_evaluator`)."""
 
     path: str
+    backend: str = "auto"
 
-    def __call__(self) -> NumpyEvaluator:
-        return NumpyEvaluator.from_file(self.path)
+    def __call__(self) -> Evaluator:
+        return numpy_model_evaluator(load_model(self.path), self.backend)
 
 
 # ------------------------------------------------------------------------------------------------

@@ -46,6 +46,7 @@ from amazons.net import (
     weights_elements,
 )
 from amazons.netplay import (
+    NativeReloadableEvaluator,
     NetworkEvaluatorFactory,
     ReloadableNetworkEvaluator,
     load_network_evaluator,
@@ -170,11 +171,14 @@ def test_load_weights_prepares_the_new_weights(tmp_path, leaves):
         evaluator.load_weights(other)
 
 
-def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves):
+@pytest.mark.parametrize(("backend", "kind"), [("torch", ReloadableNetworkEvaluator),
+                                               ("auto", NativeReloadableEvaluator)])
+def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves, backend, kind):
+    """The torch backend, and on a CPU "auto" takes the compiled evaluator (tests/test_nativenet.py)."""
     model = trained_looking("tiny", "factorized", seed=6)
-    factory = NetworkEvaluatorFactory(str(save_model(tmp_path / "m.pt", model)), "cpu", "auto")
+    factory = NetworkEvaluatorFactory(str(save_model(tmp_path / "m.pt", model)), "cpu", "auto", backend=backend)
     evaluator = factory()
-    assert isinstance(evaluator, ReloadableNetworkEvaluator) and evaluator.precision == "fp32"
+    assert isinstance(evaluator, kind) and evaluator.precision == "fp32"
     assert_close(evaluator.evaluate(*leaves), reference(model, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
 
 
@@ -262,5 +266,5 @@ def test_evaluate_stages_its_transfers_without_changing_outputs(leaves, arrow_so
 
 def test_the_server_factory_takes_its_largest_bucket_from_the_inference_config(tmp_path):
     factory = server_evaluator_factory(tmp_path / "m.pt", "cuda", "bf16", InferenceConfig(inference_batch_size=1024))
-    assert factory == NetworkEvaluatorFactory(str(tmp_path / "m.pt"), "cuda", "bf16", max_batch=1024)
+    assert factory == NetworkEvaluatorFactory(str(tmp_path / "m.pt"), "cuda", "bf16", max_batch=1024, backend="auto")
     assert batch_buckets(factory.max_batch)[-1] == 1024  # a full batch is one forward pass, never chunks

@@ -8,6 +8,7 @@ from amazons.board import Board
 from amazons.evaluation import EvalConfig
 from amazons.mcts import RolloutEvaluator, UniformEvaluator
 from amazons.models import default_checkpoint_path, default_model_path
+from amazons.nativenet import NativeEvaluator, native_available
 from amazons.npnet import ModelFileError, NumpyEvaluator
 from amazons.player_factory import (
     NET_SEARCH,
@@ -26,8 +27,12 @@ def test_each_model_spec_gives_its_evaluator_and_search():
     assert rollout.name == "mcts-rollout"
     for model in ("default", str(default_model_path())):
         player = build_model_player(model, simulations=8, seed=0)
-        assert isinstance(player.search.evaluator, NumpyEvaluator) and player.config == NET_SEARCH
+        # The compiled evaluator where it is built; numpy (the reference) where asked or not built.
+        expected = NativeEvaluator if native_available() else NumpyEvaluator
+        assert isinstance(player.search.evaluator, expected) and player.config == NET_SEARCH
         assert Board().is_legal(player.choose_move(Board()))
+        numpy_player = build_model_player(model, simulations=8, seed=0, backend="torch")
+        assert isinstance(numpy_player.search.evaluator, NumpyEvaluator)
     with pytest.raises(ModelFileError, match="python -m amazons.export"):
         build_model_player(str(default_checkpoint_path()))  # the bot and terminal play: no torch
     with pytest.raises(FileNotFoundError, match="does not exist"):
@@ -44,12 +49,14 @@ def test_network_players_play_the_lower_confidence_bound_and_the_ladder_the_most
     assert EvalConfig().search == NET_SEARCH.replace(lcb=False)
 
 
-def test_a_checkpoint_runs_prepared_where_torch_is_allowed():
-    from amazons.netplay import ReloadableNetworkEvaluator
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_a_checkpoint_runs_prepared_where_torch_is_allowed(backend):
+    from amazons.netplay import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
     player = build_model_player(str(default_checkpoint_path()), simulations=8, seed=0, allow_torch=True,
-                                device="cpu", torch_threads=1)
-    assert isinstance(player.search.evaluator, ReloadableNetworkEvaluator)
+                                device="cpu", torch_threads=1, backend=backend)
+    expected = NativeReloadableEvaluator if backend == "auto" and native_available() else ReloadableNetworkEvaluator
+    assert isinstance(player.search.evaluator, expected)
     assert player.search.evaluator.precision == "fp32" and Board().is_legal(player.choose_move(Board()))
 
 
