@@ -30,8 +30,8 @@ model-backed player), with the bot's choices: the tree's memory bound, a search 
 the tree is full, and `--simulations` (when given) instead of the clock.
 
 Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players`,
-`amazons._memory` and the protocol's constants from `amazons.botzone_player` (the arena's player
-for Botzone programs); never torch.
+`amazons._memory`, Botzone's limits (`amazons.botzone_limits`) and the protocol's constants from
+`amazons.botzone_player` (the arena's player for Botzone programs); never torch.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
+from amazons import botzone_limits
 from amazons._memory import release_library_pages, releasing_library_pages
 from amazons.board import Board, IllegalMoveError, Move, NotationError
 from amazons.botzone_player import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
@@ -270,10 +271,13 @@ class TimeControl:
     one). The search stops `reply_margin` seconds before the allowance is spent.
     """
 
-    turn_seconds: float = 4.0  # per reply, from the input being read; Botzone allows 6 s to Python
-    first_turn_seconds: float = 8.0  # the bot's first reply, counted from process start; Botzone: 12 s
-    reply_margin: float = 0.3  # kept back for picking the move, writing the reply, and a busy machine
-    time_limit_share: float = 0.75  # the most of a JSON `time_limit` a reply may use
+    # per reply, from the input being read: Botzone allows Python 6 s (botzone_limits), and 2 s are
+    # kept for a machine slower or busier than this one
+    turn_seconds: float = 4.0
+    # the bot's first reply, counted from process start: FIRST_TURN_FACTOR times turn_seconds
+    first_turn_seconds: float = botzone_limits.first_turn_seconds(4.0)
+    # kept back for picking the move, writing the reply, and a busy machine
+    reply_margin: float = botzone_limits.PYTHON_MARGIN_SECONDS
 
     def __post_init__(self) -> None:
         for name in ("turn_seconds", "first_turn_seconds"):
@@ -288,11 +292,13 @@ class TimeControl:
         Args:
             clock_start: when the turn's clock started (`perf_counter()` reading).
             first_turn: the bot's first move of the game (it gets `first_turn_seconds`).
-            time_limit: a JSON input's `time_limit` in seconds, which caps the allowance.
+            time_limit: a JSON input's `time_limit` in seconds: Botzone's per-turn limit, doubled
+                for the first turn (`botzone_limits.turn_seconds_from_time_limit`), which caps
+                the allowance.
         """
         allowance = self.first_turn_seconds if first_turn else self.turn_seconds
         if time_limit is not None:
-            allowance = min(allowance, self.time_limit_share * time_limit)
+            allowance = min(allowance, botzone_limits.turn_seconds_from_time_limit(time_limit, first_turn))
         return clock_start + allowance - self.reply_margin
 
 
@@ -509,8 +515,9 @@ def _parser() -> argparse.ArgumentParser:
                         help="seconds per reply, from reading the input (from process start for a "
                              f"process's first input; default {TimeControl.turn_seconds})")
     parser.add_argument("--first-time", type=float, default=None,
-                        help="seconds from process start to the bot's first reply (default: twice "
-                             f"--time, as Botzone doubles the first turn: {TimeControl.first_turn_seconds})")
+                        help="seconds from process start to the bot's first reply (default: "
+                             f"{botzone_limits.FIRST_TURN_FACTOR:g} times --time, as Botzone gives the first "
+                             f"turn: {TimeControl.first_turn_seconds})")
     parser.add_argument("--simulations", type=int, default=None,
                         help="search this many simulations per move instead of a time budget")
     mode = parser.add_mutually_exclusive_group()
@@ -550,7 +557,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
                               ("--simulations", args.simulations), ("--tree-mb", args.tree_mb)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise _UsageError(f"{option} must be > 0, got {value}")
-        first_time = 2 * args.time if args.first_time is None else args.first_time
+        first_time = botzone_limits.first_turn_seconds(args.time) if args.first_time is None else args.first_time
         clock = TimeControl(turn_seconds=args.time, first_turn_seconds=first_time)
     except _UsageError as error:
         print(f"{parser.prog}: error: {error}", file=stderr)

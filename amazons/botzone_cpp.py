@@ -6,8 +6,8 @@ C++ source compiled with g++ can. `join_sources` joins the native core's parts
 `amazons.npnet`, the search of the Python bot, and `bot.cpp` with Botzone's simple and JSON
 interaction and the CPU clock) into one file: the parts in order, their local `#include` lines
 dropped, the settings block (`settings_block`: the search's constants from `NET_SEARCH`, the
-adjudication's budgets from `amazons.engine`, written from the Python definitions, never typed
-twice) where the first part includes `settings.h`, and the model block where `bot.cpp` has its
+adjudication's budgets from `amazons.engine`, Botzone's limits from `amazons.botzone_limits`,
+written from the Python definitions, never typed twice) where the first part includes `settings.h`, and the model block where `bot.cpp` has its
 marker: the network's shape as constants and its weights, which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
@@ -18,8 +18,8 @@ marker: the network's shape as constants and its weights, which are
   the float count as 8 bytes little-endian, then the floats. The source keeps the size, the
   SHA-256 and the FNV-1a digest of the floats and refuses a file that does not match.
 
-`compile_command` is the g++ line the docs and the tests use. Imports numpy, `amazons.engine` and
-`amazons.npnet`, and the search's defaults (`amazons.player_factory`) when a bot is written (the
+`compile_command` is the g++ line the docs and the tests use. Imports numpy, `amazons.engine`,
+`amazons.botzone_limits` and `amazons.npnet`, and the search's defaults (`amazons.player_factory`) when a bot is written (the
 exporter, `amazons.export`, turns torch checkpoints into a `NumpyNet` first).
 """
 
@@ -33,7 +33,7 @@ from typing import Any
 
 import numpy as np
 
-from amazons import engine
+from amazons import botzone_limits, engine
 from amazons._atomic import atomic_write
 from amazons.npnet import NumpyNet
 
@@ -124,8 +124,8 @@ def settings_block(search: Any = None) -> str:
 
     Returns:
         C++ definitions: the search's c_puct, its base, the FPU reduction, LCB's candidate
-        fraction, width and whether it is on, and the adjudication's budgets of
-        `amazons.engine`.
+        fraction, width and whether it is on, the adjudication's budgets of `amazons.engine`,
+        and Botzone's limits with the bot's margin (`amazons.botzone_limits`).
     """
     if search is None:
         from amazons import player_factory  # the search's defaults; loads the search (Numba) lazily
@@ -144,6 +144,12 @@ def settings_block(search: Any = None) -> str:
         f"static const int EXACT_FILL_NODE_BUDGET = {int(engine.EXACT_FILL_NODES)};  // engine.EXACT_FILL_NODES",
         f"static const int FILL_TABLE_SIZE = {int(engine.FILL_TABLE_ENTRIES)};  // engine.FILL_TABLE_ENTRIES",
         f"static const int MAX_EXACT_FILL_MOVES = {int(engine.EXACT_FILL_MOVES)};  // engine.EXACT_FILL_MOVES",
+        f"static const double TURN_SECONDS = {_cpp_double(botzone_limits.LANGUAGE_TURN_SECONDS['cpp'])};"
+        "  // botzone_limits: Botzone's CPU seconds a C++ turn, and a JSON time_limit's meaning",
+        f"static const double FIRST_TURN_FACTOR = {_cpp_double(botzone_limits.FIRST_TURN_FACTOR)};"
+        "  // botzone_limits: the first turn of a game gets this many turns' time",
+        f"static const double MARGIN_SECONDS = {_cpp_double(botzone_limits.CPP_MARGIN_SECONDS)};"
+        "  // botzone_limits.CPP_MARGIN_SECONDS: kept back from every allowance",
     ]
     return "\n".join(lines)
 

@@ -235,7 +235,11 @@ def test_time_control_deadlines():
     clock = TimeControl(turn_seconds=4.0, first_turn_seconds=8.0, reply_margin=0.2)
     assert clock.deadline(100.0, first_turn=True) == pytest.approx(107.8)
     assert clock.deadline(100.0, first_turn=False) == pytest.approx(103.8)
-    assert clock.deadline(100.0, first_turn=False, time_limit=2.0) == pytest.approx(101.3)
+    # A JSON time_limit is Botzone's per-turn limit (botzone_limits), doubled for the first turn,
+    # as the C++ bot and the arena's `botzone:` player read it.
+    assert clock.deadline(100.0, first_turn=False, time_limit=2.0) == pytest.approx(101.8)
+    assert clock.deadline(100.0, first_turn=True, time_limit=2.0) == pytest.approx(103.8)
+    assert clock.deadline(100.0, first_turn=True, time_limit=6.0) == pytest.approx(107.8)
     with pytest.raises(ValueError, match="turn_seconds"):
         TimeControl(turn_seconds=0.0)
 

@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from test_npnet import random_model
 
-from amazons import BLACK, WHITE, engine, npnet
+from amazons import BLACK, WHITE, botzone_limits, engine, npnet
 from amazons.arena import run_arena
 from amazons.board import Board, Move
 from amazons.botzone_cpp import (
@@ -485,6 +485,37 @@ def test_turns_stay_inside_their_cpu_budget(default_bot):
             board.push(parse_reply(text, use_json=True))
     finally:
         assert kept.close() == 0
+
+
+def process_cpu_seconds(binary: Path, text: str, *args: str) -> tuple[float, str]:
+    """CPU seconds of one `--restart-per-turn` process answering `text`, and its reply line."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run([str(binary), "--restart-per-turn", *args], input=text, capture_output=True, text=True,
+                            timeout=30, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), result.stdout
+
+
+def test_a_json_time_limit_is_the_turns_limit_doubled_for_the_first_turn(default_bot):
+    # One reading for the C++ bot, the Python bot and the arena (amazons.botzone_limits): the
+    # first turn may use FIRST_TURN_FACTOR x time_limit, a later one time_limit, each less the
+    # margin (written into the source from botzone_limits, as the defaults are).
+    source = (default_bot.parent / SOURCE_NAME).read_text()
+    for name, value in (("TURN_SECONDS", botzone_limits.LANGUAGE_TURN_SECONDS["cpp"]),
+                        ("FIRST_TURN_FACTOR", botzone_limits.FIRST_TURN_FACTOR),
+                        ("MARGIN_SECONDS", botzone_limits.CPP_MARGIN_SECONDS)):
+        assert f"static const double {name} = {value!r};" in source
+    first = dict(FIRST_REQUEST_JSON, time_limit=0.25)
+    used, reply = process_cpu_seconds(default_bot, json.dumps(first) + "\n")
+    assert 0.3 < used <= 0.5, used  # 2 x 0.25 - 0.1
+    board = Board()
+    board.push(parse_reply(reply, use_json=True))
+    board.push(board.legal_moves()[0])
+    later = {"requests": [dict.fromkeys(KEYS, -1), move_object(board.move_stack[1])],
+             "responses": [move_object(board.move_stack[0])], "time_limit": 0.4}
+    used, reply = process_cpu_seconds(default_bot, json.dumps(later) + "\n")
+    assert 0.2 < used <= 0.4, used  # 0.4 - 0.1
+    assert board.is_legal(parse_reply(reply, use_json=True))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,10 +31,12 @@
 // Time is the process's CPU time, which Botzone charges: the first turn of a game is counted from
 // process start. Bad input ends the process with a message on stderr and exit status 2.
 //
-// Command line (all optional; Botzone runs it without arguments):
-//   --time S            CPU seconds per reply (default 1.0)
-//   --first-time S      CPU seconds from process start to the game's first reply (default 2.0)
-//   --margin S          seconds kept back from every allowance (default 0.1)
+// Command line (all optional; Botzone runs it without arguments; the defaults are Botzone's
+// limits, amazons/botzone_limits.py, written into the settings block):
+//   --time S            CPU seconds per reply (default TURN_SECONDS, 1)
+//   --first-time S      CPU seconds from process start to the game's first reply (default
+//                       FIRST_TURN_FACTOR times --time)
+//   --margin S          seconds kept back from every allowance (default MARGIN_SECONDS, 0.1)
 //   --simulations N     search N simulations per reply instead of the clock
 //   --tree-mb MB        MiB for the search tree (default 150); a full tree ends the turn's search
 //   --restart-per-turn  answer one turn and exit (no keep-running)
@@ -696,7 +698,8 @@ struct Options {
     bool info, portable, cache, lcb, root_stats;
     double lcb_stdevs;
     Options()
-        : turn_seconds(1.0), first_turn_seconds(2.0), margin(0.1), tree_mb(150.0), simulations(0), keep_running(true),
+        : turn_seconds(TURN_SECONDS), first_turn_seconds(0.0), margin(MARGIN_SECONDS), tree_mb(150.0), simulations(0),
+          keep_running(true),
           info(false), portable(false), cache(true), lcb(LCB_DEFAULT), root_stats(false), lcb_stdevs(LCB_STDEVS) {}
 };
 
@@ -756,6 +759,7 @@ static Options parse_options(int argc, char** argv) {
             throw BotError(format("unknown option '%s'", option.c_str()));
         }
     }
+    if (options.first_turn_seconds == 0.0) options.first_turn_seconds = FIRST_TURN_FACTOR * options.turn_seconds;
     return options;
 }
 
@@ -834,8 +838,9 @@ static int play(const Options& options) {
         bot.sync(turn.history);
         bool first_turn = turn.history.size() <= 1;
         double allowance = first_turn ? options.first_turn_seconds : options.turn_seconds;
-        // A JSON time_limit is Botzone's per-turn limit; the game's first turn gets twice that.
-        double limit = turn.time_limit * (first_turn ? 2.0 : 1.0);
+        // A JSON time_limit is Botzone's per-turn limit; the game's first turn gets
+        // FIRST_TURN_FACTOR times that (amazons.botzone_limits.turn_seconds_from_time_limit).
+        double limit = turn.time_limit * (first_turn ? FIRST_TURN_FACTOR : 1.0);
         if (limit > 0 && limit < allowance) allowance = limit;
         double deadline = 0.0;  // none: a fixed number of simulations
         if (options.simulations == 0) {

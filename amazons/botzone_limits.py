@@ -1,0 +1,52 @@
+"""Botzone's limits, and what the project's bots keep back from them: one definition for all.
+
+Read by the arena's `botzone:` player (`amazons.botzone_player`: the CPU limits it charges and
+the `time_limit` / `memory_limit` it tells JSON programs), the Python bot (`amazons.botzone`:
+how it reads a JSON `time_limit`) and the C++ bot (`amazons.botzone_cpp.settings_block` writes
+these numbers into its source). Imports nothing.
+
+What Botzone documents (the wiki's pages "Bot" and "Amazons"; docs/botzone.md quotes them):
+
+* a turn may use 1 s of CPU time for C++ and 6 s for Python; a bot's first turn of a game gets
+  double; memory is limited to 256 MB; one core;
+* a JSON input's `time_limit` is that per-turn limit for this program, in seconds (1 for C++), and
+  its `memory_limit` the memory limit in MB.
+
+What is assumed here (Botzone does not say): the first turn's double applies to a JSON
+`time_limit` too (so the first turn may use `FIRST_TURN_FACTOR * time_limit`); the first turn is
+timed from the process's start; the memory limit is on resident memory. The margins below are
+this project's choices, not Botzone's.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CPP_MARGIN_SECONDS",
+    "FIRST_TURN_FACTOR",
+    "LANGUAGE_TURN_SECONDS",
+    "MEMORY_LIMIT_MB",
+    "PYTHON_MARGIN_SECONDS",
+    "first_turn_seconds",
+    "turn_seconds_from_time_limit",
+]
+
+LANGUAGE_TURN_SECONDS = {"cpp": 1.0, "python": 6.0}  # CPU seconds a turn may use, per language
+FIRST_TURN_FACTOR = 2.0  # a bot's first turn of a game may use this many times the turn's limit
+MEMORY_LIMIT_MB = 256  # Botzone's memory limit (MB), told to JSON programs as `memory_limit`
+
+# Margins kept back from each allowance, in seconds: the C++ bot's search stops this much before
+# its CPU allowance is spent (writing the reply, the clock's granularity, a busy machine); the
+# Python bot, timed on the wall clock, keeps more (moving the tree, the interpreter's pauses).
+CPP_MARGIN_SECONDS = 0.1
+PYTHON_MARGIN_SECONDS = 0.3
+
+
+def first_turn_seconds(turn_seconds: float) -> float:
+    """The seconds of a bot's first turn of a game when its later turns have `turn_seconds`."""
+    return FIRST_TURN_FACTOR * turn_seconds
+
+
+def turn_seconds_from_time_limit(time_limit: float, first_turn: bool) -> float:
+    """The seconds a turn may use under a JSON input's `time_limit` (the per-turn limit, doubled
+    for the bot's first turn of the game)."""
+    return first_turn_seconds(time_limit) if first_turn else time_limit
