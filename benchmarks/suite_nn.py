@@ -17,6 +17,13 @@ Keys (all numbers):
   `evaluate` call (features from the engine, forward, priors of every legal move) on real
   positions, at the precision "auto" resolves to on the device (fp32 on a CPU); on CUDA with its
   CUDA graphs over batch buckets.
+* `nn.<preset>.native.b<batch>.evaluator_positions_per_s` and
+  `nn.<preset>.fp32.b<batch>.evaluator_positions_per_s` (tiny and small, batches 1, 16, 64, 256,
+  the --quick grid too): the whole `evaluate` call of the compiled CPU evaluator
+  (`amazons.nativenet.NativeEvaluator`, one thread, the kernels the CPU runs) and of the torch
+  production evaluator on the CPU (fp32, torch on one thread), on the same positions, in one
+  sitting; `nn.<preset>.native_over_torch.b<batch>` is their ratio. Left out where the
+  extension is not built.
 * `nn.tiny.fp32.b256.compiled.positions_per_s` (not with --quick): the same forward as the grid's
   under `torch.compile` with inductor's `freezing` (weights as constants: convolutions pre-packed
   and fused with their ReLU / residual add), a variant production does not run. The compile time
@@ -57,8 +64,9 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from amazons import engine
 from amazons.learn import Learner, OptimConfig, SampleBatch
+from amazons.nativenet import native_available
 from amazons.net import PRESETS, PolicyValueNet, net_config, prepare_for_inference
-from amazons.netplay import ReloadableNetworkEvaluator
+from amazons.netplay import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
 PRECISIONS = ("fp32", "bf16")
 BATCHES = (1, 4, 16, 64, 256, 1024)
@@ -180,6 +188,41 @@ def _evaluator_rate(preset: str, device: torch.device, window_s: float, rng: np.
 def _evaluator_figure(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
     precision, rate = _evaluator_rate("tiny", device, window_s, rng)
     return {f"nn.tiny.{precision}.b256.evaluator_positions_per_s": rate}
+
+
+EVALUATOR_BATCHES = (1, 16, 64, 256)
+
+
+def _native_against_torch(window_s: float, rng: np.random.Generator) -> dict[str, float]:
+    """The native evaluator's whole call against the torch production evaluator's on the CPU:
+    the same positions, one thread each, batches `EVALUATOR_BATCHES`."""
+    if not native_available():
+        print("suite_nn: amazons._native is not built; the native evaluator's keys are left out", file=sys.stderr)
+        return {}
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    metrics: dict[str, float] = {}
+    positions = random_batch(rng, max(EVALUATOR_BATCHES)).positions
+    try:
+        for preset in ("tiny", "small"):
+            torch.manual_seed(0)
+            model = PolicyValueNet(net_config(preset))
+            evaluators = {"native": NativeReloadableEvaluator(model),
+                          "fp32": ReloadableNetworkEvaluator(model, "cpu", "fp32", cuda_graphs=False)}
+            for batch in EVALUATOR_BATCHES:
+                rows = np.ascontiguousarray(positions[:batch])
+                moves, offsets = engine.legal_moves(rows)
+                for name, evaluator in evaluators.items():
+                    seconds = seconds_per_call(lambda e=evaluator, r=rows, m=moves, o=offsets: e.evaluate(r, m, o),
+                                               cpu, window_s)
+                    metrics[f"nn.{preset}.{name}.b{batch}.evaluator_positions_per_s"] = batch / seconds
+                key = f"nn.{preset}.{{}}.b{batch}.evaluator_positions_per_s"
+                metrics[f"nn.{preset}.native_over_torch.b{batch}"] = metrics[key.format("native")] / metrics[
+                    key.format("fp32")]
+    finally:
+        torch.set_num_threads(threads)
+    return metrics
 
 
 def _compiled_tiny(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
@@ -308,6 +351,7 @@ def run(quick: bool) -> dict[str, float]:
     window_s = WINDOW_S / 2 if quick else WINDOW_S
     metrics = _inference_grid(device, QUICK_BATCHES if quick else BATCHES, window_s, rng)
     metrics.update(_evaluator_figure(device, window_s, rng))
+    metrics.update(_native_against_torch(window_s, rng))
     if not quick:
         metrics.update(_compiled_tiny(device, window_s, rng))
     train_presets = ("tiny", "small") if quick else tuple(PRESETS)

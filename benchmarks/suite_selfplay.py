@@ -8,6 +8,11 @@ evaluator, built by the function the main job calls (`amazons.netplay.server_eva
 the model `prepare_for_inference` makes, autocast at the resolved precision, on a GPU CUDA
 graphs over batch buckets up to the server's `inference_batch_size`).
 
+On a CPU the suite runs twice, the server on the torch backend and on the compiled native one
+(`InferenceConfig.backend`), the keys under `selfplay.torch.` and `selfplay.native.`, and
+`selfplay.native_over_torch.{sims_per_s,positions_per_s}` their ratios; on a GPU once, under
+`selfplay.` (the torch backend).
+
 `selfplay.evals_ratio_to_standalone` = `selfplay.evals_per_s` / `selfplay.standalone_evals_per_s`:
 leaves evaluated per second in self-play (every leaf the searches sent to the server, over the
 timed games' wall time) over the same production evaluator's rate standalone, in this process,
@@ -35,6 +40,7 @@ from amazons import engine
 from amazons.checkpoint import save_model
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import Evaluator, SearchConfig
+from amazons.nativenet import native_available
 from amazons.net import PolicyValueNet, net_config, resolve_precision
 from amazons.netplay import NetworkEvaluatorFactory, server_evaluator_factory
 from amazons.selfplay import SelfPlayConfig, SelfPlayWorkers
@@ -118,12 +124,12 @@ def standalone_evals_per_s(model_path: str, device: str, inference: InferenceCon
 
 
 def measure(device: str, preset: str, actors: int, games_in_parallel: int, simulations: int, batch: int,
-            games: int, standalone_s: float, prefix: str = "selfplay") -> dict[str, float]:
+            games: int, standalone_s: float, prefix: str = "selfplay", backend: str = "auto") -> dict[str, float]:
     """Self-play through the shared-memory server on `device`: `actors` processes x
     `games_in_parallel` games of `simulations` simulations (K = 4 leaves per game), the server's
     batch up to `batch` rows, `games` timed games after a warm-up of one game per actor; then the
     standalone figure at batch `batch` over the leaves the server evaluated, for `standalone_s`
-    seconds.
+    seconds; the server's network on `backend` (`InferenceConfig.backend`).
 
     Returns the figures under `<prefix>.` (see the module docstring)."""
     torch.set_num_threads(1)
@@ -134,7 +140,7 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         model_path = str(Path(folder) / "model.pt")
         torch.manual_seed(0)
         save_model(model_path, PolicyValueNet(net_config(preset)))
-        inference = InferenceConfig(inference_batch_size=batch)
+        inference = InferenceConfig(inference_batch_size=batch, backend=backend)
         leaves_path = str(Path(folder) / "leaves.npy")
         factory = LeafRecordingFactory(server_evaluator_factory(model_path, device, "auto", inference), leaves_path,
                                        STANDALONE_BATCHES * batch)
@@ -154,7 +160,7 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         standalone = standalone_evals_per_s(model_path, device, inference, sampled, standalone_s)
     round_trips = sum(stats["round_trips"] for stats in report.actor_stats)
     waited = sum(stats["round_trip_seconds"] for stats in report.actor_stats)
-    print(f"{prefix}: net {preset}, {resolve_precision('auto', device)}, {actors} actors x "
+    print(f"{prefix}: net {preset}, backend {backend}, {resolve_precision('auto', device)}, {actors} actors x "
           f"{games_in_parallel} games, {simulations} simulations, K = {leaves}, batch {batch}")
     return {
         f"{prefix}.positions_per_s": report.positions_per_s,
@@ -178,5 +184,17 @@ def run(quick: bool) -> dict[str, float]:
     gpu = torch.cuda.is_available()
     actors, games_in_parallel = (12, 64) if gpu else (2, 16)
     games = (actors * games_in_parallel) if not quick else actors * 2
-    return measure("cuda" if gpu else "cpu", "resnet40" if gpu else "tiny", actors, games_in_parallel,
-                   200 if gpu else 48, min(256, actors * games_in_parallel * 4), games, 2.0 if quick else 5.0)
+    device, preset = ("cuda", "resnet40") if gpu else ("cpu", "tiny")
+    args = (device, preset, actors, games_in_parallel, 200 if gpu else 48, min(256, actors * games_in_parallel * 4),
+            games, 2.0 if quick else 5.0)
+    if gpu:
+        return measure(*args)
+    # On a CPU both backends of the server, one after the other in this sitting.
+    metrics: dict[str, float] = {}
+    for backend in ("torch", "native") if native_available() else ("torch",):
+        metrics.update(measure(*args, prefix=f"selfplay.{backend}", backend=backend))
+    if native_available():
+        for what in ("sims_per_s", "positions_per_s"):
+            metrics[f"selfplay.native_over_torch.{what}"] = metrics[f"selfplay.native.{what}"] / metrics[
+                f"selfplay.torch.{what}"]
+    return metrics

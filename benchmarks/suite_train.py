@@ -2,8 +2,10 @@
 
 Runs `python -m amazons.train --preset cpu --iterations 3` (the preset as production runs it,
 evaluation included: every 2 iterations, so once, at iteration 2) in a temporary run directory,
-once with `pipeline.mode=async` and once with `pipeline.mode=sync`, one after the other in the
-same command, and reports for each mode:
+with `pipeline.mode=async` once with the inference server on torch and once on the compiled
+native evaluator (`inference.backend=torch|native`), and with `pipeline.mode=sync` on the native
+one, one after the other in the same command, and reports for each `<mode>.<backend>` (below
+`<mode>` for short):
 
 * `train.<mode>.core_utilization`: CPU seconds of every process of the run (the main process and
   all its descendants: the inference server, the actors, the arena's workers, which the arena
@@ -38,7 +40,9 @@ Beside them, self-play alone (no learner, no evaluation): the cpu preset's actor
 server with the tiny net playing endless tasks for 20 s after an 8 s warm-up,
 `train.selfplay_alone.core_utilization`, `.server_cores` and `.actor_cores` (CPU seconds per
 wall second of the server and of each actor), `.positions_per_s`: what the learner has left to
-fill.
+fill. The server runs each backend in turn: the keys are `train.selfplay_alone.<backend>.*`.
+`train.{selfplay_alone,async}.native_over_torch.positions_per_s` (and `async`'s `samples_per_s`)
+are the native backend's figures over torch's. Where the extension is not built, torch alone.
 
 `python benchmarks/suite_train.py MODE [KEY=VALUE ...]` runs one mode with config overrides
 (e.g. `async sample_reuse=16`) and prints its figures.
@@ -50,6 +54,7 @@ iteration instead of 64.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -68,6 +73,7 @@ from amazons.checkpoint import save_model
 from amazons.inference import InferenceServer
 from amazons.learn import Learner, SampleBatch, augment_batch
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator, warm_up
+from amazons.nativenet import native_available
 from amazons.net import PolicyValueNet, net_config
 from amazons.netplay import server_evaluator_factory
 from amazons.replay import GameSamples, ReplayBuffer
@@ -76,13 +82,16 @@ from amazons.train_config import preset_config
 
 ITERATIONS = 3
 MODES = ("async", "sync")
+BACKENDS = ("torch", "native")  # the server's network (InferenceConfig.backend), both in one sitting
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
-def run_mode(mode: str, run_dir: Path, overrides: list[str]) -> dict[str, float]:
-    """Run the main job in `mode`; its figures (see the module docstring)."""
+def run_mode(mode: str, run_dir: Path, overrides: list[str], label: str | None = None) -> dict[str, float]:
+    """Run the main job in `mode`; its figures (see the module docstring), under
+    `train.<label>.` (default: the mode)."""
     command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
                "--iterations", str(ITERATIONS), "--no-progress", f"pipeline.mode={mode}", *overrides]
+    mode = label or mode
     cores = len(os.sched_getaffinity(0))
     machine_before = _machine_busy_seconds()
     started = time.perf_counter()
@@ -203,10 +212,12 @@ def learner_step_ms(rounds: int = 6, steps: int = 8) -> dict[str, float]:
             for compiled, values in times.items()}
 
 
-def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0) -> dict[str, float]:
-    """The cpu preset's self-play without a learner: CPU shares of the server and the actors."""
+def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0, backend: str = "auto") -> dict[str, float]:
+    """The cpu preset's self-play without a learner, the server on `backend`: CPU shares of the
+    server and the actors, under `train.selfplay_alone.<backend>.`."""
     torch.set_num_threads(1)
     config = preset_config("cpu")
+    config = dataclasses.replace(config, inference=dataclasses.replace(config.inference, backend=backend))
     cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="amazons-bench-selfplay-") as folder:
         path = str(Path(folder) / "model.pt")
@@ -228,11 +239,12 @@ def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0) -> dict[str, f
                 workers.stop()
         server_pid = int(server.stats["pid"])  # the server's statistics, sent when it stops
     actors = [seconds_used for pid, seconds_used in used.items() if pid != server_pid and seconds_used > 0.01]
+    prefix = f"train.selfplay_alone.{backend}"
     return {
-        "train.selfplay_alone.core_utilization": sum(used.values()) / (wall * cores),
-        "train.selfplay_alone.server_cores": used[server_pid] / wall,
-        "train.selfplay_alone.actor_cores": sum(actors) / max(len(actors), 1) / wall,
-        "train.selfplay_alone.positions_per_s": positions / wall,
+        f"{prefix}.core_utilization": sum(used.values()) / (wall * cores),
+        f"{prefix}.server_cores": used[server_pid] / wall,
+        f"{prefix}.actor_cores": sum(actors) / max(len(actors), 1) / wall,
+        f"{prefix}.positions_per_s": positions / wall,
     }
 
 
@@ -243,10 +255,18 @@ def run(quick: bool) -> dict[str, float]:
                                  "train.replay_sample_ms": replay_sample_ms()}
     if not quick:
         metrics.update(learner_step_ms())
-    metrics.update(selfplay_alone())
+    backends = BACKENDS if native_available() else ("torch",)
+    for backend in backends:
+        metrics.update(selfplay_alone(backend=backend))
     with tempfile.TemporaryDirectory(prefix="amazons-bench-train-") as folder:
         for mode in MODES:
-            metrics.update(run_mode(mode, Path(folder) / mode, overrides))
+            for backend in backends if mode == "async" else backends[-1:]:
+                metrics.update(run_mode(mode, Path(folder) / f"{mode}-{backend}",
+                                        [*overrides, f"inference.backend={backend}"], f"{mode}.{backend}"))
+    if native_available():
+        for key in ("selfplay_alone.{}.positions_per_s", "async.{}.positions_per_s", "async.{}.samples_per_s"):
+            ratio = metrics[f"train.{key.format('native')}"] / metrics[f"train.{key.format('torch')}"]
+            metrics[f"train.{key.format('native_over_torch')}"] = ratio
     return metrics
 
 
