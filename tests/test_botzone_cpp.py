@@ -331,9 +331,10 @@ def test_the_network_cache_changes_no_reply(default_bot):
     assert board.ply >= 20 and cached > 0
 
 
-def root_search(binary: Path, history: list[Move], *args: str, simulations: int = 400) -> tuple[Move, list[tuple]]:
-    """A fresh process's reply to the game `history` at `simulations`, and its root's moves as
-    `--root-stats` prints them: (move, visits, value sum, sum of squares, proof, proof plies) each."""
+def root_search(binary: Path, history: list[Move], *args: str,
+                simulations: int = 400) -> tuple[Move, list[tuple], dict[str, int]]:
+    """A fresh process's reply to the game `history` at `simulations`, and what `--root-stats`
+    prints (`root_stats`): the root's moves and the search's counters."""
     black = len(history) % 2 == 0
     requests = [None, *history[1::2]] if black else history[0::2]
     responses = history[0::2] if black else history[1::2]
@@ -341,13 +342,22 @@ def root_search(binary: Path, history: list[Move], *args: str, simulations: int 
                              *args], input=first_input(requests, responses, use_json=False), capture_output=True,
                             text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
-    stats = []
-    for line in result.stderr.splitlines():
+    return parse_reply(result.stdout.splitlines()[0], use_json=False), *root_stats(result.stderr)
+
+
+def root_stats(text: str) -> tuple[list[tuple], dict[str, int]]:
+    """`--root-stats` output: the root's moves (move, visits, value sum, sum of squares, proof,
+    proof plies), and the "stats NAME VALUE" lines as a dict."""
+    moves, counters = [], {}
+    for line in text.splitlines():
         tokens = line.split()
+        if tokens[0] == "stats":
+            counters[tokens[1]] = int(tokens[2])
+            continue
         assert tokens[0] == "root", line
-        stats.append((Move.from_botzone(" ".join(tokens[1:7])), int(tokens[7]), float(tokens[8]),
+        moves.append((Move.from_botzone(" ".join(tokens[1:7])), int(tokens[7]), float(tokens[8]),
                       float(tokens[9]), int(tokens[10]), int(tokens[11])))
-    return parse_reply(result.stdout.splitlines()[0], use_json=False), stats
+    return moves, counters
 
 
 def most_visited(stats: list[tuple]) -> tuple:
@@ -386,7 +396,7 @@ def test_the_bot_plays_the_best_lower_confidence_bound(default_bot):
     overridden = 0
     for history in histories:
         for args, stdevs in (((), 5.0), (("--lcb-stdevs", "0.5"), 0.5), (("--no-lcb",), None)):
-            reply, stats = root_search(default_bot, history, *args)
+            reply, stats, _ = root_search(default_bot, history, *args)
             if any(s[4] == 1 for s in stats):
                 continue  # a proven win is played as the proof says (tested with the solver)
             assert sum(s[1] for s in stats) == 400
@@ -428,7 +438,7 @@ def test_proofs_of_separated_positions_count_the_plies_as_the_python_search_does
         python = {Move(*real.tolist()): (int(proof), int(plies), bool(exact)) for real, proof, plies, exact in
                   zip(board.canonical_to_real(result.moves), result.move_proofs, result.move_proof_plies, decided,
                       strict=True)}
-        _, stats = root_search(default_bot, board.move_stack, simulations=600)
+        _, stats, _ = root_search(default_bot, board.move_stack, simulations=600)
         for move, _, _, _, proof, plies in stats:
             python_proof, python_plies, exact = python[move]
             if proof == 0 or python_proof == 0 or not exact:
@@ -456,6 +466,18 @@ def test_the_bot_answers_the_no_move_line_when_it_has_lost(default_bot):
                                 timeout=30, check=True)
         reply = json.loads(result.stdout)["response"] if use_json else result.stdout.split()
         assert list(map(int, reply.values() if use_json else reply)) == [-1] * 6
+
+
+def test_a_restarted_process_replays_a_long_game_without_emptying_its_cache_per_move(default_bot):
+    # Botzone may restart a kept bot mid-game with the whole history: replaying it before the first
+    # search leaves nothing in the network cache to throw away, so its 8 MiB table is never emptied.
+    rng = np.random.default_rng(3)
+    board = Board()
+    while board.ply < 40:
+        legal = board.legal_moves()
+        board.push(legal[int(rng.integers(len(legal)))])
+    _, _, counters = root_search(default_bot, board.move_stack, simulations=50)
+    assert counters["cache_clears"] == 0, counters
 
 
 # ------------------------------------------------------------------------------------------------
@@ -570,6 +592,22 @@ def test_bad_options_are_refused(default_bot):
         result = subprocess.run([str(default_bot), *args], input="", capture_output=True, text=True, timeout=30,
                                 check=False)
         assert result.returncode == 2 and message in result.stderr, result.stderr
+
+
+def test_help_prints_the_options(default_bot):
+    result = subprocess.run([str(default_bot), "--help"], input="", capture_output=True, text=True, timeout=30,
+                            check=False)
+    assert result.returncode == 0 and result.stderr == "", result.stderr
+    assert result.stdout.startswith("usage: bot") and "--tree-mb MB" in result.stdout and "--help" in result.stdout
+
+
+@pytest.mark.skipif(shutil.which("nm") is None, reason="nm (binutils) is not installed")
+def test_the_bot_needs_no_clock_outside_the_c_library(default_bot):
+    # clock_gettime lives in librt before glibc 2.17 (a link needs -lrt there); std::clock() is
+    # the C library's everywhere.
+    symbols = subprocess.run(["nm", "-D", "--undefined-only", str(default_bot)], capture_output=True, text=True,
+                             timeout=30, check=True).stdout
+    assert "clock_gettime" not in symbols and " clock@" in symbols, symbols
 
 
 # ------------------------------------------------------------------------------------------------

@@ -31,31 +31,9 @@
 // Time is the process's CPU time, which Botzone charges: the first turn of a game is counted from
 // process start. Bad input ends the process with a message on stderr and exit status 2.
 //
-// Command line (all optional; Botzone runs it without arguments; the defaults are Botzone's
-// limits, amazons/botzone_limits.py, written into the settings block):
-//   --time S            CPU seconds per reply (default TURN_SECONDS, 1)
-//   --first-time S      CPU seconds from process start to the game's first reply (default
-//                       FIRST_TURN_FACTOR times --time)
-//   --margin S          seconds kept back from every allowance (default MARGIN_SECONDS, 0.1)
-//   --simulations N     search N simulations per reply instead of the clock
-//   --tree-mb MB        MiB for the search tree (default 150); a full tree ends the turn's search
-//   --restart-per-turn  answer one turn and exit (no keep-running)
-//   --weights PATH      the weights file (builds exported with --weights-file; default data/NAME)
-//   --selftest FILE     per canonical position "mine theirs arrows" of FILE: value and the prior
-//                       of every legal move, in the engine's move order
-//   --forward-speed FILE  positions per CPU second of the network (features, forward pass and
-//                       legal-move priors, one position per call) over FILE's positions
-//   --adjudicate FILE   per canonical position of FILE: the adjudication and the four move bounds
-//   --perft N           perft(N) from the start position
-//   --portable          use the portable kernels even where AVX2/FMA is there (tests)
-//   --no-cache          evaluate every new leaf with the network, transpositions too (the same
-//                       search, slower: tests and timing)
-//   --no-lcb            play the most visited move, not the best lower confidence bound of Q
-//   --lcb-stdevs Z      the bound's width in standard errors (default 5, SearchConfig.lcb_stdevs)
-//   --root-stats        after each search, one line per root move on stderr: "root x0 y0 x1 y1 x2
-//                       y2 visits value_sum value_sq_sum proof plies" (the mover's values and
-//                       proof, the plies to the end when proven; tests)
-//   --info              the model, the kernels in use and the tree's capacity
+// Command line: all optional (Botzone runs the bot without arguments); `bot --help` lists them
+// (USAGE, below). The clock's defaults are Botzone's limits (amazons/botzone_limits.py), written
+// into the settings block by the exporter.
 
 #include "network.h"
 #include "search.h"
@@ -291,6 +269,7 @@ class Bot {
                          t.edge_visits(e), child >= 0 ? -t.n_value[child] : 0.0, child >= 0 ? t.n_value_sq[child] : 0.0,
                          (int)t.e_proof[e], (int)t.e_plies[e]);
         }
+        std::fprintf(stderr, "stats cache_clears %d\n", search.cache.clears);
         std::fflush(stderr);
     }
 
@@ -690,17 +669,47 @@ static std::string json_reply(const RealMove* move, const std::string& debug) {
 // ================================================================================================
 // Entry points
 
+static const double TREE_MB_DEFAULT = 150.0;
+
+// --help; the %g are TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, TREE_MB_DEFAULT, LCB_STDEVS.
+static const char USAGE[] =
+    "usage: bot [options] < Botzone's input\n"
+    "Game of the Amazons (8x8) for Botzone: simple or JSON interaction, chosen by the first input.\n"
+    "  --time S            CPU seconds per reply (default %g)\n"
+    "  --first-time S      CPU seconds from process start to the game's first reply (default %g times --time)\n"
+    "  --margin S          seconds kept back from every allowance (default %g)\n"
+    "  --simulations N     search N simulations per reply instead of the clock\n"
+    "  --tree-mb MB        MiB for the search tree (default %g); a full tree ends the turn's search\n"
+    "  --restart-per-turn  answer one turn and exit (no keep-running)\n"
+    "  --weights PATH      the weights file (builds exported with --weights-file; default data/NAME)\n"
+    "  --selftest FILE     per canonical position \"mine theirs arrows\" of FILE: value and the prior\n"
+    "                      of every legal move, in the engine's move order\n"
+    "  --forward-speed FILE  positions per CPU second of the network (features, forward pass and\n"
+    "                      legal-move priors, one position per call) over FILE's positions\n"
+    "  --adjudicate FILE   per canonical position of FILE: the adjudication and the four move bounds\n"
+    "  --perft N           perft(N) from the start position\n"
+    "  --portable          use the portable kernels even where AVX2/FMA is there (tests)\n"
+    "  --no-cache          evaluate every new leaf with the network, transpositions too (the same\n"
+    "                      search, slower: tests and timing)\n"
+    "  --no-lcb            play the most visited move, not the best lower confidence bound of Q\n"
+    "  --lcb-stdevs Z      the bound's width in standard errors (default %g)\n"
+    "  --root-stats        after each search, on stderr: per root move \"root x0 y0 x1 y1 x2 y2 visits\n"
+    "                      value_sum value_sq_sum proof plies\" (the mover's values and proof, the\n"
+    "                      plies to the end when proven), then \"stats NAME VALUE\" lines (tests)\n"
+    "  --info              the model, the kernels in use and the tree's capacity\n"
+    "  --help              this text\n";
+
 struct Options {
     double turn_seconds, first_turn_seconds, margin, tree_mb;
     int simulations;
     bool keep_running;
     std::string weights_path, selftest, forward_speed, adjudications, perft;
-    bool info, portable, cache, lcb, root_stats;
+    bool info, portable, cache, lcb, root_stats, help;
     double lcb_stdevs;
     Options()
-        : turn_seconds(TURN_SECONDS), first_turn_seconds(0.0), margin(MARGIN_SECONDS), tree_mb(150.0), simulations(0),
-          keep_running(true),
-          info(false), portable(false), cache(true), lcb(LCB_DEFAULT), root_stats(false), lcb_stdevs(LCB_STDEVS) {}
+        : turn_seconds(TURN_SECONDS), first_turn_seconds(0.0), margin(MARGIN_SECONDS), tree_mb(TREE_MB_DEFAULT),
+          simulations(0), keep_running(true), info(false), portable(false), cache(true), lcb(LCB_DEFAULT),
+          root_stats(false), help(false), lcb_stdevs(LCB_STDEVS) {}
 };
 
 static double positive_number(const char* option, const char* text) {
@@ -729,8 +738,10 @@ static Options parse_options(int argc, char** argv) {
             options.lcb = false;
         } else if (option == "--root-stats") {
             options.root_stats = true;
+        } else if (option == "--help" || option == "-h") {
+            options.help = true;
         } else if (!has_value) {
-            throw BotError(format("unknown option or missing value: '%s'", option.c_str()));
+            throw BotError(format("unknown option or missing value: '%s' (--help lists the options)", option.c_str()));
         } else if (option == "--time") {
             options.turn_seconds = positive_number("--time", argv[++k]);
         } else if (option == "--first-time") {
@@ -756,7 +767,7 @@ static Options parse_options(int argc, char** argv) {
         } else if (option == "--perft") {
             options.perft = argv[++k];
         } else {
-            throw BotError(format("unknown option '%s'", option.c_str()));
+            throw BotError(format("unknown option '%s' (--help lists the options)", option.c_str()));
         }
     }
     if (options.first_turn_seconds == 0.0) options.first_turn_seconds = FIRST_TURN_FACTOR * options.turn_seconds;
@@ -870,6 +881,10 @@ static int play(const Options& options) {
 int main(int argc, char** argv) {
     try {
         Options options = parse_options(argc, argv);
+        if (options.help) {
+            std::printf(USAGE, TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, TREE_MB_DEFAULT, LCB_STDEVS);
+            return 0;
+        }
         init_tables();
         K = options.portable ? &GENERIC_KERNELS : choose_kernels();
         if (!options.perft.empty()) {
