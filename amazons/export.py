@@ -294,6 +294,11 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             for path in export_botzone(model, args.botzone, args.weights_file, args.check_positions):
                 print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=stdout)
             directory = Path(args.botzone)
+            size = (directory / botzone_cpp.SOURCE_NAME).stat().st_size
+            if args.weights_file is None and size > botzone_cpp.LARGE_SOURCE_BYTES:
+                print(f"note: the source is {size:,} bytes with its weights embedded (over "
+                      f"{botzone_cpp.LARGE_SOURCE_BYTES:,}); --weights-file NAME keeps them in a file for "
+                      "Botzone's storage instead (docs/botzone.md)", file=stdout)
             command = botzone_cpp.compile_command(directory / botzone_cpp.SOURCE_NAME, directory / "bot")
             print(f"build: {' '.join(command)}", file=stdout)
     except (FileNotFoundError, CheckpointError, npnet.ModelFileError, ExportError,

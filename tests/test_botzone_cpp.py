@@ -28,7 +28,7 @@ import numpy as np
 import pytest
 from test_npnet import random_model
 
-from amazons import BLACK, WHITE, botzone_limits, engine, npnet
+from amazons import BLACK, WHITE, botzone_cpp, botzone_limits, engine, npnet
 from amazons.arena import run_arena
 from amazons.board import Board, Move
 from amazons.botzone_cpp import (
@@ -594,6 +594,14 @@ def test_bad_options_are_refused(default_bot):
         assert result.returncode == 2 and message in result.stderr, result.stderr
 
 
+def test_a_bot_with_embedded_weights_refuses_a_weights_file(default_bot, tmp_path):
+    result = subprocess.run([str(default_bot), "--weights", str(tmp_path / "amazons.bin"), *FAST, "--restart-per-turn"],
+                            input=first_input([None], [], use_json=False), capture_output=True, text=True,
+                            timeout=30, check=False)
+    assert result.returncode == 2 and result.stdout == "", result.stdout
+    assert "--weights: this bot's weights are embedded" in result.stderr, result.stderr
+
+
 def test_help_prints_the_options(default_bot):
     result = subprocess.run([str(default_bot), "--help"], input="", capture_output=True, text=True, timeout=30,
                             check=False)
@@ -656,6 +664,17 @@ def test_the_exporter_refuses_what_it_cannot_write(tmp_path, capsys):
         write_bot(npnet.load_model(default_model_path()), tmp_path, weights_file="../escape.bin")
     assert main([str(tmp_path / "missing.npz"), "--botzone", str(tmp_path)]) == 2
     assert "missing.npz" in capsys.readouterr().err
+
+
+def test_the_exporter_suggests_a_weights_file_for_a_large_source(tmp_path, capsys, monkeypatch):
+    assert main(["default", "--botzone", str(tmp_path / "small")]) == 0
+    assert "--weights-file" not in capsys.readouterr().out  # the shipped model's source is small
+    monkeypatch.setattr(botzone_cpp, "LARGE_SOURCE_BYTES", 100_000)
+    assert main(["default", "--botzone", str(tmp_path / "large")]) == 0
+    out = capsys.readouterr().out
+    assert "note: the source is" in out and "--weights-file NAME" in out, out
+    assert main(["default", "--botzone", str(tmp_path / "file"), "--weights-file", "amazons.bin"]) == 0
+    assert "note:" not in capsys.readouterr().out
 
 
 def test_a_checkpoint_exports_the_same_bot_as_its_numpy_model(tmp_path, capsys):

@@ -681,7 +681,7 @@ static const char USAGE[] =
     "  --simulations N     search N simulations per reply instead of the clock\n"
     "  --tree-mb MB        MiB for the search tree (default %g); a full tree ends the turn's search\n"
     "  --restart-per-turn  answer one turn and exit (no keep-running)\n"
-    "  --weights PATH      the weights file (builds exported with --weights-file; default data/NAME)\n"
+    "  --weights PATH      the weights file (only builds exported with --weights-file; default data/NAME)\n"
     "  --selftest FILE     per canonical position \"mine theirs arrows\" of FILE: value and the prior\n"
     "                      of every legal move, in the engine's move order\n"
     "  --forward-speed FILE  positions per CPU second of the network (features, forward pass and\n"
@@ -757,6 +757,9 @@ static Options parse_options(int argc, char** argv) {
             options.simulations = (int)positive_number("--simulations", argv[++k]);
             if (options.simulations < 1) throw BotError("--simulations must be >= 1");
         } else if (option == "--weights") {
+            if (AMZ_WEIGHTS_EMBEDDED)
+                throw BotError("--weights: this bot's weights are embedded in its source (a build exported with "
+                               "--weights-file reads them from a file)");
             options.weights_path = argv[++k];
         } else if (option == "--selftest") {
             options.selftest = argv[++k];
