@@ -22,8 +22,9 @@ Keys (all numbers):
   the --quick grid too): the whole `evaluate` call of the compiled CPU evaluator
   (`amazons.nativenet.NativeEvaluator`, one thread, the kernels the CPU runs) and of the torch
   production evaluator on the CPU (fp32, torch on one thread), on the same positions, in one
-  sitting; `nn.<preset>.native_over_torch.b<batch>` is their ratio. Left out where the
-  extension is not built.
+  sitting; `nn.<preset>.native_over_torch.b<batch>` is their ratio, and
+  `nn.<preset>.native_2threads.b<batch>.evaluator_positions_per_s` (batches 64 and 256) the native
+  evaluator on two threads. Left out where the extension is not built.
 * `nn.tiny.fp32.b256.compiled.positions_per_s` (not with --quick): the same forward as the grid's
   under `torch.compile` with inductor's `freezing` (weights as constants: convolutions pre-packed
   and fused with their ReLU / residual add), a variant production does not run. The compile time
@@ -64,7 +65,7 @@ from torch.utils.flop_counter import FlopCounterMode
 
 from amazons import engine
 from amazons.learn import Learner, OptimConfig, SampleBatch
-from amazons.nativenet import native_available
+from amazons.nativenet import NativeEvaluator, native_available
 from amazons.net import PRESETS, PolicyValueNet, net_config, prepare_for_inference
 from amazons.netplay import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
@@ -220,6 +221,11 @@ def _native_against_torch(window_s: float, rng: np.random.Generator) -> dict[str
                 key = f"nn.{preset}.{{}}.b{batch}.evaluator_positions_per_s"
                 metrics[f"nn.{preset}.native_over_torch.b{batch}"] = metrics[key.format("native")] / metrics[
                     key.format("fp32")]
+                if batch >= 64:  # what a second thread buys where a batch has rows for two
+                    two = NativeEvaluator(evaluators["native"].native.net, threads=2)
+                    seconds = seconds_per_call(lambda e=two, r=rows, m=moves, o=offsets: e.evaluate(r, m, o),
+                                               cpu, window_s)
+                    metrics[f"nn.{preset}.native_2threads.b{batch}.evaluator_positions_per_s"] = batch / seconds
     finally:
         torch.set_num_threads(threads)
     return metrics
