@@ -12,8 +12,8 @@ result counts each player's faults by reason. Every player is closed after its g
 
 A match plays games in pairs: both games of a pair start from the same seeded short random
 opening, with colours swapped, so deterministic players do not replay one game and neither side
-profits from a lucky opening. Games run in parallel worker processes (spawn or forkserver;
-bounded; one process when that fails). The result gives wins, the win rate of A and the Elo
+profits from a lucky opening. Games run in parallel worker processes (`ArenaWorkers`, spawn or
+forkserver; one process when they cannot start). The result gives wins, the win rate of A and the Elo
 difference A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo),
 and every game as an `amazons.records.GameRecord` (`--record FILE` writes them).
 
@@ -24,6 +24,13 @@ network is loaded once, on the GPU when there is one, and batched across the wor
 once per process on one CPU thread. The command line serves `mcts-net` and `policy-net` players
 whenever it runs more than one process (`--no-server` loads them in every process instead);
 evaluation in training always serves them (`amazons.evaluation`).
+
+Stopping: a match stopped by Ctrl-C or by a failure ends every worker before its exception
+leaves `ArenaWorkers`: a worker gets `ABORT_GRACE_S` to end its game (Ctrl-C reaches the workers
+too, and a worker's players are closed as the interrupt unwinds), then SIGTERM, then SIGKILL
+`TERMINATE_GRACE_S` later, and is reaped, also when a second Ctrl-C interrupts the shutdown. A
+Botzone program dies with the worker that started it, however the worker ends
+(`amazons.botzone_player`).
 
 Torch-free: network models are loaded by `amazons.player_factory` (in the workers, or in the
 servers' processes).
@@ -43,6 +50,7 @@ import time
 import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
@@ -87,6 +95,8 @@ __all__ = [
 ]
 
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+ABORT_GRACE_S = 2.0  # seconds the workers of a failed or interrupted match get to end their games
+TERMINATE_GRACE_S = 5.0  # seconds from a worker's SIGTERM to its SIGKILL
 
 
 # ----------------------------------------------------------------------------------------------
@@ -334,7 +344,7 @@ class ArenaWorkers:
                 for handle in handles.values():  # the worker holds its own copy now: see InferenceServer.start_actor
                     handle.connection.close()
         except BaseException:
-            self.close()
+            self.close(timeout=ABORT_GRACE_S)
             raise
 
     def publish_weights(self, server: str, path: str | os.PathLike, version: int) -> None:
@@ -363,11 +373,20 @@ class ArenaWorkers:
         Raises:
             ArenaError: a worker died, a server failed or a game raised (the first failure is
                 named; the workers cannot be used again: `close` them), or `timeout_s` passed.
+                After any exception, a KeyboardInterrupt included, the workers cannot be used again.
         """
         if self._failed is not None:
             raise ArenaError(f"the arena workers failed before: {self._failed}")
         if not self._workers:
             raise ArenaError("the arena workers are not started")
+        try:
+            return self._play(tasks, timeout_s)
+        except BaseException as error:  # Ctrl-C included: the workers hold this match's games
+            if self._failed is None:
+                self._failed = f"a match was stopped by {type(error).__name__}"
+            raise
+
+    def _play(self, tasks: Sequence[_GameTask], timeout_s: float | None) -> list[GameRecord]:
         for task in tasks:
             self._tasks.put(task)
         records: list[GameRecord | None] = [None] * len(tasks)
@@ -395,24 +414,66 @@ class ArenaWorkers:
 
     def close(self, timeout: float = 30.0) -> dict[str, dict[str, float]]:
         """Stop the workers, then the servers, and unlink every segment; returns each server's
-        statistics (`amazons.inference` batches, rows, ...), also kept in `stats`."""
+        statistics (`amazons.inference` batches, rows, ...), also kept in `stats`.
+
+        Each worker is sent its stop and given `timeout` seconds, for all together, to exit
+        (`ABORT_GRACE_S` after a failed or interrupted match, whose workers are mid-game; results
+        nobody reads are dropped meanwhile, so no worker waits on a full pipe). Workers still alive
+        then are terminated, and killed `TERMINATE_GRACE_S` later; all are reaped before `close`
+        returns, also when a KeyboardInterrupt interrupts it.
+        """
+        grace = timeout if self._failed is None else min(timeout, ABORT_GRACE_S)
+        try:
+            self._stop_workers(grace)
+        finally:
+            try:
+                self._end_workers()
+                for channel in (self._tasks, self._results):
+                    if channel is not None:
+                        channel.cancel_join_thread()  # tasks a failed match left behind are dropped
+                        channel.close()
+                self._workers, self._tasks, self._results = [], None, None
+            finally:
+                for name, server in self._servers.items():
+                    self.stats[name] = dict(server.stop())
+                self._servers = {}
+        return self.stats
+
+    def _stop_workers(self, grace: float) -> None:
+        """Send every live worker its stop sentinel and wait up to `grace` seconds for all to exit."""
         if self._tasks is not None:
             for worker in self._workers:
-                if worker.is_alive():
+                if worker.exitcode is None:
                     self._tasks.put(None)
-        for worker in self._workers:
-            worker.join(timeout)
-            if worker.is_alive():
+        deadline = time.monotonic() + grace
+        reading = self._results is not None
+        while (alive := [worker for worker in self._workers if worker.exitcode is None]) \
+                and (left := deadline - time.monotonic()) > 0:
+            if not reading:
+                wait([worker.sentinel for worker in alive], left)
+                continue
+            try:
+                self._results.get(timeout=min(left, 0.05))  # dropped: a worker cannot exit while its queue holds results
+            except queue.Empty:
+                pass
+            except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # a broken queue: wait without it
+                reading = False
+
+    def _end_workers(self) -> None:
+        """Terminate the workers still alive, kill those alive `TERMINATE_GRACE_S` later, reap all."""
+        alive = [worker for worker in self._workers if worker.exitcode is None]
+        try:
+            for worker in alive:
                 worker.terminate()
-                worker.join(timeout)
-        for name, server in self._servers.items():
-            self.stats[name] = dict(server.stop())
-        for channel in (self._tasks, self._results):
-            if channel is not None:
-                channel.cancel_join_thread()  # tasks a failed match left behind are dropped, not waited for
-                channel.close()
-        self._workers, self._servers, self._tasks, self._results = [], {}, None, None
-        return self.stats
+            deadline = time.monotonic() + TERMINATE_GRACE_S
+            for worker in alive:
+                worker.join(max(0.0, deadline - time.monotonic()))
+        finally:  # a second Ctrl-C above still ends them
+            for worker in alive:
+                if worker.exitcode is None:
+                    worker.kill()
+            for worker in self._workers:
+                worker.join()
 
     def __enter__(self) -> ArenaWorkers:
         self.start()
@@ -561,7 +622,7 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
         PlayerSpecError: for an unknown player or a bad search override (checked before any
             game starts).
         ValueError: for games < 1, opening_plies < 0, or a `served` server that `workers` lacks.
-        ArenaError: with `workers`, a worker or server failed.
+        ArenaError: a worker process or a server failed, or a game raised in a worker process.
     """
     if games < 1:
         raise ValueError(f"games must be >= 1, got {games}")
@@ -612,13 +673,16 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
 def _run_tasks(tasks: list[_GameTask], processes: int,
                factories: dict[str, PlayerFactory]) -> list[GameRecord]:
     if processes > 1:
+        workers = ArenaWorkers(processes, {}, factories=factories)
         try:
-            pickle.dumps(factories)
-            with _context().Pool(processes, initializer=_init_worker,
-                                 initargs=(factories,)) as pool:
-                return pool.map(_play_task, tasks, chunksize=1)  # in task order
+            workers.start()
         except (OSError, pickle.PicklingError, AttributeError, TypeError) as error:
             print(f"arena: parallel games unavailable ({error}); using one process", file=sys.stderr)
+        else:
+            try:
+                return workers.play(tasks)
+            finally:
+                workers.close()
     return [_play_task(task) for task in tasks]
 
 

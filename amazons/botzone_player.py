@@ -37,8 +37,10 @@ quotes the last lines of the program's stderr, which is read as the program runs
 
 Every process runs in its own session, is killed with its whole process group when the player
 is closed or reset, when it faults, and when the player is garbage-collected or the interpreter
-exits, and is reaped; on Linux it is also killed by the kernel if the process that started it
-dies (`PR_SET_PDEATHSIG`), so a killed arena worker leaves none behind.
+exits, and is reaped. A watchdog process kills the groups still running when the process that
+started them dies, however it dies (SIGKILL included), so a killed arena worker leaves none
+behind. Programs are started without a `preexec_fn` (which Python calls unsafe in a process with
+threads, as the arena's workers are): `start_new_session` is done by `subprocess` itself.
 
 Spec options (`botzone:OPTIONS:COMMAND`, comma-separated; without them the spec is
 `botzone:COMMAND`): `simple` / `json` (the interaction), `cpp` / `python` (Botzone's limits for
@@ -52,7 +54,7 @@ Imports `amazons.board` and `amazons.players`; `amazons.player_factory` register
 
 from __future__ import annotations
 
-import ctypes
+import atexit
 import json
 import os
 import re
@@ -62,6 +64,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import weakref
 from collections.abc import Sequence
@@ -99,7 +102,6 @@ STDERR_QUOTED_LINES = 5
 # output wakes the reader at once.
 POLL_SECONDS = 0.01
 _OPTION_PREFIX = re.compile(r"[a-z][a-z0-9-]*(=[^,\s:/]*)?(,[a-z][a-z0-9-]*(=[^,\s:/]*)?)*")
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a child gets when its parent dies
 
 
 # ------------------------------------------------------------------------------------------------
@@ -240,19 +242,121 @@ def _peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-def _death_signal_setter() -> Any:
-    """A `preexec_fn` that has the child killed when its parent dies (Linux), or None."""
-    if not sys.platform.startswith("linux"):
-        return None
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    parent = os.getpid()
+# The watchdog's program: it reads `+GROUP` (a program's process group to kill if this process
+# dies) and `-GROUP` (a group that has ended) lines until its input ends, which happens when the
+# process that started it has exited or died (the kernel closes the pipe's write end either way),
+# then kills every group it still holds. Its first line names it in `ps`.
+_WATCHDOG_CODE = """# amazons.botzone_player watchdog
+import os, signal, sys
+groups = set()
+for line in sys.stdin.buffer:
+    try:
+        group = int(line[1:])
+    except ValueError:
+        continue
+    if line[:1] == b"+":
+        groups.add(group)
+    else:
+        groups.discard(group)
+for group in groups:
+    try:
+        os.killpg(group, signal.SIGKILL)
+    except OSError:
+        pass
+"""
 
-    def die_with_parent() -> None:  # in the child, between fork and exec
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the parent died before the prctl took effect
-            os._exit(1)
 
-    return die_with_parent
+class _Watchdog:
+    """This process's watchdog: kills the programs' process groups when this process dies.
+
+    One per process, started with the first program (`python -I -S`, in its own session, so a
+    Ctrl-C at the terminal does not end it before the process it guards). A process forked from
+    this one closes its copy of the pipe (the watchdog would otherwise wait for the fork too) and
+    starts its own watchdog if it starts programs. `forget` also runs in a program's finalizer,
+    which the garbage collector may call inside `watch`: the lock is re-entrant, the pipe
+    unbuffered, and every line is written whole.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._process: subprocess.Popen | None = None
+        self._groups: set[int] = set()  # the groups the watchdog holds
+        os.register_at_fork(after_in_child=self._forget_in_fork)
+        atexit.register(self.stop)
+
+    @property
+    def pid(self) -> int | None:
+        """The watchdog's process id, None before the first program."""
+        return None if self._process is None else self._process.pid
+
+    def watch(self, group: int) -> None:
+        """Have process group `group` killed if this process dies.
+
+        Raises:
+            OSError: no watchdog could be started.
+        """
+        with self._lock:
+            self._groups.add(group)
+            if self._process is not None and self._write(f"+{group}\n"):
+                return
+            # None yet, or it was killed: a new one takes every group.
+            self._process = subprocess.Popen(
+                [sys.executable, "-I", "-S", "-c", _WATCHDOG_CODE], stdin=subprocess.PIPE,
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, bufsize=0, start_new_session=True)
+            groups = list(self._groups)
+            if not self._write("".join(f"+{group}\n" for group in groups)):
+                raise OSError("the watchdog exited at its start")
+            for group in groups:  # forgotten meanwhile
+                if group not in self._groups:
+                    self._write(f"-{group}\n")
+
+    def forget(self, group: int) -> None:
+        """Group `group` has ended (its leader is killed or reaped): never kill it."""
+        with self._lock:
+            if group in self._groups:
+                self._groups.remove(group)
+                if self._process is not None:
+                    self._write(f"-{group}\n")
+
+    def stop(self) -> None:
+        """End the watchdog (registered at exit: it kills the groups it still holds and exits)."""
+        with self._lock:
+            self._end()
+
+    def _write(self, text: str) -> bool:
+        """Write `text` to the watchdog; False (and no watchdog) when it has died."""
+        process, data = self._process, memoryview(text.encode())
+        try:
+            while data:
+                data = data[process.stdin.write(data):]
+            return True
+        except (OSError, ValueError):  # it died (ValueError: a nested call closed the pipe)
+            if self._process is process:
+                self._end()
+            return False
+
+    def _end(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        process.stdin.close()
+        try:
+            process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+    def _forget_in_fork(self) -> None:
+        """In a forked child: close the inherited pipe end; the parent's watchdog and groups are
+        not this process's (and the watchdog is not its child: nothing to wait for)."""
+        self._lock = threading.RLock()
+        if self._process is not None:
+            self._process.stdin.close()
+            self._process.returncode = 0
+        self._process, self._groups = None, set()
+
+
+_WATCHDOG = _Watchdog()
 
 
 def _end_process(process: subprocess.Popen) -> None:
@@ -261,6 +365,7 @@ def _end_process(process: subprocess.Popen) -> None:
         os.killpg(process.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass  # the group is gone already
+    _WATCHDOG.forget(process.pid)  # before the reap, which frees the group's number
     if process.returncode is None:
         process.wait()
     for stream in (process.stdin, process.stdout, process.stderr):
@@ -295,10 +400,17 @@ class _Program:
         try:
             self.process = subprocess.Popen(
                 list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                bufsize=0, start_new_session=True, preexec_fn=_death_signal_setter())
+                bufsize=0, start_new_session=True)
         except OSError as error:
             raise PlayerFault("crash", f"cannot start {shlex.join(command)}: {error}") from None
         self._finalizer = weakref.finalize(self, _end_process, self.process)
+        # Until the watchdog holds the group, only the program's input guards it: it sees the end
+        # of its input if this process dies now.
+        try:
+            _WATCHDOG.watch(self.process.pid)
+        except OSError as error:
+            self.close()
+            raise PlayerFault("crash", f"cannot start the watchdog of {shlex.join(command)}: {error}") from None
         for stream in (self.process.stdout, self.process.stderr):
             os.set_blocking(stream.fileno(), False)
         self.charged = 0.0  # CPU seconds charged to earlier turns
@@ -360,6 +472,7 @@ class _Program:
     def fault(self, reason: str, message: str) -> PlayerFault:
         """Kill the process and make the fault, quoting the end of stderr."""
         self._signal_group(signal.SIGKILL)
+        _WATCHDOG.forget(self.process.pid)
         self._reap_blocking()
         return PlayerFault(reason, message + self.stderr_tail())
 
@@ -375,6 +488,7 @@ class _Program:
             self._exited(status, usage)
 
     def _exited(self, status: int, usage: Any) -> None:
+        _WATCHDOG.forget(self.process.pid)  # the program exited by itself (else it is forgotten already)
         self.process.returncode = os.waitstatus_to_exitcode(status)
         self._exit_cpu = usage.ru_utime + usage.ru_stime
         self._exit_rss_mb = usage.ru_maxrss / 1024  # KiB on Linux

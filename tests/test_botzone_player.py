@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -279,23 +280,71 @@ def test_an_exception_in_a_game_still_ends_the_program(tmp_path, monkeypatch):
     assert leftovers(str(log)) == []
 
 
-def test_a_program_dies_with_the_process_that_started_it(tmp_path):
+def ended(pid: int) -> bool:
+    """Whether process `pid` has exited (gone, or a zombie its new parent has not reaped yet)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True
+
+
+def test_a_program_and_its_children_die_with_the_process_that_started_it(tmp_path):
+    """The parent is SIGKILLed (no cleanup of its own runs): its watchdog kills the program's whole
+    process group, a child the program started included, and exits."""
     log = tmp_path / "orphan.jsonl"
-    code = ("import sys\nfrom amazons.board import Board\nfrom amazons.player_factory import make_player\n"
-            f"player = make_player({bot_spec('time=2', 'keep=1', f'log={log}')!r})\n"
-            "player.choose_move(Board())\nprint(player._program.process.pid, flush=True)\n"
+    nap = f"sleep {300 + os.getpid() % 1000}.5"  # the program's child, in its process group
+    spec = (f"botzone:time=2:sh -c '{nap} </dev/null >/dev/null 2>&1 & "
+            f"exec {sys.executable} {TEST_BOT} keep=1 log={log}'")
+    code = ("import sys\nfrom amazons import botzone_player\nfrom amazons.board import Board\n"
+            f"from amazons.player_factory import make_player\nplayer = make_player({spec!r})\n"
+            "player.choose_move(Board())\nprint(botzone_player._WATCHDOG.pid, flush=True)\n"
             "import time; time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=REPO)
     try:
-        pid = int(parent.stdout.readline())
-        assert leftovers(str(log))
+        watchdog = int(parent.stdout.readline())
+        bot = f"{sys.executable} {TEST_BOT}"
+        programs = [line for line in leftovers(str(log)) if line.split(": ", 1)[1].startswith(bot)]
+        assert len(programs) == 1 and len(leftovers(nap)) == 2, leftovers(nap)  # the parent names it too
     finally:
         parent.send_signal(signal.SIGKILL)
         parent.wait()
     deadline = time.monotonic() + 5
-    while leftovers(str(log)) and time.monotonic() < deadline:
+    while (leftovers(str(log)) or leftovers(nap) or not ended(watchdog)) and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert leftovers(str(log)) == [], pid
+    assert leftovers(str(log)) == [] and leftovers(nap) == []
+    assert ended(watchdog)
+
+
+def test_programs_are_started_without_a_preexec_fn(monkeypatch):
+    """Python calls `preexec_fn` unsafe in a process with threads (the arena's workers have them)."""
+    calls = []
+    popen = subprocess.Popen
+
+    def recording_popen(*args, **kwargs):
+        calls.append(kwargs)
+        return popen(*args, **kwargs)
+
+    monkeypatch.setattr(subprocess, "Popen", recording_popen)
+    with make_player(bot_spec("time=2", "keep=1")) as player:
+        player.choose_move(Board())
+    assert calls and all(call.get("preexec_fn") is None and call["start_new_session"] for call in calls)
+
+
+def test_a_kept_program_outlives_the_thread_that_started_it(tmp_path):
+    """A death signal set in the child (`PR_SET_PDEATHSIG`) follows the thread that forked it: a
+    kept program started by a thread that has ended must still answer the next turn."""
+    log = tmp_path / "thread.jsonl"
+    board = Board()
+    with make_player(bot_spec("time=2", "keep=1", f"log={log}")) as player:
+        thread = threading.Thread(target=lambda: board.push(player.choose_move(board)))
+        thread.start()
+        thread.join()
+        time.sleep(0.2)
+        board.push(board.legal_moves()[0])
+        assert board.is_legal(player.choose_move(board))
+        assert [turn.kept_running for turn in player.turns] == [True, True]
+    assert len({row["pid"] for row in read_log(log)}) == 1
+    assert leftovers(str(log)) == []
 
 
 def test_ctrl_c_in_the_arena_command_leaves_no_program_behind(tmp_path):

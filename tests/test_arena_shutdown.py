@@ -1,0 +1,117 @@
+"""Stopping the arena's workers (`amazons.arena.ArenaWorkers`): an interrupted match, or a worker
+that neither stops nor terminates, leaves no worker process and no Botzone program behind, within a
+bounded time (the Ctrl-C of the arena command itself: `tests/test_botzone_player.py`)."""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from test_botzone_player import TEST_BOT, bot_spec, ended, leftovers, read_log
+
+from amazons import player_factory
+from amazons.arena import ABORT_GRACE_S, TERMINATE_GRACE_S, ArenaError, ArenaWorkers, run_arena
+from amazons.board import Board, Move
+from amazons.player_factory import PlayerOptions
+from amazons.players import BasePlayer, Player
+
+SLACK_S = 10.0  # for a loaded machine
+
+
+def programs(marker: str) -> list[str]:
+    """The running test bots whose command line holds `marker`."""
+    bot = f"{sys.executable} {TEST_BOT}"
+    return [line for line in leftovers(marker) if line.split(": ", 1)[1].startswith(bot)]
+
+
+def wait_until(condition, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return condition()
+
+
+def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_path):
+    """A KeyboardInterrupt in the main process alone (the workers play on, their programs asleep
+    for a minute): the workers are terminated after the abort grace, not after the 30 s a finished
+    match gives them, and the programs die with them."""
+    log = tmp_path / "interrupted.jsonl"
+    spec = bot_spec("time=100", "keep=1", "fault=sleep:60", f"log={log}")
+    interrupted_at, returned = [], threading.Event()
+
+    def interrupt_once_both_programs_run() -> None:
+        wait_until(lambda: len(programs(str(log))) == 2 or returned.is_set(), 60)
+        if not returned.is_set():  # never interrupt the tests that follow
+            interrupted_at.append(time.monotonic())
+            _thread.interrupt_main()
+
+    interrupter = threading.Thread(target=interrupt_once_both_programs_run, daemon=True)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            with ArenaWorkers(2, {}) as workers:
+                pids = workers.pids
+                interrupter.start()
+                run_arena(spec, "random", games=2, opening_plies=0, workers=workers)
+    finally:
+        returned.set()
+        interrupter.join()
+    seconds = time.monotonic() - interrupted_at[0]
+    assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + SLACK_S, f"stopping took {seconds:.1f} s"
+    assert all(ended(pid) for pid in pids)
+    assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
+
+
+def test_close_kills_a_worker_that_neither_stops_nor_terminates():
+    """A stopped worker (SIGSTOP: it reads no sentinel, SIGTERM waits) is killed and reaped."""
+    workers = ArenaWorkers(1, {})
+    workers.start()
+    (pid,) = workers.pids
+    try:
+        os.kill(pid, signal.SIGSTOP)
+        started = time.monotonic()
+        workers.close(timeout=1.0)
+        seconds = time.monotonic() - started
+        assert ended(pid)
+        assert seconds < 1.0 + TERMINATE_GRACE_S + SLACK_S, f"close took {seconds:.1f} s"
+    finally:
+        if not ended(pid):
+            os.kill(pid, signal.SIGKILL)
+            workers.close()
+
+
+class _ExplodingOnceLogged(BasePlayer):
+    """Raises on its first move, once the file `log` exists (the other game's program has read its input)."""
+
+    name = "exploding-once-logged"
+
+    def __init__(self, log: str) -> None:
+        self.log = Path(log)
+
+    def choose_move(self, board: Board) -> Move:
+        wait_until(self.log.exists, 60)
+        raise ZeroDivisionError("a player's bug")
+
+
+def _make_exploding_once_logged(argument: str | None, options: PlayerOptions) -> Player:
+    return _ExplodingOnceLogged(argument)
+
+
+def test_a_game_that_raises_in_a_worker_ends_the_other_workers_game_promptly(tmp_path, monkeypatch):
+    """Game 2 raises (its Black explodes) while game 1's program sleeps for a minute: the match
+    fails with the game's traceback, and game 1's worker and program are ended at once."""
+    monkeypatch.setitem(player_factory._REGISTRY, "exploding-once-logged", _make_exploding_once_logged)
+    log = tmp_path / "raised.jsonl"
+    spec = bot_spec("time=100", "keep=1", "fault=sleep:60", f"log={log}")
+    started = time.monotonic()
+    with pytest.raises(ArenaError, match=r"game 2 failed in an arena worker:(.|\n)*ZeroDivisionError"):
+        run_arena(spec, f"exploding-once-logged:{log}", games=2, processes=2, opening_plies=0)
+    seconds = time.monotonic() - started
+    assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + 2 * SLACK_S, f"the match took {seconds:.1f} s"
+    assert len({row["pid"] for row in read_log(log)}) == 1  # game 1's program, asleep in its first turn
+    assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
