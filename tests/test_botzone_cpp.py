@@ -331,16 +331,21 @@ def test_the_network_cache_changes_no_reply(default_bot):
     assert board.ply >= 20 and cached > 0
 
 
-def root_search(binary: Path, history: list[Move], *args: str,
-                simulations: int = 400) -> tuple[Move, list[tuple], dict[str, int]]:
-    """A fresh process's reply to the game `history` at `simulations`, and what `--root-stats`
-    prints (`root_stats`): the root's moves and the search's counters."""
+def history_input(history: list[Move], use_json: bool = False) -> str:
+    """The first input of a fresh process for the bot to move after `history`."""
     black = len(history) % 2 == 0
     requests = [None, *history[1::2]] if black else history[0::2]
     responses = history[0::2] if black else history[1::2]
-    result = subprocess.run([str(binary), "--restart-per-turn", "--simulations", str(simulations), "--root-stats",
-                             *args], input=first_input(requests, responses, use_json=False), capture_output=True,
-                            text=True, timeout=60, check=False)
+    return first_input(requests, responses, use_json)
+
+
+def root_search(binary: Path, history: list[Move], *args: str,
+                simulations: int | None = 400) -> tuple[Move, list[tuple], dict[str, int]]:
+    """A fresh process's reply to the game `history` at `simulations` (None: by its clock), and
+    what `--root-stats` prints (`root_stats`): the root's moves and the search's counters."""
+    count = [] if simulations is None else ["--simulations", str(simulations)]
+    result = subprocess.run([str(binary), "--restart-per-turn", *count, "--root-stats", *args],
+                            input=history_input(history), capture_output=True, text=True, timeout=60, check=False)
     assert result.returncode == 0, result.stderr
     return parse_reply(result.stdout.splitlines()[0], use_json=False), *root_stats(result.stderr)
 
@@ -466,6 +471,51 @@ def test_the_bot_answers_the_no_move_line_when_it_has_lost(default_bot):
                                 timeout=30, check=True)
         reply = json.loads(result.stdout)["response"] if use_json else result.stdout.split()
         assert list(map(int, reply.values() if use_json else reply)) == [-1] * 6
+
+
+def random_game(seed: int, games: int) -> Board:
+    """The last of `games` random games drawn from one seeded stream, played to its end."""
+    rng = np.random.default_rng(seed)
+    for _ in range(games):
+        board = Board()
+        while not board.is_game_over():
+            legal = board.legal_moves()
+            board.push(legal[int(rng.integers(len(legal)))])
+    return board
+
+
+def test_the_clock_is_read_after_a_costly_simulation(default_bot):
+    # In this position's tree some separated leaves cost about 4 ms to adjudicate (their regions'
+    # exhaustive fill spends its node budget), a hundred times a simulation with the network. The
+    # clock must be read right after one of them, not up to 7 simulations later: the most CPU
+    # between two reads is about the slowest simulation, plus a few cheap ones.
+    history = random_game(seed=5, games=39).move_stack[:28]
+    _, _, counters = root_search(default_bot, history, "--time", "0.1", "--margin", "0", simulations=None)
+    assert counters["slowest_simulation_us"] >= 1000, counters  # the position has the costly leaves
+    assert counters["clock_gap_us"] <= counters["slowest_simulation_us"] + 1000, counters
+
+
+def test_turns_stay_inside_their_time_through_adjudicated_endgames(default_bot):
+    # Whole games against random moves, each of the bot's turns a fresh process with the game so
+    # far (its CPU measured exactly) and no margin: a turn overruns its time by the work after the
+    # last read of the clock, which stays small through the endgames the adjudication decides.
+    worst, proven = 0.0, 0
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        board = Board()
+        while not board.is_game_over():
+            if board.turn == BLACK:
+                used, reply = process_cpu_seconds(default_bot, history_input(board.move_stack, use_json=True),
+                                                  "--time", "0.1", "--first-time", "0.1", "--margin", "0")
+                worst = max(worst, used)
+                proven += "proven" in json.loads(reply)["debug"]
+                board.push(parse_reply(reply, use_json=True))
+            else:
+                legal = board.legal_moves()
+                board.push(legal[int(rng.integers(len(legal)))])
+    assert proven >= 2  # the games' ends were proven, separated regions adjudicated
+    print(f"slowest turn {worst:.4f} s of CPU at --time 0.1 --margin 0")
+    assert worst <= 0.1 + 0.015, worst
 
 
 def test_a_restarted_process_replays_a_long_game_without_emptying_its_cache_per_move(default_bot):

@@ -26,6 +26,7 @@ struct FillEntry {
 
 struct FillSearch {
     int64_t nodes_left;
+    int64_t nodes_searched;  // nodes of every search so far: work the bot's clock counts (search.h)
     FillEntry table[FILL_TABLE_SIZE];
 };
 
@@ -205,6 +206,7 @@ static int longest_fill(FillSearch* search, u64 amazons, u64 empties) {
     if (entry->longest >= 0 && entry->amazons == amazons && entry->empties == empties) return entry->longest;
     if (search->nodes_left <= 0) return 0;
     search->nodes_left -= 1;
+    search->nodes_searched += 1;
     int best = fill_children(search, amazons, empties, bound);
     if (search->nodes_left > 0) {
         entry->amazons = amazons;

@@ -269,7 +269,8 @@ class Bot {
                          t.edge_visits(e), child >= 0 ? -t.n_value[child] : 0.0, child >= 0 ? t.n_value_sq[child] : 0.0,
                          (int)t.e_proof[e], (int)t.e_plies[e]);
         }
-        std::fprintf(stderr, "stats cache_clears %d\n", search.cache.clears);
+        std::fprintf(stderr, "stats cache_clears %d\nstats clock_gap_us %d\nstats slowest_simulation_us %d\n",
+                     search.cache.clears, (int)(last.longest_gap * 1e6), (int)(last.slowest * 1e6));
         std::fflush(stderr);
     }
 
@@ -845,6 +846,7 @@ static int play(const Options& options) {
     bot.search.use_lcb = options.lcb;
     bot.search.lcb_stdevs = options.lcb_stdevs;
     bot.root_stats = options.root_stats;
+    bot.search.profile = options.root_stats;
     bot.reset();
     Turn turn = read_first_input();
     double clock_start = 0.0;  // the first input is timed from process start (CPU time 0)

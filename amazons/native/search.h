@@ -208,9 +208,20 @@ struct SearchResult {
     int simulations;      // this search's simulations
     bool tree_full;       // the search stopped because the tree was full
     int cache_hits;       // its new leaves evaluated from the network cache instead of the network
+    double longest_gap;   // the most CPU seconds between two reads of the clock (0 without a deadline)
+    double slowest;       // the most CPU seconds of one simulation (measured only with `profile`)
 };
 
-static const int CLOCK_EVERY = 8;  // simulations between two reads of the CPU clock (a system call)
+// When the clock is read (a system call, about 0.6 us): after the first simulation, then after
+// CLOCK_EVERY more (a simulation with the network takes about 35 us), or sooner: after one whose
+// adjudication searched FILL_NODES_PER_READ or more nodes of the exhaustive region fill (about
+// 0.8 us a node; up to EXACT_FILL_NODE_BUDGET per region, 4 ms when a search spends it all), and
+// after every simulation while the last reads found them slower than SLOW_SIMULATION_SECONDS on
+// average. So the work between two reads is bounded by time: a few cheap simulations and at most
+// one adjudication (never interrupted: its result must not depend on the clock).
+static const int CLOCK_EVERY = 8;
+static const int64_t FILL_NODES_PER_READ = 256;
+static const double SLOW_SIMULATION_SECONDS = 5e-4;
 
 class Search {
   public:
@@ -222,13 +233,14 @@ class Search {
     NetworkCache cache;
     bool use_cache;  // false: the network evaluates every new leaf
     bool use_lcb;       // play the best lower confidence bound (SearchConfig.lcb), else the most visits
+    bool profile;       // time every simulation (SearchResult.slowest: --root-stats), clock reads aside
     double lcb_stdevs;  // SearchConfig.lcb_stdevs
     int cache_hits;  // leaves evaluated from the cache so far
     int top;         // the node of `root`: 0, or a node below it after moves not compacted yet
 
     Search()
-        : moves(MAX_MOVES), priors(MAX_MOVES), wins(MAX_MOVES), use_cache(true), use_lcb(LCB_DEFAULT), lcb_stdevs(LCB_STDEVS),
-          cache_hits(0), top(0) {
+        : moves(MAX_MOVES), priors(MAX_MOVES), wins(MAX_MOVES), use_cache(true), use_lcb(LCB_DEFAULT), profile(false),
+          lcb_stdevs(LCB_STDEVS), cache_hits(0), top(0) {
         root = start_position();
     }
 
@@ -266,11 +278,14 @@ class Search {
     }
 
     // Run simulations until `simulations` (> 0) are done or the CPU clock reaches `deadline` (> 0),
-    // the root is proven, or the tree is full. At least one simulation runs; the clock is read
-    // after the first and then every CLOCK_EVERY.
+    // the root is proven, or the tree is full. At least one simulation runs; the clock is read as
+    // CLOCK_EVERY's comment says.
     SearchResult run(int simulations, double deadline) {
-        SearchResult result = {0, false, 0};
+        SearchResult result = {0, false, 0, 0.0, 0.0};
         int hits_before = cache_hits;
+        double last_read = deadline > 0 ? cpu_seconds() : 0.0;
+        int64_t fill_at_read = g_fill.nodes_searched;
+        int since_read = 0, interval = CLOCK_EVERY;
         if (top != 0) {
             compact(top);
             top = 0;
@@ -279,9 +294,25 @@ class Search {
         refresh_root_proof();
         while (tree.n_proof[0] == PROOF_NONE) {
             if (simulations > 0 && result.simulations >= simulations) break;
-            if (deadline > 0 && result.simulations % CLOCK_EVERY == 1 && cpu_seconds() >= deadline) break;
+            if (deadline > 0 && since_read > 0 &&
+                (result.simulations == 1 || since_read >= interval ||
+                 g_fill.nodes_searched - fill_at_read >= FILL_NODES_PER_READ)) {
+                double now = cpu_seconds();
+                if (now - last_read > result.longest_gap) result.longest_gap = now - last_read;
+                interval = now - last_read > SLOW_SIMULATION_SECONDS * since_read ? 1 : CLOCK_EVERY;
+                last_read = now;
+                fill_at_read = g_fill.nodes_searched;
+                since_read = 0;
+                if (now >= deadline) break;
+            }
+            double started = profile ? cpu_seconds() : 0.0;
             bool expanded = simulate();
+            if (profile) {
+                double took = cpu_seconds() - started;
+                if (took > result.slowest) result.slowest = took;
+            }
             ++result.simulations;
+            ++since_read;
             if (!expanded) {
                 result.tree_full = true;
                 break;
