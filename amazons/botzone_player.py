@@ -8,7 +8,8 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
   program's own earlier responses, the newest request last, then the `data` line the program
   saved last turn and an empty `globaldata` line. JSON interaction (option `json`): one line
   `{"requests": [...], "responses": [...], "data": ..., "globaldata": "", "time_limit": S,
-  "memory_limit": 256}`. Moves a random opening played count as the program's responses or
+  "memory_limit": 256}`, `S` the per-turn limit `time` (the first turn may use twice it: Botzone's
+  limits and what `time_limit` means are in `amazons.botzone_limits`). Moves a random opening played count as the program's responses or
   requests by colour, as if it had played them.
 * **Output.** The first line is the reply: `x0 y0 x1 y1 x2 y2`, or in JSON
   `{"response": {"x0": .., ..., "y2": ..}, "debug": .., "data": .., "globaldata": ..}`; in simple
@@ -48,7 +49,7 @@ the language: C++ 1 s a turn and 2 s for the first, Python 6 s and 12 s; the def
 `python` when the program's name starts with `python`, else `cpp`), `time=S`, `first-time=S`
 (default: twice `time`), `wall=X` (the wall guard as a multiple of the CPU limit, default 3).
 
-Imports `amazons.board` and `amazons.players`; `amazons.player_factory` registers the spec and
+Imports `amazons.board`, `amazons.botzone_limits` and `amazons.players`; `amazons.player_factory` registers the spec and
 `amazons.botzone` (the project's own bot) takes the protocol's constants from here.
 """
 
@@ -72,6 +73,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from amazons import botzone_limits
 from amazons.board import BLACK, Board, IllegalMoveError, Move, NotationError
 from amazons.players import BasePlayer, PlayerError, PlayerFault
 
@@ -92,8 +94,10 @@ KEEP_RUNNING_MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
 NO_MOVE = "-1 -1 -1 -1 -1 -1"  # Black's first request; also a bot's reply when no move is left
 MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
 INTERACTIONS = ("simple", "json")
-LANGUAGE_LIMITS = {"cpp": (1.0, 2.0), "python": (6.0, 12.0)}  # CPU seconds: (a turn, the first turn)
-MEMORY_LIMIT_MB = 256  # Botzone's, told to JSON programs as `memory_limit` (not enforced here)
+# CPU seconds per language (amazons.botzone_limits): (a turn, the first turn)
+LANGUAGE_LIMITS = {language: (seconds, botzone_limits.first_turn_seconds(seconds))
+                   for language, seconds in botzone_limits.LANGUAGE_TURN_SECONDS.items()}
+MEMORY_LIMIT_MB = botzone_limits.MEMORY_LIMIT_MB  # told to JSON programs as `memory_limit` (not enforced here)
 MAX_OUTPUT_BYTES = 1 << 20  # more stdout than this in one turn is malformed
 STDERR_TAIL_BYTES = 8192  # the end of the program's stderr kept for fault messages
 STDERR_QUOTED_LINES = 5
@@ -118,8 +122,8 @@ class BotzoneSettings:
 
     command: tuple[str, ...]  # the program and its arguments
     interaction: str = "simple"  # "simple" or "json"
-    turn_seconds: float = 1.0  # CPU seconds a turn may use (Botzone: C++ 1 s, Python 6 s)
-    first_turn_seconds: float = 2.0  # CPU seconds of the program's first turn of a game
+    turn_seconds: float = LANGUAGE_LIMITS["cpp"][0]  # CPU seconds a turn may use (Botzone: C++ 1 s, Python 6 s)
+    first_turn_seconds: float = LANGUAGE_LIMITS["cpp"][1]  # CPU seconds of the program's first turn of a game
     wall_factor: float = 3.0  # a turn's wall-clock guard, as a multiple of its CPU limit
 
     def __post_init__(self) -> None:
@@ -192,7 +196,7 @@ def parse_botzone_spec(argument: str | None) -> BotzoneSettings:
         language = "python" if Path(command[0]).name.startswith("python") else "cpp"
     turn, first = LANGUAGE_LIMITS[language]
     if "time" in times:
-        turn, first = times["time"], 2 * times["time"]
+        turn, first = times["time"], botzone_limits.first_turn_seconds(times["time"])
     first = times.get("first-time", first)
     if shutil.which(command[0]) is None:
         raise PlayerError(f"botzone: program {command[0]!r} is not found or not executable")
@@ -657,7 +661,7 @@ class BotzonePlayer(BasePlayer):
         if not update:
             self.close()
             self._program = _Program(self.settings.command)
-        text = self._update_input(history[-1]) if update else self._full_input(history, board.turn, limit)
+        text = self._update_input(history[-1]) if update else self._full_input(history, board.turn)
         try:
             output = self._program.exchange(text, limit, limit * self.settings.wall_factor, turn)
             try:
@@ -675,12 +679,14 @@ class BotzonePlayer(BasePlayer):
             self.close()  # it has exited: close its pipes
         return move
 
-    def _full_input(self, history: Sequence[Move], color: int, limit: float) -> str:
+    def _full_input(self, history: Sequence[Move], color: int) -> str:
         requests, responses = _history_messages(history, color)
         if self.settings.interaction == "json":
+            # time_limit is the per-turn limit, also on the first turn, which may use twice it
+            # (amazons.botzone_limits: one reading for this player and both bots)
             value = {"requests": [_move_object(move) for move in requests],
                      "responses": [_move_object(move) for move in responses],
-                     "data": self._data, "globaldata": "", "time_limit": limit,
+                     "data": self._data, "globaldata": "", "time_limit": self.settings.turn_seconds,
                      "memory_limit": MEMORY_LIMIT_MB}
             return json.dumps(value, separators=(",", ":")) + "\n"
         lines = [str(len(requests))]
