@@ -125,7 +125,7 @@ def settings_block(search: Any = None) -> str:
     Returns:
         C++ definitions: the search's c_puct, its base, the FPU reduction, LCB's candidate
         fraction, width and whether it is on, the adjudication's budgets of `amazons.engine`,
-        and Botzone's limits with the bot's margin (`amazons.botzone_limits`).
+        and Botzone's limits with the bot's margin and tree size (`amazons.botzone_limits`).
     """
     if search is None:
         from amazons import player_factory  # the search's defaults; loads the search (Numba) lazily
@@ -150,6 +150,8 @@ def settings_block(search: Any = None) -> str:
         "  // botzone_limits: the first turn of a game gets this many turns' time",
         f"static const double MARGIN_SECONDS = {_cpp_double(botzone_limits.CPP_MARGIN_SECONDS)};"
         "  // botzone_limits.CPP_MARGIN_SECONDS: kept back from every allowance",
+        f"static const double TREE_MB_DEFAULT = {_cpp_double(botzone_limits.CPP_TREE_MIB)};"
+        "  // botzone_limits.CPP_TREE_MIB: the search tree's MiB (--tree-mb)",
     ]
     return "\n".join(lines)
 

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 __all__ = [
     "CPP_MARGIN_SECONDS",
+    "CPP_PEAK_MEMORY_MIB",
+    "CPP_TREE_MIB",
     "FIRST_TURN_FACTOR",
     "LANGUAGE_TURN_SECONDS",
     "MEMORY_LIMIT_MB",
@@ -39,6 +41,12 @@ MEMORY_LIMIT_MB = 256  # Botzone's memory limit (MB), told to JSON programs as `
 # Python bot, timed on the wall clock, keeps more (moving the tree, the interpreter's pauses).
 CPP_MARGIN_SECONDS = 0.1
 PYTHON_MARGIN_SECONDS = 0.3
+# Memory: the C++ bot's peak resident memory stays under CPP_PEAK_MEMORY_MIB (219 MiB = 230 MB,
+# 26 MB short of MEMORY_LIMIT_MB), its search tree taking CPP_TREE_MIB (its default --tree-mb)
+# beside the rest of the process (the network cache's 8 MiB, the weights, the program: about
+# 11 MiB), even where every page of the tree has been written.
+CPP_PEAK_MEMORY_MIB = 219.0
+CPP_TREE_MIB = 200.0
 
 
 def first_turn_seconds(turn_seconds: float) -> float:

@@ -590,6 +590,35 @@ def test_a_json_time_limit_is_the_turns_limit_doubled_for_the_first_turn(default
     assert board.is_legal(parse_reply(reply, use_json=True))
 
 
+def peak_rss_mib(binary: Path, *args: str) -> tuple[float, str]:
+    """Peak resident memory (MiB) of one `--restart-per-turn` process on Black's first turn, and its
+    JSON reply."""
+    code = ("import resource, subprocess, sys; "
+            "out = subprocess.run(sys.argv[1:], input=sys.stdin.read(), capture_output=True, text=True, check=True); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); print(out.stdout, end='')")
+    result = subprocess.run([sys.executable, "-c", code, str(binary), "--restart-per-turn", *args],
+                            input=json.dumps(FIRST_REQUEST_JSON) + "\n", capture_output=True, text=True, timeout=60,
+                            check=True)
+    peak_kib, reply = result.stdout.split("\n", 1)
+    return int(peak_kib) / 1024, reply
+
+
+def test_the_tree_uses_botzones_memory_with_a_margin(default_bot):
+    # botzone_limits: the default tree (CPP_TREE_MIB) and everything else in the process stay under
+    # CPP_PEAK_MEMORY_MIB (230 MB of Botzone's 256 MB) even if every page of the tree were written;
+    # the rest is measured with a tree of 1 MiB.
+    source = (default_bot.parent / SOURCE_NAME).read_text()
+    assert f"static const double TREE_MB_DEFAULT = {botzone_limits.CPP_TREE_MIB!r};" in source
+    rest, _ = peak_rss_mib(default_bot, "--tree-mb", "1", "--simulations", "50")
+    assert rest - 1 + botzone_limits.CPP_TREE_MIB <= botzone_limits.CPP_PEAK_MEMORY_MIB, rest
+    # The first turn at the defaults (2 s from process start): more simulations than the 150 MiB
+    # tree of 13-byte edges held (21,119, full after 0.9 s), under the peak.
+    peak, reply = peak_rss_mib(default_bot)
+    simulations = int(json.loads(reply)["debug"].split()[0])
+    print(f"rest of the process {rest:.1f} MiB; first turn {simulations} simulations, peak {peak:.1f} MiB")
+    assert simulations > 30_000 and peak <= botzone_limits.CPP_PEAK_MEMORY_MIB, (simulations, peak)
+
+
 # ------------------------------------------------------------------------------------------------
 # Bad input
 

@@ -262,12 +262,13 @@ class Bot {
     void print_root_stats() const {
         const Tree& t = search.tree;
         int first = t.n_first[0], count = t.n_count[0] > 0 ? t.n_count[0] : 0;
+        std::vector<int32_t> children = t.children_by_edge(0);
         for (int e = first; e < first + count; ++e) {
-            int child = t.e_child[e];
+            int child = children[e - first];
             std::fprintf(stderr, "root %s %d %.17g %.17g %d %d\n",
                          botzone_text(to_real(t.edge_move(e), (int)played.size())).c_str(),
-                         t.edge_visits(e), child >= 0 ? -t.n_value[child] : 0.0, child >= 0 ? t.n_value_sq[child] : 0.0,
-                         (int)t.e_proof[e], (int)t.e_plies[e]);
+                         child >= 0 ? t.n_visits[child] : 0, child >= 0 ? -t.n_value[child] : 0.0,
+                         child >= 0 ? t.n_value_sq[child] : 0.0, t.edge_proof(e), t.edge_plies(e));
         }
         std::fprintf(stderr, "stats cache_clears %d\nstats clock_gap_us %d\nstats slowest_simulation_us %d\n",
                      search.cache.clears, (int)(last.longest_gap * 1e6), (int)(last.slowest * 1e6));
@@ -669,8 +670,6 @@ static std::string json_reply(const RealMove* move, const std::string& debug) {
 
 // ================================================================================================
 // Entry points
-
-static const double TREE_MB_DEFAULT = 150.0;
 
 // --help; the %g are TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, TREE_MB_DEFAULT, LCB_STDEVS.
 static const char USAGE[] =

@@ -22,8 +22,11 @@ static double cpu_seconds() { return (double)std::clock() / CLOCKS_PER_SEC; }
 
 // ================================================================================================
 // The search tree (amazons/mcts_numba.py): struct of arrays, node 0 the root, each node's edges one
-// contiguous block, nodes and edges allocated left to right. An edge's statistics are its child's
-// (visits, and the value negated); an edge without a child has no visit.
+// contiguous block, nodes and edges allocated left to right. A node is made when its move is
+// first visited (as lc0 and KataGo do): an edge is only its move, its proof and its prior, 6
+// bytes, and its child, if any, is found from the node's list of children (n_child, n_sibling,
+// n_parent_edge). An edge's statistics are its child's (visits, and the value negated); an edge
+// without a child has no visit.
 
 static const int8_t PROOF_WIN = 1, PROOF_LOSS = -1, PROOF_NONE = 0;
 static const int NO_NODE = -1;
@@ -32,8 +35,41 @@ static const int NOT_EXPANDED = -1;
 // C_PUCT, C_PUCT_BASE, FPU_REDUCTION, LCB_MIN_VISITS_FRACTION, LCB_STDEVS: the settings block.
 
 static const size_t NODE_BYTES = 4 + 8 + 8 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 4 + 1 + 1 + 1 + 4 + 8;  // with the compaction scratch
-static const size_t EDGE_BYTES = 3 + 1 + 1 + 4 + 4;
+static const size_t EDGE_BYTES = 4 + 2;
 static const int MOVES_PER_NODE = 32;  // edges budgeted per node when the tree's memory is split
+
+// An edge's word: the move's squares (6 bits each), its proof + 1 (2 bits), whether it has a child
+// (1 bit) and its proof's plies (8 bits).
+static const int EDGE_PROOF_SHIFT = 18, EDGE_CHILD_SHIFT = 20, EDGE_PLIES_SHIFT = 24;
+static const uint32_t EDGE_MOVE_MASK = (1u << 18) - 1;
+
+static inline uint32_t edge_word(const Move& move, int proof, int plies) {
+    return (uint32_t)move.src | (uint32_t)move.dst << 6 | (uint32_t)move.arrow << 12 |
+           (uint32_t)(proof + 1) << EDGE_PROOF_SHIFT | (uint32_t)plies << EDGE_PLIES_SHIFT;
+}
+
+// Priors as 16-bit floats: 5 exponent and 11 mantissa bits without a sign (a prior is >= 0), for
+// values in [2^-30, 2), rounded to the nearest (relative error at most 2^-12); smaller ones are 0.
+// The code is the float's bits less 96 in the exponent, shifted right by 12, so codes order as
+// the priors do. PUCT sees the network's priors so rounded (lc0 stores them in 16 bits too).
+static const float SMALLEST_PRIOR = 9.31322574615478515625e-10f;  // 2^-30
+
+static inline uint16_t encode_prior(float prior) {
+    if (!(prior >= SMALLEST_PRIOR)) return 0;  // NaN too
+    uint32_t bits;
+    std::memcpy(&bits, &prior, sizeof(bits));
+    uint32_t rounded = (bits + (1u << 11)) >> 12;
+    if (rounded > (127u << 11 | 0x7FFu)) rounded = 127u << 11 | 0x7FFu;
+    return (uint16_t)(rounded - (96u << 11));
+}
+
+static inline float decode_prior(uint16_t code) {
+    if (code == 0) return 0.0f;
+    uint32_t bits = ((uint32_t)code << 12) + (96u << 23);
+    float prior;
+    std::memcpy(&prior, &bits, sizeof(prior));
+    return prior;
+}
 
 template <typename T>
 static T* allocate(size_t count) {
@@ -61,11 +97,8 @@ struct Tree {
     uint8_t* n_terminal;    // the side to move has no move
     float* n_raw;           // the network's value at expansion (exact if proven)
     int32_t *scratch_index, *scratch_shift;
-    uint8_t* e_move;        // [E][3] canonical (src, dst, arrow) in the owning node's frame
-    int8_t* e_proof;        // PROOF_* of the move for the side choosing it
-    uint8_t* e_plies;       // plies from the move to the end when proven
-    float* e_prior;
-    int32_t* e_child;       // NO_NODE until the move's position is expanded
+    uint32_t* e_word;       // [E] the canonical move in the owning node's frame, proof, child flag, plies
+    uint16_t* e_prior;      // [E] the move's prior, encode_prior
 
     void allocate_for(double megabytes) {
         double bytes = megabytes * 1048576.0;
@@ -93,11 +126,8 @@ struct Tree {
         n_raw = allocate<float>(node_capacity);
         scratch_index = allocate<int32_t>(node_capacity);
         scratch_shift = allocate<int32_t>(node_capacity);
-        e_move = allocate<uint8_t>((size_t)edge_capacity * 3);
-        e_proof = allocate<int8_t>(edge_capacity);
-        e_plies = allocate<uint8_t>(edge_capacity);
-        e_prior = allocate<float>(edge_capacity);
-        e_child = allocate<int32_t>(edge_capacity);
+        e_word = allocate<uint32_t>(edge_capacity);
+        e_prior = allocate<uint16_t>(edge_capacity);
         reset();
     }
 
@@ -125,14 +155,32 @@ struct Tree {
         init_node(0, NO_NODE, NO_NODE);
     }
 
-    int edge_visits(int e) const { return e_child[e] >= 0 ? n_visits[e_child[e]] : 0; }
-
     Move edge_move(int e) const {
         Move move;
-        move.src = e_move[(size_t)e * 3];
-        move.dst = e_move[(size_t)e * 3 + 1];
-        move.arrow = e_move[(size_t)e * 3 + 2];
+        move.src = (uint8_t)(e_word[e] & 63);
+        move.dst = (uint8_t)(e_word[e] >> 6 & 63);
+        move.arrow = (uint8_t)(e_word[e] >> 12 & 63);
         return move;
+    }
+    bool same_move(int e, const Move& move) const {
+        return (e_word[e] & EDGE_MOVE_MASK) == (edge_word(move, 0, 0) & EDGE_MOVE_MASK);
+    }
+    int edge_proof(int e) const { return (int)(e_word[e] >> EDGE_PROOF_SHIFT & 3) - 1; }
+    int edge_plies(int e) const { return (int)(e_word[e] >> EDGE_PLIES_SHIFT); }
+    bool edge_has_child(int e) const { return (e_word[e] >> EDGE_CHILD_SHIFT & 1) != 0; }
+    float edge_prior(int e) const { return decode_prior(e_prior[e]); }
+
+    void set_edge_proof(int e, int proof, int plies) {
+        e_word[e] = (e_word[e] & (EDGE_MOVE_MASK | 1u << EDGE_CHILD_SHIFT)) | (uint32_t)(proof + 1) << EDGE_PROOF_SHIFT |
+                    (uint32_t)plies << EDGE_PLIES_SHIFT;
+    }
+    void set_edge_child(int e) { e_word[e] |= 1u << EDGE_CHILD_SHIFT; }
+
+    // The child of each of `node`'s edges, NO_NODE where it has none: [n_count[node]].
+    std::vector<int32_t> children_by_edge(int node) const {
+        std::vector<int32_t> child(n_count[node] > 0 ? n_count[node] : 0, NO_NODE);
+        for (int c = n_child[node]; c != NO_NODE; c = n_sibling[c]) child[n_parent_edge[c] - n_first[node]] = c;
+        return child;
     }
 };
 
@@ -257,16 +305,11 @@ class Search {
     // the subtree two plies down, inside the next turn's time.
     void advance(const Move& move) {
         int child = NO_NODE;
-        if (tree.n_count[top] > 0) {
-            int first = tree.n_first[top];
-            for (int e = first; e < first + tree.n_count[top]; ++e) {
-                const uint8_t* m = tree.e_move + (size_t)e * 3;
-                if (m[0] == move.src && m[1] == move.dst && m[2] == move.arrow) {
-                    child = tree.e_child[e];
-                    break;
-                }
+        for (int c = tree.n_count[top] > 0 ? tree.n_child[top] : NO_NODE; c != NO_NODE; c = tree.n_sibling[c])
+            if (tree.same_move(tree.n_parent_edge[c], move)) {
+                child = c;
+                break;
             }
-        }
         root = child_position(root, move.src, move.dst, move.arrow);
         if (child > 0) {
             top = child;
@@ -327,18 +370,19 @@ class Search {
     // the highest mean - t(lcb_stdevs, N) * sqrt(variance / N) of the values backed up through it
     // (ties to more visits, then the first); else, and when none qualifies, `most_visited_edge`.
     int best_edge() const {
-        int most = most_visited_edge();
         const Tree& t = tree;
+        std::vector<int32_t> children = t.children_by_edge(0);
+        int most = most_visited_edge(children);
         if (!use_lcb || most < 0 || t.n_proof[0] != PROOF_NONE) return most;
-        double threshold = LCB_MIN_VISITS_FRACTION * t.edge_visits(most);
+        double threshold = LCB_MIN_VISITS_FRACTION * root_visits(children, most);
         if (threshold < 2.0) threshold = 2.0;
         int first = t.n_first[0], last = first + t.n_count[0];
         int chosen = most;
         double chosen_bound = -HUGE_VAL;
         for (int e = first; e < last; ++e) {
-            int visits = t.edge_visits(e);
-            if (t.e_proof[e] == PROOF_LOSS || visits < threshold) continue;
-            int child = t.e_child[e];
+            int visits = root_visits(children, e);
+            if (t.edge_proof(e) == PROOF_LOSS || visits < threshold) continue;
+            int child = children[e - first];
             double n = visits;
             double mean = -t.n_value[child] / n;
             double variance = t.n_value_sq[child] / n - mean * mean;
@@ -346,7 +390,7 @@ class Search {
             // Student-t counterpart of lcb_stdevs for n samples (mcts_numba._t_quantile)
             double quantile = std::sqrt(n * std::expm1(lcb_stdevs * lcb_stdevs * (n - 1.5) / ((n - 1.0) * (n - 1.0))));
             double bound = mean - quantile * std::sqrt(variance / n);
-            if (bound > chosen_bound || (bound == chosen_bound && visits > t.edge_visits(chosen))) {
+            if (bound > chosen_bound || (bound == chosen_bound && visits > root_visits(children, chosen))) {
                 chosen = e;
                 chosen_bound = bound;
             }
@@ -356,37 +400,43 @@ class Search {
 
     // mcts_numba.best_edge, then open_edge: a proven win (the shortest), else the most visited move
     // not proven lost, else the open move with the highest prior; at a proven loss the longest
-    // resistance. -1 only at a root without moves.
-    int most_visited_edge() const {
+    // resistance. -1 only at a root without moves. `children`: Tree::children_by_edge(0).
+    int most_visited_edge(const std::vector<int32_t>& children) const {
         const Tree& t = tree;
         int first = t.n_first[0], last = first + (t.n_count[0] > 0 ? t.n_count[0] : 0);
         int chosen = -1;
         if (t.n_proof[0] == PROOF_WIN) {
             for (int e = first; e < last; ++e)
-                if (t.e_proof[e] == PROOF_WIN &&
-                    (chosen < 0 || t.e_plies[e] < t.e_plies[chosen] ||
-                     (t.e_plies[e] == t.e_plies[chosen] && t.edge_visits(e) > t.edge_visits(chosen))))
+                if (t.edge_proof(e) == PROOF_WIN &&
+                    (chosen < 0 || t.edge_plies(e) < t.edge_plies(chosen) ||
+                     (t.edge_plies(e) == t.edge_plies(chosen) && root_visits(children, e) > root_visits(children, chosen))))
                     chosen = e;
             return chosen;
         }
         if (t.n_proof[0] == PROOF_LOSS) {
             for (int e = first; e < last; ++e)
-                if (chosen < 0 || t.e_plies[e] > t.e_plies[chosen] ||
-                    (t.e_plies[e] == t.e_plies[chosen] && t.edge_visits(e) > t.edge_visits(chosen)))
+                if (chosen < 0 || t.edge_plies(e) > t.edge_plies(chosen) ||
+                    (t.edge_plies(e) == t.edge_plies(chosen) && root_visits(children, e) > root_visits(children, chosen)))
                     chosen = e;
             return chosen;
         }
         int best_visits = 0;
         for (int e = first; e < last; ++e)
-            if (t.e_proof[e] != PROOF_LOSS && t.edge_visits(e) > best_visits) {
-                best_visits = t.edge_visits(e);
+            if (t.edge_proof(e) != PROOF_LOSS && root_visits(children, e) > best_visits) {
+                best_visits = root_visits(children, e);
                 chosen = e;
             }
         if (chosen < 0)
             for (int e = first; e < last; ++e)
-                if (t.e_proof[e] != PROOF_LOSS && (chosen < 0 || t.e_prior[e] > t.e_prior[chosen])) chosen = e;
+                if (t.edge_proof(e) != PROOF_LOSS && (chosen < 0 || t.e_prior[e] > t.e_prior[chosen])) chosen = e;
         if (chosen < 0) chosen = first < last ? first : -1;
         return chosen;
+    }
+
+    // The visits of root edge `e`; `children`: Tree::children_by_edge(0).
+    int root_visits(const std::vector<int32_t>& children, int e) const {
+        int child = children[e - tree.n_first[0]];
+        return child >= 0 ? tree.n_visits[child] : 0;
     }
 
     double root_value() const { return tree.n_visits[0] > 0 ? tree.n_value[0] / tree.n_visits[0] : 0.0; }
@@ -424,16 +474,10 @@ class Search {
         t.n_plies[node] = (uint8_t)plies;
         int open = -1;
         for (int i = 0; i < count; ++i) {
-            uint8_t* m = t.e_move + (size_t)(first + i) * 3;
-            m[0] = moves[i].src;
-            m[1] = moves[i].dst;
-            m[2] = moves[i].arrow;
-            t.e_prior[first + i] = priors[i];
-            t.e_child[first + i] = NO_NODE;
             bool win = proof == PROOF_WIN && plies == 1 && wins[i];
-            t.e_proof[first + i] = win ? PROOF_WIN : PROOF_NONE;
-            t.e_plies[first + i] = win ? 1 : 0;
-            if (i == 0 || priors[i] > priors[open - first]) open = first + i;  // no edge has a child yet
+            t.e_word[first + i] = edge_word(moves[i], win ? PROOF_WIN : PROOF_NONE, win ? 1 : 0);
+            t.e_prior[first + i] = encode_prior(priors[i]);
+            if (i == 0 || t.e_prior[first + i] > t.e_prior[open]) open = first + i;  // no edge has a child yet
         }
         t.edges_used = first + count;
         t.n_open[node] = open;
@@ -450,16 +494,16 @@ class Search {
         }
     }
 
-    // An edge's PUCT score: Q + c * P * sqrt(N_parent) / (1 + N) with N its child's visits; an
-    // edge without a visit scores the first-play urgency fpu + c * P * sqrt(N_parent).
-    double edge_score(int e, double scale, double fpu) const {
+    // The PUCT score of edge `e` with child `child` (NO_NODE if none): Q + c * P * sqrt(N_parent) /
+    // (1 + N) with N the child's visits; an edge without a visit scores the first-play urgency
+    // fpu + c * P * sqrt(N_parent).
+    double edge_score(int e, int child, double scale, double fpu) const {
         const Tree& t = tree;
-        int child = t.e_child[e];
         if (child >= 0 && t.n_visits[child] > 0) {
             double visits = t.n_visits[child];
-            return -t.n_value[child] / visits + scale * t.e_prior[e] / (1.0 + visits);
+            return -t.n_value[child] / visits + scale * t.edge_prior(e) / (1.0 + visits);
         }
-        return fpu + scale * t.e_prior[e];
+        return fpu + scale * t.edge_prior(e);
     }
 
     // The edge without a child and not proven lost with the highest prior (the first of equals),
@@ -468,7 +512,7 @@ class Search {
         const Tree& t = tree;
         int open = -1;
         for (int e = t.n_first[node]; e < t.n_first[node] + t.n_count[node]; ++e)
-            if (t.e_child[e] < 0 && t.e_proof[e] != PROOF_LOSS && (open < 0 || t.e_prior[e] > t.e_prior[open]))
+            if (!t.edge_has_child(e) && t.edge_proof(e) != PROOF_LOSS && (open < 0 || t.e_prior[e] > t.e_prior[open]))
                 open = e;
         return open;
     }
@@ -478,8 +522,9 @@ class Search {
     // Edges without a child score by their prior alone, so the open edge is the only one of them
     // that can win: the node's children and its open edge decide. Only where the open edge would
     // win with a term scale * P under 1e-6 (so small that rounding may tie it with lower priors
-    // of earlier edges) do all the edges get scored, in order.
-    int select_edge(int node) const {
+    // of earlier edges) do all the edges get scored, in order. `*child`: the chosen edge's child,
+    // NO_NODE if it has none.
+    int select_edge(int node, int* child) const {
         const Tree& t = tree;
         double parent_visits = t.n_visits[node];
         double c = C_PUCT;
@@ -487,42 +532,51 @@ class Search {
         double scale = c * std::sqrt(parent_visits);
         double parent_q = t.n_value[node] / t.n_visits[node];
         double fpu = parent_q - FPU_REDUCTION * std::sqrt((double)t.n_mass[node]);
-        int best = -1;
+        int best = -1, best_child = NO_NODE;
         double best_score = -HUGE_VAL;
-        for (int child = t.n_child[node]; child != NO_NODE; child = t.n_sibling[child]) {
-            int e = t.n_parent_edge[child];
-            if (t.e_proof[e] == PROOF_LOSS) continue;
-            double score = edge_score(e, scale, fpu);
+        for (int c = t.n_child[node]; c != NO_NODE; c = t.n_sibling[c]) {
+            int e = t.n_parent_edge[c];
+            if (t.edge_proof(e) == PROOF_LOSS) continue;
+            double score = edge_score(e, c, scale, fpu);
             if (score > best_score || (score == best_score && e < best)) {
                 best_score = score;
                 best = e;
+                best_child = c;
             }
         }
         int open = t.n_open[node];
         if (open >= 0) {
-            double score = edge_score(open, scale, fpu);
+            double score = edge_score(open, NO_NODE, scale, fpu);
             if (score > best_score || (score == best_score && open < best)) {
-                if (scale * t.e_prior[open] < 1e-6) return scan_edges(node, scale, fpu);
+                if (scale * t.edge_prior(open) < 1e-6) return scan_edges(node, scale, fpu, child);
                 best = open;
+                best_child = NO_NODE;
             }
         }
-        return best >= 0 ? best : t.n_first[node];
+        if (best < 0) {  // every edge proven lost: any will do
+            best = t.n_first[node];
+            best_child = t.children_by_edge(node)[0];
+        }
+        *child = best_child;
+        return best;
     }
 
     // select_edge by scoring every edge in order.
-    int scan_edges(int node, double scale, double fpu) const {
+    int scan_edges(int node, double scale, double fpu, int* child) const {
         const Tree& t = tree;
+        std::vector<int32_t> children = t.children_by_edge(node);
         int first = t.n_first[node], last = first + t.n_count[node];
         int best = first;
         double best_score = -HUGE_VAL;
         for (int e = first; e < last; ++e) {
-            if (t.e_proof[e] == PROOF_LOSS) continue;
-            double score = edge_score(e, scale, fpu);
+            if (t.edge_proof(e) == PROOF_LOSS) continue;
+            double score = edge_score(e, children[e - first], scale, fpu);
             if (score > best_score) {
                 best_score = score;
                 best = e;
             }
         }
+        *child = children[best - first];
         return best;
     }
 
@@ -537,12 +591,12 @@ class Search {
                 backup(node, t.n_terminal[node] ? -1.0 : (double)t.n_proof[node]);
                 return true;
             }
-            int e = select_edge(node);
-            const uint8_t* m = t.e_move + (size_t)e * 3;
-            pos = child_position(pos, m[0], m[1], m[2]);
-            int child = t.e_child[e];
+            int child;
+            int e = select_edge(node, &child);
+            Move m = t.edge_move(e);
+            pos = child_position(pos, m.src, m.dst, m.arrow);
             if (child < 0) {
-                t.n_mass[node] += t.e_prior[e];
+                t.n_mass[node] += t.edge_prior(e);
                 return expand_leaf(node, e, pos);
             }
             node = child;
@@ -579,7 +633,7 @@ class Search {
                 int same = use_cache ? cache.find(pos) : NO_NODE;
                 if (same != NO_NODE) {
                     value = t.n_raw[same];
-                    std::memcpy(&priors[0], t.e_prior + t.n_first[same], sizeof(float) * count);
+                    for (int i = 0; i < count; ++i) priors[i] = t.edge_prior(t.n_first[same] + i);  // encoded again exactly
                     ++cache_hits;
                 } else {
                     value = evaluate_leaf(pos, &moves[0], count, &priors[0]);
@@ -593,7 +647,7 @@ class Search {
         }
         int node = t.nodes_used++;
         t.init_node(node, parent, edge);
-        t.e_child[edge] = node;
+        t.set_edge_child(edge);
         t.n_sibling[node] = t.n_child[parent];
         t.n_child[parent] = node;
         if (t.n_open[parent] == edge) t.n_open[parent] = open_edge(parent);
@@ -611,18 +665,17 @@ class Search {
         Tree& t = tree;
         while (node != 0 && t.n_proof[node] != PROOF_NONE) {
             int parent = t.n_parent[node], e = t.n_parent_edge[node];
-            t.e_proof[e] = (int8_t)-t.n_proof[node];
-            t.e_plies[e] = (uint8_t)(t.n_plies[node] + 1);
-            if (t.e_proof[e] == PROOF_WIN) {
-                int plies = t.e_plies[e];
+            t.set_edge_proof(e, -t.n_proof[node], t.n_plies[node] + 1);
+            if (t.edge_proof(e) == PROOF_WIN) {
+                int plies = t.edge_plies(e);
                 if (t.n_proof[parent] == PROOF_WIN && t.n_plies[parent] <= plies) return;
                 t.n_proof[parent] = PROOF_WIN;
                 t.n_plies[parent] = (uint8_t)plies;
             } else {
                 int first = t.n_first[parent], longest = 0;
                 for (int other = first; other < first + t.n_count[parent]; ++other) {
-                    if (t.e_proof[other] != PROOF_LOSS) return;
-                    if (t.e_plies[other] > longest) longest = t.e_plies[other];
+                    if (t.edge_proof(other) != PROOF_LOSS) return;
+                    if (t.edge_plies(other) > longest) longest = t.edge_plies(other);
                 }
                 t.n_proof[parent] = PROOF_LOSS;
                 t.n_plies[parent] = (uint8_t)longest;
@@ -640,11 +693,11 @@ class Search {
         if (count > 0) {
             int first = t.n_first[0], shortest_win = 1 << 30, longest_loss = 0, losses = 0;
             for (int e = first; e < first + count; ++e) {
-                if (t.e_proof[e] == PROOF_WIN) {
-                    if (t.e_plies[e] < shortest_win) shortest_win = t.e_plies[e];
-                } else if (t.e_proof[e] == PROOF_LOSS) {
+                if (t.edge_proof(e) == PROOF_WIN) {
+                    if (t.edge_plies(e) < shortest_win) shortest_win = t.edge_plies(e);
+                } else if (t.edge_proof(e) == PROOF_LOSS) {
                     ++losses;
-                    if (t.e_plies[e] > longest_loss) longest_loss = t.e_plies[e];
+                    if (t.edge_plies(e) > longest_loss) longest_loss = t.edge_plies(e);
                 }
             }
             if (shortest_win < (1 << 30)) {
@@ -678,13 +731,8 @@ class Search {
             int first = t.n_first[n], count = t.n_count[n];
             t.scratch_shift[n] = first - next_edge;
             for (int i = 0; i < count; ++i) {
-                int src = first + i, dst = next_edge + i;
-                std::memmove(t.e_move + (size_t)dst * 3, t.e_move + (size_t)src * 3, 3);
-                t.e_prior[dst] = t.e_prior[src];
-                t.e_proof[dst] = t.e_proof[src];
-                t.e_plies[dst] = t.e_plies[src];
-                int child = t.e_child[src];
-                t.e_child[dst] = child >= 0 ? t.scratch_index[child] : child;
+                t.e_word[next_edge + i] = t.e_word[first + i];
+                t.e_prior[next_edge + i] = t.e_prior[first + i];
             }
             t.n_visits[m] = t.n_visits[n];
             t.n_value[m] = t.n_value[n];
