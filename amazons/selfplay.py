@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing as mp
+import os
 import queue
 import time
 import traceback
@@ -775,21 +776,31 @@ class SelfPlayWorkers:
         queue's feeder thread still holds games the pipe has no room for, so without the reads an
         actor that finished games nobody took (endless tasks stopped by Ctrl-C or SIGTERM) would
         wait out the timeout, and one left alive would hold the owner's exit (multiprocessing
-        joins its children then) for ever.
+        joins its children then) for ever. They are dropped as raw bytes, never read as
+        messages: an actor killed while writing one (a signal to the whole process group, as a
+        terminal's Ctrl-C or the ablation's stop sends) leaves part of it in the pipe, and a
+        message read would wait for the rest for ever, since this process holds the pipe's write
+        end too (a stopped run hung so).
         """
         for tasks, process in zip(self._tasks, self._actors, strict=True):
             if process.is_alive():
                 with contextlib.suppress(OSError):
                     tasks.send(None)
         deadline = time.monotonic() + timeout
+        reader: Connection | None = self._results._reader  # the queue is not read as a queue again
         try:
-            while any(process.is_alive() for process in self._actors) and time.monotonic() < deadline:
-                try:
-                    self._results.get(timeout=0.05)
-                except queue.Empty:
-                    pass
-                except (OSError, EOFError, ValueError):  # the queue is broken: wait without reading
-                    wait([process.sentinel for process in self._actors], max(0.0, deadline - time.monotonic()))
+            while time.monotonic() < deadline:
+                alive = [process.sentinel for process in self._actors if process.is_alive()]
+                if not alive:
+                    break
+                for ready in wait([*alive, *([reader] if reader is not None else [])],
+                                  max(0.0, deadline - time.monotonic())):
+                    if ready is reader:
+                        try:
+                            if not os.read(reader.fileno(), 1 << 16):
+                                reader = None  # every writer is gone
+                        except OSError:
+                            reader = None
         finally:  # a second Ctrl-C here still ends the actors: none is left for the exit to wait on
             self.terminate()
         for tasks in self._tasks:

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import struct
+import threading
 import time
 
 import numpy as np
 import pytest
 from conftest import owned_shm_entries
 
-from amazons import engine
+from amazons import engine, selfplay
 from amazons.board import Adjudication, Board, Move
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
@@ -363,10 +367,40 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(workers._results, "get", interrupted)
+        monkeypatch.setattr(selfplay, "wait", interrupted)  # the Ctrl-C reaches close while it waits
         with pytest.raises(KeyboardInterrupt):
             workers.close(timeout=20.0)
         assert not any(process.is_alive() for process in workers._actors)
+
+
+def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
+    """An actor killed while its queue's feeder thread writes a result (SIGTERM to the whole
+    process group) leaves part of a message in the pipe; this process holds the pipe's write end
+    too, so a read of it never ends. `close` must still return (it hung an ablation's arm)."""
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH.replace(simulations=2),
+                            start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+        workers = SelfPlayWorkers(server, config)
+        try:
+            workers.start(stream=0)
+            workers.collect(60.0)
+            # What a writer killed mid-message leaves: a length header promising bytes that never
+            # come, the actors alive but silent, as they are in their last instant (the write lock
+            # taken first, so that no actor is stopped in the middle of a write of its own).
+            with workers._results._wlock:
+                for process in workers._actors:
+                    os.kill(process.pid, signal.SIGSTOP)
+                os.write(workers._results._writer.fileno(), struct.pack("!i", 1 << 20) + b"partial")
+            closer = threading.Thread(target=workers.close, kwargs={"timeout": 3.0}, daemon=True)
+            started = time.monotonic()
+            closer.start()
+            closer.join(40.0)
+            assert not closer.is_alive(), "close hung on the partial message"
+            assert time.monotonic() - started < 30.0
+        finally:
+            for process in workers._actors:
+                process.kill()
+                process.join(10)
 
 
 def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
