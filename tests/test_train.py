@@ -18,6 +18,7 @@ import pytest
 import torch
 
 from amazons import train as train_module
+from amazons import train_config
 from amazons.arena import ArenaResult
 from amazons.checkpoint import (
     CheckpointError,
@@ -74,6 +75,21 @@ def test_config_round_trips_through_json_and_overrides_follow_types():
     restored = config_from_dict(TrainConfig, json.loads(json.dumps(config_to_dict(config))))
     assert restored == config
     assert preset_config("gpu").net.blocks == 20 and preset_config("gpu").net.channels == 256
+
+
+def test_the_cpu_preset_trains_in_bf16_where_the_cpu_computes_it(tmp_path, monkeypatch):
+    """bf16 autocast in the learner won at equal wall clock on a CPU with AVX-512 BF16
+    (docs/BENCHMARKS.md); elsewhere the preset keeps "auto" (fp32 on a CPU)."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
+    assert train_config.cpu_has_native_bf16(str(cpuinfo))
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 fma\n")
+    assert not train_config.cpu_has_native_bf16(str(cpuinfo))
+    assert not train_config.cpu_has_native_bf16(str(tmp_path / "missing"))
+    for native, precision in ((True, "bf16"), (False, "auto")):
+        monkeypatch.setattr(train_config, "cpu_has_native_bf16", lambda native=native: native)
+        assert preset_config("cpu").optim.precision == precision
+    assert preset_config("gpu").optim.precision == "auto"
 
 
 def test_an_older_config_json_loads_with_defaults_and_unknown_fields_are_named():
