@@ -411,6 +411,37 @@ def test_the_bot_plays_the_best_lower_confidence_bound(default_bot):
     assert len(histories) >= 8 and overridden > 0
 
 
+def test_the_bots_search_settings_follow_their_python_definitions(default_bot, tmp_path, monkeypatch):
+    # The exporter writes the search's constants from NET_SEARCH (settings_block), read when the
+    # bot is written: change them on the Python side and the bot's search follows, with nothing
+    # typed twice in the C++.
+    from amazons import player_factory
+
+    changed = player_factory.NET_SEARCH.replace(c_puct=0.05, c_puct_base=0.0, lcb=False)
+    monkeypatch.setattr(player_factory, "NET_SEARCH", changed)
+    write_bot(npnet.load_model(default_model_path()), tmp_path)
+    source = (tmp_path / SOURCE_NAME).read_text()
+    assert "static const double C_PUCT = 0.05;" in source and "static const double C_PUCT_BASE = 0.0;" in source
+    assert "static const bool LCB_DEFAULT = false;" in source
+    assert "static const double FPU_REDUCTION = 0.25;" in source  # the rest as NET_SEARCH has them
+    binary = build(tmp_path)
+    rng = np.random.default_rng(3)
+    board = Board()
+    for _ in range(12):
+        legal = board.legal_moves()
+        board.push(legal[int(rng.integers(len(legal)))])
+    history = list(board.move_stack)
+    _, default_stats, _ = root_search(default_bot, history)
+    reply, changed_stats, _ = root_search(binary, history)
+    # c_puct 0.05 and no growth: the search follows the priors and values far more greedily, so
+    # fewer moves get visits and the most visited move takes more of them.
+    tried = [sum(s[1] > 0 for s in stats) for stats in (default_stats, changed_stats)]
+    top = [most_visited(stats)[1] for stats in (default_stats, changed_stats)]
+    assert tried[1] < tried[0] and top[1] > top[0], (tried, top)
+    # LCB off by default now: the reply is the most visited move, with no --no-lcb.
+    assert reply == most_visited(changed_stats)[0]
+
+
 def separated_games(count: int, seed: int) -> list[Board]:
     """Seeded random games stopped at their first separated position (a side to move with moves)."""
     rng = np.random.default_rng(seed)
