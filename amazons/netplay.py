@@ -79,7 +79,41 @@ def resolve_device(device: str) -> str:
     return device
 
 
-class ReloadableNetworkEvaluator(NetworkEvaluator):
+class _SourceWeights:
+    """New weights for an evaluator that keeps the checkpoint's unfolded model on the CPU as
+    `source` and derives what it runs from it in `_refresh` (both production evaluators)."""
+
+    source: PolicyValueNet
+
+    def load_weights(self, path: str | os.PathLike) -> None:
+        """Load a learner or model checkpoint's weights (same architecture) in place (`_refresh`).
+
+        Raises:
+            amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
+        """
+        payload = load_checkpoint(path)
+        try:
+            self.source.load_state_dict(payload["model"])
+        except RuntimeError as error:
+            raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
+        self._refresh()
+
+    def load_flat_weights(self, flat: np.ndarray) -> None:
+        """Take the learner's weights as `amazons.net.flatten_weights` laid them out (e.g. a view
+        of the shared memory `InferenceServer.publish_shared_weights` wrote) in place (`_refresh`);
+        `flat` is copied before this returns and may be overwritten afterwards.
+
+        Raises:
+            amazons.net.NetInputError: `flat` does not have this network's length.
+        """
+        unflatten_weights(self.source, torch.from_numpy(flat))
+        self._refresh()
+
+    def _refresh(self) -> None:
+        raise NotImplementedError
+
+
+class ReloadableNetworkEvaluator(_SourceWeights, NetworkEvaluator):
     """The production evaluator: the prepared copy of `model`, given new weights in place.
 
     Args:
@@ -104,31 +138,6 @@ class ReloadableNetworkEvaluator(NetworkEvaluator):
         self.precision = resolve_precision(precision, resolved)
         super().__init__(prepare_for_inference(self.source), model.config.num_planes, resolved,
                          PRECISION_DTYPES[self.precision], batch_buckets(max_batch) if graphs else (), graphs)
-
-    def load_weights(self, path: str | os.PathLike) -> None:
-        """Load a learner or model checkpoint's weights (same architecture) into the prepared
-        model in place (`_refresh`).
-
-        Raises:
-            amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
-        """
-        payload = load_checkpoint(path)
-        try:
-            self.source.load_state_dict(payload["model"])
-        except RuntimeError as error:
-            raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
-        self._refresh()
-
-    def load_flat_weights(self, flat: np.ndarray) -> None:
-        """Take the learner's weights as `amazons.net.flatten_weights` laid them out (e.g. a view
-        of the shared memory `InferenceServer.publish_shared_weights` wrote) into the prepared
-        model in place; `flat` is copied before this returns and may be overwritten afterwards.
-
-        Raises:
-            amazons.net.NetInputError: `flat` does not have this network's length.
-        """
-        unflatten_weights(self.source, torch.from_numpy(flat))
-        self._refresh()
 
     def _refresh(self) -> None:
         """Fold the CPU model's batch norms on the CPU and copy the result into the prepared
@@ -209,7 +218,7 @@ def _trunk_kinds(model: PolicyValueNet) -> list[str]:
     return kinds
 
 
-class NativeReloadableEvaluator:
+class NativeReloadableEvaluator(_SourceWeights):
     """The production evaluator on the compiled CPU evaluator (`amazons.nativenet`).
 
     Args:
@@ -241,29 +250,6 @@ class NativeReloadableEvaluator:
                  move_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The search's `Evaluator` call (`amazons.nativenet.NativeEvaluator.evaluate`)."""
         return self.native.evaluate(positions, moves, move_offsets)
-
-    def load_weights(self, path: str | os.PathLike) -> None:
-        """Load a learner or model checkpoint's weights (same architecture) in place.
-
-        Raises:
-            amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
-        """
-        payload = load_checkpoint(path)
-        try:
-            self.source.load_state_dict(payload["model"])
-        except RuntimeError as error:
-            raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
-        self._refresh()
-
-    def load_flat_weights(self, flat: np.ndarray) -> None:
-        """Take the learner's flat weights (`amazons.net.flatten_weights`) in place; `flat` is
-        copied before this returns.
-
-        Raises:
-            amazons.net.NetInputError: `flat` does not have this network's length.
-        """
-        unflatten_weights(self.source, torch.from_numpy(flat))
-        self._refresh()
 
     def _refresh(self) -> None:
         """Fold the source model's batch norms on the CPU and write the arrays into the native

@@ -117,7 +117,7 @@ def inference(device: torch.device, preset: str = "resnet40", precision: str = "
     with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
         model_path = save_model(Path(folder) / "model.pt", model)
         evaluator = server_evaluator_factory(model_path, str(device), precision,
-                                             InferenceConfig(inference_batch_size=max(batches)))()
+                                             InferenceConfig(inference_batch_size=max(batches), backend="torch"))()
     positions = random_batch(np.random.default_rng(0), max(batches)).positions
     metrics = {"gpu.flops_per_position": flops}
     if peak is not None:
@@ -173,7 +173,7 @@ def weights(device: torch.device, preset: str = "resnet40", precision: str = "bf
     learner_model = PolicyValueNet(net_config(preset))
     with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
         evaluator = server_evaluator_factory(save_model(Path(folder) / "model.pt", learner_model), str(device),
-                                             precision, InferenceConfig(inference_batch_size=batch))()
+                                             precision, InferenceConfig(inference_batch_size=batch, backend="torch"))()
     learner_model = learner_model.to(device)
     positions = random_batch(np.random.default_rng(0), batch).positions
     leaves = (positions, *engine.legal_moves(positions))

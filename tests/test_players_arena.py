@@ -118,7 +118,8 @@ def test_mcts_player_time_budget():
     move = player.choose_move(board)
     elapsed = time.perf_counter() - started
     assert board.is_legal(move)
-    assert 0.2 <= elapsed < 1.5
+    # The search stops up to about a round and a quarter before the deadline (`_search_until`).
+    assert 0.15 <= elapsed < 1.5
     assert player.last_report.simulations >= 32
     with pytest.raises(PlayerError):
         MCTSPlayer(UniformEvaluator(), time_budget=0.0)
