@@ -173,8 +173,10 @@ def test_two_nodes_run_an_iteration_end_to_end(two_nodes, tmp_path):
 
 @pytest.mark.slow
 def test_killing_a_node_actor_mid_iteration_loses_only_its_games(two_nodes, tmp_path, capfd):
+    # 48 simulations a move: games long enough that a node still has some in flight once the
+    # first ones arrive (at 8, on the native evaluator, the iteration was over by then).
     config = apply_overrides(preset_config("cpu"), [*TINY, "games_per_iteration=8", "iterations=1",
-                                                    "ray.max_weights_lag=0"])
+                                                    "ray.max_weights_lag=0", "selfplay.search.simulations=48"])
     run_dir = tmp_path / "run"
     before = shm_segments()
     run = RayRun(config, run_dir, resume=False, address=two_nodes.address)
