@@ -159,14 +159,7 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
         BackendError: a trunk layer of a kind the numpy and native networks do not run.
     """
     prepared = prepare_for_inference(model, torch.float32, channels_last=False).cpu()
-    trunk = []
-    for layer in prepared.trunk:
-        if isinstance(layer, ResidualBlock):
-            trunk.append("residual")
-        elif isinstance(layer, GlobalSelfAttention):
-            trunk.append("attention")
-        else:
-            raise BackendError(f"cannot export a trunk layer of type {type(layer).__name__}")
+    trunk = _trunk_kinds(prepared)
     arrays = {name: tensor.detach().float().contiguous().numpy().copy()
               for name, tensor in prepared.state_dict().items()}
     return config_to_dict(model.config), trunk, arrays
@@ -207,6 +200,11 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet) -> str:
 
 
 def _trunk_kinds(model: PolicyValueNet) -> list[str]:
+    """`model`'s trunk layers as npnet names them ("residual", "attention").
+
+    Raises:
+        BackendError: a trunk layer of a kind the numpy and native networks do not run.
+    """
     kinds = []
     for layer in model.trunk:
         if isinstance(layer, ResidualBlock):
@@ -214,7 +212,7 @@ def _trunk_kinds(model: PolicyValueNet) -> list[str]:
         elif isinstance(layer, GlobalSelfAttention):
             kinds.append("attention")
         else:
-            raise BackendError(f"a trunk layer of type {type(layer).__name__}")
+            raise BackendError(f"cannot export a trunk layer of type {type(layer).__name__}")
     return kinds
 
 
