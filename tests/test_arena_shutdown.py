@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-from test_botzone_player import TEST_BOT, bot_spec, ended, leftovers, read_log
+from test_botzone_player import TEST_BOT, bot_spec, ended, leftovers, process_report, read_log
 
 from amazons import player_factory
 from amazons.arena import ABORT_GRACE_S, TERMINATE_GRACE_S, ArenaError, ArenaWorkers, run_arena
@@ -50,13 +50,16 @@ def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_p
     match gives them, and the programs die with them."""
     log = tmp_path / "interrupted.jsonl"
     spec = bot_spec("time=100", "keep=1", "fault=sleep:60", f"log={log}")
-    interrupted_at, returned = [], threading.Event()
+    interrupted_at, returned, reports = [], threading.Event(), []
 
     def interrupt_once_both_programs_run() -> None:
         wait_until(lambda: len(programs(str(log))) == 2 or returned.is_set(), 60)
         if not returned.is_set():  # never interrupt the tests that follow
+            reports.append(process_report())
             interrupted_at.append(time.monotonic())
             _thread.interrupt_main()
+        else:
+            reports.append(f"the match returned before both programs ran: {programs(str(log))}\n{process_report()}")
 
     interrupter = threading.Thread(target=interrupt_once_both_programs_run, daemon=True)
     try:
@@ -68,8 +71,10 @@ def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_p
     finally:
         returned.set()
         interrupter.join()
+    assert interrupted_at, reports
     seconds = time.monotonic() - interrupted_at[0]
-    assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + SLACK_S, f"stopping took {seconds:.1f} s"
+    assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + SLACK_S, \
+        f"stopping took {seconds:.1f} s; at the interrupt:\n{reports[0]}\nnow:\n{process_report()}"
     assert all(ended(pid) for pid in pids)
     assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
 

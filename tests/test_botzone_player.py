@@ -63,6 +63,25 @@ def leftovers(marker: str) -> list[str]:
     return found
 
 
+def process_report() -> str:
+    """The load average and every live process (pid, parent, group, state, CPU seconds, command),
+    for the failure message of a test that timed something on the wall clock."""
+    ticks = os.sysconf("SC_CLK_TCK")
+    lines = [f"load average {Path('/proc/loadavg').read_text().strip()}"]
+    for entry in sorted((e for e in Path("/proc").iterdir() if e.name.isdigit()), key=lambda e: int(e.name)):
+        try:
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            wchan = (entry / "wchan").read_text().strip()
+        except OSError:
+            continue
+        if command:
+            cpu = (int(fields[11]) + int(fields[12])) / ticks
+            lines.append(f"{entry.name} ppid {fields[1]} pgid {fields[2]} {fields[0]} {wchan or '-'} "
+                         f"cpu {cpu:.1f}s: {command[:160]}")
+    return "\n".join(lines)
+
+
 def read_log(path: Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -371,9 +390,15 @@ def test_ctrl_c_in_the_arena_command_leaves_no_program_behind(tmp_path):
         deadline = time.monotonic() + 60
         while len(programs()) < 2 and time.monotonic() < deadline:  # both games' programs run
             time.sleep(0.05)
-        assert len(programs()) == 2, (programs(), arena.poll() is None or arena.communicate())
+        assert len(programs()) == 2, (programs(), process_report(), arena.poll() is None or arena.communicate())
         os.killpg(arena.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground group
-        arena.communicate(timeout=30)
+        try:
+            arena.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            report = process_report()
+            os.killpg(arena.pid, signal.SIGKILL)
+            _, stderr = arena.communicate()
+            pytest.fail(f"the arena outlived SIGINT by 30 s\n{report}\narena stderr:\n{stderr.decode()[-4000:]}")
     finally:
         if arena.poll() is None:
             os.killpg(arena.pid, signal.SIGKILL)
