@@ -8,7 +8,10 @@ engine: they are square triples from the search, in the same canonical frame as 
 A sample's `policy_weight` says how much its policy target counts in training: 1 for a full
 search, 0 for a value-only sample, whose label is empty (its value target still counts): self-play
 records only full searches (a playout cap's fast searches are played, not recorded), and keeps the
-last position of a game that had none as such a sample.
+last position of a game that had none as such a sample. A sample's `sample_weight` says how often
+the window draws it relative to the others (1 for every sample unless self-play weights them by
+policy surprise, `amazons.selfplay.surprise_weights`: a game's surprising positions are drawn more
+often, its unsurprising ones less, the game's total unchanged).
 
 The ownership target (an auxiliary target after KataGo's) is stored sparsely: one map per game of
 each square's owner at the game's final (or adjudicated) position, in the real frame with Black
@@ -27,11 +30,12 @@ cannot be read or whose arrays do not fit together raises `ReplayChunkError` nam
 existed) load with every policy weight 1, version 1 and 2 chunks (before the ownership arrays)
 load with no ownership target, and version 4 chunks carry `first_game`, the serial number of their
 first game in the run (`ReplayBuffer.games_since`), and store labels as the window does (below);
-they load with int32 squares, float32 probabilities and no visit counts.
+they load with int32 squares, float32 probabilities and no visit counts. Version 5 adds
+`sample_weight`; older chunks load with every sample weight 1.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays,
-one row per position and one per label entry, and samples uniformly from it with vectorized
-gathers (the labels through their CSR offsets: no Python step per sample);
+one row per position and one per label entry, and samples from it with vectorized gathers
+(uniformly, or in proportion to `sample_weight` once a sample with another weight is in the window) (the labels through their CSR offsets: no Python step per sample);
 `amazons.learn.augment_batch` then gives each sample a random one of the 8 symmetries. The window
 stores labels compactly: a label entry is its three squares as uint8 and its probability as
 float16 (5 bytes), without visit counts, which no training target uses
@@ -59,8 +63,8 @@ from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 # 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target;
-# 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts
-CHUNK_FORMAT_VERSION = 4
+# 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts; 5: sample_weight
+CHUNK_FORMAT_VERSION = 5
 _CHUNK_KEYS_V1 = (
     "positions",
     "label_moves",
@@ -73,7 +77,8 @@ _CHUNK_KEYS_V1 = (
 )
 _CHUNK_KEYS_V2 = _CHUNK_KEYS_V1 + ("policy_weight",)
 _CHUNK_KEYS_V3 = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sign")
-_CHUNK_KEYS = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")  # version 4: no visit counts
+_CHUNK_KEYS_V4 = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")  # version 4: no visit counts
+_CHUNK_KEYS = _CHUNK_KEYS_V4 + ("sample_weight",)
 NUM_SQUARES = 64
 # The window's label entry: three uint8 squares and a float16 probability.
 LABEL_ENTRY_BYTES = 3 * np.dtype(np.uint8).itemsize + np.dtype(np.float16).itemsize
@@ -108,6 +113,9 @@ class GameSamples:
             final arrows); all False for a game without a target (None: every game).
         ownership_sign: `(T,) int8`, the side to move at each position, +1 Black, -1 White, 0 for
             a position without an ownership target (None: every position).
+        sample_weight: `(T,) float32` >= 0, how often the replay window draws each position
+            relative to a position of weight 1 (policy surprise weighting,
+            `amazons.selfplay.surprise_weights`); None means 1 everywhere.
     """
 
     positions: np.ndarray
@@ -122,10 +130,13 @@ class GameSamples:
     ownership: np.ndarray | None = None
     ownership_mask: np.ndarray | None = None
     ownership_sign: np.ndarray | None = None
+    sample_weight: np.ndarray | None = None
 
     def __post_init__(self) -> None:
         if self.policy_weight is None and isinstance(self.positions, np.ndarray):
             self.policy_weight = np.ones(self.positions.shape[0], np.float32)
+        if self.sample_weight is None and isinstance(self.positions, np.ndarray):
+            self.sample_weight = np.ones(self.positions.shape[0], np.float32)
         if isinstance(self.game_offsets, np.ndarray) and isinstance(self.positions, np.ndarray):
             games = max(self.game_offsets.shape[0] - 1, 0)
             if self.ownership is None:
@@ -162,6 +173,7 @@ class GameSamples:
             "ownership": (np.int8, 2),
             "ownership_mask": (np.bool_, 2),
             "ownership_sign": (np.int8, 1),
+            "sample_weight": (np.float32, 1),
         }
         if self.label_visits is None:
             del expected["label_visits"]
@@ -207,6 +219,10 @@ class GameSamples:
                 problems.append("label_policy does not sum to 1 over each position's moves")
         if not np.isin(self.z, (-1, 1)).all():
             problems.append("z holds values other than -1 and +1")
+        if self.sample_weight.shape != (count,):
+            problems.append("sample_weight must be (T,)")
+        elif not (np.isfinite(self.sample_weight).all() and (self.sample_weight >= 0).all()):
+            problems.append("sample_weight holds negative or non-finite values")
         games = self.num_games
         if self.ownership.shape != (games, NUM_SQUARES) or self.ownership_mask.shape != (games, NUM_SQUARES) \
                 or self.ownership_sign.shape != (count,):
@@ -244,6 +260,7 @@ class GameSamples:
             ownership=np.concatenate([part.ownership for part in parts]),
             ownership_mask=np.concatenate([part.ownership_mask for part in parts]),
             ownership_sign=np.concatenate([part.ownership_sign for part in parts]),
+            sample_weight=np.concatenate([part.sample_weight for part in parts]),
         )
 
     def ownership_targets(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -271,7 +288,7 @@ class GameSamples:
 
 def save_chunk(path: str | os.PathLike, samples: GameSamples, first_game: int | None = None) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename), in
-    format version 4: labels as uint8 squares and float16 probabilities, no visit counts.
+    format version 5: labels as uint8 squares and float16 probabilities, no visit counts.
 
     Args:
         path: the chunk file.
@@ -310,7 +327,8 @@ def _load_chunk(path: str | os.PathLike) -> tuple[GameSamples, int | None]:
             if not 1 <= version <= CHUNK_FORMAT_VERSION:
                 raise ReplayChunkError(
                     f"{path}: format_version {version}; this code reads 1 to {CHUNK_FORMAT_VERSION}")
-            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2, 3: _CHUNK_KEYS_V3}.get(version, _CHUNK_KEYS)
+            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2, 3: _CHUNK_KEYS_V3, 4: _CHUNK_KEYS_V4}.get(version,
+                                                                                             _CHUNK_KEYS)
             missing = [key for key in keys if key not in archive.files]
             if missing:
                 raise ReplayChunkError(f"{path}: missing arrays {missing}")
@@ -561,7 +579,7 @@ def _games_from(samples: GameSamples, first: int) -> GameSamples:
         z=samples.z[start:], played_moves=samples.played_moves[start:],
         game_offsets=samples.game_offsets[first:] - start, policy_weight=samples.policy_weight[start:],
         ownership=samples.ownership[first:], ownership_mask=samples.ownership_mask[first:],
-        ownership_sign=samples.ownership_sign[start:])
+        ownership_sign=samples.ownership_sign[start:], sample_weight=samples.sample_weight[start:])
 
 
 @dataclass(frozen=True)
@@ -624,7 +642,11 @@ class ReplayBuffer:
             "label_count": ((), np.int32),
             "ownership_sign": ((), np.int8),
             "game_row": ((), np.int64),  # logical row of the position's game in `_games`
+            "sample_weight": ((), np.float16),  # how often `sample` draws the row (1: uniform)
+            "weight_through": ((), np.float64),  # the sample weights of every row added up to this one
         })
+        self._weighted = False  # a row of another weight than 1 entered the window
+        self._weight_total = 0.0  # the sample weights of every row added so far
         self._games = _Columns({"ownership": ((NUM_SQUARES,), np.int8),
                                 "ownership_mask": ((NUM_SQUARES,), np.bool_)})
         self._labels = _Columns({"label_moves": ((3,), np.uint8), "label_policy": ((), np.float16)})
@@ -758,13 +780,20 @@ class ReplayBuffer:
                                       self._labels.logical_stop, int(samples.label_offsets[-1]),
                                       self._games.logical_stop, samples.game_offsets.copy()))
         game_of_position = np.repeat(np.arange(games, dtype=np.int64), np.diff(samples.game_offsets))
+        weights = np.minimum(samples.sample_weight, np.finfo(np.float16).max).astype(np.float16)
+        through = self._weight_total + np.cumsum(weights, dtype=np.float64)
+        if through.shape[0]:
+            self._weight_total = float(through[-1])
         self._positions.append({
             "positions": samples.positions, "z": samples.z, "policy_weight": samples.policy_weight,
             "played_moves": samples.played_moves,
             "label_start": self._labels.logical_stop + samples.label_offsets[:-1], "label_count": counts,
             "ownership_sign": samples.ownership_sign,
             "game_row": self._games.logical_stop + game_of_position,
+            "sample_weight": weights,
+            "weight_through": through,
         })
+        self._weighted = self._weighted or bool((weights != 1).any())
         self._labels.append({"label_moves": samples.label_moves, "label_policy": samples.label_policy})
         if games:
             self._games.append({"ownership": samples.ownership, "ownership_mask": samples.ownership_mask})
@@ -779,6 +808,8 @@ class ReplayBuffer:
             counts = self._positions.take("label_count", span.first_position, span.positions)
             chunk = {name: self._positions.take(name, span.first_position, span.positions)
                      for name in ("positions", "z", "policy_weight", "ownership_sign")}
+            chunk["sample_weight"] = self._positions.take("sample_weight", span.first_position,
+                                                          span.positions).astype(np.float32)
             chunk["played_moves"] = self._positions.take("played_moves", span.first_position,
                                                          span.positions).astype(np.int32)
             chunk["label_moves"] = self._labels.take("label_moves", span.first_label, span.labels).astype(np.int32)
@@ -818,7 +849,8 @@ class ReplayBuffer:
         return len(self._positions)
 
     def sample(self, batch_size: int) -> dict[str, np.ndarray]:
-        """Draw `batch_size` samples uniformly from the window.
+        """Draw `batch_size` samples from the window: uniformly while every sample weight in it
+        has been 1, else each with probability proportional to its `sample_weight`.
 
         Returns:
             The arrays of an `amazons.learn.SampleBatch` (which augments them with the 8
@@ -835,7 +867,7 @@ class ReplayBuffer:
         held = len(self._positions)
         if not held:
             raise ValueError("the replay buffer is empty")
-        rows = self._positions.first + self.rng.integers(0, held, size=batch_size)
+        rows = self._positions.first + self._draw(batch_size)
         columns = self._positions.arrays
         counts = columns["label_count"][rows].astype(np.int64)
         label_offsets = np.zeros(batch_size + 1, dtype=np.int64)
@@ -856,6 +888,20 @@ class ReplayBuffer:
             "ownership": ownership,
             "ownership_mask": ownership_mask,
         }
+
+    def _draw(self, count: int) -> np.ndarray:
+        """`count` live rows (offsets from the first), uniform or weighted by `sample_weight`."""
+        first, stop = self._positions.first, self._positions.stop
+        if not self._weighted:
+            return self.rng.integers(0, stop - first, size=count)
+        # Running totals over the live rows (kept as rows are added, so no sum over the window per
+        # draw): row i is drawn for a point in (through[i] - weight[i], through[i]].
+        through = self._positions.arrays["weight_through"][first:stop]
+        low = through[0] - float(self._positions.arrays["sample_weight"][first])
+        if through[-1] - low <= 0:  # every weight 0: nothing to prefer
+            return self.rng.integers(0, stop - first, size=count)
+        picks = np.searchsorted(through, low + self.rng.random(count) * (through[-1] - low), side="right")
+        return np.minimum(picks, stop - first - 1)
 
     def _ownership_targets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Ownership targets `(B, 64) int8` and masks `(B, 64) bool` of the positions at physical

@@ -16,6 +16,14 @@ A game that ends without any full search keeps its last position as a value-only
 weight 0, no label), since a replay chunk holds no empty game. Full and fast searches of one
 round run in the same batches (`BatchedSearch.search` takes per-game counts).
 
+Policy surprise weighting (KataGo's `docs/KataGoMethods.md`, from its g170 run): with
+`policy_surprise_weight` w > 0, each finished game's full-searched positions share their total
+sampling weight so that a part 1 - w is spread evenly and a part w in proportion to each position's
+policy surprise, the KL divergence from the network's root prior to the policy target
+(`surprise_weights`): the replay window draws the positions where the search most corrected the
+network more often, at full gradient weight, and the game's total weight, so the learner's step
+budget, stays the same.
+
 The parent (`run_selfplay`) watches the actors and the server: a dead actor or a failed server
 stops the run with `SelfPlayError`, terminating every process and unlinking every segment.
 
@@ -86,6 +94,9 @@ class SelfPlayConfig:
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
     full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (recorded)
     fast_simulations: int = 16  # simulations of the other moves (no root noise, not recorded)
+    # KataGo's policy surprise weighting: the share of a game's sampling weight given in proportion
+    # to each position's KL(target || prior) (`surprise_weights`); 0 = uniform (off), KataGo 0.5
+    policy_surprise_weight: float = 0.0
 
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
@@ -122,6 +133,8 @@ class SelfPlayConfig:
                         f"root's policy target is the completed-Q policy its halving uses; set both")
         if self.start_jitter_s < 0:
             raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
+        if not 0.0 <= self.policy_surprise_weight <= 1.0:
+            raise ValueError(f"policy_surprise_weight must be in [0, 1], got {self.policy_surprise_weight!r}")
 
     def policy_label(self, result: SearchResult) -> np.ndarray:
         """The training target over `result.moves` (every legal move), `(L,) float32` summing to 1.
@@ -146,6 +159,44 @@ class SelfPlayConfig:
             return result.policy
         return improved_policy(result, self.target_c_visit, self.target_c_scale,
                                min_visits=self.target_min_visits, q_prior_visits=self.target_q_prior_visits)
+
+
+def policy_surprise(target: np.ndarray, prior: np.ndarray) -> float:
+    """KL(target || prior) in nats over one root's moves: how much the search's policy target
+    differs from the network's prior there (terms where the target is 0 add nothing; a prior
+    below 1e-8 counts as 1e-8, so a move the network gave nothing costs a bounded surprise).
+
+    Args:
+        target: `(L,)` the policy target (sums to 1).
+        prior: `(L,)` the network's prior over the same moves (`SearchResult.priors`).
+    """
+    kept = target > 0
+    share = target[kept].astype(np.float64)
+    prior_share = np.maximum(prior[kept].astype(np.float64), 1e-8)
+    return max(float(np.sum(share * (np.log(share) - np.log(prior_share)))), 0.0)
+
+
+def surprise_weights(surprise: np.ndarray, counted: np.ndarray, share: float) -> np.ndarray:
+    """Sampling weights of one game's positions (KataGo's policy surprise weighting).
+
+    Of the `n` counted positions' total weight `n`, a part `1 - share` is spread evenly and a part
+    `share` in proportion to `surprise`: weight `(1 - share) + share * n * s_i / sum(s)`. Positions
+    not counted (value-only samples) keep weight 1, and so does every position when no counted
+    position has any surprise.
+
+    Args:
+        surprise: `(T,)` each position's `policy_surprise`, >= 0.
+        counted: `(T,) bool`, the positions that share the weight (those with a policy target).
+        share: in [0, 1]; 0 gives every position weight 1.
+
+    Returns:
+        `(T,) float32`; the counted positions' weights sum to their number.
+    """
+    weights = np.ones(surprise.shape[0], np.float32)
+    total = float(surprise[counted].sum())
+    if share > 0 and total > 0:
+        weights[counted] = (1.0 - share) + share * counted.sum() * surprise[counted] / total
+    return weights
 
 
 def final_ownership(board: Board) -> tuple[np.ndarray, np.ndarray]:
@@ -200,12 +251,14 @@ class _GameInProgress:
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)  # weights version of each position's search
+    surprise: list[float] = field(default_factory=list)  # each position's policy_surprise (0 unsearched)
     last_fast: tuple | None = None  # the latest fast search's record() arguments, unrecorded
 
     def record(self, position: np.ndarray, moves: np.ndarray, visits: np.ndarray, policy: np.ndarray,
-               weight: float, version: int, turn: int, played: np.ndarray) -> None:
+               weight: float, version: int, turn: int, played: np.ndarray, surprise: float = 0.0) -> None:
         """Keep one position as a sample: its label (canonical moves, raw visits, target), policy
-        weight, weights version, side to move and the move played there (real frame)."""
+        weight, weights version, side to move, the move played there (real frame) and its policy
+        surprise."""
         self.positions.append(position)
         self.label_moves.append(moves)
         self.label_visits.append(visits)
@@ -214,6 +267,7 @@ class _GameInProgress:
         self.versions.append(version)
         self.turns.append(turn)
         self.played.append(played)
+        self.surprise.append(surprise)
 
     @property
     def winner(self) -> int | None:
@@ -222,13 +276,15 @@ class _GameInProgress:
             return self.adjudication.winner
         return self.board.winner()
 
-    def samples(self) -> GameSamples:
-        """The finished game's samples; z = +1 exactly where the side to move went on to win."""
+    def samples(self, surprise_share: float = 0.0) -> GameSamples:
+        """The finished game's samples; z = +1 exactly where the side to move went on to win;
+        sample weights by `surprise_weights` with `surprise_share` (0: all 1)."""
         winner = self.winner
         if winner is None:
             raise SelfPlayError("samples requested for a game that is not over")
         counts = np.array([moves.shape[0] for moves in self.label_moves], dtype=np.int64)
         ownership, mask = final_ownership(self.board)
+        policy_weight = np.array(self.policy_weight, dtype=np.float32)
         return GameSamples(
             positions=np.stack(self.positions).astype(np.uint64),
             label_moves=np.concatenate(self.label_moves).astype(np.int32),
@@ -238,10 +294,11 @@ class _GameInProgress:
             z=np.where(np.array(self.turns) == winner, 1, -1).astype(np.int8),
             played_moves=np.stack(self.played).astype(np.int32),
             game_offsets=np.array([0, len(self.positions)], dtype=np.int64),
-            policy_weight=np.array(self.policy_weight, dtype=np.float32),
+            policy_weight=policy_weight,
             ownership=ownership[None],
             ownership_mask=mask[None],
             ownership_sign=np.where(np.array(self.turns) == BLACK, 1, -1).astype(np.int8),
+            sample_weight=surprise_weights(np.array(self.surprise, np.float64), policy_weight > 0, surprise_share),
         )
 
 
@@ -258,6 +315,7 @@ def play_games(
     start_games: Callable[[], bool] | None = None,
     weights_version: Callable[[], int] | None = None,
     stats: dict[str, float] | None = None,
+    policy_surprise_weight: float = 0.0,
 ) -> dict[str, float]:
     """Play self-play games with `search` (G games at a time) and report each.
 
@@ -291,11 +349,13 @@ def play_games(
             `InferenceClient.weights_version`), recorded per position.
         stats: counters to update in place as the games go (the same keys as the result), so
             that a caller can read them while an endless run plays on.
+        policy_surprise_weight: the share of each game's sampling weight given by policy
+            surprise (`surprise_weights`; 0: every sample weight 1).
 
     Returns:
         Counters: games, plies (moves played), positions (samples recorded), full searches
         (positions with a policy target), simulations, leaves evaluated, games adjudicated,
-        seconds.
+        policy surprise (the sum over full searches of KL(target || prior), nats), seconds.
 
     Raises:
         ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1;
@@ -312,7 +372,8 @@ def play_games(
     started = time.perf_counter()
     cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
     counters = stats if stats is not None else {}
-    for key in ("games", "plies", "positions", "full_searches", "simulations", "leaves_evaluated", "adjudicated"):
+    for key in ("games", "plies", "positions", "full_searches", "simulations", "leaves_evaluated", "adjudicated",
+                "policy_surprise"):
         counters[key] = 0.0
     slots = search.num_games if num_games is None else min(search.num_games, num_games)
     games = {slot: _GameInProgress() for slot in range(slots)}
@@ -335,9 +396,11 @@ def play_games(
                 result = search.root_result(slot)
                 probabilities = label(result)
                 kept = probabilities > 0  # the visits target leaves unvisited moves out
+                surprise = policy_surprise(probabilities, result.priors)
                 game.record(search.root_positions[slot], result.moves[kept], result.visits[kept],
-                            probabilities[kept], 1.0, version, game.board.turn, real)
+                            probabilities[kept], 1.0, version, game.board.turn, real, surprise)
                 counters["full_searches"] += 1
+                counters["policy_surprise"] += surprise
                 counters["positions"] += 1
             else:
                 game.last_fast = (search.root_positions[slot], np.zeros((0, 3), np.int32), np.zeros(0, np.int32),
@@ -354,10 +417,11 @@ def play_games(
                 counters["positions"] += 1
             counters["games"] += 1
             counters["adjudicated"] += game.adjudication is not None
+            samples = game.samples(policy_surprise_weight)
             if weights_version is None:
-                on_game(game.samples(), game.board.move_stack, game.adjudication)
+                on_game(samples, game.board.move_stack, game.adjudication)
             else:
-                on_game(game.samples(), game.board.move_stack, game.adjudication,
+                on_game(samples, game.board.move_stack, game.adjudication,
                         versions=np.array(game.versions, dtype=np.int64))
             if (started_games < num_games) if num_games is not None else (start_games is None or start_games()):
                 games[slot] = _GameInProgress()
@@ -419,7 +483,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                                rng=np.random.default_rng([task.seed, PLAYOUT_CAP_STREAM]),
                                keep_playing=pipe.keep_playing if task.num_games is None else None,
                                start_games=pipe.starts_games,
-                               weights_version=lambda: client.weights_version, stats=counters)
+                               weights_version=lambda: client.weights_version, stats=counters,
+                               policy_surprise_weight=task.config.policy_surprise_weight)
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
             results.put(("done", actor_id, stats))

@@ -617,8 +617,9 @@ def test_the_window_stores_labels_compactly_and_measures_its_bytes(finished_game
     entries = sum(samples.label_moves.shape[0] for samples in games)
     # A label entry: 3 uint8 squares and a float16 probability. A position: its (3,) uint64 words,
     # z (int8), policy weight (float32), the move played (3 x uint8), label start (int64) and
-    # count (int32), ownership sign (int8), game row (int64). A game: 64 int8 owners, 64 mask bytes.
-    expected = (positions * (24 + 1 + 4 + 3 + 8 + 4 + 1 + 8) + entries * (3 + 2) + len(games) * 128) / positions
+    # count (int32), ownership sign (int8), game row (int64), sample weight (float16) and the
+    # running total of the weights (float64). A game: 64 int8 owners, 64 mask bytes.
+    expected = (positions * (24 + 1 + 4 + 3 + 8 + 4 + 1 + 8 + 2 + 8) + entries * (3 + 2) + len(games) * 128) / positions
     assert buffer.bytes_per_position == pytest.approx(expected)
     assert buffer.nbytes >= buffer.bytes_per_position * positions
     # The learner's samples: those of the full-precision games (the per-sample reference on the
