@@ -34,8 +34,9 @@ they load with int32 squares, float32 probabilities and no visit counts. Version
 `sample_weight`; older chunks load with every sample weight 1.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays,
-one row per position and one per label entry, and samples from it with vectorized gathers
-(uniformly, or in proportion to `sample_weight` once a sample with another weight is in the window) (the labels through their CSR offsets: no Python step per sample);
+one row per position and one per label entry, and samples from it with vectorized gathers (the
+labels through their CSR offsets: no Python step per sample), uniformly, or in proportion to
+`sample_weight` once a sample of another weight has entered the window;
 `amazons.learn.augment_batch` then gives each sample a random one of the 8 symmetries. The window
 stores labels compactly: a label entry is its three squares as uint8 and its probability as
 float16 (5 bytes), without visit counts, which no training target uses
