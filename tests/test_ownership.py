@@ -214,7 +214,7 @@ def test_chunks_round_trip_the_target_and_the_buffer_serves_it(tmp_path, games):
     assert samples.ownership.shape == (len(games), 64) and samples.ownership_sign.shape == (samples.num_positions,)
     path = tmp_path / "chunk-00000000.npz"
     save_chunk(path, samples)
-    assert int(np.load(path)["format_version"]) == 4
+    assert int(np.load(path)["format_version"]) == 5
     loaded = load_chunk(path)
     for name in ("ownership", "ownership_mask", "ownership_sign"):
         np.testing.assert_array_equal(getattr(loaded, name), getattr(samples, name))
