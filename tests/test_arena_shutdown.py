@@ -48,8 +48,7 @@ def sigint_raises():
     signal.signal(signal.SIGINT, previous)
 
 
-# Serial: it waits for both workers' programs on the wall clock; under a neighbour's load the workers
-# were seen to start too late and the match to fall back to one process.
+# Serial: it times the stop on the wall clock, which a neighbouring test's load stretches.
 @pytest.mark.serial
 def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_path, sigint_raises):
     """A KeyboardInterrupt in the main process alone (the workers play on, their programs asleep
