@@ -48,7 +48,7 @@ import torch
 from amazons._atomic import atomic_write
 from amazons.config import config_from_dict, config_to_dict
 from amazons.learn import Learner, OptimConfig
-from amazons.net import NetConfig, PolicyValueNet
+from amazons.net import TRAINING_ONLY_FIELDS, TRAINING_ONLY_PREFIXES, NetConfig, PolicyValueNet
 
 __all__ = [
     "FORMAT",
@@ -348,15 +348,32 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[st
     """Copy the weights of a learner or model checkpoint into `model` (a warm start: the caller's
     optimizer, schedule and step stay fresh). Returns the checkpoint's `extra` dict.
 
+    The training-only heads (`amazons.net.TRAINING_ONLY_FIELDS`, the soft policy head) may
+    differ: a head `model` has and the checkpoint lacks keeps its fresh initialization, and one
+    the checkpoint has and `model` lacks is left out; every other weight is copied.
+
     Raises:
         CheckpointError: see `load_checkpoint`; also a stored network that differs from `model`'s
-            config (every differing field is named, as `net.FIELD`).
+            config in any other field (every differing field is named, as `net.FIELD`).
     """
     path = Path(path)
     payload = load_checkpoint(path)
-    _refuse_another_net(path, payload, model.config, "its network is not the run's, so its weights cannot start it",
-                        "run")
-    _load_weights(path, model, payload["model"])
+    stored = _net_config(path, payload)
+    same_heads = {name: getattr(model.config, name) for name in TRAINING_ONLY_FIELDS}
+    _refuse_another_net(path, {**payload, "net_config": config_to_dict(stored.replace(**same_heads))}, model.config,
+                        "its network is not the run's, so its weights cannot start it", "run")
+    if stored == model.config:
+        _load_weights(path, model, payload["model"])
+        return payload["extra"]
+    shared = {key: value for key, value in payload["model"].items() if not key.startswith(TRAINING_ONLY_PREFIXES)}
+    try:
+        missing, unexpected = model.load_state_dict(shared, strict=False)
+    except RuntimeError as error:
+        raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
+    missing = [key for key in missing if not key.startswith(TRAINING_ONLY_PREFIXES)]
+    if missing or unexpected:
+        raise CheckpointError(f"{path}: the weights do not fit the network: missing {sorted(missing)}, "
+                              f"unexpected {sorted(unexpected)}")
     return payload["extra"]
 
 

@@ -21,7 +21,13 @@ What this module owns:
   each weighted by the sample's policy weight and averaged over the samples' total policy weight;
   - value: mean squared error against z, over every sample;
   - ownership (networks with the ownership head): squared error over the squares the mask keeps,
-    summed per sample and divided by 64, averaged over the samples that have a target.
+    summed per sample and divided by 64, averaged over the samples that have a target;
+  - soft policy (networks with the soft policy head, KataGo's auxiliary soft policy target): the
+    policy terms of the second head against pi^(1 / T) renormalized over each sample's labelled
+    moves (`soft_policy_targets`, T = `OptimConfig.soft_policy_temperature`), weighted by
+    `OptimConfig.soft_policy_weight`. The flattened target gives the head, and through it the
+    trunk, a gradient from the moves the search tried but did not favour; the search never reads
+    the head.
 * `OptimConfig` (frozen) and `Learner`: AdamW, warmup + cosine or constant learning rate, gradient
   clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
   optional `torch.compile`, and a metrics dict per step.
@@ -84,6 +90,7 @@ __all__ = [
     "policy_loss_terms",
     "policy_metrics",
     "sample_batch",
+    "soft_policy_targets",
     "value_loss",
 ]
 
@@ -416,6 +423,16 @@ def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
     return {name: -(weighted * values).sum() / weight for name, values in log_p.items()}
 
 
+def soft_policy_targets(labels: LabelTensors, temperature: float) -> LabelTensors:
+    """`labels` with each sample's pi replaced by pi^(1 / temperature), renormalized over the
+    sample's labelled moves (KataGo's soft policy target; moves the search never visited are not
+    labels and stay at 0). A sample whose labels are all 0 keeps zeros."""
+    flattened = labels.probs.float().pow(1.0 / temperature)
+    totals = torch.zeros(labels.z.shape[0], dtype=flattened.dtype, device=flattened.device)
+    totals.index_add_(0, labels.sample_index, flattened)
+    return labels._replace(probs=flattened / totals.clamp_min(1e-30)[labels.sample_index])
+
+
 def value_loss(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
     """Mean squared error between the predicted values `[B]` and the outcomes `[B]`."""
     return torch.mean((value.float() - z) ** 2)
@@ -515,16 +532,21 @@ class OptimConfig:
     # weight of the ownership term (networks with the ownership head; the term already divides by
     # the 64 squares, so 1.5 is KataGo's 1.5 / b^2 per square)
     ownership_weight: float = 1.5
+    # weight of the soft policy head's terms (networks with the head); 8, as KataGo trains it
+    soft_policy_weight: float = 8.0
+    soft_policy_temperature: float = 4.0  # T of the soft policy target pi^(1 / T); > 0
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "eps", "grad_clip_norm", "policy_weight", "value_weight",
-                     "min_lr_ratio", "ownership_weight"):
+                     "min_lr_ratio", "ownership_weight", "soft_policy_weight", "soft_policy_temperature"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
                     or value < 0:
                 raise OptimConfigError(f"{name} must be a finite number >= 0, got {value!r}")
         if not self.lr > 0 or not self.eps > 0:
             raise OptimConfigError(f"lr and eps must be > 0, got {self.lr!r} and {self.eps!r}")
+        if not self.soft_policy_temperature > 0:
+            raise OptimConfigError(f"soft_policy_temperature must be > 0, got {self.soft_policy_temperature!r}")
         if self.min_lr_ratio > 1:
             raise OptimConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
@@ -657,6 +679,10 @@ class Learner:
         if output.ownership is not None:
             terms["ownership_loss"] = ownership_loss(output.ownership, labels)
             total = total + self.config.ownership_weight * terms["ownership_loss"]
+        if output.soft_policy is not None:
+            soft_labels = soft_policy_targets(labels, self.config.soft_policy_temperature)
+            terms["soft_policy_loss"] = sum(policy_loss_terms(output.soft_policy, soft_labels).values())
+            total = total + self.config.soft_policy_weight * terms["soft_policy_loss"]
         terms["policy_loss"] = policy_loss
         terms["loss"] = total
         return total, terms
@@ -670,7 +696,8 @@ class Learner:
             `policy_arrow` for the factorized one), `value_mse`, `policy_entropy`,
             `target_entropy`, `policy_kl`, `grad_norm` (before clipping), `lr` (used for this
             step), `skipped` (1 when a non-finite gradient made the step a no-op),
-            `ownership_loss` with the ownership head, and `loss_scale` with fp16. Reading them
+            `ownership_loss` with the ownership head, `soft_policy_loss` (its policy terms against
+            the soft target, summed) with the soft policy head, and `loss_scale` with fp16. Reading them
             waits for the step; a training loop that should not wait uses `train_step_tensors`
             and `MetricSums`.
         """

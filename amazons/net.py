@@ -21,7 +21,11 @@ What this module owns:
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
   predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
-  side to move, -1 the opponent (`amazons.replay` documents the target).
+  side to move, -1 the opponent (`amazons.replay` documents the target). The soft policy head
+  (`NetConfig.soft_policy_head`, KataGo's auxiliary soft policy target) is a second policy head
+  of the same kind, trained on the visit distribution flattened by a temperature
+  (`amazons.learn.soft_policy_targets`); it is for training only: `prepare_for_inference` drops
+  it, so the servers, the exports and the C++ bot never see it (`TRAINING_ONLY_PREFIXES`).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
   restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
   `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus the source term's tables with
@@ -66,6 +70,8 @@ __all__ = [
     "PRECISIONS",
     "PRECISION_DTYPES",
     "PRESETS",
+    "TRAINING_ONLY_FIELDS",
+    "TRAINING_ONLY_PREFIXES",
     "FactorizedPolicy",
     "JointPolicy",
     "JointSourcePolicy",
@@ -81,6 +87,7 @@ __all__ = [
     "arrow_log_probs",
     "flatten_weights",
     "folded_state_dict",
+    "inference_config_dict",
     "gather_legal_priors",
     "load_prepared_weights",
     "move_log_probs",
@@ -96,6 +103,11 @@ __all__ = [
 ]
 
 NUM_SQUARES = 64
+# State-dict prefixes of the heads only the learner trains (`NetConfig.soft_policy_head`): an
+# inference copy (`prepare_for_inference`), its folded weights and every export leave them out.
+TRAINING_ONLY_PREFIXES = ("soft_policy_head.",)
+# `NetConfig` fields that shape training-only heads: an exported network's config leaves them out.
+TRAINING_ONLY_FIELDS = ("soft_policy_head",)
 AMAZONS_PER_SIDE = 4  # the squares a move can leave: the source term's rows
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
@@ -130,6 +142,10 @@ class NetConfig:
     value_hidden: int = 256  # hidden units of the value head's MLP
     ownership_head: bool = False  # add the ownership head: each square's final owner, [B, 64] in [-1, 1]
     ownership_channels: int = 16  # channels of the ownership head's 1x1 convolution
+    # add the soft policy head: a second policy head of `policy_head`'s kind (and `arrow_source`),
+    # trained on the flattened visit distribution (KataGo's auxiliary soft policy target); the
+    # learner's only, left out of inference copies and exports (`TRAINING_ONLY_PREFIXES`)
+    soft_policy_head: bool = False
 
     def __post_init__(self) -> None:
         positive = ("blocks", "channels", "attention_dim", "head_dim", "value_channels", "value_hidden",
@@ -140,7 +156,7 @@ class NetConfig:
                 raise NetConfigError(f"{name} must be an int, got {value!r}")
             if value < (1 if name in positive else 0):
                 raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, got {value}")
-        for name in ("ownership_head", "arrow_source"):
+        for name in ("ownership_head", "arrow_source", "soft_policy_head"):
             if not isinstance(getattr(self, name), bool):
                 raise NetConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.num_planes not in engine.FEATURE_PLANES:
@@ -247,6 +263,8 @@ class NetOutput(NamedTuple):
     policy: JointPolicy | JointSourcePolicy | FactorizedPolicy  # logits only
     value: torch.Tensor  # [B] float in [-1, 1], for the side to move
     ownership: torch.Tensor | None = None  # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
+    # the soft policy head's logits (same kind as `policy`); None without the head or when skipped
+    soft_policy: JointPolicy | JointSourcePolicy | FactorizedPolicy | None = None
 
 
 # ------------------------------------------------------------------------------------------------
@@ -482,19 +500,19 @@ class PolicyValueNet(nn.Module):
             layers.extend(GlobalSelfAttention(channels, config.attention_dim)
                           for _ in range(config.attention_blocks))
         self.trunk = nn.Sequential(*layers)
-        if config.policy_head == "joint":
-            self.policy_head: nn.Module = JointPolicyHead(channels, config.head_dim, config.arrow_source)
-        else:
-            self.policy_head = FactorizedPolicyHead(channels, config.head_dim)
+        self.policy_head: nn.Module = _policy_head(config)
+        if config.soft_policy_head:
+            self.soft_policy_head = _policy_head(config)
         self.value_head = ValueHead(channels, config.value_channels, config.value_hidden)
         if config.ownership_head:
             self.ownership_head = OwnershipHead(channels, config.ownership_channels)
 
-    def forward(self, features: torch.Tensor, with_ownership: bool = True) -> NetOutput:
+    def forward(self, features: torch.Tensor, with_ownership: bool = True, with_soft_policy: bool = True) -> NetOutput:
         """Logits and value of a batch of feature planes `[B, num_planes, 8, 8]`.
 
         `with_ownership=False` skips the ownership head (the search's evaluations do not use it);
-        `NetOutput.ownership` is None then, and always without the head.
+        `NetOutput.ownership` is None then, and always without the head. `with_soft_policy=False`
+        skips the soft policy head the same way (`NetOutput.soft_policy`).
 
         Raises:
             NetInputError: if the input is not `[B, num_planes, 8, 8]`.
@@ -506,8 +524,28 @@ class PolicyValueNet(nn.Module):
             )
         x = self.trunk(F.relu(self.stem(features)))
         ownership = self.ownership_head(x) if with_ownership and self.config.ownership_head else None
-        policy = self.policy_head(x, mover_squares(features)) if self.config.arrow_source else self.policy_head(x)
-        return NetOutput(policy, self.value_head(x), ownership)
+        sources = mover_squares(features) if self.config.arrow_source else None
+        policy = self.policy_head(x, sources) if sources is not None else self.policy_head(x)
+        soft_policy = None
+        if with_soft_policy and self.config.soft_policy_head:
+            soft_policy = self.soft_policy_head(x, sources) if sources is not None else self.soft_policy_head(x)
+        return NetOutput(policy, self.value_head(x), ownership, soft_policy)
+
+
+def _policy_head(config: NetConfig) -> nn.Module:
+    """A policy head of `config`'s kind (`policy_head`, `arrow_source`), freshly initialized."""
+    if config.policy_head == "joint":
+        return JointPolicyHead(config.channels, config.head_dim, config.arrow_source)
+    return FactorizedPolicyHead(config.channels, config.head_dim)
+
+
+def inference_config_dict(config: NetConfig) -> dict[str, Any]:
+    """`config`'s fields as a dict without the training-only ones (`TRAINING_ONLY_FIELDS`): the
+    config of the network an inference copy or an export holds."""
+    fields = dataclasses.asdict(config)
+    for name in TRAINING_ONLY_FIELDS:
+        del fields[name]
+    return fields
 
 
 def count_parameters(model: nn.Module) -> int:
@@ -520,10 +558,14 @@ def prepare_for_inference(
 ) -> PolicyValueNet:
     """An eval-mode copy for inference: batch norms folded, weights in `dtype`, no gradients.
 
-    The copy's state dict differs from the original's (folded convolutions, no batch norms): it is
-    for evaluating only, never for training or saving. The original is not touched.
+    The copy's state dict differs from the original's (folded convolutions, no batch norms, no
+    training-only heads: its config has `soft_policy_head` off): it is for evaluating only, never
+    for training or saving. The original is not touched.
     """
     prepared = copy.deepcopy(model).eval()
+    if prepared.config.soft_policy_head:
+        del prepared.soft_policy_head
+        prepared.config = prepared.config.replace(soft_policy_head=False)
     for module in prepared.modules():
         if isinstance(module, ConvBN):
             module.fold()
@@ -539,12 +581,14 @@ def folded_state_dict(model: PolicyValueNet) -> dict[str, torch.Tensor]:
     """The state dict a `prepare_for_inference` copy of `model` has (batch norms folded), computed
     where `model` lives without copying the model: on a CPU, the fold costs the device nothing.
 
-    Entries outside the folded convolutions are `model`'s own tensors (not copies).
+    Entries outside the folded convolutions are `model`'s own tensors (not copies); the
+    training-only heads' entries (`TRAINING_ONLY_PREFIXES`) are left out, as the copy has none.
     """
-    state = model.state_dict()
+    state = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(TRAINING_ONLY_PREFIXES)}
     folded: dict[str, torch.Tensor] = {}
     for name, module in model.named_modules():
-        if isinstance(module, ConvBN) and isinstance(module.bn, nn.BatchNorm2d):
+        if isinstance(module, ConvBN) and isinstance(module.bn, nn.BatchNorm2d) \
+                and not f"{name}.".startswith(TRAINING_ONLY_PREFIXES):
             prefix = f"{name}." if name else ""
             for key in [key for key in state if key.startswith(f"{prefix}bn.")]:
                 del state[key]

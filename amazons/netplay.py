@@ -40,7 +40,6 @@ import torch
 
 from amazons import nativenet
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
-from amazons.config import config_to_dict
 from amazons.inference import BACKENDS, InferenceConfig
 from amazons.net import (
     PRECISION_DTYPES,
@@ -49,6 +48,7 @@ from amazons.net import (
     PolicyValueNet,
     ResidualBlock,
     batch_buckets,
+    inference_config_dict,
     load_prepared_weights,
     prepare_for_inference,
     resolve_precision,
@@ -152,8 +152,9 @@ class BackendError(ValueError):
 def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
     """What an exported file holds: `(net_config dict, trunk layer kinds, float32 arrays)`.
 
-    The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded), on the
-    CPU, in torch's layouts; `model` itself is not changed.
+    The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded, the
+    training-only heads left out), on the CPU, in torch's layouts, and the config is that
+    network's (`amazons.net.inference_config_dict`); `model` itself is not changed.
 
     Raises:
         BackendError: a trunk layer of a kind the numpy and native networks do not run.
@@ -162,7 +163,7 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
     trunk = _trunk_kinds(prepared)
     arrays = {name: tensor.detach().float().contiguous().numpy().copy()
               for name, tensor in prepared.state_dict().items()}
-    return config_to_dict(model.config), trunk, arrays
+    return inference_config_dict(model.config), trunk, arrays
 
 
 def numpy_net(model: PolicyValueNet, source: dict[str, Any] | None = None) -> NumpyNet:
@@ -187,7 +188,7 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet) -> str:
         return "torch"
     on_cpu = torch.device(resolve_device(device)).type == "cpu"
     try:
-        why = nativenet.native_support(config_to_dict(model.config), _trunk_kinds(model))
+        why = nativenet.native_support(inference_config_dict(model.config), _trunk_kinds(model))
     except BackendError as error:
         why = str(error)
     if backend == "native":
