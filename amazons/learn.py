@@ -532,8 +532,10 @@ class OptimConfig:
     # weight of the ownership term (networks with the ownership head; the term already divides by
     # the 64 squares, so 1.5 is KataGo's 1.5 / b^2 per square)
     ownership_weight: float = 1.5
-    # weight of the soft policy head's terms (networks with the head); 8, as KataGo trains it
-    soft_policy_weight: float = 8.0
+    # weight of the soft policy head's terms (networks with the head). KataGo trains it at 8; here,
+    # with the gradient clipped to norm 1, 8 made the soft term most of the clipped step and lost
+    # 108 Elo at equal learner steps where 1 was level (docs/training.md)
+    soft_policy_weight: float = 1.0
     soft_policy_temperature: float = 4.0  # T of the soft policy target pi^(1 / T); > 0
 
     def __post_init__(self) -> None:
