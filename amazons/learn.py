@@ -25,9 +25,7 @@ What this module owns:
   - soft policy (networks with the soft policy head, KataGo's auxiliary soft policy target): the
     policy terms of the second head against pi^(1 / T) renormalized over each sample's labelled
     moves (`soft_policy_targets`, T = `OptimConfig.soft_policy_temperature`), weighted by
-    `OptimConfig.soft_policy_weight`. The flattened target gives the head, and through it the
-    trunk, a gradient from the moves the search tried but did not favour; the search never reads
-    the head.
+    `OptimConfig.soft_policy_weight`; the search never reads the head.
 * `OptimConfig` (frozen) and `Learner`: AdamW, warmup + cosine or constant learning rate, gradient
   clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
   optional `torch.compile`, and a metrics dict per step.
@@ -425,8 +423,9 @@ def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
 
 def soft_policy_targets(labels: LabelTensors, temperature: float) -> LabelTensors:
     """`labels` with each sample's pi replaced by pi^(1 / temperature), renormalized over the
-    sample's labelled moves (KataGo's soft policy target; moves the search never visited are not
-    labels and stay at 0). A sample whose labels are all 0 keeps zeros."""
+    sample's labelled moves (KataGo's soft policy target). A label of probability 0 stays 0, and a
+    sample whose labels are all 0 keeps zeros; with completed-Q targets every legal move is a
+    label with a probability above 0, so the flattening reaches every legal move."""
     flattened = labels.probs.float().pow(1.0 / temperature)
     totals = torch.zeros(labels.z.shape[0], dtype=flattened.dtype, device=flattened.device)
     totals.index_add_(0, labels.sample_index, flattened)

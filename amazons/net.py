@@ -23,7 +23,7 @@ What this module owns:
   predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
   side to move, -1 the opponent (`amazons.replay` documents the target). The soft policy head
   (`NetConfig.soft_policy_head`, KataGo's auxiliary soft policy target) is a second policy head
-  of the same kind, trained on the visit distribution flattened by a temperature
+  of the same kind, trained on the policy target flattened by a temperature
   (`amazons.learn.soft_policy_targets`); it is for training only: `prepare_for_inference` drops
   it, so the servers, the exports and the C++ bot never see it (`TRAINING_ONLY_PREFIXES`).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
@@ -143,7 +143,7 @@ class NetConfig:
     ownership_head: bool = False  # add the ownership head: each square's final owner, [B, 64] in [-1, 1]
     ownership_channels: int = 16  # channels of the ownership head's 1x1 convolution
     # add the soft policy head: a second policy head of `policy_head`'s kind (and `arrow_source`),
-    # trained on the flattened visit distribution (KataGo's auxiliary soft policy target); the
+    # trained on the flattened policy target (KataGo's auxiliary soft policy target); the
     # learner's only, left out of inference copies and exports (`TRAINING_ONLY_PREFIXES`)
     soft_policy_head: bool = False
 
