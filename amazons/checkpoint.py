@@ -267,10 +267,10 @@ def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list
             for name in names if stored.get(name, "<missing>") != current.get(name, "<missing>")]
 
 
-def _refuse_another_net(path: Path, payload: dict[str, Any], net: NetConfig, refusal: str, wanted: str) -> None:
+def _refuse_another_net(path: Path, stored: NetConfig, net: NetConfig, refusal: str, wanted: str) -> None:
     """Raise `CheckpointError` ("{path}: {refusal}: net.FIELD: checkpoint A, {wanted} B; ...") when
-    the checkpoint's network differs from `net`."""
-    differences = _config_differences(config_to_dict(_net_config(path, payload)), config_to_dict(net))
+    the checkpoint's network `stored` differs from `net`."""
+    differences = _config_differences(config_to_dict(stored), config_to_dict(net))
     if differences:
         raise CheckpointError(f"{path}: {refusal}: " + "; ".join(
             f"net.{difference}".replace(", learner ", f", {wanted} ") for difference in differences))
@@ -337,7 +337,8 @@ def resume_learner(
     payload = load_checkpoint(path)
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    _refuse_another_net(path, payload, net, "a resumed run cannot change its network's shape or head", "requested")
+    _refuse_another_net(path, _net_config(path, payload), net, "a resumed run cannot change its network's shape or head",
+                        "requested")
     learner = Learner(PolicyValueNet(net), optim, device=device)
     _restore(path, payload, learner, same_optim=False)
     learner.apply_optim_config()
@@ -360,7 +361,7 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[st
     payload = load_checkpoint(path)
     stored = _net_config(path, payload)
     same_heads = {name: getattr(model.config, name) for name in TRAINING_ONLY_FIELDS}
-    _refuse_another_net(path, {**payload, "net_config": config_to_dict(stored.replace(**same_heads))}, model.config,
+    _refuse_another_net(path, stored.replace(**same_heads), model.config,
                         "its network is not the run's, so its weights cannot start it", "run")
     if stored == model.config:
         _load_weights(path, model, payload["model"])

@@ -103,11 +103,11 @@ __all__ = [
 ]
 
 NUM_SQUARES = 64
-# State-dict prefixes of the heads only the learner trains (`NetConfig.soft_policy_head`): an
-# inference copy (`prepare_for_inference`), its folded weights and every export leave them out.
-TRAINING_ONLY_PREFIXES = ("soft_policy_head.",)
-# `NetConfig` fields that shape training-only heads: an exported network's config leaves them out.
+# `NetConfig` flags of the heads only the learner trains, each also the head's attribute name on
+# `PolicyValueNet`: an inference copy (`prepare_for_inference`), its folded weights and every
+# export leave the heads out, and an exported network's config the flags.
 TRAINING_ONLY_FIELDS = ("soft_policy_head",)
+TRAINING_ONLY_PREFIXES = tuple(f"{name}." for name in TRAINING_ONLY_FIELDS)  # their state-dict prefixes
 AMAZONS_PER_SIDE = 4  # the squares a move can leave: the source term's rows
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
@@ -563,9 +563,10 @@ def prepare_for_inference(
     for training or saving. The original is not touched.
     """
     prepared = copy.deepcopy(model).eval()
-    if prepared.config.soft_policy_head:
-        del prepared.soft_policy_head
-        prepared.config = prepared.config.replace(soft_policy_head=False)
+    for name in TRAINING_ONLY_FIELDS:
+        if getattr(prepared.config, name):
+            delattr(prepared, name)
+            prepared.config = prepared.config.replace(**{name: False})
     for module in prepared.modules():
         if isinstance(module, ConvBN):
             module.fold()
