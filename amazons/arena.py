@@ -30,7 +30,9 @@ leaves `ArenaWorkers`: a worker gets `ABORT_GRACE_S` to end its game (Ctrl-C rea
 too, and a worker's players are closed as the interrupt unwinds), then SIGTERM, then SIGKILL
 `TERMINATE_GRACE_S` later, and is reaped, also when a second Ctrl-C interrupts the shutdown. A
 Botzone program dies with the worker that started it, however the worker ends
-(`amazons.botzone_player`).
+(`amazons.botzone_player`). A worker that dies while writing a result (SIGKILL, the OOM killer,
+a signal to its process group) fails the match with an `ArenaError` naming it: the results are
+read as raw bytes (`amazons._queue_reader`), never waiting for the rest of a message.
 
 Torch-free: network models are loaded by `amazons.player_factory` (in the workers, or in the
 servers' processes).
@@ -44,7 +46,6 @@ import math
 import multiprocessing
 import os
 import pickle
-import queue
 import sys
 import time
 import traceback
@@ -56,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
     ClientHandle,
@@ -305,6 +307,7 @@ class ArenaWorkers:
         self._workers: list[multiprocessing.process.BaseProcess] = []
         self._tasks: Any = None
         self._results: Any = None
+        self._reader: QueueReader | None = None  # reads `_results` as raw bytes
         self._failed: str | None = None
 
     @property
@@ -334,6 +337,7 @@ class ArenaWorkers:
                 self._servers[name] = server
                 server.start()
             self._tasks, self._results = self._context.Queue(), self._context.Queue()
+            self._reader = QueueReader(self._results)
             for index in range(self.processes):
                 handles = {name: server.handle(index) for name, server in self._servers.items()}
                 worker = self._context.Process(
@@ -394,22 +398,29 @@ class ArenaWorkers:
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         waiting = len(tasks)
         while waiting:
+            # Raw reads: a worker killed while writing a result leaves half of it in the pipe,
+            # and `Queue.get` would wait for the rest for ever (`amazons._queue_reader`).
             try:
-                index, record, error = self._results.get(timeout=0.2)
-            except queue.Empty:
+                results = self._reader.receive(0.2)
+            except (ValueError, pickle.UnpicklingError, AttributeError, ImportError) as error:
+                self._failed = f"a result of the arena workers cannot be read: {error}"
+                raise ArenaError(self._failed) from None
+            if not results:
                 failure = self._failure()
                 if failure is None and deadline is not None and time.monotonic() > deadline:
                     failure = f"the match did not finish within {timeout_s} s"
                 if failure is not None:
                     self._failed = failure
-                    raise ArenaError(failure) from None
+                    raise ArenaError(failure)
                 continue
-            if error is not None:
-                time.sleep(0.2)  # a dead worker explains the others' errors better: give it time to show
-                self._failed = self._failure() or f"game {index + 1} failed in an arena worker:\n{error}"
-                raise ArenaError(self._failed)
-            records[position[index]] = record
-            waiting -= 1
+            for index, record, error in results:
+                if error is not None:
+                    time.sleep(0.2)  # a dead worker explains the others' errors better: let it show
+                    self._failed = (self._failure()
+                                    or f"game {index + 1} failed in an arena worker:\n{error}")
+                    raise ArenaError(self._failed)
+                records[position[index]] = record
+                waiting -= 1
         return records
 
     def close(self, timeout: float = 30.0) -> dict[str, dict[str, float]]:
@@ -432,7 +443,7 @@ class ArenaWorkers:
                     if channel is not None:
                         channel.cancel_join_thread()  # tasks a failed match left behind are dropped
                         channel.close()
-                self._workers, self._tasks, self._results = [], None, None
+                self._workers, self._tasks, self._results, self._reader = [], None, None, None
             finally:
                 for name, server in self._servers.items():
                     self.stats[name] = dict(server.stop())
@@ -446,18 +457,13 @@ class ArenaWorkers:
                 if worker.exitcode is None:
                     self._tasks.put(None)
         deadline = time.monotonic() + grace
-        reading = self._results is not None
         while (alive := [worker for worker in self._workers if worker.exitcode is None]) \
                 and (left := deadline - time.monotonic()) > 0:
-            if not reading:
-                wait([worker.sentinel for worker in alive], left)
-                continue
-            try:
-                self._results.get(timeout=min(left, 0.05))  # dropped: a worker cannot exit while its queue holds results
-            except queue.Empty:
-                pass
-            except (OSError, EOFError, ValueError, pickle.UnpicklingError):  # a broken queue: wait without it
-                reading = False
+            sentinels = [worker.sentinel for worker in alive]
+            if self._reader is None:
+                wait(sentinels, left)
+            else:  # dropped as raw bytes: a worker cannot exit while its queue holds results
+                self._reader.discard(left, sentinels)
 
     def _end_workers(self) -> None:
         """Terminate the workers still alive, kill those alive `TERMINATE_GRACE_S` later, reap all."""

@@ -32,19 +32,19 @@ Imports the engine, board, symmetry, mcts, inference, replay and records modules
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import multiprocessing as mp
-import os
-import queue
 import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import Connection
 
 import numpy as np
 
+from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy, proof_policy
@@ -618,6 +618,10 @@ class SelfPlayWorkers:
         self.config = config
         context = context or mp.get_context("spawn")
         self._results: mp.Queue = context.Queue()
+        # Read as raw bytes only: an actor killed while writing leaves half a message, on which
+        # `Queue.get` would wait for ever (this process holds the pipe's write end too).
+        self._reader = QueueReader(self._results)
+        self._received: collections.deque = collections.deque()
         self._tasks: list[Connection] = []
         self._actors = []
         for actor_id in range(config.num_actors):
@@ -663,10 +667,7 @@ class SelfPlayWorkers:
         pending_records: list[GameRecord] = []
         try:
             while busy:
-                try:
-                    message = self._results.get(timeout=poll_s)
-                except queue.Empty:
-                    message = None
+                message = self._next_message(poll_s)
                 if message is not None:
                     kind, actor_id = message[0], message[1]
                     if kind == "game":
@@ -680,7 +681,7 @@ class SelfPlayWorkers:
                     else:
                         _check_server(self.server)  # the root cause, when the server stopped first
                         raise SelfPlayError(f"actor {actor_id} failed: {message[2]}")
-                if pending_samples and (message is None or self._results.empty()):
+                if pending_samples and (message is None or not self._message_ready()):
                     on_games(pending_samples, pending_records)
                     pending_samples, pending_records = [], []
                 if message is None:
@@ -753,10 +754,16 @@ class SelfPlayWorkers:
         return finished
 
     def _next_message(self, timeout: float) -> tuple | None:
-        try:
-            return self._results.get(timeout=timeout) if timeout > 0 else self._results.get_nowait()
-        except queue.Empty:
-            return None
+        """The next actor message, waiting up to `timeout` seconds for bytes; None if none is whole."""
+        if not self._received:
+            self._received.extend(self._reader.receive(timeout))
+        return self._received.popleft() if self._received else None
+
+    def _message_ready(self) -> bool:
+        """Whether a whole message can be taken now, without waiting."""
+        if not self._received:
+            self._received.extend(self._reader.receive(0.0))
+        return bool(self._received)
 
     def pause(self) -> None:
         """Hold every actor after its current search round (throttling self-play); nothing
@@ -852,20 +859,14 @@ class SelfPlayWorkers:
                 with contextlib.suppress(OSError):
                     tasks.send(None)
         deadline = time.monotonic() + timeout
-        reader: Connection | None = self._results._reader  # the queue is not read as a queue again
+        reader = self._reader
+        self._received.clear()
         try:
-            while time.monotonic() < deadline:
+            while (left := deadline - time.monotonic()) > 0:
                 alive = [process.sentinel for process in self._actors if process.is_alive()]
                 if not alive:
                     break
-                for ready in wait([*alive, *([reader] if reader is not None else [])],
-                                  max(0.0, deadline - time.monotonic())):
-                    if ready is reader:
-                        try:
-                            if not os.read(reader.fileno(), 1 << 16):
-                                reader = None  # every writer is gone
-                        except OSError:
-                            reader = None
+                reader.discard(left, alive)
         finally:  # a second Ctrl-C here still ends the actors: none is left for the exit to wait on
             self.terminate()
         for tasks in self._tasks:

@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import _thread
 import os
+import pickle
 import signal
+import struct
+import subprocess
 import sys
 import threading
 import time
@@ -91,6 +94,8 @@ def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_p
         raise
 
 
+# Serial: it bounds the stop on the wall clock.
+@pytest.mark.serial
 def test_close_kills_a_worker_that_neither_stops_nor_terminates():
     """A stopped worker (SIGSTOP: it reads no sentinel, SIGTERM waits) is killed and reaped."""
     workers = ArenaWorkers(1, {})
@@ -126,6 +131,8 @@ def _make_exploding_once_logged(argument: str | None, options: PlayerOptions) ->
     return _ExplodingOnceLogged(argument)
 
 
+# Serial: it bounds the match on the wall clock.
+@pytest.mark.serial
 def test_a_game_that_raises_in_a_worker_ends_the_other_workers_game_promptly(tmp_path, monkeypatch):
     """Game 2 raises (its Black explodes) while game 1's program sleeps for a minute: the match
     fails with the game's traceback, and game 1's worker and program are ended at once."""
@@ -139,3 +146,62 @@ def test_a_game_that_raises_in_a_worker_ends_the_other_workers_game_promptly(tmp
     assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + 2 * SLACK_S, f"the match took {seconds:.1f} s"
     assert len({row["pid"] for row in read_log(log)}) == 1  # game 1's program, asleep in its first turn
     assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
+
+
+class _KilledMidResult(BasePlayer):
+    """Writes the first half of a result into its worker's result queue, as a worker killed while
+    writing one leaves it (SIGKILL, the OOM killer, a signal to its process group), then kills its
+    worker."""
+
+    name = "killed-mid-result"
+
+    def choose_move(self, board: Board) -> Move:
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != "_serving_worker":
+            frame = frame.f_back
+        assert frame is not None, "not called in an arena worker"
+        writer = frame.f_locals["results"]._writer
+        message = pickle.dumps((0, "a record cut short" * 100, None))
+        os.write(writer.fileno(), struct.pack("!i", len(message)) + message[: len(message) // 2])
+        os.kill(os.getpid(), signal.SIGKILL)
+        raise AssertionError("still alive after SIGKILL")
+
+
+def _make_killed_mid_result(argument: str | None, options: PlayerOptions) -> Player:
+    return _KilledMidResult()
+
+
+KILLED_MID_RESULT_MATCH = """
+import sys
+sys.path.insert(0, {tests!r})
+from amazons.arena import ArenaError, ArenaWorkers, run_arena
+from amazons.player_factory import register_player
+from test_arena_shutdown import _make_killed_mid_result
+
+register_player("killed-mid-result", _make_killed_mid_result)
+with ArenaWorkers(1, {{}}, factories={{"killed-mid-result": _make_killed_mid_result}}) as workers:
+    print("worker", workers.pids[0], flush=True)
+    try:
+        run_arena("killed-mid-result", "random", games=1, opening_plies=0, workers=workers)
+    except ArenaError as error:
+        print("ArenaError:", error, flush=True)
+"""
+
+
+def test_a_worker_killed_while_writing_a_result_fails_the_match_instead_of_hanging_it():
+    """The worker leaves half a message in the result pipe and dies: the arena names the dead
+    worker. The match runs in a process of its own, ended after 120 s, so a hang fails the test."""
+    code = KILLED_MID_RESULT_MATCH.format(tests=str(Path(__file__).resolve().parent))
+    match = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = match.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        os.killpg(match.pid, signal.SIGKILL)
+        out, err = match.communicate()
+        pytest.fail(f"the match hung on the half-written result\nstdout:\n{out}\nstderr:\n{err}")
+    assert match.returncode == 0, err
+    pid = int(out.split()[1])
+    named = f"ArenaError: arena worker 0 (pid {pid}) exited with code -9 during a match"
+    assert named in out, out + err
+    assert ended(pid)

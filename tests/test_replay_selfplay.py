@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from conftest import owned_shm_entries
 
-from amazons import engine, selfplay
+from amazons import _queue_reader, engine
 from amazons.board import Adjudication, Board, Move
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
@@ -367,7 +367,7 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(selfplay, "wait", interrupted)  # the Ctrl-C reaches close while it waits
+        monkeypatch.setattr(_queue_reader, "wait", interrupted)  # the Ctrl-C reaches close while it waits
         with pytest.raises(KeyboardInterrupt):
             workers.close(timeout=20.0)
         assert not any(process.is_alive() for process in workers._actors)
