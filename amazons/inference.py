@@ -34,8 +34,9 @@ the server as an error; the server then stops, every other client's next call ra
 shared memory. A server that dies is seen by clients as a closed pipe, and by the owner's
 `check()`.
 
-Imports numpy, the package's engine constants and the `Evaluator` protocol (`amazons.evaluator`); the
-server process imports torch only through the evaluator factory it is given.
+Imports numpy, the package's engine constants, the `Evaluator` protocol (`amazons.evaluator`) and
+the backend names (`amazons._network_backends`); the server process imports torch only through the
+evaluator factory it is given.
 """
 
 from __future__ import annotations
@@ -55,11 +56,11 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from amazons._network_backends import backend_error
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
-BACKENDS = ("auto", "torch", "native")  # InferenceConfig.backend: the server's network
 
 
 class InferenceError(RuntimeError):
@@ -76,15 +77,16 @@ class InferenceConfig:
     slot_moves: int = 256 * 1024  # legal moves one round trip can carry (>= MAX_MOVES)
     start_timeout_s: float = 300.0  # the server must build its evaluator within this time
     torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
-    # The server's network: "torch" (the prepared torch model), "native" (the compiled CPU
-    # evaluator, amazons.nativenet) or "auto" (native on a CPU where it is built and runs the
-    # network, torch on a GPU).
+    # The server's network, from a checkpoint: "torch" (the prepared torch model), "native" (the
+    # compiled CPU evaluator, amazons.nativenet) or "auto" (native on a CPU where it is built and
+    # runs the network at fp32, torch on a GPU or at another precision): amazons._network_backends.
     backend: str = "auto"
     native_threads: int = 1  # threads of the native evaluator per batch
 
     def __post_init__(self) -> None:
-        if self.backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {', '.join(BACKENDS)}, got {self.backend!r}")
+        why = backend_error(self.backend, ".pt")  # the server runs the run's checkpoints
+        if why:
+            raise ValueError(f"inference {why}")
         if self.native_threads < 1:
             raise ValueError(f"native_threads must be >= 1, got {self.native_threads}")
         if self.inference_batch_size < 1:

@@ -15,7 +15,8 @@
   kept on the CPU as the source, its batch norms folded there (`prepare_for_inference`), the
   folded arrays loaded into the native network's buffer in place on every weight update.
   `resolve_backend` chooses between the two (`InferenceConfig.backend`: "auto" takes the native
-  one on a CPU where the extension is built and runs the network, torch on a GPU).
+  one on a CPU where the extension is built and runs the network at fp32, torch on a GPU or at an
+  explicit bf16 or fp16; the names: `amazons._network_backends`).
 * `load_network_evaluator`: a checkpoint as that evaluator, in this process.
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
   build the same evaluator; `server_evaluator_factory` is the one builder of it from a run's
@@ -39,8 +40,9 @@ import numpy as np
 import torch
 
 from amazons import nativenet
+from amazons._network_backends import backend_error
 from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
-from amazons.inference import BACKENDS, InferenceConfig
+from amazons.inference import InferenceConfig
 from amazons.net import (
     PRECISION_DTYPES,
     GlobalSelfAttention,
@@ -172,32 +174,44 @@ def numpy_net(model: PolicyValueNet, source: dict[str, Any] | None = None) -> Nu
     return NumpyNet(*model_arrays(model), source)
 
 
-def resolve_backend(backend: str, device: str, model: PolicyValueNet) -> str:
-    """The backend that runs `model` on `device`: "torch" or "native".
+def resolve_backend(backend: str, device: str, model: PolicyValueNet,
+                    precision: str = "auto") -> str:
+    """The backend that runs `model` on `device` at `precision`: "torch" or "native".
 
-    "auto" takes the native evaluator on a CPU where the extension is built and runs the network
-    (every network npnet runs), and torch on a GPU or where it cannot; "native" is refused on a
-    GPU or where it cannot run.
+    The native evaluator computes fp32 only. "auto" takes it on a CPU where the extension is
+    built and runs the network (every network npnet runs) and the precision is "auto" or
+    "fp32"; torch on a GPU, at an explicit "bf16" or "fp16" (never dropped for fp32), or where
+    the native evaluator cannot run. "native" is refused on a GPU, at another precision than
+    fp32, or where it cannot run; "numpy" (exported models only) is refused with the names to
+    write (`amazons._network_backends`).
 
     Raises:
-        BackendError: an unknown backend, or "native" where it cannot run (the reason named).
+        BackendError: an unknown backend, one that does not run checkpoints, or "native" where
+            it cannot run (the reason named).
+        amazons.net.NetConfigError: an unknown precision.
     """
-    if backend not in BACKENDS:
-        raise BackendError(f"inference backend must be one of {', '.join(BACKENDS)}, got {backend!r}")
+    why = backend_error(backend, ".pt")
+    if why:
+        raise BackendError(f"inference {why}")
     if backend == "torch":
         return "torch"
-    on_cpu = torch.device(resolve_device(device)).type == "cpu"
+    resolved = torch.device(resolve_device(device))
+    computes = resolve_precision(precision, resolved)
     try:
         why = nativenet.native_support(inference_config_dict(model.config), _trunk_kinds(model))
     except BackendError as error:
         why = str(error)
     if backend == "native":
-        if not on_cpu:
+        if resolved.type != "cpu":
             raise BackendError(f"inference backend 'native' runs on the CPU; the device is {device!r}")
+        if computes != "fp32":
+            raise BackendError(f"inference backend 'native' computes fp32 only, not precision "
+                               f"{precision!r}: write backend 'torch' (or 'auto'), or precision "
+                               f"'fp32'")
         if why:
             raise BackendError(f"inference backend 'native' cannot run this network: {why}")
         return "native"
-    return "native" if on_cpu and not why else "torch"
+    return "native" if resolved.type == "cpu" and computes == "fp32" and not why else "torch"
 
 
 def _trunk_kinds(model: PolicyValueNet) -> list[str]:
@@ -266,17 +280,19 @@ def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precis
         path: the checkpoint.
         device, precision, max_batch, cuda_graphs: see `ReloadableNetworkEvaluator`.
         torch_threads: set torch's intra-op threads (process-wide) first; None leaves them.
-        backend: "auto", "torch" or "native" (`resolve_backend`).
+        backend: "auto", "torch" or "native" (`resolve_backend`: "auto" keeps an explicit bf16
+            or fp16 `precision` on torch).
         native_threads: the native evaluator's threads per batch.
 
     Raises:
         amazons.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
-        BackendError: "native" where it cannot run.
+        BackendError: an unknown backend or "numpy", or "native" where it cannot run or at
+            another precision than fp32.
     """
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
     model = load_model_for_play(path, "cpu")
-    if resolve_backend(backend, device, model) == "native":
+    if resolve_backend(backend, device, model, precision) == "native":
         return NativeReloadableEvaluator(model, native_threads)
     return ReloadableNetworkEvaluator(model, device, precision, max_batch, cuda_graphs)
 

@@ -13,8 +13,9 @@ What this module owns:
     (`amazons.netplay.load_network_evaluator`), on the native evaluator on a CPU, on torch on a
     GPU. Where it is not (the bot, terminal play) it is refused with the command that exports
     it.
-  `backend` ("auto", "torch", "native"; `amazons.inference.InferenceConfig.backend`) picks the
-  network's backend: "torch" runs an `.npz` model in numpy.
+  `backend` picks the network's backend, each name with one meaning (`amazons._network_backends`):
+  "native" (either file), "torch" (`.pt` only), "numpy" (`.npz` only) or "auto"; a name that
+  does not run the model's file is refused before anything loads, with the names that do.
   A network searches with `NET_SEARCH`.
 * `model_evaluator` (a model spec -> its evaluator and default search) and `build_model_player`,
   the one function that builds a model-backed `MCTSPlayer` for the arena, the Botzone bot,
@@ -27,9 +28,9 @@ What this module owns:
   Botzone program, `amazons.botzone_player`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
-Torch-free: imports numpy, `mcts`, `npnet`, `nativenet`, `players`, `models`, `botzone_player` and `openspiel_player` (which
-imports pyspiel only when its player is built); `amazons.netplay`, and with it torch, is imported
-only when a `.pt` model is asked for.
+Torch-free: imports numpy, `mcts`, `npnet`, `nativenet`, `players`, `models`, `botzone_player`,
+`_network_backends` and `openspiel_player` (which imports pyspiel only when its player is built);
+`amazons.netplay`, and with it torch, is imported only when a `.pt` model is asked for.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from amazons._network_backends import backend_error
 from amazons.botzone_player import BotzonePlayer, parse_botzone_spec
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
@@ -109,16 +111,27 @@ def _model_path(model: str) -> Path:
     return path
 
 
+def _check_backend(backend: str, path: Path) -> None:
+    """Refuse a backend that does not run the model file `path` (any file but `.pt` is read as
+    an exported model)."""
+    why = backend_error(backend, ".pt" if path.suffix == ".pt" else ".npz")
+    if why:
+        raise PlayerSpecError(f"{path}: {why}")
+
+
 def numpy_model_evaluator(net: NumpyNet, backend: str = "auto") -> Evaluator:
     """An exported network's evaluator: the compiled CPU evaluator (`amazons.nativenet`) where
-    `backend` is "auto" and it runs the network, or "native"; numpy (`amazons.npnet`) otherwise.
+    `backend` is "auto" and it runs the network, or "native"; numpy (`amazons.npnet`) where it
+    is "numpy" or the native evaluator cannot run.
 
     Raises:
-        PlayerSpecError: an unknown backend, or "native" where the native evaluator cannot run.
+        PlayerSpecError: an unknown backend or "torch" (which runs checkpoints only), or
+            "native" where the native evaluator cannot run.
     """
-    if backend not in ("auto", "torch", "native"):
-        raise PlayerSpecError(f"backend must be auto, torch or native, got {backend!r}")
-    why = native_support(net.config, net.trunk_layers) if backend != "torch" else "not asked for"
+    why = backend_error(backend, ".npz")
+    if why:
+        raise PlayerSpecError(why)
+    why = native_support(net.config, net.trunk_layers) if backend != "numpy" else "not asked for"
     if not why:
         return NativeEvaluator(net)
     if backend == "native":
@@ -141,20 +154,25 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
             `amazons.net.resolve_precision`).
         torch_threads: torch's intra-op threads (process-wide) once a `.pt` model is loaded;
             None leaves them.
-        backend: "auto", "torch" or "native": the network's backend (see the module doc).
+        backend: "auto", "native", "torch" (`.pt` only) or "numpy" (`.npz` only): the network's
+            backend (see the module doc).
 
     Numpy models run on one BLAS thread (`amazons.npnet.limit_blas_threads`), native ones on one
     thread.
 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
+        PlayerSpecError: a backend that does not run the model's file (the message names those
+            that do), or "native" where it cannot run an exported model.
         amazons.npnet.ModelFileError: not a usable model file, or a torch checkpoint where torch
             is not allowed (the message gives the export command).
         amazons.checkpoint.CheckpointError: an unusable torch checkpoint.
+        amazons.netplay.BackendError: "native" where it cannot run a checkpoint.
     """
     if model == "none":
         return RolloutEvaluator(seed=seed), ROLLOUT_SEARCH
     path = _model_path(model)
+    _check_backend(backend, path)
     if path.suffix == ".pt":
         if not allow_torch:
             raise ModelFileError(
@@ -189,7 +207,8 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
             spec still picks the default search and the name.
         name: the player's name (default `mcts-rollout` for `none`, else `mcts-net:MODEL`).
         stop_when_full: end a time-budgeted search once the tree is full (the bot).
-        backend: the network's backend, "auto", "torch" or "native" (see `model_evaluator`).
+        backend: the network's backend, "auto", "native", "torch" or "numpy" (see
+            `model_evaluator`).
 
     Raises:
         FileNotFoundError, amazons.npnet.ModelFileError, amazons.checkpoint.CheckpointError: see
@@ -224,11 +243,13 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
 
     Raises:
         FileNotFoundError: no such model file.
-        PlayerSpecError: `none` (random playouts are no network to serve).
+        PlayerSpecError: `none` (random playouts are no network to serve), or a backend that does
+            not run the model's file.
     """
     if model == "none":
         raise PlayerSpecError("model 'none' (random playouts) is not a network to serve")
     path = _model_path(model)
+    _check_backend(backend, path)
     if path.suffix == ".pt":
         netplay = importlib.import_module("amazons.netplay")
         return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch, backend=backend)

@@ -28,6 +28,15 @@ from amazons.inference import InferenceClient, InferenceConfig, InferenceError, 
 SPAWN = mp.get_context("spawn")
 
 
+def test_the_servers_backend_runs_checkpoints_and_a_wrong_name_is_refused_with_what_to_write():
+    for backend in ("auto", "torch", "native"):
+        assert InferenceConfig(backend=backend).backend == backend
+    with pytest.raises(ValueError, match="'numpy' runs exported models .*'torch' or 'native'"):
+        InferenceConfig(backend="numpy")  # the server runs the run's checkpoints
+    with pytest.raises(ValueError, match="one of auto, torch, native, numpy, got 'fast'"):
+        InferenceConfig(backend="fast")
+
+
 def shm_exists(name: str) -> bool:
     return os.path.exists(f"/dev/shm/{name.lstrip('/')}")
 

@@ -22,6 +22,7 @@ from test_npnet import random_model
 
 from amazons import engine, npnet
 from amazons.checkpoint import save_model
+from amazons.evaluator import EvaluatorInputError
 from amazons.export import TOLERANCE, random_positions, torch_outputs
 from amazons.inference import InferenceClient, InferenceConfig, InferenceServer
 from amazons.models import default_model_path
@@ -40,7 +41,6 @@ from amazons.netplay import (
     resolve_backend,
     server_evaluator_factory,
 )
-from amazons.npnet import NpNetInputError
 from amazons.player_factory import PlayerSpecError, model_evaluator
 
 pytestmark = pytest.mark.skipif(not native_available(), reason="the extension amazons._native is not built")
@@ -150,11 +150,11 @@ def test_the_production_evaluator_takes_flat_weights_and_checkpoints_in_place(tm
 def test_bad_input_is_refused(batch):
     evaluator = NativeEvaluator(npnet.load_model(default_model_path()))
     positions, moves, offsets = batch
-    with pytest.raises(NpNetInputError, match="positions must be"):
+    with pytest.raises(EvaluatorInputError, match="positions must be"):
         evaluator.evaluate(positions.astype(np.int64), moves, offsets)
-    with pytest.raises(NpNetInputError, match="move_offsets must rise"):
+    with pytest.raises(EvaluatorInputError, match="move_offsets must rise"):
         evaluator.evaluate(positions, moves, offsets[::-1].copy())
-    with pytest.raises(NpNetInputError, match="squares 0..63"):
+    with pytest.raises(EvaluatorInputError, match="squares 0..63"):
         evaluator.evaluate(positions, moves + 64, offsets)
     with pytest.raises(ValueError, match="threads"):
         NativeEvaluator(npnet.load_model(default_model_path()), threads=0)
@@ -207,7 +207,7 @@ def test_the_model_builders_pick_the_native_evaluator_on_a_cpu(tmp_path):
     assert isinstance(load_network_evaluator(path, "cpu"), NativeReloadableEvaluator)
     assert isinstance(model_evaluator(str(path), allow_torch=True, device="cpu")[0], NativeReloadableEvaluator)
     assert isinstance(model_evaluator("default")[0], NativeEvaluator)
-    assert isinstance(model_evaluator("default", backend="torch")[0], npnet.NumpyEvaluator)
+    assert isinstance(model_evaluator("default", backend="numpy")[0], npnet.NumpyEvaluator)
     with pytest.raises(PlayerSpecError, match="backend"):
         model_evaluator("default", backend="fast")
 

@@ -20,6 +20,9 @@ every residual block and attention block is the identity and the priors are near
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import numpy as np
 import pytest
 import torch
@@ -29,6 +32,7 @@ from torch import nn
 from amazons import engine
 from amazons.checkpoint import CheckpointError, save_model
 from amazons.inference import InferenceConfig
+from amazons.nativenet import native_available
 from amazons.net import (
     PRESETS,
     NetInputError,
@@ -46,10 +50,12 @@ from amazons.net import (
     weights_elements,
 )
 from amazons.netplay import (
+    BackendError,
     NativeReloadableEvaluator,
     NetworkEvaluatorFactory,
     ReloadableNetworkEvaluator,
     load_network_evaluator,
+    resolve_backend,
     server_evaluator_factory,
 )
 
@@ -171,15 +177,78 @@ def test_load_weights_prepares_the_new_weights(tmp_path, leaves):
         evaluator.load_weights(other)
 
 
-@pytest.mark.parametrize(("backend", "kind"), [("torch", ReloadableNetworkEvaluator),
-                                               ("auto", NativeReloadableEvaluator)])
+@pytest.mark.parametrize(("backend", "kind"), [
+    ("torch", ReloadableNetworkEvaluator),
+    ("auto", NativeReloadableEvaluator if native_available() else ReloadableNetworkEvaluator)])
 def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves, backend, kind):
-    """The torch backend, and on a CPU "auto" takes the compiled evaluator (tests/test_nativenet.py)."""
+    """The torch backend, and on a CPU "auto" takes the compiled evaluator where it is built
+    (tests/test_nativenet.py), the torch one where it is not (the extension hidden: below)."""
     model = trained_looking("tiny", "factorized", seed=6)
     factory = NetworkEvaluatorFactory(str(save_model(tmp_path / "m.pt", model)), "cpu", "auto", backend=backend)
     evaluator = factory()
     assert isinstance(evaluator, kind) and evaluator.precision == "fp32"
     assert_close(evaluator.evaluate(*leaves), reference(model, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
+
+
+# Where the extension is not built, the builders fall back to torch (a checkpoint) and numpy (an
+# exported model), as amazons.nativenet promises: checked in a process that cannot import it.
+WITHOUT_THE_EXTENSION = """
+import sys
+sys.modules["amazons._native"] = None  # `from amazons import _native` raises ImportError
+import torch
+torch.set_num_threads(1)
+from amazons.nativenet import native_available
+from amazons.netplay import BackendError, ReloadableNetworkEvaluator, load_network_evaluator
+from amazons.npnet import NumpyEvaluator
+from amazons.player_factory import PlayerSpecError, model_evaluator
+assert not native_available()
+evaluator = load_network_evaluator(sys.argv[1], "cpu")
+assert type(evaluator) is ReloadableNetworkEvaluator and evaluator.precision == "fp32", evaluator
+evaluator = model_evaluator(sys.argv[1], allow_torch=True, device="cpu")[0]
+assert type(evaluator) is ReloadableNetworkEvaluator, evaluator
+assert type(model_evaluator("default")[0]) is NumpyEvaluator
+for build in (lambda: load_network_evaluator(sys.argv[1], "cpu", backend="native"),
+              lambda: model_evaluator("default", backend="native")):
+    try:
+        build()
+    except (BackendError, PlayerSpecError) as error:
+        assert "amazons._native is not built" in str(error), error
+    else:
+        raise AssertionError("the native backend was not refused")
+print("fell back")
+"""
+
+
+def test_without_the_extension_the_builders_fall_back_to_torch_and_numpy(tmp_path):
+    path = save_model(tmp_path / "m.pt", trained_looking("tiny", "joint", seed=9))
+    result = subprocess.run([sys.executable, "-c", WITHOUT_THE_EXTENSION, str(path)],
+                            capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0 and result.stdout.strip() == "fell back", result.stderr
+
+
+def test_an_explicit_bf16_or_fp16_runs_on_torch_and_the_native_backend_refuses_it(tmp_path):
+    """The native evaluator computes fp32 only: "auto" with bf16 or fp16 asked for takes torch at
+    that precision, never drops it silently; "native" with it is refused by name."""
+    path = save_model(tmp_path / "m.pt", trained_looking("tiny", "joint", seed=10))
+    for precision in ("bf16", "fp16"):
+        evaluator = load_network_evaluator(path, "cpu", precision, backend="auto")
+        assert type(evaluator) is ReloadableNetworkEvaluator and evaluator.precision == precision
+        refused = f"'native' computes fp32.*{precision}.*write backend 'torch'"
+        with pytest.raises(BackendError, match=refused):
+            load_network_evaluator(path, "cpu", precision, backend="native")
+    for precision in ("auto", "fp32"):
+        evaluator = load_network_evaluator(path, "cpu", precision, backend="auto")
+        kind = NativeReloadableEvaluator if native_available() else ReloadableNetworkEvaluator
+        assert type(evaluator) is kind and evaluator.precision == "fp32"
+
+
+def test_a_checkpoint_refuses_the_numpy_backend_and_names_what_to_write():
+    model = trained_looking("tiny", "joint", seed=11)
+    refused = "'numpy' runs exported models .*write backend 'torch' or 'native'"
+    with pytest.raises(BackendError, match=refused):
+        resolve_backend("numpy", "cpu", model)
+    with pytest.raises(BackendError, match="one of auto, torch, native, numpy"):
+        resolve_backend("fast", "cpu", model)
 
 
 def flat_weights(model: PolicyValueNet) -> np.ndarray:

@@ -31,7 +31,7 @@ def test_each_model_spec_gives_its_evaluator_and_search():
         expected = NativeEvaluator if native_available() else NumpyEvaluator
         assert isinstance(player.search.evaluator, expected) and player.config == NET_SEARCH
         assert Board().is_legal(player.choose_move(Board()))
-        numpy_player = build_model_player(model, simulations=8, seed=0, backend="torch")
+        numpy_player = build_model_player(model, simulations=8, seed=0, backend="numpy")
         assert isinstance(numpy_player.search.evaluator, NumpyEvaluator)
     with pytest.raises(ModelFileError, match="python -m amazons.export"):
         build_model_player(str(default_checkpoint_path()))  # the bot and terminal play: no torch
@@ -58,6 +58,24 @@ def test_a_checkpoint_runs_prepared_where_torch_is_allowed(backend):
     expected = NativeReloadableEvaluator if backend == "auto" and native_available() else ReloadableNetworkEvaluator
     assert isinstance(player.search.evaluator, expected)
     assert player.search.evaluator.precision == "fp32" and Board().is_legal(player.choose_move(Board()))
+
+
+def test_a_backend_that_cannot_run_the_model_file_is_refused_with_the_names_to_write():
+    """"torch" runs torch checkpoints only (it ran an exported model in numpy before: "numpy"
+    does now), "numpy" exported models only; refused before anything loads, also for a server."""
+    checkpoint = str(default_checkpoint_path())
+    for build in (lambda: build_model_player("default", backend="torch"),
+                  lambda: served_evaluator_factory("default", backend="torch")):
+        with pytest.raises(PlayerSpecError, match="backend 'native' or 'numpy'.*is 'numpy' now"):
+            build()
+    refused = "'numpy' runs exported models .*write backend 'torch' or 'native'"
+    for build in (lambda: build_model_player(checkpoint, allow_torch=True, backend="numpy"),
+                  lambda: served_evaluator_factory(checkpoint, backend="numpy")):
+        with pytest.raises(PlayerSpecError, match=refused):
+            build()
+    with pytest.raises(PlayerSpecError, match="one of auto, torch, native, numpy, got 'fast'"):
+        build_model_player("default", backend="fast")
+    assert isinstance(served_evaluator_factory("default", backend="numpy")(), NumpyEvaluator)
 
 
 def test_the_builders_arguments_reach_the_player():

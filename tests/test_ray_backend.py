@@ -2,22 +2,27 @@
 replaced by the sync one it runs (a log line says so, `config.json` records it), and an async
 mode named by an override still refused.
 
-None of these start Ray: the command-line check swaps `connect` and `RayRun.run` for no-ops,
-so it resolves, builds and writes the run as `python -m amazons.train --backend ray` does and
-plays nothing (tests/test_distributed.py runs the backend on real clusters).
+The command-line check runs `python -m amazons.train --backend ray --preset cpu` for real: it
+starts a Ray runtime on this machine and plays and trains one small iteration (slow: Ray's start
+alone takes seconds on two cores). tests/test_distributed.py runs the backend on simulated
+clusters of several nodes.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
+import shutil
+import tempfile
 
 import pytest
 
-pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
+ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
 
-from amazons.distributed import ray_backend  # noqa: E402
+from amazons.config import config_to_dict  # noqa: E402
 from amazons.distributed.ray_backend import RayRun  # noqa: E402
+from amazons.records import read_records  # noqa: E402
 from amazons.train import Run, main  # noqa: E402
 from amazons.train_config import apply_overrides, preset_config  # noqa: E402
 
@@ -50,15 +55,55 @@ def test_an_async_mode_named_by_an_override_is_kept_and_refused(tmp_path, capsys
     assert not (tmp_path / "cli" / "config.json").exists()
 
 
-def test_the_command_line_runs_the_cpu_preset_on_ray_as_written(tmp_path, capsys, monkeypatch):
-    built: list[RayRun] = []
-    monkeypatch.setattr(ray_backend, "connect", lambda address, config: False)
-    monkeypatch.setattr(RayRun, "run", lambda run, progress=True: built.append(run))
+# A small run: one actor with two games in lockstep, few simulations, two steps; no evaluation.
+SMALL = [
+    "games_per_iteration=2",
+    "selfplay.num_actors=1",
+    "selfplay.games_in_parallel=2",
+    "selfplay.search.simulations=8",
+    "selfplay.start_jitter_s=0",
+    "min_steps=2",
+    "max_steps=2",
+    "train_batch_size=32",
+    "eval.every=0",
+    "ray.games_per_request=2",
+    "ray.max_games_in_flight=2",
+    "ray.num_cpus=2",
+    "ray.object_store_mb=100",
+]
+
+
+# Serial: Ray's object store and the node's segments live in /dev/shm, which other tests count.
+@pytest.mark.slow
+@pytest.mark.serial
+def test_the_command_line_runs_the_cpu_preset_on_a_ray_runtime_it_starts(tmp_path, capsys,
+                                                                         monkeypatch):
+    """`python -m amazons.train --backend ray --preset cpu` without `--address`: the run starts
+    a Ray runtime on this machine, plays and trains an iteration of the preset as written (its
+    async mode replaced by sync, and the overrides that make it small), and shuts Ray down."""
+    ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    monkeypatch.setenv("RAY_TMPDIR", ray_dir)
+    monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "0")  # it kills workers on a full machine
     run_dir = tmp_path / "run"
-    assert main(["--backend", "ray", "--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "1",
-                 "--no-progress"]) == 0
-    assert REPLACED in capsys.readouterr().out.splitlines()
-    (run,) = built
-    assert run.config.pipeline.mode == "sync"
+    try:
+        assert main(["--backend", "ray", "--preset", "cpu", "--run-dir", str(run_dir),
+                     "--iterations", "1", "--no-progress", *SMALL]) == 0
+        assert not ray.is_initialized()  # the run started Ray, so it shut it down
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    out = capsys.readouterr().out
+    assert REPLACED in out.splitlines()
+    assert "backend ray (sync pipeline), preset cpu" in out
+    written = apply_overrides(preset_config("cpu"), SMALL)
+    expected = dataclasses.replace(written, iterations=1,  # --iterations
+                                   pipeline=dataclasses.replace(written.pipeline, mode="sync"))
     stored = json.loads((run_dir / "config.json").read_text())
-    assert stored["pipeline"]["mode"] == "sync" and stored["preset"] == "cpu"
+    assert stored == json.loads(json.dumps(config_to_dict(expected)))
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in metrics] == [1]
+    assert math.isfinite(metrics[0]["train/loss"]) and metrics[0]["ray/nodes_active"] >= 1
+    assert len(read_records(run_dir / "games" / "selfplay.txt")) == 2  # replayed move by move
+    models = sorted(path.name for path in (run_dir / "models").iterdir())
+    assert models == ["model-0000.pt", "model-0001.pt"]
