@@ -44,7 +44,10 @@ cdef extern from *:
 BLACK = 0
 WHITE = 1
 NUM_SQUARES = 64
-MAX_MOVES = 2916  # 4 amazons x 27 destinations x 27 arrows: the 8x8 upper bound
+AMAZONS_PER_SIDE = 4  # the Botzone start's; every move keeps the count
+# The 8x8 upper bound on legal moves: each amazon reaches at most 27 squares, and so does its
+# arrow (2,916). The native core's rules.h keeps both as literals; tests check they agree.
+MAX_MOVES = AMAZONS_PER_SIDE * 27 * 27
 MAX_GAME_PLIES = 56  # each move fills one of the 56 squares empty at the start
 
 

@@ -19,6 +19,28 @@ from libcpp.vector cimport vector
 
 import numpy as np
 
+# The C++ errors as Python exceptions: InputError (wrong input: a position, a move) as ValueError,
+# any other as RuntimeError (MemoryError when memory ran out).
+cdef extern from *:
+    """
+    #include "native/evaluator.h"
+
+    static void amz_raise_native_error() {
+        try {
+            throw;
+        } catch (const InputError& error) {
+            PyErr_SetString(PyExc_ValueError, error.what());
+        } catch (const std::bad_alloc&) {
+            PyErr_NoMemory();
+        } catch (const std::exception& error) {
+            PyErr_SetString(PyExc_RuntimeError, error.what());
+        } catch (...) {
+            PyErr_SetString(PyExc_RuntimeError, "an unknown C++ exception");
+        }
+    }
+    """
+    void amz_raise_native_error()
+
 cdef extern from "native/evaluator.h" nogil:
     cdef struct Pos:
         uint64_t mine, theirs, arrows
@@ -32,55 +54,73 @@ cdef extern from "native/evaluator.h" nogil:
         vector[int] trunk
 
     cdef cppclass BatchEvaluator:
-        BatchEvaluator() except +
-        void set_kernels(cbool portable) except +
+        BatchEvaluator() except +amz_raise_native_error
+        void set_kernels(cbool portable) except +amz_raise_native_error
         const char* kernels_name()
-        void load(const NetShape& shape, const float* weights, size_t count) except +
-        void evaluate(int64_t batch, const uint64_t* positions, const int32_t* moves, const int64_t* offsets,
-                      float* priors, float* values, int threads) except +
+        void load(const NetShape& shape, const float* weights,
+                  size_t count) except +amz_raise_native_error
+        void evaluate(int64_t batch, const uint64_t* positions, const int32_t* moves,
+                      const int64_t* offsets, float* priors, float* values,
+                      int threads) except +amz_raise_native_error
 
     void init_tables()
     size_t network_weight_floats(const NetShape& shape)
     string network_shape_error(const NetShape& shape)
+    string position_error(const Pos& pos)
     int64_t perft(const Pos& pos, int depth)
     int legal_moves(const Pos& pos, Move* out)
     void write_features(const Pos& pos, int num_planes, float* planes)
     int MAX_MOVES
+    int AMAZONS_PER_SIDE
+    int TRUNK_RESIDUAL
+    int TRUNK_ATTENTION
 
 init_tables()
 
-TRUNK_KINDS = {"residual": 0, "attention": 1}
+SHAPE_FIELDS = ("num_planes", "channels", "key_dim", "head_dim", "value_channels", "value_hidden",
+                "joint", "arrow_source", "trunk")
 
 
-cdef NetShape _shape(dict config, list trunk) except *:
+def native_constants() -> dict:
+    """The literals the C++ keeps for the extension, by name (tests hold them to Python's)."""
+    return {"MAX_MOVES": MAX_MOVES, "AMAZONS_PER_SIDE": AMAZONS_PER_SIDE,
+            "TRUNK_RESIDUAL": TRUNK_RESIDUAL, "TRUNK_ATTENTION": TRUNK_ATTENTION}
+
+
+cdef NetShape _shape(dict fields) except *:
+    if set(fields) != set(SHAPE_FIELDS):
+        raise ValueError(
+            f"a network shape has the fields {', '.join(SHAPE_FIELDS)}, got {sorted(fields)}")
     cdef NetShape shape
-    shape.num_planes = int(config["num_planes"])
-    shape.channels = int(config["channels"])
-    shape.key_dim = int(config["attention_dim"])
-    shape.head_dim = int(config["head_dim"])
-    shape.value_channels = int(config["value_channels"])
-    shape.value_hidden = int(config["value_hidden"])
-    shape.joint = config["policy_head"] == "joint"
-    shape.arrow_source = bool(config.get("arrow_source", False))
-    for kind in trunk:
-        shape.trunk.push_back(TRUNK_KINDS.get(kind, -1))
+    shape.num_planes = fields["num_planes"]
+    shape.channels = fields["channels"]
+    shape.key_dim = fields["key_dim"]
+    shape.head_dim = fields["head_dim"]
+    shape.value_channels = fields["value_channels"]
+    shape.value_hidden = fields["value_hidden"]
+    shape.joint = fields["joint"]
+    shape.arrow_source = fields["arrow_source"]
+    for kind in fields["trunk"]:
+        shape.trunk.push_back(kind)
     return shape
 
 
-def shape_error(dict config, list trunk) -> str:
-    """Why the network of `config` (a `NetConfig` dict) and `trunk` cannot run here, or ""."""
-    if config.get("policy_head") not in ("joint", "factorized"):
-        return f"policy_head {config.get('policy_head')!r} is neither 'joint' nor 'factorized'"
-    return network_shape_error(_shape(config, trunk)).decode()
+def shape_error(dict shape) -> str:
+    """Why the network of `shape` (`amazons.npnet.native_shape`) cannot run here, or ""."""
+    return network_shape_error(_shape(shape)).decode()
 
 
-def weight_floats(dict config, list trunk) -> int:
-    """The floats of the network's weights in `NumpyNet.layout_arrays` order."""
-    return network_weight_floats(_shape(config, trunk))
+def weight_floats(dict shape) -> int:
+    """The floats of the weights of a network of `shape`, in `NumpyNet.layout_arrays` order."""
+    return network_weight_floats(_shape(shape))
 
 
 cdef class NativeNetwork:
-    """One network's weights and the evaluator over them (see `amazons.nativenet.NativeEvaluator`)."""
+    """One network's weights and the evaluator over them (see `amazons.nativenet.NativeEvaluator`).
+
+    Safe to share between threads: each call holds the network's mutex (the GIL released), so
+    calls on one network run one at a time; two networks run in parallel.
+    """
 
     cdef BatchEvaluator* core
 
@@ -91,22 +131,51 @@ cdef class NativeNetwork:
         del self.core
 
     def set_kernels(self, bint portable) -> None:
-        self.core.set_kernels(portable)
+        with nogil:
+            self.core.set_kernels(portable)
 
     @property
     def kernels(self) -> str:
-        return self.core.kernels_name().decode()
+        cdef const char* name
+        with nogil:
+            name = self.core.kernels_name()
+        return name.decode()
 
-    def load(self, dict config, list trunk, const float[::1] weights) -> None:
-        cdef NetShape shape = _shape(config, trunk)
+    def load(self, dict shape, const float[::1] weights) -> None:
+        """Take `weights` (copied) for a network of `shape` (`amazons.npnet.native_shape`).
+
+        Raises:
+            RuntimeError: the shape cannot run, or the weights do not fit it (the network
+                keeps what it had).
+        """
+        cdef NetShape native = _shape(shape)
         cdef size_t count = weights.shape[0]
         cdef const float* data = &weights[0] if count else NULL
         with nogil:
-            self.core.load(shape, data, count)
+            self.core.load(native, data, count)
 
     def evaluate(self, const uint64_t[:, ::1] positions, const int32_t[:, ::1] moves,
                  const int64_t[::1] offsets, float[::1] priors, float[::1] values, int threads) -> None:
-        cdef int64_t batch = positions.shape[0]
+        """Priors and values of a batch into `priors` and `values` (`NativeEvaluator.evaluate`).
+
+        Raises:
+            ValueError: the arrays do not fit together, or a position or a move is one the
+                network cannot take (named by its index in the batch).
+        """
+        cdef int64_t batch = positions.shape[0], i
+        if offsets.shape[0] != batch + 1 or values.shape[0] != batch:
+            raise ValueError(f"{batch} positions need {batch + 1} offsets and {batch} values, "
+                             f"got {offsets.shape[0]} and {values.shape[0]}")
+        if moves.shape[0] and moves.shape[1] != 3:
+            raise ValueError(f"moves must be (M, 3), got {moves.shape[1]} columns")
+        if offsets[0] != 0 or offsets[batch] != moves.shape[0] or priors.shape[0] != moves.shape[0]:
+            raise ValueError(f"the offsets must rise from 0 to the {moves.shape[0]} moves, with "
+                             f"as many priors; got {offsets[0]}..{offsets[batch]} and "
+                             f"{priors.shape[0]} priors")
+        for i in range(batch):
+            if offsets[i + 1] < offsets[i]:
+                raise ValueError(
+                    f"the offsets fall at position {i}: {offsets[i]} then {offsets[i + 1]}")
         cdef const uint64_t* p = &positions[0, 0] if batch else NULL
         cdef const int32_t* m = &moves[0, 0] if moves.shape[0] else NULL
         cdef float* out_priors = &priors[0] if priors.shape[0] else NULL
@@ -115,8 +184,23 @@ cdef class NativeNetwork:
             self.core.evaluate(batch, p, m, &offsets[0], out_priors, out_values, threads)
 
 
+def _refuse(uint64_t mine, uint64_t theirs, uint64_t arrows) -> None:
+    cdef Pos pos
+    pos.mine, pos.theirs, pos.arrows = mine, theirs, arrows
+    why = position_error(pos).decode()
+    if why:
+        raise ValueError(
+            f"the native rules cannot take the position ({mine}, {theirs}, {arrows}): {why}")
+
+
 def perft_position(uint64_t mine, uint64_t theirs, uint64_t arrows, int depth) -> int:
-    """perft(depth) of a canonical position, counted by the native rules."""
+    """perft(depth) of a canonical position, counted by the native rules.
+
+    Raises:
+        ValueError: a position the rules cannot take (overlapping bitboards, more than four
+            amazons a side).
+    """
+    _refuse(mine, theirs, arrows)
     cdef Pos pos
     pos.mine, pos.theirs, pos.arrows = mine, theirs, arrows
     with nogil:
@@ -125,7 +209,12 @@ def perft_position(uint64_t mine, uint64_t theirs, uint64_t arrows, int depth) -
 
 
 def legal_move_array(uint64_t mine, uint64_t theirs, uint64_t arrows) -> np.ndarray:
-    """The legal moves of a canonical position by the native rules: `(M, 3) int32`, engine order."""
+    """The legal moves of a canonical position by the native rules: `(M, 3) int32`, engine order.
+
+    Raises:
+        ValueError: a position the rules cannot take (as `perft_position`).
+    """
+    _refuse(mine, theirs, arrows)
     cdef Pos pos
     pos.mine, pos.theirs, pos.arrows = mine, theirs, arrows
     cdef vector[Move] out

@@ -33,6 +33,7 @@ from amazons.engine import (
     THEIR_LOWER,
     THEIR_UPPER,
     adjudicate,
+    adjudicated_plies,
     perft_position,
     territory,
 )
@@ -159,9 +160,7 @@ class Adjudication:
         plies_bound: the game ends within this many plies from this position when the winner
             plays the fill the bounds rest on, whatever the loser does, counted as the search
             counts them (a position without a move is over in 0 plies, a winning move ends it in
-            1): `2 * U + 1` when the side to move wins (U: the opponent's upper bound; the
-            opponent is stuck on its turn after at most U moves), `2 * U` when it loses (U: its
-            own upper bound; it is stuck after U moves of each side).
+            1): `amazons.engine.adjudicated_plies`, the search's own bound.
     """
 
     winner: int
@@ -346,11 +345,12 @@ class Board:
         """
         result, bounds = adjudicate(self.canonical_position())
         outcome, row = int(result[0]), bounds[0].tolist()
+        if outcome == 0:
+            return None
+        plies = int(adjudicated_plies(result, bounds)[0])
         if outcome > 0:
-            return Adjudication(self.turn, row[MY_LOWER] - row[THEIR_UPPER], 2 * row[THEIR_UPPER] + 1)
-        if outcome < 0:
-            return Adjudication(1 - self.turn, row[THEIR_LOWER] - row[MY_UPPER], 2 * row[MY_UPPER])
-        return None
+            return Adjudication(self.turn, row[MY_LOWER] - row[THEIR_UPPER], plies)
+        return Adjudication(1 - self.turn, row[THEIR_LOWER] - row[MY_UPPER], plies)
 
     def territory(self) -> np.ndarray:
         """Queen-distance ownership of the squares, `(64,) int8`, real frame (index = square).

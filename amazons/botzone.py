@@ -7,7 +7,9 @@ Speaks Botzone's protocol on stdin/stdout (see `docs/botzone.md`):
   request; Black's first request is `-1 -1 -1 -1 -1 -1`. The reply is one such line.
 * JSON interaction (the input's first non-blank character is `{`): one line
   `{"requests": [...], "responses": [...], "time_limit": ...}`, answered by one line
-  `{"response": {"x0": ..., ...}, "debug": "..."}`.
+  `{"response": {"x0": ..., ...}, "debug": "..."}`. `time_limit` is read by
+  `botzone_limits.read_limit`: a number or a string holding one lowers the turn's allowance;
+  any other value (Botzone's wiki shows `""`) leaves the bot's own allowance, never a refusal.
 * keep-running (the default): after each reply the bot prints
   `>>>BOTZONE_REQUEST_KEEP_RUNNING<<<` and waits for the next input, which holds only the newest
   request; the search tree and the model stay loaded between turns. End of input ends the process
@@ -172,12 +174,17 @@ class BotzoneInput:
             Black's `-1` first request left out); for a bare move object, just that move.
         complete: True when `history` is the whole game so far (a `requests` object), False for
             a bare move object (keep-running: only the newest request).
-        time_limit: the `time_limit` field in seconds, None when absent.
+        time_limit: the `time_limit` field in seconds, None when it holds no limit
+            (`botzone_limits.read_limit`).
+        notes: what was ignored, for one line on stderr: a `time_limit` that holds neither a
+            limit nor one of the empty forms (`"abc"`, 0, -1), e.g. `'time_limit "abc" is not a
+            positive number of seconds: ...'`; empty when nothing was.
     """
 
     history: list[Move]
     complete: bool
     time_limit: float | None
+    notes: tuple[str, ...] = ()
 
 
 def _move_from_object(value: Any, where: str, allow_no_move: bool) -> Move | None:
@@ -197,15 +204,18 @@ def parse_json(text: str) -> BotzoneInput:
     """Decode one JSON input line.
 
     Accepts the full form `{"requests": [...], "responses": [...], "time_limit": ...}` (with
-    `len(requests) == len(responses) + 1`; `data`, `globaldata` and other fields are ignored)
-    and, for keep-running turns, a bare move object `{"x0": .., ..., "y2": ..}`.
+    `len(requests) == len(responses) + 1`; `data`, `globaldata`, `memory_limit` and other fields
+    are ignored) and, for keep-running turns, a bare move object `{"x0": .., ..., "y2": ..}`.
+    `time_limit` never refuses the input: whatever it holds is read by
+    `botzone_limits.read_limit` (Botzone's wiki shows it as a string, empty).
 
     Raises:
-        ProtocolError: bad JSON, a field of the wrong type or count, or a bad move, naming it
-            (e.g. `requests[2]`).
+        ProtocolError: bad JSON (JavaScript's `NaN` and `Infinity`, which are not JSON,
+            included), a field of the wrong type or count, or a bad move, naming it (e.g.
+            `requests[2]`).
     """
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         raise ProtocolError(f"bad JSON input: {error.msg} at column {error.colno}: {text.strip()[:80]!r}") from None
     if not isinstance(value, dict):
@@ -230,16 +240,17 @@ def parse_json(text: str) -> BotzoneInput:
             history.append(move)
         if index < len(responses):
             history.append(_move_from_object(responses[index], f"responses[{index}]", False))
-    return BotzoneInput(history, complete=True, time_limit=_time_limit(value))
-
-
-def _time_limit(value: dict[str, Any]) -> float | None:
     limit = value.get("time_limit")
-    if limit is None:
-        return None
-    if isinstance(limit, bool) or not isinstance(limit, (int, float)) or not limit > 0:
-        raise ProtocolError(f"'time_limit' must be a positive number of seconds, got {limit!r}")
-    return float(limit)
+    time_limit = botzone_limits.read_limit(limit)
+    notes = ()
+    if time_limit is None and not botzone_limits.is_empty_limit(limit):
+        notes = (f"time_limit {json.dumps(limit)} is not a positive number of seconds: "
+                 "the bot's own time applies",)
+    return BotzoneInput(history, complete=True, time_limit=time_limit, notes=notes)
+
+
+def _refuse_constant(name: str) -> NoReturn:
+    raise ProtocolError(f"bad JSON input: {name} is not JSON")
 
 
 def parse_update(lines: Sequence[str]) -> Move:
@@ -273,9 +284,10 @@ class TimeControl:
 
     # per reply, from the input being read: Botzone allows Python 6 s (botzone_limits), and 2 s are
     # kept for a machine slower or busier than this one
-    turn_seconds: float = 4.0
+    turn_seconds: float = botzone_limits.PYTHON_BOT_TURN_SECONDS
     # the bot's first reply, counted from process start: FIRST_TURN_FACTOR times turn_seconds
-    first_turn_seconds: float = botzone_limits.first_turn_seconds(4.0)
+    first_turn_seconds: float = botzone_limits.first_turn_seconds(
+        botzone_limits.PYTHON_BOT_TURN_SECONDS)
     # kept back for picking the move, writing the reply, and a busy machine
     reply_margin: float = botzone_limits.PYTHON_MARGIN_SECONDS
 
@@ -446,6 +458,7 @@ class _Turn:
     history: list[Move]  # every move so far, the newest request last
     time_limit: float | None  # seconds, from a JSON input
     json: bool  # the input was JSON, so the reply is too
+    notes: tuple[str, ...] = ()  # what the input held that was ignored (BotzoneInput.notes)
 
 
 def _read_first_input(stream: TextIO) -> _Turn:
@@ -460,7 +473,7 @@ def _read_first_input(stream: TextIO) -> _Turn:
         request = parse_json(first)
         if not request.complete:
             raise ProtocolError("the first JSON input must hold 'requests' (and 'responses')")
-        return _Turn(request.history, request.time_limit, json=True)
+        return _Turn(request.history, request.time_limit, json=True, notes=request.notes)
     turn = _parse_turn_number(first, "line 1")
     lines = [first]
     for _ in range(2 * turn - 1):
@@ -488,7 +501,8 @@ def _read_update(stream: TextIO, history: list[Move]) -> _Turn:
             request = parse_json(line)
             if not request.history:
                 raise ProtocolError("a later turn's JSON input holds no move (only Black's first request)")
-            return _Turn(history + request.history[-1:], request.time_limit, json=True)
+            return _Turn(history + request.history[-1:], request.time_limit, json=True,
+                         notes=request.notes)
         lines.append(line)
         tokens = line.split()
         if tokens and not (len(tokens) == 1 and tokens[0].isdigit()):
@@ -579,9 +593,13 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
             return EXIT_BAD_INPUT
         warm_up()
     bot = Bot(player)
+    noted = False  # a note on ignored input is written once per process, not every turn
     try:
         turn = _read_first_input(stdin)
         while True:
+            if turn.notes and not noted:
+                print(f"{parser.prog}: note: {turn.notes[0]}", file=stderr, flush=True)
+                noted = True
             first_turn = len(turn.history) <= 1
             move = bot.reply(turn.history, clock.deadline(clock_start, first_turn, turn.time_limit))
             reply = format_json_reply(move, bot.debug_text()) if turn.json else format_simple_reply(move)

@@ -7,8 +7,11 @@ C++ source compiled with g++ can. `join_sources` joins the native core's parts
 interaction and the CPU clock) into one file: the parts in order, their local `#include` lines
 dropped, the settings block (`settings_block`: the search's constants from `NET_SEARCH`, the
 adjudication's budgets from `amazons.engine`, Botzone's limits from `amazons.botzone_limits`,
-written from the Python definitions, never typed twice) where the first part includes `settings.h`, and the model block where `bot.cpp` has its
-marker: the network's shape as constants and its weights, which are
+written from the Python definitions, never typed twice) where the first part includes
+`settings.h` (`settings_header` writes the same block as that header, so that each part also
+compiles alone; `amazons/native/common.h` says how the parts are joined), and the model block
+where `bot.cpp` has its marker: the network's shape (`model_shape()`, from the one mapping
+`amazons.npnet.native_shape`) and its weights, which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
   base64 text in string literals, so the bot's outputs are npnet's to float32 rounding (the
@@ -35,12 +38,13 @@ import numpy as np
 
 from amazons import botzone_limits, engine
 from amazons._atomic import atomic_write
-from amazons.npnet import NumpyNet
+from amazons.npnet import NumpyNet, native_shape
 
 __all__ = [
     "LARGE_SOURCE_BYTES",
     "NATIVE_DIR",
     "PARTS",
+    "SETTINGS_HEADER",
     "SOURCE_NAME",
     "WEIGHTS_MAGIC",
     "BotzoneExportError",
@@ -48,6 +52,7 @@ __all__ = [
     "fnv1a64",
     "join_sources",
     "settings_block",
+    "settings_header",
     "weight_bytes",
     "weights_file_bytes",
     "write_bot",
@@ -57,7 +62,8 @@ SOURCE_NAME = "bot.cpp"
 NATIVE_DIR = Path(__file__).resolve().parent / "native"
 # The native core's parts in the order the joined source holds them; each includes those before it.
 PARTS = ("common.h", "rules.h", "adjudicate.h", "kernels.h", "network.h", "search.h", "bot.cpp")
-SETTINGS_INCLUDE = '#include "settings.h"'
+# The header the parts include for the settings block: no file of the project (settings_header).
+SETTINGS_HEADER = "settings.h"
 MODEL_MARKER = "//@MODEL@"
 # Botzone takes uploaded sources of a few hundred kB without complaint; past this size the
 # exporter suggests keeping the weights in a file (--weights-file) instead.
@@ -156,6 +162,13 @@ def settings_block(search: Any = None) -> str:
     return "\n".join(lines)
 
 
+def settings_header(search: Any = None) -> str:
+    """`settings.h`: `settings_block(search)` as a header, for compiling a native part alone (the
+    export writes the block inline instead; no such file is kept in the project)."""
+    guard = "AMZ_SETTINGS_H"
+    return f"#ifndef {guard}\n#define {guard}\n\n{settings_block(search)}\n\n#endif  // {guard}\n"
+
+
 def _include_name(line: str) -> str | None:
     """The file of a local `#include "name"` line, else None."""
     stripped = line.strip()
@@ -167,7 +180,7 @@ def _include_name(line: str) -> str | None:
 def join_sources(model_block: str, settings: str, native_dir: Path = NATIVE_DIR) -> str:
     """The native core's parts joined into one source: `bot.cpp`'s leading comment first, then each
     part of `PARTS` in order without its local includes, `settings` where the first part includes
-    `settings.h`, and `model_block` at `bot.cpp`'s marker.
+    `SETTINGS_HEADER`, and `model_block` at `bot.cpp`'s marker.
 
     Raises:
         BotzoneExportError: a part is missing, includes a file that is not an earlier part, or
@@ -196,7 +209,7 @@ def join_sources(model_block: str, settings: str, native_dir: Path = NATIVE_DIR)
             included = _include_name(line)
             if included is None:
                 out.append(line.replace(MODEL_MARKER, model_block) if line.strip() == MODEL_MARKER else line)
-            elif included == "settings.h":
+            elif included == SETTINGS_HEADER:
                 if not settings_written:
                     out.append(settings)
                     settings_written = True
@@ -205,24 +218,28 @@ def join_sources(model_block: str, settings: str, native_dir: Path = NATIVE_DIR)
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+def _model_shape_function(net: NumpyNet) -> list[str]:
+    """`model_shape()`, the network's `NetShape` in C++: `amazons.npnet.native_shape`'s fields."""
+    try:
+        shape = native_shape(net.config, net.trunk_layers)
+    except ValueError as error:
+        raise BotzoneExportError(f"the C++ bot cannot run this network: {error}") from None
+    lines = ["static NetShape model_shape() {", "    NetShape shape;"]
+    for name, value in shape.items():
+        if name != "trunk":
+            text = ("true" if value else "false") if isinstance(value, bool) else str(int(value))
+            lines.append(f"    shape.{name} = {text};")
+    lines += [f"    shape.trunk.push_back({code});" for code in shape["trunk"]]
+    return [*lines, "    return shape;", "}"]
+
+
 def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str:
     """The C++ definitions that replace `MODEL_MARKER` in the template."""
-    trunk_kinds = ", ".join("0" if kind == "residual" else "1" for kind in net.trunk_layers)
-    config = net.config
     lines = [
         f"// {net.policy_head} policy head{' with the arrow source term' if net.has_arrow_source else ''}, "
         f"trunk {' '.join(net.trunk_layers)}; "
         f"source: {_describe_source(net.source)}",
-        f"static const int NUM_PLANES = {net.num_planes};",
-        f"static const int CHANNELS = {int(config['channels'])};",
-        f"static const int KEY_DIM = {int(config['attention_dim'])};",
-        f"static const int HEAD_DIM = {int(config['head_dim'])};",
-        f"static const int VALUE_CHANNELS = {int(config['value_channels'])};",
-        f"static const int VALUE_HIDDEN = {int(config['value_hidden'])};",
-        f"static const int POLICY_JOINT = {1 if net.policy_head == 'joint' else 0};",
-        f"static const int ARROW_SOURCE = {1 if net.has_arrow_source else 0};",
-        f"static const int TRUNK_LAYERS = {len(net.trunk_layers)};",
-        f"static const int TRUNK_KINDS[TRUNK_LAYERS + 1] = {{{trunk_kinds}, -1}};  // 0 residual, 1 attention",
+        *_model_shape_function(net),
         f"static const unsigned long WEIGHT_FLOATS = {len(payload) // 4}UL;",
         f'static const char MODEL_SHA256[] = "{hashlib.sha256(payload).hexdigest()}";',
         f"static const unsigned long long WEIGHTS_FNV1A = 0x{fnv1a64(payload):016x}ULL;",

@@ -3,14 +3,21 @@
 Read by the arena's `botzone:` player (`amazons.botzone_player`: the CPU limits it charges and
 the `time_limit` / `memory_limit` it tells JSON programs), the Python bot (`amazons.botzone`:
 how it reads a JSON `time_limit`) and the C++ bot (`amazons.botzone_cpp.settings_block` writes
-these numbers into its source). Imports nothing.
+these numbers into its source). Imports nothing of the project.
 
 What Botzone documents (the wiki's pages "Bot" and "Amazons"; docs/botzone.md quotes them):
 
 * a turn may use 1 s of CPU time for C++ and 6 s for Python; a bot's first turn of a game gets
   double; memory is limited to 256 MB; one core;
 * a JSON input's `time_limit` is that per-turn limit for this program, in seconds (1 for C++), and
-  its `memory_limit` the memory limit in MB.
+  its `memory_limit` the memory limit in MB; the wiki's example input shows both as strings, empty
+  (`"time_limit":"","memory_limit":""`).
+
+How the bots read a JSON limit (`read_limit`; the C++ bot's `read_limit` in bot.cpp mirrors it):
+a number, or a string holding one (`_NUMBER_TEXT`, surrounding blanks ignored), that is finite
+and positive is the limit; anything else (`""`, `null`, a missing field, other text, 0, a negative
+or non-finite value, true/false, a list or object) is no limit, and the bot's own allowance
+applies. A limit never refuses an input: it can only lower the allowance, never raise it.
 
 What is assumed here (Botzone does not say): the first turn's double applies to a JSON
 `time_limit` too (so the first turn may use `FIRST_TURN_FACTOR * time_limit`); the first turn is
@@ -20,6 +27,9 @@ this project's choices, not Botzone's.
 
 from __future__ import annotations
 
+import math
+import re
+
 __all__ = [
     "CPP_MARGIN_SECONDS",
     "CPP_PEAK_MEMORY_MIB",
@@ -27,8 +37,11 @@ __all__ = [
     "FIRST_TURN_FACTOR",
     "LANGUAGE_TURN_SECONDS",
     "MEMORY_LIMIT_MB",
+    "PYTHON_BOT_TURN_SECONDS",
     "PYTHON_MARGIN_SECONDS",
     "first_turn_seconds",
+    "is_empty_limit",
+    "read_limit",
     "turn_seconds_from_time_limit",
 ]
 
@@ -41,6 +54,10 @@ MEMORY_LIMIT_MB = 256  # Botzone's memory limit (MB), told to JSON programs as `
 # Python bot, timed on the wall clock, keeps more (moving the tree, the interpreter's pauses).
 CPP_MARGIN_SECONDS = 0.1
 PYTHON_MARGIN_SECONDS = 0.3
+# The Python bot's own allowance per reply (its --time default, wall-clock seconds): Python's 6 s
+# less 2 s kept for a machine slower or busier than the one it was measured on; its first reply
+# gets first_turn_seconds of it.
+PYTHON_BOT_TURN_SECONDS = 4.0
 # Memory: the C++ bot's peak resident memory stays under CPP_PEAK_MEMORY_MIB (219 MiB = 230 MB,
 # 26 MB short of MEMORY_LIMIT_MB), its search tree taking CPP_TREE_MIB (its default --tree-mb)
 # beside the rest of the process (the network cache's 8 MiB, the weights, the program: about
@@ -58,3 +75,42 @@ def turn_seconds_from_time_limit(time_limit: float, first_turn: bool) -> float:
     """The seconds a turn may use under a JSON input's `time_limit` (the per-turn limit, doubled
     for the bot's first turn of the game)."""
     return first_turn_seconds(time_limit) if first_turn else time_limit
+
+
+# A string that holds a limit: an optional sign, digits with an optional fraction (or a fraction
+# alone), an optional exponent; ASCII only. bot.cpp's `limit_number_text` accepts the same.
+_NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
+_BLANKS = " \t\r\n"
+
+
+def read_limit(value: object) -> float | None:
+    """A JSON input's `time_limit` or `memory_limit` field, as Botzone may send it.
+
+    Args:
+        value: the field's decoded JSON value (None for `null` or a missing field).
+
+    Returns:
+        The limit: a finite positive number, given as a JSON number or as a string holding one
+        (blanks around it ignored). None for every other value (`""`, `null`, text that is not a
+        number, 0, a negative or non-finite number, true/false, a list or an object): no limit.
+    """
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, str):
+        text = value.strip(_BLANKS)
+        if _NUMBER_TEXT.fullmatch(text) is None:
+            return None
+        value = text
+    if not isinstance(value, (int, float, str)):
+        return None
+    try:
+        number = float(value)
+    except OverflowError:  # an integer too large for a float: not a usable limit
+        return None
+    return number if math.isfinite(number) and number > 0 else None
+
+
+def is_empty_limit(value: object) -> bool:
+    """Whether a limit field holds one of the empty forms Botzone's wiki shows or implies (`""`,
+    `null` or a missing field, given as None); the bots read these as no limit, without a note."""
+    return value is None or value == ""

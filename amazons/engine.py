@@ -285,6 +285,28 @@ def adjudicate(
     return result, bounds
 
 
+
+def adjudicated_plies(result: np.ndarray, bounds: np.ndarray) -> np.ndarray:
+    """The plies to the game's end that decided adjudications imply, in the tree's convention (a
+    terminal node is lost in 0 plies, a winning move wins in 1).
+
+    The side to move with a moves against b loses in 2a plies (a <= b: after a moves each it is
+    stuck) or wins in 2b + 1 (a > b: its move after the opponent's b-th leaves the opponent
+    stuck); with the upper bounds for a and b these are bounds, exact where the bounds are. The
+    C++ search's `adjudicated_plies` (`amazons/native/adjudicate.h`) is held to this by a test.
+
+    Args:
+        result: `(N,)` +1 (the side to move wins) or -1 (it loses), from `adjudicate`.
+        bounds: `(N, 4)` its bounds (`engine.MY_LOWER` ... `THEIR_UPPER`).
+
+    Returns:
+        `(N,) int32` plies; 0 where `result` is 0 (undecided).
+    """
+    their_upper = bounds[:, THEIR_UPPER].astype(np.int32)
+    my_upper = bounds[:, MY_UPPER].astype(np.int32)
+    plies = np.where(result > 0, 2 * their_upper + 1, np.where(result < 0, 2 * my_upper, 0))
+    return plies.astype(np.int32)
+
 def territory(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """Queen-distance ownership of every square, `(B, 64) int8`, in each position's canonical frame.
 

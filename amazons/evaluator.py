@@ -1,4 +1,5 @@
-"""The `Evaluator` protocol: what the search asks of anything that scores positions.
+"""The `Evaluator` protocol: what the search asks of anything that scores positions, and the
+batch it is handed (`check_batch`, which every evaluator that checks its input calls).
 
 It lives apart from the search (`amazons.mcts`, which loads Numba and LLVM) so that modules that
 only name the protocol, or implement it, load numpy alone: the inference server and its clients
@@ -14,11 +15,72 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-__all__ = ["Evaluator", "EvaluatorError"]
+__all__ = [
+    "Evaluator",
+    "EvaluatorError",
+    "EvaluatorInputError",
+    "check_batch",
+    "check_positions",
+    "describe_array",
+]
+
+NUM_SQUARES = 64
 
 
 class EvaluatorError(ValueError):
     """An evaluator returned arrays of the wrong shape or dtype, or values out of range."""
+
+
+class EvaluatorInputError(ValueError):
+    """A batch handed to an evaluator breaks the protocol's contract (`check_batch`)."""
+
+
+def describe_array(array: object) -> str:
+    """What an input error names when an array is not what was asked: its shape and dtype, or
+    the type of what came instead."""
+    if isinstance(array, np.ndarray):
+        return f"shape {array.shape} dtype {array.dtype}"
+    return type(array).__name__
+
+
+def check_positions(positions: np.ndarray) -> None:
+    """Refuse `positions` unless it is a `(B, 3) uint64` array.
+
+    Raises:
+        EvaluatorInputError: naming what `positions` is instead.
+    """
+    if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 \
+            or positions.ndim != 2 or positions.shape[1] != 3:
+        raise EvaluatorInputError(
+            f"positions must be a (B, 3) uint64 array, got {describe_array(positions)}")
+
+
+def check_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray) -> None:
+    """Refuse a batch that breaks `Evaluator.evaluate`'s contract: its dtypes and shapes, offsets
+    that rise from 0 to the number of moves, squares 0..63. Whether the positions and moves are
+    legal is the caller's to know (the native evaluator refuses those it cannot hold).
+
+    Raises:
+        EvaluatorInputError: naming the array and what is wrong with it.
+    """
+    check_positions(positions)
+    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
+            or moves.shape[1] != 3:
+        raise EvaluatorInputError(
+            f"moves must be an (M, 3) int32 array, got {describe_array(moves)}")
+    rows = positions.shape[0]
+    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
+            or move_offsets.shape != (rows + 1,):
+        raise EvaluatorInputError(
+            f"move_offsets must be a ({rows + 1},) int64 array, got {describe_array(move_offsets)}")
+    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] \
+            or np.any(np.diff(move_offsets) < 0):
+        raise EvaluatorInputError(
+            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
+            f"got {move_offsets[0]}..{move_offsets[-1]}")
+    if moves.size and (moves.min() < 0 or moves.max() >= NUM_SQUARES):
+        raise EvaluatorInputError(
+            f"moves must hold squares 0..63, got {moves.min()}..{moves.max()}")
 
 
 @runtime_checkable

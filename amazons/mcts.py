@@ -31,7 +31,7 @@ import numpy as np
 
 from amazons import _engine, engine
 from amazons import mcts_numba as kernels
-from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
+from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE, adjudicated_plies
 from amazons.evaluator import Evaluator, EvaluatorError
 
 __all__ = [
@@ -47,6 +47,7 @@ __all__ = [
     "SearchResult",
     "SearchStats",
     "UniformEvaluator",
+    "adjudicated_plies",
     "improved_policy",
     "proof_policy",
     "prune_forced_visits",
@@ -804,23 +805,13 @@ class BatchedSearch:
         stats.batches += 1
 
     def _adjudicate_leaves(self, count: int) -> bool:
-        """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`;
-        whether any leaf was decided.
-
-        Plies to the end follow the tree's convention (a terminal node is lost in 0 plies, a
-        winning move wins in 1): the side to move with a moves against b loses in 2a plies
-        (a <= b: after a moves each it is stuck) or wins in 2b + 1 (a > b: its move after the
-        opponent's b-th leaves the opponent stuck); with the upper bounds for a and b these are
-        bounds, exact where the bounds are.
-        """
+        """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`
+        (`adjudicated_plies`); whether any leaf was decided."""
         result, bounds = self._leaf_proof[:count], self._leaf_bounds[:count]
         _engine.adjudicate_batch(self._leaf_positions[:count], result, bounds)
         if not result.any():
             return False
-        their_upper = bounds[:, engine.THEIR_UPPER].astype(np.int32)
-        my_upper = bounds[:, engine.MY_UPPER].astype(np.int32)
-        plies = np.where(result > 0, 2 * their_upper + 1, np.where(result < 0, 2 * my_upper, 0))
-        self._leaf_proof_plies[:count] = plies
+        self._leaf_proof_plies[:count] = adjudicated_plies(result, bounds)
         return True
 
     def _call_evaluator(

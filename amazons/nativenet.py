@@ -6,15 +6,21 @@ the extension `amazons._native`: a batch of canonical positions and their legal 
 move's prior and each position's value out, the GIL released while it computes. It runs every
 network `amazons.npnet` runs (both policy heads, the arrow source term, 3 or 7 planes), from the
 same folded float32 arrays (`NumpyNet.layout_arrays`), and agrees with npnet and torch within
-1e-4 (tests/test_nativenet.py). `load_net` writes new weights into the same buffer and re-makes
-the Winograd filters in place (the inference server's weight updates).
+1e-4 (tests/test_nativenet.py). `load_net` takes new weights of the same shape (the inference
+server's weight updates); a load the native core refuses leaves the old weights in use.
+
+Input: `evaluate` checks the batch's contract (`amazons.evaluator.check_batch`) and the native
+core refuses, by position and move, what it cannot hold (overlapping bitboards, more than four
+amazons a side, a move whose source is not the side to move's amazon): `ValueError`.
 
 Threads: one by default, as the inference server's torch runs; `threads=N` splits a batch over N
-threads (docs/network.md says what more buys).
+threads (docs/network.md says what more buys). One evaluator may be shared between threads: its
+native network runs one call at a time (a mutex held across evaluate and load_net).
 
 `amazons.npnet` stays the reference that needs no compiler: where the extension is not built,
 `native_available()` is False and the builders (`amazons.player_factory`, `amazons.netplay`)
-fall back to npnet or torch. Imports numpy, `amazons.npnet` and the extension; never torch.
+fall back to npnet or torch. Imports numpy, `amazons.evaluator`, `amazons.npnet` and the
+extension; never torch.
 """
 
 from __future__ import annotations
@@ -23,7 +29,8 @@ import os
 
 import numpy as np
 
-from amazons.npnet import NpNetInputError, NumpyNet, _check_batch, load_model
+from amazons.evaluator import check_batch
+from amazons.npnet import NpNetInputError, NumpyNet, load_model, native_shape
 
 try:
     from amazons import _native
@@ -57,14 +64,16 @@ def native_support(net_config: dict, trunk: list[str]) -> str:
     """
     if _native is None:
         return f"the extension amazons._native is not built ({_IMPORT_ERROR}): run `make build`"
-    unknown = [kind for kind in trunk if kind not in _native.TRUNK_KINDS]
-    if unknown:
-        return f"trunk layers of kind {unknown[0]!r}"
-    return _native.shape_error(dict(net_config), list(trunk))
+    try:
+        shape = native_shape(net_config, list(trunk))
+    except ValueError as error:
+        return str(error)
+    return _native.shape_error(shape)
 
 
 class NativeEvaluator:
-    """The search's `Evaluator` on the native forward pass.
+    """The search's `Evaluator` on the native forward pass; safe to share between threads (the
+    native network runs one call at a time).
 
     Args:
         net: the network (`amazons.npnet.load_model`, or a `NumpyNet` from a checkpoint).
@@ -104,7 +113,7 @@ class NativeEvaluator:
         return self._core.kernels
 
     def load_net(self, net: NumpyNet) -> None:
-        """Take `net`'s weights in place (the same buffer; the Winograd filters re-made).
+        """Take `net`'s weights (copied; the Winograd filters made for them).
 
         Raises:
             NativeUnavailableError: `net` has another shape than the network loaded first.
@@ -112,7 +121,7 @@ class NativeEvaluator:
         if hasattr(self, "_shape") and (net.config, net.trunk_layers) != self._shape:
             raise NativeUnavailableError("load_net takes a network of the shape loaded first; build a new evaluator")
         weights = np.concatenate([array.reshape(-1) for _, array in net.layout_arrays()]).astype(np.float32)
-        self._core.load(dict(net.config), list(net.trunk_layers), weights)
+        self._core.load(native_shape(net.config, net.trunk_layers), weights)
         self._shape = (dict(net.config), list(net.trunk_layers))
         self.net = net
 
@@ -131,9 +140,13 @@ class NativeEvaluator:
             moves; values in [-1, 1] for the side to move.
 
         Raises:
-            amazons.npnet.NpNetInputError: malformed input.
+            amazons.evaluator.EvaluatorInputError: a batch that breaks the contract
+                (`amazons.evaluator.check_batch`).
+            ValueError: a position or move the native core cannot hold, named by its index:
+                overlapping bitboards, more than four amazons a side, a move whose source is
+                not one of the side to move's amazons.
         """
-        _check_batch(positions, moves, move_offsets)
+        check_batch(positions, moves, move_offsets)
         priors = np.empty(moves.shape[0], np.float32)
         values = np.empty(positions.shape[0], np.float32)
         if positions.shape[0]:
@@ -151,7 +164,8 @@ class NativeEvaluator:
         runs the search's outputs only).
 
         Raises:
-            NpNetInputError: no ownership head, or `positions` is not `(B, 3) uint64`.
+            NpNetInputError: no ownership head.
+            amazons.evaluator.EvaluatorInputError: `positions` is not `(B, 3) uint64`.
         """
         from amazons.npnet import NumpyEvaluator
 

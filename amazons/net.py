@@ -61,6 +61,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from amazons import engine
+from amazons._engine import AMAZONS_PER_SIDE  # the squares a move can leave: the source term's rows
 
 __all__ = [
     "AMAZONS_PER_SIDE",
@@ -108,7 +109,6 @@ NUM_SQUARES = 64
 # export leave the heads out, and an exported network's config the flags.
 TRAINING_ONLY_FIELDS = ("soft_policy_head",)
 TRAINING_ONLY_PREFIXES = tuple(f"{name}." for name in TRAINING_ONLY_FIELDS)  # their state-dict prefixes
-AMAZONS_PER_SIDE = 4  # the squares a move can leave: the source term's rows
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
 PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # how training and inference compute (see `resolve_precision`)

@@ -28,14 +28,16 @@ What this module owns:
   head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
   board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
   product and 3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in
-  order (`NumpyNet.layout_arrays`), are what the Botzone C++ export (`amazons.botzone_cpp`)
-  writes into its source.
+  order (`NumpyNet.layout_arrays`), and the network's shape (`native_shape`) are what the native
+  core reads: the Botzone C++ export (`amazons.botzone_cpp`) writes both into its source, the
+  extension (`amazons.nativenet`) loads them.
 * `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | [src,] dst),
   renormalized over each position's legal moves).
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
 
 The exported file is written by `amazons.export` from a torch checkpoint; the Botzone bot and
-terminal play load it. Imports numpy, `amazons.engine` and `amazons._atomic`; never torch.
+terminal play load it. Imports numpy, the rules (`amazons.engine`, `amazons._engine`),
+`amazons.evaluator` (the batch contract) and `amazons._atomic`; never torch.
 """
 
 from __future__ import annotations
@@ -51,6 +53,8 @@ import numpy as np
 
 from amazons import engine
 from amazons._atomic import atomic_write
+from amazons._engine import AMAZONS_PER_SIDE
+from amazons.evaluator import EvaluatorInputError, check_batch, check_positions, describe_array
 
 __all__ = [
     "FORMAT",
@@ -65,6 +69,7 @@ __all__ = [
     "legal_priors",
     "limit_blas_threads",
     "load_model",
+    "native_shape",
     "write_model",
 ]
 
@@ -73,7 +78,6 @@ VERSION = 3  # 3: the arrow source term's arrays; written only for networks with
 READABLE_VERSIONS = (1, 2, 3)  # version 1 files have no ownership head, 1 and 2 no arrow source term
 HEADER_KEY = "header"
 NUM_SQUARES = 64
-AMAZONS_PER_SIDE = 4  # the rows of the arrow source term: the squares a move can leave
 TRUNK_LAYERS = ("residual", "attention")
 POLICY_HEADS = ("joint", "factorized")
 _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
@@ -84,8 +88,9 @@ class ModelFileError(ValueError):
     """An exported model file cannot be written or read; the message names the file and the reason."""
 
 
-class NpNetInputError(ValueError):
-    """An array passed to the numpy network or its evaluator has the wrong shape, dtype or contents."""
+class NpNetInputError(EvaluatorInputError):
+    """An array passed to the numpy network or its evaluator has the wrong shape, dtype or contents
+    (a batch that breaks the `Evaluator` contract raises `EvaluatorInputError` itself)."""
 
 
 # ------------------------------------------------------------------------------------------------
@@ -163,6 +168,49 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
         shapes["ownership_head.out.weight"] = (1, hidden, 1, 1)
         shapes["ownership_head.out.bias"] = (1,)
     return shapes
+
+
+def native_shape(net_config: dict[str, Any], trunk: list[str]) -> dict[str, Any]:
+    """The network's shape as the native core's `NetShape` holds it (`amazons/native/network.h`):
+    the one mapping of a config to it, which the extension (`amazons.nativenet`) loads and the
+    Botzone export (`amazons.botzone_cpp`) writes into its source.
+
+    Args:
+        net_config: the `NetConfig` fields, as a dict (as `expected_shapes` reads them).
+        trunk: the trunk's layers in order; a layer's code is its kind's position in
+            `TRUNK_LAYERS` (network.h's TRUNK_RESIDUAL, TRUNK_ATTENTION).
+
+    Returns:
+        `NetShape`'s fields by name: `num_planes`, `channels`, `key_dim` (`attention_dim`),
+        `head_dim`, `value_channels`, `value_hidden` (ints), `joint`, `arrow_source` (bools) and
+        `trunk` (a list of codes). Whether the native core can run it is its own check
+        (`amazons.nativenet.native_support`).
+
+    Raises:
+        NpNetInputError: an unknown policy head or trunk layer, or a missing field.
+    """
+    head = net_config.get("policy_head")
+    if head not in POLICY_HEADS:
+        raise NpNetInputError(
+            f"policy_head {head!r} is none of {', '.join(map(repr, POLICY_HEADS))}")
+    for index, kind in enumerate(trunk):
+        if kind not in TRUNK_LAYERS:
+            raise NpNetInputError(
+                f"trunk layer {index} is of kind {kind!r}, none of {', '.join(TRUNK_LAYERS)}")
+    missing = [name for name in _CONFIG_INTS if name not in net_config]
+    if missing:
+        raise NpNetInputError(f"net_config lacks {', '.join(missing)}")
+    return {
+        "num_planes": int(net_config["num_planes"]),
+        "channels": int(net_config["channels"]),
+        "key_dim": int(net_config["attention_dim"]),
+        "head_dim": int(net_config["head_dim"]),
+        "value_channels": int(net_config["value_channels"]),
+        "value_hidden": int(net_config["value_hidden"]),
+        "joint": head == "joint",
+        "arrow_source": _config_flag(net_config, "arrow_source"),
+        "trunk": [TRUNK_LAYERS.index(kind) for kind in trunk],
+    }
 
 
 def _config_flag(net_config: dict[str, Any], name: str) -> bool:
@@ -429,8 +477,8 @@ class NumpyNet:
         query/key, update gate, arrow query/key, and the arrow source projection when the
         network has it; factorized: hidden, maps); the value head (reduce, hidden
         `(value_channels * 64, value_hidden)`, out). The ownership head is left out. This is what
-        the Botzone C++ export (`amazons.botzone_cpp`) writes into its source (which refuses a
-        network with the arrow source term).
+        the native core reads: the Botzone C++ export (`amazons.botzone_cpp`) writes them into its
+        source and `amazons.nativenet` loads them (with `native_shape`).
         """
         named = [("stem.weight", self._stem[0]), ("stem.bias", self._stem[1])]
         for index, (kind, layer) in enumerate(self._trunk):
@@ -493,7 +541,8 @@ class NumpyNet:
         if not isinstance(features, np.ndarray) or features.dtype != np.float32 \
                 or features.shape[1:] != (self.num_planes, 8, 8) or features.ndim != 4:
             raise NpNetInputError(
-                f"features must be a (B, {self.num_planes}, 8, 8) float32 array, got {_describe(features)}")
+                f"features must be a (B, {self.num_planes}, 8, 8) float32 array, "
+                f"got {describe_array(features)}")
         batch = features.shape[0]
         x = features.reshape(batch, self.num_planes, NUM_SQUARES).transpose(0, 2, 1)
         x = _relu(self._conv3x3(x, *self._stem))
@@ -614,32 +663,6 @@ def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarr
     return (weights / totals).astype(np.float32, copy=False)
 
 
-def _describe(array: object) -> str:
-    if isinstance(array, np.ndarray):
-        return f"shape {array.shape} dtype {array.dtype}"
-    return type(array).__name__
-
-
-def _check_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray) -> None:
-    if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 or positions.ndim != 2 \
-            or positions.shape[1] != 3:
-        raise NpNetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
-    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
-            or moves.shape[1] != 3:
-        raise NpNetInputError(f"moves must be an (M, 3) int32 array, got {_describe(moves)}")
-    rows = positions.shape[0]
-    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
-            or move_offsets.shape != (rows + 1,):
-        raise NpNetInputError(
-            f"move_offsets must be a ({rows + 1},) int64 array, got {_describe(move_offsets)}")
-    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] or np.any(np.diff(move_offsets) < 0):
-        raise NpNetInputError(
-            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
-            f"got {move_offsets[0]}..{move_offsets[-1]}")
-    if moves.size and (moves.min() < 0 or moves.max() >= NUM_SQUARES):
-        raise NpNetInputError(f"moves must hold squares 0..63, got {moves.min()}..{moves.max()}")
-
-
 class NumpyEvaluator:
     """The search's Evaluator protocol on a `NumpyNet`: features, forward pass, legal priors.
 
@@ -670,9 +693,9 @@ class NumpyEvaluator:
             moves; values in [-1, 1] for the side to move.
 
         Raises:
-            NpNetInputError: malformed input.
+            EvaluatorInputError: a batch that breaks the contract (`amazons.evaluator.check_batch`).
         """
-        _check_batch(positions, moves, move_offsets)
+        check_batch(positions, moves, move_offsets)
         if positions.shape[0] == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.float32)
         planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
@@ -689,11 +712,10 @@ class NumpyEvaluator:
         canonical positions, in their canonical frame (+1 the side to move's square).
 
         Raises:
-            NpNetInputError: no ownership head, or `positions` is not `(B, 3) uint64`.
+            NpNetInputError: no ownership head.
+            EvaluatorInputError: `positions` is not `(B, 3) uint64`.
         """
-        if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 or positions.ndim != 2 \
-                or positions.shape[1] != 3:
-            raise NpNetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
+        check_positions(positions)
         planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
         return self.net.ownership(planes).astype(np.float32)
 

@@ -36,6 +36,16 @@ whole keep-running JSON game as Black against the greedy player; CPU times are r
   written to reply read); `cpp_first_cpu_s`: CPU seconds from process start to the first reply;
 * `cpp_max_rss_mb`: peak resident memory over the game (VmHWM, MiB; target <= 200);
 * `cpp_turns`, `cpp_tree_full_turns`: the bot's replies, and those that ended with a full tree.
+
+The C++ bot's clock, the figures behind tests/test_botzone_cpp.py's properties (the tests check
+that the search stops at its deadline and reads the clock after costly work, in counts; these
+say how long it takes on this machine):
+* `cpp_clock_gap_ms`, `cpp_slowest_simulation_ms`: in a position whose tree holds separated leaves
+  that are costly to adjudicate (`costly_position`), at `--time 0.1 --margin 0`, the most CPU
+  between two reads of the clock and the slowest simulation (`--root-stats`);
+* `cpp_overrun_ms_max`: two whole games against random moves, each of the bot's turns a fresh
+  process at `--time 0.1 --first-time 0.1 --margin 0` (its CPU from the kernel): the most CPU a
+  turn used past its 0.1 s, through the endgames the adjudication decides.
 """
 
 from __future__ import annotations
@@ -43,6 +53,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import resource
 import shutil
 import statistics
 import subprocess
@@ -57,7 +68,7 @@ import numpy as np
 
 from amazons import engine, npnet
 from amazons._memory import peak_rss_mb, rss_mb
-from amazons.board import Board, Move
+from amazons.board import BLACK, Board, Move
 from amazons.botzone import KEEP_RUNNING_MARKER, MOVE_KEYS, TimeControl
 from amazons.botzone_cpp import SOURCE_NAME, compile_command, write_bot
 from amazons.export import random_positions
@@ -261,6 +272,72 @@ def play_cpp_game(binary: Path, seed: int = 0) -> dict[str, float]:
     }
 
 
+def _random_game(seed: int, games: int) -> Board:
+    """The last of `games` random games drawn from one seeded stream, played to its end."""
+    rng = np.random.default_rng(seed)
+    for _ in range(games):
+        board = Board()
+        while not board.is_game_over():
+            legal = board.legal_moves()
+            board.push(legal[int(rng.integers(len(legal)))])
+    return board
+
+
+def costly_position() -> list[Move]:
+    """The game (28 plies) of tests/test_botzone_cpp.py's clock test: its tree holds separated
+    leaves whose adjudication spends the exhaustive fill's node budget."""
+    return _random_game(seed=5, games=39).move_stack[:28]
+
+
+def _transcript(history: list[Move]) -> str:
+    """Botzone's simple input for a fresh process to move after `history`."""
+    black = len(history) % 2 == 0
+    requests = [None, *history[1::2]] if black else history[0::2]
+    responses = history[0::2] if black else history[1::2]
+    lines = [str(len(requests))]
+    for index, request in enumerate(requests):
+        lines.append("-1 -1 -1 -1 -1 -1" if request is None else request.to_botzone())
+        if index < len(responses):
+            lines.append(responses[index].to_botzone())
+    return "\n".join(lines) + "\n"
+
+
+def _turn_cpu(binary: Path, history: list[Move],
+              *args: str) -> tuple[float, subprocess.CompletedProcess]:
+    """CPU seconds (the kernel's count) of one `--restart-per-turn` process moving after
+    `history`, and the process's result."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    result = subprocess.run([str(binary), "--restart-per-turn", *args], input=_transcript(history),
+                            capture_output=True, text=True, timeout=60, check=True)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime), result
+
+
+def cpp_clock(binary: Path) -> dict[str, float]:
+    """The C++ bot's clock figures: `cpp_clock_gap_ms`, `cpp_slowest_simulation_ms`,
+    `cpp_overrun_ms_max` (the module's docstring)."""
+    _, result = _turn_cpu(binary, costly_position(), "--root-stats", "--time", "0.1",
+                          "--margin", "0")
+    counters = {tokens[1]: int(tokens[2]) for tokens in map(str.split, result.stderr.splitlines())
+                if tokens[0] == "stats"}
+    worst = 0.0
+    for seed in (1, 2):
+        rng = np.random.default_rng(seed)
+        board = Board()
+        while not board.is_game_over():
+            if board.turn == BLACK:  # the bot plays Black
+                used, result = _turn_cpu(binary, board.move_stack, "--time", "0.1",
+                                         "--first-time", "0.1", "--margin", "0")
+                worst = max(worst, used - 0.1)
+                board.push(Move.from_botzone(result.stdout.strip()))
+            else:
+                legal = board.legal_moves()
+                board.push(legal[int(rng.integers(len(legal)))])
+    return {"botzone.cpp_clock_gap_ms": counters["clock_gap_us"] / 1000,
+            "botzone.cpp_slowest_simulation_ms": counters["slowest_simulation_us"] / 1000,
+            "botzone.cpp_overrun_ms_max": worst * 1000}
+
+
 def run_cpp() -> dict[str, float]:
     """The C++ bot's keys (`botzone.cpp_*`); raises where g++ is missing."""
     if shutil.which("g++") is None:
@@ -270,6 +347,7 @@ def run_cpp() -> dict[str, float]:
         binary = build_cpp_bot(directory)
         figures = cpp_forward_speed(binary, directory)
         figures.update(play_cpp_game(binary))
+        figures.update(cpp_clock(binary))
     print("botzone: C++ bot = the shipped model exported with --botzone, g++ -O2, its default clock "
           "(1 s of CPU a turn, 2 s for the first); forward speeds at one position per call")
     return figures

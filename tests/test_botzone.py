@@ -18,7 +18,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from botzone_inputs import LIMIT_FORMS, move_json, wiki_json_line
 
+from amazons import botzone_limits
 from amazons.board import BLACK, Board, Move
 from amazons.botzone import (
     KEEP_RUNNING_MARKER,
@@ -64,13 +66,14 @@ def response_text(response: dict[str, int]) -> str:
 
 
 def json_input(history: list[str], black: bool, time_limit: float | None = None) -> str:
-    """A Botzone JSON request for the side to move after `history` (Botzone move texts)."""
+    """A Botzone JSON request for the side to move after `history` (Botzone move texts); its
+    `time_limit` and `memory_limit` as Botzone's wiki shows them (`""`) unless `time_limit` is
+    given."""
     turns = ([NO_MOVE] if black else []) + history
     value: dict = {"requests": [move_object(text) for text in turns[0::2]],
                    "responses": [move_object(text) for text in turns[1::2]],
-                   "data": "", "globaldata": ""}
-    if time_limit is not None:
-        value["time_limit"] = time_limit
+                   "data": "", "globaldata": "",
+                   "time_limit": "" if time_limit is None else time_limit, "memory_limit": ""}
     return json.dumps(value)
 
 
@@ -207,14 +210,126 @@ def test_parse_json_full_and_bare():
     ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6}]}', "requests[0]: move object"),
     ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": true}]}', "y2 = True"),
     ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 8}]}', "off the 8x8 board"),
-    ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 5}], "time_limit": "6"}',
-     "time_limit"),
+    ('{"requests": {"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 5}}',
+     "'requests' must be a non-empty list"),
+    ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 5}], "time_limit": NaN}',
+     "bad JSON input: NaN is not JSON"),
     ('{"hello": 1}', "neither"),
 ])
 def test_parse_json_names_the_problem(text, named):
     with pytest.raises(ProtocolError) as caught:
         parse_json(text)
     assert named in str(caught.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Botzone's documented input: `time_limit` and `memory_limit` as strings, empty
+# (tests/botzone_inputs.py)
+
+
+@pytest.mark.parametrize(("value", "expected"), [
+    (6, 6.0), (0.25, 0.25), ("6", 6.0), (" 0.5\t", 0.5), ("5e-1", 0.5), (".5", 0.5), ("+1", 1.0),
+    ("1.", 1.0), ("", None), (None, None), ("abc", None), ("1s", None), (".", None), ("1e", None),
+    ("0x10", None), ("1_0", None), ("\u0663", None), ("nan", None), ("inf", None), ("Infinity", None),
+    ("1e999", None), (float("inf"), None), (float("nan"), None), (10**400, None), (0, None),
+    ("0", None), (-1, None), ("-0.5", None), (True, None), ([1], None), ({"s": 1}, None),
+])
+def test_a_limit_is_a_positive_number_or_text_holding_one_else_none(value, expected):
+    assert botzone_limits.read_limit(value) == expected
+
+
+def test_only_the_empty_forms_of_a_limit_pass_without_a_note():
+    assert botzone_limits.is_empty_limit(None) and botzone_limits.is_empty_limit("")
+    assert not any(botzone_limits.is_empty_limit(value) for value in ("abc", " ", 0, -1, [], "1"))
+
+
+def test_a_time_limit_given_as_text_is_read():
+    request = parse_json(wiki_json_line(WIKI_MOVES, ('"time_limit":"6"', '"memory_limit":"256"')))
+    assert request.time_limit == 6.0 and request.notes == ()
+    assert [move.to_botzone() for move in request.history] == WIKI_MOVES
+
+
+READ_TIME_LIMITS = {"time-text-1": 1.0, "memory-empty": 1.0}  # LIMIT_FORMS that hold a limit
+
+
+@pytest.mark.parametrize("form", sorted(LIMIT_FORMS))
+def test_parse_json_reads_every_form_of_the_limits_botzone_documents(form):
+    limits, noted = LIMIT_FORMS[form]
+    request = parse_json(wiki_json_line([], limits))
+    assert request.complete and request.history == []
+    assert request.time_limit == READ_TIME_LIMITS.get(form)
+    assert len(request.notes) == noted and all("time_limit" in note for note in request.notes)
+
+
+@pytest.mark.parametrize("form", sorted(LIMIT_FORMS))
+def test_main_answers_botzones_documented_input_when_restarted_per_turn(form):
+    limits, noted = LIMIT_FORMS[form]
+    code, out, err = run_main(["--model", "none", "--simulations", "16"],
+                              wiki_json_line([], limits) + "\n")
+    assert code == 0, err
+    assert Board().is_legal(Move.from_botzone(response_text(json.loads(out)["response"])))
+    assert len(err.splitlines()) == noted and err.count("note: time_limit") == noted, err
+
+
+class ThreadedBot:
+    """`main` in keep-running mode on a thread of this process, talking through pipes as a bot
+    process does; every reply is read whole, with its keep-running line."""
+
+    def __init__(self, args: list[str]) -> None:
+        bot_in, to_bot = os.pipe()
+        from_bot, bot_out = os.pipe()
+        self.writer = open(to_bot, "w")
+        self.reader = open(from_bot)
+        self.stderr = io.StringIO()
+        self.code: int | None = None
+        stdin, stdout = open(bot_in), open(bot_out, "w")
+
+        def run() -> None:
+            try:
+                self.code = main(args, stdin, stdout, self.stderr, started=time.perf_counter())
+            finally:
+                stdout.close()
+                stdin.close()
+
+        self.thread = threading.Thread(target=run, daemon=True)
+        self.thread.start()
+
+    def ask(self, line: str) -> str:
+        self.writer.write(line + "\n")
+        self.writer.flush()
+        reply = self.reader.readline()
+        assert reply, f"the bot ended: {self.stderr.getvalue()}"
+        assert self.reader.readline() == KEEP_RUNNING_MARKER + "\n"
+        return reply.rstrip("\n")
+
+    def close(self) -> tuple[int | None, str]:
+        """End the input; the exit code and stderr once the bot has ended."""
+        self.writer.close()
+        self.thread.join(timeout=60)
+        assert not self.thread.is_alive()
+        self.reader.close()
+        return self.code, self.stderr.getvalue()
+
+
+@pytest.mark.parametrize("form", sorted(LIMIT_FORMS))
+def test_main_answers_botzones_documented_input_in_keep_running_mode(form):
+    """The wiki's line first, then (its limits again) a whole object mid-game, a bare move, and a
+    whole object once more: every reply legal, at most one note for the whole process."""
+    limits, noted = LIMIT_FORMS[form]
+    bot = ThreadedBot(["--model", "none", "--simulations", "16", "--seed", "3"])
+    board, opponent = Board(), RandomPlayer(seed=4)
+    try:
+        for turn in range(4):
+            history = [move.to_botzone() for move in board.move_stack]
+            line = move_json(history[-1]) if turn == 2 else wiki_json_line(history, limits)
+            reply = Move.from_botzone(response_text(json.loads(bot.ask(line))["response"]))
+            assert board.is_legal(reply), (turn, reply)
+            board.push(reply)
+            board.push(opponent.choose_move(board))
+    finally:
+        code, err = bot.close()
+    assert code == 0, err
+    assert len(err.splitlines()) == noted and err.count("note: time_limit") == noted, err
 
 
 def test_parse_update_tolerates_blank_and_turn_number_lines():
@@ -349,8 +464,9 @@ def test_process_answers_the_wiki_example_and_json():
     result = run_bot(["--model", "none", "--simulations", "32"], WIKI_TURN_3)
     assert result.returncode == 0, result.stderr
     assert reply_is_legal_after(WIKI_MOVES, result.stdout.strip())
-    result = run_bot(["--model", "none", "--time", "0.5"], json_input(WIKI_MOVES, True, 6) + "\n")
-    assert result.returncode == 0, result.stderr
+    # The wiki's JSON line as it shows it: "time_limit":"","memory_limit":"" (the bot's own time)
+    result = run_bot(["--model", "none", "--time", "0.5"], wiki_json_line(WIKI_MOVES) + "\n")
+    assert result.returncode == 0 and result.stderr == "", result.stderr
     assert reply_is_legal_after(WIKI_MOVES, response_text(json.loads(result.stdout)["response"]))
 
 

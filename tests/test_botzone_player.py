@@ -336,36 +336,30 @@ def test_a_program_and_its_children_die_with_the_process_that_started_it(tmp_pat
     assert ended(watchdog)
 
 
-def test_programs_are_started_without_a_preexec_fn(monkeypatch):
-    """Python calls `preexec_fn` unsafe in a process with threads (the arena's workers have them)."""
-    calls = []
-    popen = subprocess.Popen
-
-    def recording_popen(*args, **kwargs):
-        calls.append(kwargs)
-        return popen(*args, **kwargs)
-
-    monkeypatch.setattr(subprocess, "Popen", recording_popen)
-    with make_player(bot_spec("time=2", "keep=1")) as player:
-        player.choose_move(Board())
-    assert calls and all(call.get("preexec_fn") is None and call["start_new_session"] for call in calls)
-
-
-def test_a_kept_program_outlives_the_thread_that_started_it(tmp_path):
-    """A death signal set in the child (`PR_SET_PDEATHSIG`) follows the thread that forked it: a
-    kept program started by a thread that has ended must still answer the next turn."""
-    log = tmp_path / "thread.jsonl"
+def test_a_program_lives_as_long_as_its_player_and_its_whole_group_dies_with_it(tmp_path):
+    """A kept program started by a thread that has since ended still answers the next turn: its
+    life is the player's. It runs in a session of its own (a Ctrl-C at the terminal is not sent
+    to it); closing the player kills its process group, a child the program started included, and
+    reaps it (no zombie is left)."""
+    log = tmp_path / "group.jsonl"
+    nap = f"sleep {300 + os.getpid() % 1000}.25"  # the program's child, in its process group
+    spec = (f"botzone:time=2:sh -c '{nap} </dev/null >/dev/null 2>&1 & "
+            f"exec {sys.executable} {TEST_BOT} keep=1 log={log}'")
     board = Board()
-    with make_player(bot_spec("time=2", "keep=1", f"log={log}")) as player:
+    with make_player(spec) as player:
         thread = threading.Thread(target=lambda: board.push(player.choose_move(board)))
         thread.start()
         thread.join()
-        time.sleep(0.2)
         board.push(board.legal_moves()[0])
         assert board.is_legal(player.choose_move(board))
         assert [turn.kept_running for turn in player.turns] == [True, True]
-    assert len({row["pid"] for row in read_log(log)}) == 1
-    assert leftovers(str(log)) == []
+        pid, = {row["pid"] for row in read_log(log)}  # one process answered both turns
+        assert os.getsid(pid) == pid and os.getpgid(pid) == pid != os.getpgid(0)
+        assert len(leftovers(nap)) == 1
+    deadline = time.monotonic() + 5
+    while (leftovers(str(log)) or leftovers(nap)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert leftovers(str(log)) == [] and leftovers(nap) == []
 
 
 # Serial: it times the arena's stop on the wall clock, which a neighbouring test's load stretches

@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from amazons import engine, npnet
+from amazons.evaluator import EvaluatorInputError
 from amazons.export import (
     TOLERANCE,
     ExportError,
@@ -184,11 +185,11 @@ def test_evaluator_rejects_bad_input(tmp_path):
     evaluator = npnet.NumpyEvaluator.from_file(path)
     positions = random_positions(2, seed=4)
     moves, offsets = engine.legal_moves(positions)
-    with pytest.raises(npnet.NpNetInputError, match="positions must be a"):
+    with pytest.raises(EvaluatorInputError, match="positions must be a"):
         evaluator.evaluate(positions.astype(np.int64), moves, offsets)
-    with pytest.raises(npnet.NpNetInputError, match="moves must be an"):
+    with pytest.raises(EvaluatorInputError, match="moves must be an"):
         evaluator.evaluate(positions, moves.astype(np.int64), offsets)
-    with pytest.raises(npnet.NpNetInputError, match="move_offsets must rise"):
+    with pytest.raises(EvaluatorInputError, match="move_offsets must rise"):
         evaluator.evaluate(positions, moves, offsets[::-1].copy())
     with pytest.raises(npnet.NpNetInputError, match="features must be"):
         evaluator.net.forward(np.zeros((1, 3, 8, 8), np.float32))

@@ -9,9 +9,9 @@
 
 #include "rules.h"
 
-// The budgets are the engine's (amazons/_engine.pxd): the exporter writes them from
+// The budgets are the engine's (amazons/_engine.pxd): amazons.botzone_cpp writes them from
 // amazons.engine.EXACT_FILL_SQUARES, EXACT_FILL_NODES, FILL_TABLE_ENTRIES and EXACT_FILL_MOVES
-// into the settings block before this part (settings.h, generated the same way, for the tests).
+// into "settings.h" (common.h says how the parts are joined).
 #include "settings.h"
 
 // EXACT_FILL_MAX_SQUARES: regions this small get the exhaustive fill search
@@ -254,6 +254,13 @@ static int adjudicate(const Pos& pos, int* bounds) {
     if (bounds[0] > bounds[3]) return 1;
     if (bounds[1] <= bounds[2]) return -1;
     return 0;
+}
+
+// The plies to the game's end that a decided adjudication (result +1 or -1, its bounds) implies,
+// in the search tree's convention: amazons.mcts.adjudicated_plies, which
+// tests/test_native_input.py holds this to on positions.
+static int adjudicated_plies(int result, const int* bounds) {
+    return result > 0 ? 2 * bounds[3] + 1 : 2 * bounds[1];
 }
 
 #endif  // AMZ_ADJUDICATE_H

@@ -25,7 +25,9 @@
 //     outputs from that node (the network cache), which leaves the search unchanged.
 //
 // Protocol (Botzone): simple interaction (a turn number n, then 2n - 1 move lines) or JSON
-// interaction (one line {"requests": [...], "responses": [...]}), chosen by the first input. By
+// interaction (one line {"requests": [...], "responses": [...]}), chosen by the first input; a
+// JSON time_limit lowers the turn's allowance when it holds a limit, and is otherwise ignored
+// (read_limit: Botzone's wiki shows it as a string, empty), never refused. By
 // default the bot keeps running: after each reply it prints >>>BOTZONE_REQUEST_KEEP_RUNNING<<<
 // and later inputs hold only the newest request; the search tree is kept and re-rooted.
 // Time is the process's CPU time, which Botzone charges: the first turn of a game is counted from
@@ -132,26 +134,10 @@ static const Kernels* K = &GENERIC_KERNELS;
 static Network g_network;
 static Workspace g_workspace;
 
-static NetShape model_shape() {
-    NetShape shape;
-    shape.num_planes = NUM_PLANES;
-    shape.channels = CHANNELS;
-    shape.key_dim = KEY_DIM;
-    shape.head_dim = HEAD_DIM;
-    shape.value_channels = VALUE_CHANNELS;
-    shape.value_hidden = VALUE_HIDDEN;
-    shape.joint = POLICY_JOINT != 0;
-    shape.arrow_source = ARROW_SOURCE != 0;
-    shape.trunk.assign(TRUNK_KINDS, TRUNK_KINDS + TRUNK_LAYERS);
-    return shape;
-}
-
-// Points the network into g_weights for the kernels in use, K.
+// Points the network into g_weights (WEIGHT_FLOATS of them, load_weights checked) for the kernels
+// in use, K; model_shape() is the model block's, and bind_network checks that the two fit.
 static void bind_model() {
     NetShape shape = model_shape();
-    if ((size_t)WEIGHT_FLOATS != network_weight_floats(shape))
-        throw BotError(format("the model block holds %lu weights; its shape needs %lu", (unsigned long)WEIGHT_FLOATS,
-                              (unsigned long)network_weight_floats(shape)));
     bind_network(&g_network, shape, g_weights.empty() ? 0 : &g_weights[0], g_weights.size(), K);
     g_workspace.reserve(shape);
 }
@@ -272,6 +258,8 @@ class Bot {
         }
         std::fprintf(stderr, "stats cache_clears %d\nstats clock_gap_us %d\nstats slowest_simulation_us %d\n",
                      search.cache.clears, (int)(last.longest_gap * 1e6), (int)(last.slowest * 1e6));
+        std::fprintf(stderr, "stats fill_nodes %lld\nstats unread_fill %lld\n",
+                     (long long)last.fill_nodes, (long long)last.unread_fill);
         std::fflush(stderr);
     }
 
@@ -430,6 +418,36 @@ class JsonParser {
         --depth;
         return value;
     }
+    // The four hex digits of a JSON unicode escape, from s[at].
+    unsigned hex4(size_t at) const {
+        if (at + 4 > s.size()) fail("bad \\u escape");
+        unsigned code = 0;
+        for (size_t k = at; k < at + 4; ++k) {
+            char c = s[k];
+            int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                      : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+            if (digit < 0) fail("bad \\u escape");
+            code = code << 4 | (unsigned)digit;
+        }
+        return code;
+    }
+    static void append_utf8(unsigned code, std::string* out) {
+        if (code < 0x80) {
+            *out += (char)code;
+        } else if (code < 0x800) {
+            *out += (char)(0xC0 | code >> 6);
+            *out += (char)(0x80 | (code & 0x3F));
+        } else if (code < 0x10000) {
+            *out += (char)(0xE0 | code >> 12);
+            *out += (char)(0x80 | (code >> 6 & 0x3F));
+            *out += (char)(0x80 | (code & 0x3F));
+        } else {
+            *out += (char)(0xF0 | code >> 18);
+            *out += (char)(0x80 | (code >> 12 & 0x3F));
+            *out += (char)(0x80 | (code >> 6 & 0x3F));
+            *out += (char)(0x80 | (code & 0x3F));
+        }
+    }
     std::string parse_string() {
         std::string out;
         ++i;  // the opening quote
@@ -439,9 +457,18 @@ class JsonParser {
                 if (i >= s.size()) break;
                 char e = s[i];
                 if (e == 'u') {
-                    if (i + 4 >= s.size()) fail("bad \\u escape");
-                    out += '?';
+                    unsigned code = hex4(i + 1);
                     i += 4;
+                    // a surrogate pair is one character (as Python's json reads it)
+                    if (code >= 0xD800 && code < 0xDC00 && i + 6 < s.size() && s[i + 1] == '\\' &&
+                        s[i + 2] == 'u') {
+                        unsigned low = hex4(i + 3);
+                        if (low >= 0xDC00 && low < 0xE000) {
+                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+                            i += 6;
+                        }
+                    }
+                    append_utf8(code, &out);
                 } else {
                     out += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e == 'b' ? '\b' : e == 'f' ? '\f' : e;
                 }
@@ -525,11 +552,67 @@ static RealMove move_from_json(const Json& value, const std::string& where, bool
     return parse_move_numbers(v, where, allow_no_move, no_move);
 }
 
+// A JSON limit field (time_limit, memory_limit) as amazons.botzone_limits.read_limit reads it: a
+// finite positive number, or a string holding one (limit_number_text, blanks around it ignored);
+// 0 (no limit: the bot's own allowance applies) for every other value, the empty forms Botzone's
+// wiki shows ("", null, a missing field) included. A limit can only lower the allowance.
+static bool limit_number_text(const std::string& text) {
+    // botzone_limits._NUMBER_TEXT: [+-]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][+-]?[0-9]+)?
+    size_t i = 0, n = text.size(), digits = 0;
+    if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
+    for (; i < n && text[i] >= '0' && text[i] <= '9'; ++i) ++digits;
+    if (i < n && text[i] == '.')
+        for (++i; i < n && text[i] >= '0' && text[i] <= '9'; ++i) ++digits;
+    if (digits == 0) return false;
+    if (i < n && (text[i] == 'e' || text[i] == 'E')) {
+        ++i;
+        if (i < n && (text[i] == '+' || text[i] == '-')) ++i;
+        size_t exponent = 0;
+        for (; i < n && text[i] >= '0' && text[i] <= '9'; ++i) ++exponent;
+        if (exponent == 0) return false;
+    }
+    return i == n;
+}
+
+static double read_limit(const Json* field) {
+    if (!field) return 0.0;
+    double value;
+    if (field->type == Json::NUMBER) {
+        value = field->number;
+    } else if (field->type == Json::STRING) {
+        std::string text = trim(field->text);
+        if (!limit_number_text(text)) return 0.0;
+        value = std::strtod(text.c_str(), 0);
+    } else {
+        return 0.0;
+    }
+    return value > 0 && value < HUGE_VAL ? value : 0.0;  // NaN fails value > 0
+}
+
+// botzone_limits.is_empty_limit: null, "" or a missing field, read as no limit without a note.
+static bool is_empty_limit(const Json* field) {
+    return !field || field->type == Json::NUL ||
+           (field->type == Json::STRING && field->text.empty());
+}
+
+static std::string json_text(const Json& value) {
+    switch (value.type) {
+        case Json::NUL: return "null";
+        case Json::BOOLEAN: return value.boolean ? "true" : "false";
+        case Json::NUMBER: return format("%g", value.number);
+        case Json::STRING: return "\"" + value.text + "\"";
+        case Json::ARRAY: return "a list";
+        default: return "an object";
+    }
+}
+
+static bool g_limit_noted = false;  // the note on an ignored time_limit is written once per process
+
 struct Turn {
     std::vector<RealMove> history;  // every move so far, the newest request last
     bool complete;                  // the whole game (else only the newest request, keep-running)
     bool json;                      // answer in JSON
-    double time_limit;              // a JSON input's time_limit in seconds, 0 when absent
+    double time_limit;              // a JSON input's time_limit in seconds, 0 for none (read_limit)
 };
 
 static Turn parse_json_input(const std::string& line) {
@@ -567,10 +650,12 @@ static Turn parse_json_input(const std::string& line) {
                 move_from_json(responses->items[k], format("responses[%lu]", (unsigned long)k), false, &no_move));
     }
     const Json* limit = value.get("time_limit");
-    if (limit && limit->type != Json::NUL) {
-        if (limit->type != Json::NUMBER || !(limit->number > 0))
-            throw BotError("'time_limit' must be a positive number of seconds");
-        turn.time_limit = limit->number;
+    turn.time_limit = read_limit(limit);
+    if (turn.time_limit == 0.0 && !is_empty_limit(limit) && !g_limit_noted) {
+        g_limit_noted = true;
+        std::fprintf(stderr, "bot: note: time_limit %s is not a positive number of seconds: "
+                     "the bot's own time applies\n", json_text(*limit).c_str());
+        std::fflush(stderr);
     }
     return turn;
 }
@@ -777,7 +862,8 @@ static Options parse_options(int argc, char** argv) {
     return options;
 }
 
-// The canonical positions of a file, one "mine theirs arrows" (decimal) a line.
+// The canonical positions of a file, one "mine theirs arrows" (decimal) a line, each one the
+// rules can take (rules.h's position_error).
 static std::vector<Pos> read_positions(const std::string& path) {
     FILE* file = std::fopen(path.c_str(), "r");
     if (!file) throw BotError(format("cannot open positions file %s", path.c_str()));
@@ -786,9 +872,12 @@ static std::vector<Pos> read_positions(const std::string& path) {
     int read;
     while ((read = std::fscanf(file, "%llu %llu %llu", &mine, &theirs, &arrows)) == 3) {
         Pos pos = {mine, theirs, arrows};
-        if ((pos.mine & pos.theirs) || (pos.mine & pos.arrows) || (pos.theirs & pos.arrows))
-            throw BotError(format("positions file %s: position %lu overlaps itself", path.c_str(),
-                                  (unsigned long)positions.size() + 1));
+        std::string why = position_error(pos);
+        if (!why.empty()) {
+            std::fclose(file);
+            throw BotError(format("positions file %s: position %lu: %s", path.c_str(),
+                                  (unsigned long)positions.size() + 1, why.c_str()));
+        }
         positions.push_back(pos);
     }
     std::fclose(file);
@@ -910,10 +999,10 @@ int main(int argc, char** argv) {
         load_weights(options.weights_path);
         bind_model();
         if (options.info) {
-            double bytes = options.tree_mb * 1048576.0;
-            int edges = (int)(bytes / ((double)EDGE_BYTES + (double)NODE_BYTES / MOVES_PER_NODE));
+            int edges, nodes;
+            Tree::capacity(options.tree_mb, &edges, &nodes);
             std::printf("model %s, %lu weights, kernels %s, tree %d edges and %d nodes in %g MiB\n", MODEL_SHA256,
-                        (unsigned long)g_weights.size(), K->name, edges, edges / MOVES_PER_NODE, options.tree_mb);
+                        (unsigned long)g_weights.size(), K->name, edges, nodes, options.tree_mb);
             return 0;
         }
         if (!options.selftest.empty()) return run_selftest(options.selftest);

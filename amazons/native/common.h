@@ -1,10 +1,22 @@
-// The native core's common part: the standard headers every part uses, and its error type.
+// The native core's common part: the standard headers every part uses, and its error types.
 //
-// The native core (amazons/native/) is the project's C++: the rules on bitboards (rules.h), the
-// network's arithmetic (kernels.h), its forward pass (network.h), the search (search.h) and the
-// Botzone bot around them (bot.cpp). `python -m amazons.export MODEL --botzone DIR` joins the
-// parts, in that order, into one self-contained source (amazons/botzone_cpp.py); setup.py
-// compiles common.h, rules.h, kernels.h and network.h into the CPU evaluator amazons._native.
+// The native core (amazons/native/) is the project's C++, written as parts that each own one
+// thing, each including the parts it uses: common.h, rules.h (the rules on bitboards),
+// adjudicate.h (separated positions), kernels.h (the network's arithmetic), network.h (its
+// forward pass), search.h (the bot's search), bot.cpp (the Botzone bot) and evaluator.h (the
+// extension's batch evaluator). How they are joined, in this one place:
+//   * the Botzone export (`python -m amazons.export MODEL --botzone DIR`, amazons/botzone_cpp.py)
+//     writes the parts of botzone_cpp.PARTS in that order into one source without their local
+//     #include lines, the settings block where the first part includes "settings.h", and the
+//     model block (the network's shape and weights) at bot.cpp's //@MODEL@ line;
+//   * setup.py compiles evaluator.h, with common.h, rules.h, kernels.h and network.h, into the
+//     extension amazons._native; those parts use no settings;
+//   * "settings.h" is no file of the project: it holds the numbers the search and the
+//     adjudication share with Python, written from their Python definitions by
+//     amazons.botzone_cpp.settings_header (the export writes the same block inline), so that each
+//     part also compiles alone (tests/test_native_input.py compiles every header so).
+// A literal a part keeps for the extension (MAX_MOVES, AMAZONS_PER_SIDE, the trunk-kind codes) is
+// checked against its Python definition by tests/test_native_input.py.
 // Standard library only, C++11.
 
 #ifndef AMZ_COMMON_H
@@ -30,10 +42,15 @@
 
 // ================================================================================================
 // Errors: every fault is a BotError with one line of text. The bot ends with exit status 2 and
-// the line on stderr; the evaluator extension raises it as a Python exception.
+// the line on stderr; the evaluator extension raises an InputError (wrong input from its caller:
+// a position, a move) as ValueError and any other BotError as RuntimeError.
 
 struct BotError : public std::runtime_error {
     explicit BotError(const std::string& what) : std::runtime_error(what) {}
+};
+
+struct InputError : public BotError {
+    explicit InputError(const std::string& what) : BotError(what) {}
 };
 
 static std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

@@ -5,8 +5,13 @@
 //
 // The weights are npnet's `layout_arrays`, float32, in that order, owned by the caller:
 // bind_network points a Network into them (and makes the Winograd filters of the AVX2 kernels).
-// Loading new weights into the same buffer and binding again updates the network in place. A
-// Network is read-only while it evaluates; each thread evaluates with its own Workspace.
+// A Network is read-only while it evaluates; each thread evaluates with its own Workspace.
+//
+// What network_evaluate assumes of its input, checked by its callers once a position (the batch
+// evaluator, evaluator.h, for the extension's callers; the bot evaluates positions its rules made
+// from accepted ones): a position position_error accepts, and moves on the board that start on
+// the side to move's amazons (the arrow source term's slots). Other illegal moves get priors
+// without harm.
 
 #ifndef AMZ_NETWORK_H
 #define AMZ_NETWORK_H
@@ -14,8 +19,12 @@
 #include "kernels.h"
 #include "rules.h"
 
-static const int AMAZONS_PER_SIDE = 4;  // the arrow source term's rows: the squares a move can leave
+// The trunk's layer kinds (NetShape.trunk): each code is the kind's position in
+// amazons.npnet.TRUNK_LAYERS, which maps a network's trunk to them (tests check they agree).
+static const int TRUNK_RESIDUAL = 0, TRUNK_ATTENTION = 1;
 
+// A network's shape. amazons.npnet.native_shape maps a network's config to these fields, by
+// name: the extension loads its output and the export writes it as bot.cpp's model_shape().
 struct NetShape {
     int num_planes;      // 3 or 7 feature planes (amazons.engine.features)
     int channels;        // the trunk's width
@@ -25,7 +34,7 @@ struct NetShape {
     int value_hidden;    // the value head's hidden layer
     bool joint;          // the joint move head (else the factorized three-map head)
     bool arrow_source;   // the joint head's arrow source term
-    std::vector<int> trunk;  // per trunk layer: 0 residual, 1 attention
+    std::vector<int> trunk;  // per trunk layer: TRUNK_RESIDUAL or TRUNK_ATTENTION
 };
 
 // The floats of a network's weights in npnet's layout_arrays.
@@ -33,7 +42,8 @@ static size_t network_weight_floats(const NetShape& s) {
     const size_t c = s.channels, h = s.head_dim, d = s.key_dim;
     size_t total = 9 * (size_t)s.num_planes * c + c;
     for (size_t l = 0; l < s.trunk.size(); ++l)
-        total += s.trunk[l] == 0 ? 2 * (9 * c * c + c) : c * (2 * d + c) + (2 * d + c) + 1;
+        total += s.trunk[l] == TRUNK_RESIDUAL ? 2 * (9 * c * c + c)
+                                              : c * (2 * d + c) + (2 * d + c) + 1;
     if (s.joint)
         total += 2 * (c * 2 * h + 2 * h) + (c + h) * c + c + (s.arrow_source ? c * h + h : 0);
     else
@@ -50,12 +60,13 @@ static std::string network_shape_error(const NetShape& s) {
         return "every width must be >= 1";
     if (s.arrow_source && !s.joint) return "the arrow source term needs the joint head";
     for (size_t l = 0; l < s.trunk.size(); ++l)
-        if (s.trunk[l] != 0 && s.trunk[l] != 1) return format("trunk layer %d is of kind %d", (int)l, s.trunk[l]);
+        if (s.trunk[l] != TRUNK_RESIDUAL && s.trunk[l] != TRUNK_ATTENTION)
+            return format("trunk layer %d is of kind %d", (int)l, s.trunk[l]);
     return "";
 }
 
 struct TrunkLayer {
-    int kind;                           // 0 residual, 1 attention
+    int kind;                           // TRUNK_RESIDUAL or TRUNK_ATTENTION
     Conv conv1, conv2;                  // residual
     const float *qkv_w, *qkv_b, *gate;  // attention
 };
@@ -86,8 +97,9 @@ static void bind_conv(Conv* conv, int in, int out, const float** p, const Kernel
     if (kernels->winograd && out % 8 == 0) prepare_winograd(conv);
 }
 
-// Points `net` into `weights` (`count` floats, kept by the caller) for `shape`, run by `kernels`;
-// binding again after new weights were written into the buffer re-makes the Winograd filters.
+// Points `net` into `weights` (`count` floats, kept by the caller) for `shape`, run by `kernels`,
+// and makes the Winograd filters. The one check of a shape and its weight count in the native
+// core: BotError when the shape cannot run or the count does not fit it.
 static void bind_network(Network* net, const NetShape& shape, const float* weights, size_t count,
                          const Kernels* kernels) {
     std::string why = network_shape_error(shape);
@@ -106,7 +118,7 @@ static void bind_network(Network* net, const NetShape& shape, const float* weigh
         TrunkLayer& layer = net->trunk[l];
         layer.kind = shape.trunk[l];
         layer.qkv_w = layer.qkv_b = layer.gate = 0;
-        if (layer.kind == 0) {
+        if (layer.kind == TRUNK_RESIDUAL) {
             bind_conv(&layer.conv1, c, c, &p, kernels);
             bind_conv(&layer.conv2, c, c, &p, kernels);
         } else {
@@ -153,7 +165,7 @@ static inline void relu(float* x, size_t n) {
 struct Workspace {
     std::vector<float> features, x, hidden, qkv, queries_t, energy, values_t, attended_t, x_t, head, head_keys;
     std::vector<float> gathered, queries, move_logits, arrow_logits, scratch, flat, value_hidden;
-    std::vector<float> source_queries, source_logits;  // the arrow source term: [4][head_dim], [4][64]
+    std::vector<float> source_queries, source_logits;  // the source term: [slot][head_dim], [slot][64]
     float log_src[64], log_dst[64], log_arrow[64], arrow_norm[64];
     uint8_t source_row[64], destination_row[64];  // a square's row in the gathered tables
     WinogradScratch winograd;
@@ -205,7 +217,7 @@ static void trunk_forward(const Network& net, Workspace& a, const Pos& pos) {
     K->conv3x3(net.stem, &a.features[0], 0, &a.x[0], &a.winograd);
     for (size_t l = 0; l < net.trunk.size(); ++l) {
         const TrunkLayer& layer = net.trunk[l];
-        if (layer.kind == 0) {
+        if (layer.kind == TRUNK_RESIDUAL) {
             K->conv3x3(layer.conv1, &a.x[0], 0, &a.hidden[0], &a.winograd);
             K->conv3x3(layer.conv2, &a.hidden[0], &a.x[0], &a.x[0], &a.winograd);
         } else {
@@ -244,7 +256,8 @@ static float value_forward(const Network& net, Workspace& a) {
 }
 
 // The arrow source term's part of each move's log prior (npnet's PolicyTables.source_arrow and
-// source_norm): for the amazon on src (slot i of the side to move's 4, by increasing square),
+// source_norm): for the amazon on src (slot i of the side to move's at most AMAZONS_PER_SIDE, by
+// increasing square; every move's src holds one, see the top of this part),
 // S[i][arrow] - log sum_a P(a | dst) exp(S[i][a]), where S = (x_next[src] Ws + bs) . arrow keys.
 // a.hidden holds x_next, a.head_keys the arrow keys [h][arrow], a.arrow_logits and a.arrow_norm
 // log P(arrow | dst) by destination row.
@@ -258,7 +271,7 @@ static void add_source_term(const Network& net, Workspace& a, const Pos& pos, co
     K->matmul(&a.source_queries[0], h, slots, h, &a.head_keys[0], 64, 0, &a.source_logits[0], 64, 64);
     // norm[i][dst] for the (slot, destination) pairs the moves use, computed once each.
     float norm[AMAZONS_PER_SIDE * 64];
-    uint64_t done[AMAZONS_PER_SIDE] = {0, 0, 0, 0};
+    uint64_t done[AMAZONS_PER_SIDE] = {0};
     for (int k = 0; k < count; ++k) {
         const Move& m = moves[k];
         const int i = slot_of[m.src], d = a.destination_row[m.dst];

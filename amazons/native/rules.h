@@ -21,7 +21,10 @@ static const u64 ONE = 1;
 static const u64 FULL = ~(u64)0;
 static const u64 FILE_A = 0x0101010101010101ULL;
 static const u64 FILE_H = 0x8080808080808080ULL;
-static const int MAX_MOVES = 2916;  // 4 amazons x 27 destinations x 27 arrows
+// The rules' sizes: amazons._engine's AMAZONS_PER_SIDE and MAX_MOVES (tests check they agree).
+// Move generation writes at most MAX_MOVES moves only for positions position_error accepts.
+static const int AMAZONS_PER_SIDE = 4;
+static const int MAX_MOVES = AMAZONS_PER_SIDE * 27 * 27;  // a queen reaches <= 27 squares: 2,916
 
 // Directions 0..3 increase the square index (E, S, SE, SW), 4..7 decrease it (W, N, NW, NE).
 static const int DIR_DX[8] = {1, 0, 1, -1, -1, 0, -1, 1};
@@ -34,6 +37,21 @@ static u64 NEIGHBOURS[64];
 static inline int ctz64(u64 b) { return __builtin_ctzll(b); }
 static inline int msb64(u64 b) { return 63 - __builtin_clzll(b); }
 static inline int popcount64(u64 b) { return __builtin_popcountll(b); }
+
+// Why the rules cannot take `pos`, or "" when they can: move generation assumes bitboards that do
+// not overlap and at most AMAZONS_PER_SIDE amazons a side. Whoever takes a position from outside
+// checks it once (the batch evaluator, the extension's rules entry points, the bot's positions
+// files); the positions the rules make from an accepted one need no check.
+static std::string position_error(const Pos& pos) {
+    if ((pos.mine & pos.theirs) | (pos.mine & pos.arrows) | (pos.theirs & pos.arrows))
+        return "its bitboards overlap (a square holds two pieces)";
+    const int mine = popcount64(pos.mine), theirs = popcount64(pos.theirs);
+    if (mine > AMAZONS_PER_SIDE)
+        return format("the side to move has %d amazons (at most %d)", mine, AMAZONS_PER_SIDE);
+    if (theirs > AMAZONS_PER_SIDE)
+        return format("the opponent has %d amazons (at most %d)", theirs, AMAZONS_PER_SIDE);
+    return "";
+}
 
 static void init_tables() {
     for (int d = 0; d < 8; ++d) {
@@ -107,7 +125,8 @@ static bool has_move(const Pos& pos) {
     return false;
 }
 
-// The legal moves of the side to move into `out` (room for MAX_MOVES), in the engine's order.
+// The legal moves of the side to move into `out` (room for MAX_MOVES), in the engine's order;
+// `pos` is one position_error accepts.
 static int legal_moves(const Pos& pos, Move* out) {
     u64 occupied = pos.mine | pos.theirs | pos.arrows;
     int count = 0;

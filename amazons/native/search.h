@@ -1,8 +1,9 @@
 // The bot's search (amazons/mcts_numba.py with the Python bot's settings): the CPU clock, the
 // tree, the network cache, PUCT with the MCTS-solver and LCB. Its constants come from the Python
-// definitions (amazons.player_factory.NET_SEARCH, amazons.botzone limits): the exporter writes
-// them in the settings block before the parts. The program that includes this part defines
-// evaluate_leaf, the network's value and move priors of a position (bot.cpp: the network part).
+// definitions (amazons.player_factory.NET_SEARCH, amazons.botzone_limits) through "settings.h",
+// which amazons.botzone_cpp writes (common.h says how the parts are joined). The program that
+// includes this part defines evaluate_leaf, the network's value and move priors of a position
+// (bot.cpp: the network part).
 
 #ifndef AMZ_SEARCH_H
 #define AMZ_SEARCH_H
@@ -100,12 +101,17 @@ struct Tree {
     uint32_t* e_word;       // [E] the canonical move in the owning node's frame, proof, child flag, plies
     uint16_t* e_prior;      // [E] the move's prior, encode_prior
 
+    // The edges and nodes a tree of `megabytes` MiB holds (at most 2e9 edges, an int's range);
+    // allocate_for allocates these, bot --info reports them.
+    static void capacity(double megabytes, int* edges, int* nodes) {
+        double count =
+            megabytes * 1048576.0 / ((double)EDGE_BYTES + (double)NODE_BYTES / MOVES_PER_NODE);
+        *edges = count > 2e9 ? 2000000000 : (int)count;
+        *nodes = *edges / MOVES_PER_NODE;
+    }
+
     void allocate_for(double megabytes) {
-        double bytes = megabytes * 1048576.0;
-        double edges = bytes / ((double)EDGE_BYTES + (double)NODE_BYTES / MOVES_PER_NODE);
-        if (edges > 2e9) edges = 2e9;
-        edge_capacity = (int)edges;
-        node_capacity = edge_capacity / MOVES_PER_NODE;
+        capacity(megabytes, &edge_capacity, &node_capacity);
         if (edge_capacity < MAX_MOVES || node_capacity < 2)
             throw BotError(format("--tree-mb %g holds %d edges and %d nodes; a tree needs %d edges and 2 nodes",
                                   megabytes, edge_capacity, node_capacity, MAX_MOVES));
@@ -258,6 +264,10 @@ struct SearchResult {
     int cache_hits;       // its new leaves evaluated from the network cache instead of the network
     double longest_gap;   // the most CPU seconds between two reads of the clock (0 without a deadline)
     double slowest;       // the most CPU seconds of one simulation (measured only with `profile`)
+    int64_t fill_nodes;   // nodes of the adjudication's exhaustive region fill this search ran
+    int64_t unread_fill;  // the most fill nodes run since the last clock read when a simulation
+                          // began (a read comes first from FILL_NODES_PER_READ on; 0 without a
+                          // deadline)
 };
 
 // When the clock is read (a system call, about 0.6 us): after the first simulation, then after
@@ -324,10 +334,10 @@ class Search {
     // the root is proven, or the tree is full. At least one simulation runs; the clock is read as
     // CLOCK_EVERY's comment says.
     SearchResult run(int simulations, double deadline) {
-        SearchResult result = {0, false, 0, 0.0, 0.0};
+        SearchResult result = {0, false, 0, 0.0, 0.0, 0, 0};
         int hits_before = cache_hits;
         double last_read = deadline > 0 ? cpu_seconds() : 0.0;
-        int64_t fill_at_read = g_fill.nodes_searched;
+        int64_t fill_at_read = g_fill.nodes_searched, fill_at_start = g_fill.nodes_searched;
         int since_read = 0, interval = CLOCK_EVERY;
         if (top != 0) {
             compact(top);
@@ -348,6 +358,8 @@ class Search {
                 since_read = 0;
                 if (now >= deadline) break;
             }
+            if (deadline > 0 && g_fill.nodes_searched - fill_at_read > result.unread_fill)
+                result.unread_fill = g_fill.nodes_searched - fill_at_read;
             double started = profile ? cpu_seconds() : 0.0;
             bool expanded = simulate();
             if (profile) {
@@ -362,6 +374,7 @@ class Search {
             }
         }
         result.cache_hits = cache_hits - hits_before;
+        result.fill_nodes = g_fill.nodes_searched - fill_at_start;
         return result;
     }
 
@@ -622,12 +635,9 @@ class Search {
             int bounds[4];
             int result = adjudicate(pos, bounds);
             if (result != 0) {
-                // The tree's convention (amazons.mcts._adjudicate_leaves: a terminal node is lost
-                // in 0 plies, a winning move wins in 1): with a moves against b, the side to move
-                // loses in 2a plies or wins in 2b + 1; bounds, from the upper bounds of a and b.
                 value = (float)result;
                 proof = (int8_t)result;
-                plies = result > 0 ? 2 * bounds[3] + 1 : 2 * bounds[1];
+                plies = adjudicated_plies(result, bounds);
                 for (int i = 0; i < count; ++i) priors[i] = 1.0f / count;
             } else {
                 int same = use_cache ? cache.find(pos) : NO_NODE;
