@@ -7,12 +7,13 @@ Numba and LLVM), the arena's API (`run_arena`, `elo_interval`, `ArenaResult`) an
 registry (`make_player`, `register_player`, `player_names`) are re-exported on first use, so the
 inference server, the learner and the web board's server never load Numba to name a protocol, and
 self-play actors never load the arena. It never imports a command module. The network, training
-and inference-server modules are imported by name (`amazons.net`, `amazons.train`, ...).
+and inference-server modules are imported by name (`amazons.neural.model`, `amazons.train`, ...).
 """
 
 import importlib
 from typing import Any
 
+from amazons import _moved
 from amazons.board import (
     BLACK,
     START_POSITION,
@@ -31,7 +32,9 @@ from amazons.engine import MAX_MOVES, EngineInputError
 from amazons.evaluator import Evaluator, EvaluatorError
 from amazons.symmetry import SYMMETRIES, SymmetryError, canonical_to_real, real_to_canonical
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
+
+_moved.install()  # old import paths of moved modules, for one release (README: changelog)
 
 _LAZY = {
     "BatchedSearch": "amazons.mcts",

@@ -5,7 +5,7 @@
 The C++ is the native core's (`amazons/native/`): the rules' feature planes (`rules.h`), the
 kernels (`kernels.h`, portable and AVX2/FMA with Winograd convolutions) and the forward pass
 (`network.h`), the same parts the Botzone export joins into its source, run over a batch by
-`evaluator.h`. This module is the thin typed layer; `amazons.nativenet` is its public face
+`evaluator.h`. This module is the thin typed layer; `amazons.neural.native` is its public face
 (checks, the `Evaluator` protocol, loading models). A few rules entry points (perft, legal
 moves, feature planes) let the tests hold the rules part to the engine.
 
@@ -106,7 +106,7 @@ cdef NetShape _shape(dict fields) except *:
 
 
 def shape_error(dict shape) -> str:
-    """Why the network of `shape` (`amazons.npnet.native_shape`) cannot run here, or ""."""
+    """Why the network of `shape` (`amazons.neural.numpy_net.native_shape`) cannot run here, or ""."""
     return network_shape_error(_shape(shape)).decode()
 
 
@@ -116,7 +116,7 @@ def weight_floats(dict shape) -> int:
 
 
 cdef class NativeNetwork:
-    """One network's weights and the evaluator over them (see `amazons.nativenet.NativeEvaluator`).
+    """One network's weights and the evaluator over them (see `amazons.neural.native.NativeEvaluator`).
 
     Safe to share between threads: each call holds the network's mutex (the GIL released), so
     calls on one network run one at a time; two networks run in parallel.
@@ -142,7 +142,7 @@ cdef class NativeNetwork:
         return name.decode()
 
     def load(self, dict shape, const float[::1] weights) -> None:
-        """Take `weights` (copied) for a network of `shape` (`amazons.npnet.native_shape`).
+        """Take `weights` (copied) for a network of `shape` (`amazons.neural.numpy_net.native_shape`).
 
         Raises:
             RuntimeError: the shape cannot run, or the weights do not fit it (the network

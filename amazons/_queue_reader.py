@@ -6,7 +6,7 @@ to its process group) leaves the rest never to come, and the reading process hol
 write end too (the queue was made there), so no end of file comes either: `get` waits for ever.
 `QueueReader` takes the bytes that are there instead, keeps a message until all of it has
 arrived, and never waits longer than it is told. The arena's workers (`amazons.arena`) and the
-self-play actors (`amazons.selfplay`) hand their results over such queues.
+self-play actors (`amazons.train.selfplay`) hand their results over such queues.
 
 Imports nothing from the package.
 """

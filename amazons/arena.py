@@ -23,14 +23,14 @@ player whose spec is served scores its leaves through its worker's `InferenceCli
 network is loaded once, on the GPU when there is one, and batched across the workers, instead of
 once per process on one CPU thread. The command line serves `mcts-net` and `policy-net` players
 whenever it runs more than one process (`--no-server` loads them in every process instead);
-evaluation in training always serves them (`amazons.evaluation`).
+evaluation in training always serves them (`amazons.train.evaluation`).
 
 Stopping: a match stopped by Ctrl-C or by a failure ends every worker before its exception
 leaves `ArenaWorkers`: a worker gets `ABORT_GRACE_S` to end its game (Ctrl-C reaches the workers
 too, and a worker's players are closed as the interrupt unwinds), then SIGTERM, then SIGKILL
 `TERMINATE_GRACE_S` later, and is reaped, also when a second Ctrl-C interrupts the shutdown. A
 Botzone program dies with the worker that started it, however the worker ends
-(`amazons.botzone_player`). A worker that dies while writing a result (SIGKILL, the OOM killer,
+(`amazons.botzone.program`). A worker that dies while writing a result (SIGKILL, the OOM killer,
 a signal to its process group) fails the match with an `ArenaError` naming it: the results are
 read as raw bytes (`amazons._queue_reader`), never waiting for the rest of a message.
 
@@ -268,11 +268,11 @@ class ArenaWorkers:
     """Arena worker processes and the inference servers of their network players, kept across matches.
 
     Each server holds one network (built in its own process by a picklable evaluator factory,
-    e.g. `amazons.netplay.NetworkEvaluatorFactory`) and one slot per worker; every worker holds
+    e.g. `amazons.neural.production.NetworkEvaluatorFactory`) and one slot per worker; every worker holds
     one `InferenceClient` of every server. `run_arena(..., workers=self, served={spec: name})`
     plays a match on these workers, the player `spec` scoring its leaves through server `name`.
     `publish_weights` loads new weights into a server between matches (evaluation in training
-    keeps one server for the new model and one for the previous, `amazons.evaluation`).
+    keeps one server for the new model and one for the previous, `amazons.train.evaluation`).
 
     Example:
         >>> servers = network_servers(["mcts-net:runs/cpu/models/model-0010.pt"])  # doctest: +SKIP

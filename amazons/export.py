@@ -1,26 +1,26 @@
 """Export a trained network: `python -m amazons.export CKPT OUT` and `... MODEL --botzone DIR`.
 
-The Botzone bot and terminal play run the network with `amazons.npnet` (numpy only), from the
-`.npz` file this module writes (the format is `amazons.npnet`'s). The export:
+The Botzone bot and terminal play run the network with `amazons.neural.numpy_net` (numpy only), from the
+`.npz` file this module writes (the format is `amazons.neural.numpy_net`'s). The export:
 
-1. reads a learner or model checkpoint (`amazons.checkpoint.load_model_for_play`: safe load,
+1. reads a learner or model checkpoint (`amazons.neural.checkpoint.load_model_for_play`: safe load,
    digest checked);
-2. prepares the network for inference (`amazons.net.prepare_for_inference`: eval mode, batch
+2. prepares the network for inference (`amazons.neural.model.prepare_for_inference`: eval mode, batch
    norms folded into the convolutions, float32);
-3. writes its state dict, the config and the trunk's layer kinds with `amazons.npnet.write_model`
+3. writes its state dict, the config and the trunk's layer kinds with `amazons.neural.numpy_net.write_model`
    (atomically, with a SHA-256 digest of the arrays);
-4. reads the file back with `amazons.npnet.load_model` and checks that the numpy forward pass
+4. reads the file back with `amazons.neural.numpy_net.load_model` and checks that the numpy forward pass
    gives the torch model's legal-move priors and values (and the ownership map, when the network
    has the ownership head) on random positions (largest differences printed; above `TOLERANCE`
    the export fails and the file is removed).
 
 `--botzone DIR` writes the Botzone C++ bot instead of (or besides) the `.npz`: `DIR/bot.cpp`,
-one C++ source with the network's weights (`amazons.botzone_cpp`; with `--weights-file NAME`
+one C++ source with the network's weights (`amazons.botzone.cpp_export`; with `--weights-file NAME`
 the weights go to `DIR/NAME` for Botzone's storage). Its MODEL is a checkpoint (checked against
 torch like the `.npz` export), an exported `.npz`, or `default` (the shipped model).
 
-Imports torch (through `amazons.net` and `amazons.checkpoint`), numpy, `amazons.npnet` and
-`amazons.botzone_cpp`.
+Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`), numpy, `amazons.neural.numpy_net` and
+`amazons.botzone.cpp_export`.
 """
 
 from __future__ import annotations
@@ -36,16 +36,18 @@ from typing import Any, TextIO
 import numpy as np
 import torch
 
-from amazons import botzone_cpp, engine, npnet
-from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons import engine
+from amazons.botzone import cpp_export
 from amazons.models import default_model_path
-from amazons.net import (
+from amazons.neural import numpy_net
+from amazons.neural.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.neural.model import (
     PolicyValueNet,
     gather_legal_priors,
     policy_log_tables,
     segment_ids,
 )
-from amazons.netplay import model_arrays
+from amazons.neural.production import model_arrays
 
 __all__ = [
     "TOLERANCE",
@@ -121,7 +123,7 @@ def torch_ownership(model: PolicyValueNet, positions: np.ndarray) -> np.ndarray:
         model.train(was_training)
 
 
-def verify_export(model: PolicyValueNet, net: npnet.NumpyNet, positions: np.ndarray) -> dict[str, float]:
+def verify_export(model: PolicyValueNet, net: numpy_net.NumpyNet, positions: np.ndarray) -> dict[str, float]:
     """Largest absolute differences between the torch model and the numpy network.
 
     Returns:
@@ -131,7 +133,7 @@ def verify_export(model: PolicyValueNet, net: npnet.NumpyNet, positions: np.ndar
     """
     expected_priors, expected_values = torch_outputs(model, positions)
     moves, offsets = engine.legal_moves(positions)
-    evaluator = npnet.NumpyEvaluator(net)
+    evaluator = numpy_net.NumpyEvaluator(net)
     priors, values = evaluator.evaluate(positions, moves, offsets)
     differences = {"priors": float(np.abs(priors - expected_priors).max(initial=0.0)),
                    "values": float(np.abs(values - expected_values).max(initial=0.0))}
@@ -154,13 +156,13 @@ def export_model(model: PolicyValueNet, path: str | os.PathLike, source: dict[st
 
     Raises:
         ExportError: a difference above `TOLERANCE` (the written file is removed).
-        amazons.npnet.ModelFileError: the file cannot be written.
+        amazons.neural.numpy_net.ModelFileError: the file cannot be written.
     """
     config, trunk, arrays = model_arrays(model)
-    path = npnet.write_model(path, config, trunk, arrays, source)
+    path = numpy_net.write_model(path, config, trunk, arrays, source)
     differences = {"priors": 0.0, "values": 0.0}
     if check_positions > 0:
-        differences = verify_export(model, npnet.load_model(path), random_positions(check_positions, seed))
+        differences = verify_export(model, numpy_net.load_model(path), random_positions(check_positions, seed))
         worst = max(differences.values())
         if not worst <= TOLERANCE:
             path.unlink(missing_ok=True)
@@ -189,8 +191,8 @@ def export_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike,
     """Export the network of a learner or model checkpoint (see `export_model`).
 
     Raises:
-        amazons.checkpoint.CheckpointError: the checkpoint cannot be read.
-        ExportError, amazons.npnet.ModelFileError: see `export_model`.
+        amazons.neural.checkpoint.CheckpointError: the checkpoint cannot be read.
+        ExportError, amazons.neural.numpy_net.ModelFileError: see `export_model`.
     """
     checkpoint = Path(checkpoint)
     payload = load_checkpoint(checkpoint)
@@ -201,11 +203,11 @@ def export_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike,
     return export_model(model, out, source, check_positions)
 
 
-def _checkpoint_network(checkpoint: Path, check_positions: int) -> npnet.NumpyNet:
+def _checkpoint_network(checkpoint: Path, check_positions: int) -> numpy_net.NumpyNet:
     """The numpy network of a checkpoint, checked against torch like `export_model` checks.
 
     Raises:
-        amazons.checkpoint.CheckpointError: the checkpoint cannot be read.
+        amazons.neural.checkpoint.CheckpointError: the checkpoint cannot be read.
         ExportError: a difference above `TOLERANCE`.
     """
     payload = load_checkpoint(checkpoint)
@@ -213,7 +215,7 @@ def _checkpoint_network(checkpoint: Path, check_positions: int) -> npnet.NumpyNe
     config, trunk, arrays = model_arrays(model)
     source = {"checkpoint": checkpoint.name, "checkpoint_sha256": _file_digest(checkpoint),
               "step": int(payload["step"])}
-    net = npnet.NumpyNet(config, trunk, arrays, source)
+    net = numpy_net.NumpyNet(config, trunk, arrays, source)
     if check_positions > 0:
         differences = verify_export(model, net, random_positions(check_positions))
         if not max(differences.values()) <= TOLERANCE:
@@ -233,20 +235,20 @@ def export_botzone(model: str | os.PathLike, directory: str | os.PathLike, weigh
         check_positions: for a checkpoint, random positions on which numpy is compared with torch.
 
     Returns:
-        The paths written (see `amazons.botzone_cpp.write_bot`).
+        The paths written (see `amazons.botzone.cpp_export.write_bot`).
 
     Raises:
         FileNotFoundError: no such model file.
-        amazons.checkpoint.CheckpointError, amazons.npnet.ModelFileError, ExportError: the model
+        amazons.neural.checkpoint.CheckpointError, amazons.neural.numpy_net.ModelFileError, ExportError: the model
             cannot be read or does not check out.
-        amazons.botzone_cpp.BotzoneExportError: a bad weights-file name.
+        amazons.botzone.cpp_export.BotzoneExportError: a bad weights-file name.
     """
     path = default_model_path() if str(model) == "default" else Path(model)
     if path.suffix == ".pt":
         net = _checkpoint_network(path, check_positions)
     else:
-        net = npnet.load_model(path)
-    return botzone_cpp.write_bot(net, directory, weights_file)
+        net = numpy_net.load_model(path)
+    return cpp_export.write_bot(net, directory, weights_file)
 
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
@@ -257,7 +259,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     stderr = sys.stderr if stderr is None else stderr
     parser = argparse.ArgumentParser(
         prog="python -m amazons.export",
-        description="Export a checkpoint's network to a torch-free .npz model file (amazons.npnet), "
+        description="Export a checkpoint's network to a torch-free .npz model file (amazons.neural.numpy_net), "
                     "and/or a model to the Botzone C++ bot (--botzone).")
     parser.add_argument("model", help="a learner or model checkpoint (.pt); with --botzone also an "
                                       "exported .npz model or 'default' (the shipped model)")
@@ -282,7 +284,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     try:
         if args.out is not None:
             path, differences = export_checkpoint(args.model, args.out, args.check_positions)
-            net = npnet.load_model(path)
+            net = numpy_net.load_model(path)
             heads = (f"{net.policy_head} head" + (", arrow source term" if net.has_arrow_source else "")
                      + (", ownership head" if net.has_ownership else ""))
             print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
@@ -294,15 +296,15 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
             for path in export_botzone(model, args.botzone, args.weights_file, args.check_positions):
                 print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=stdout)
             directory = Path(args.botzone)
-            size = (directory / botzone_cpp.SOURCE_NAME).stat().st_size
-            if args.weights_file is None and size > botzone_cpp.LARGE_SOURCE_BYTES:
+            size = (directory / cpp_export.SOURCE_NAME).stat().st_size
+            if args.weights_file is None and size > cpp_export.LARGE_SOURCE_BYTES:
                 print(f"note: the source is {size:,} bytes with its weights embedded (over "
-                      f"{botzone_cpp.LARGE_SOURCE_BYTES:,}); --weights-file NAME keeps them in a file for "
+                      f"{cpp_export.LARGE_SOURCE_BYTES:,}); --weights-file NAME keeps them in a file for "
                       "Botzone's storage instead (docs/botzone.md)", file=stdout)
-            command = botzone_cpp.compile_command(directory / botzone_cpp.SOURCE_NAME, directory / "bot")
+            command = cpp_export.compile_command(directory / cpp_export.SOURCE_NAME, directory / "bot")
             print(f"build: {' '.join(command)}", file=stdout)
-    except (FileNotFoundError, CheckpointError, npnet.ModelFileError, ExportError,
-            botzone_cpp.BotzoneExportError, OSError) as error:
+    except (FileNotFoundError, CheckpointError, numpy_net.ModelFileError, ExportError,
+            cpp_export.BotzoneExportError, OSError) as error:
         print(f"{parser.prog}: {error}", file=stderr)
         return 2
     return 0

@@ -13,14 +13,14 @@ evaluates their leaves in large batches. The data never travels through a queue:
   it can never deadlock: one actor alone is served at once, and so are the last actors of a
   finishing run);
 * it evaluates each batch with one call of an in-process Evaluator (the network, features and
-  legal-move priors: `amazons.net.NetworkEvaluator`), writes each actor's rows back into that
+  legal-move priors: `amazons.neural.model.NetworkEvaluator`), writes each actor's rows back into that
   actor's slot and, once all of a request's rows are done, answers with the weights version, a
   plain int.
 
 New weights reach the server between batches in one of two ways: a model file
 (`publish_weights(path, version)`: the sync pipeline's models, the Ray node's weights), or,
 without any file, the learner's flat float32 weights in one more shared-memory segment
-(`publish_shared_weights`: the async pipeline, `amazons.pipeline.WeightsPublisher`). The segment
+(`publish_shared_weights`: the async pipeline, `amazons.train.pipeline.WeightsPublisher`). The segment
 starts with a header (the version, the number of floats); the learner writes it only once the
 server has loaded everything published through it before (`shared_weights_ready`), and the
 server copies it out before it acknowledges the version, so the two never touch it at once.
@@ -78,7 +78,7 @@ class InferenceConfig:
     start_timeout_s: float = 300.0  # the server must build its evaluator within this time
     torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
     # The server's network, from a checkpoint: "torch" (the prepared torch model), "native" (the
-    # compiled CPU evaluator, amazons.nativenet) or "auto" (native on a CPU where it is built and
+    # compiled CPU evaluator, amazons.neural.native) or "auto" (native on a CPU where it is built and
     # runs the network at fp32, torch on a GPU or at another precision): amazons._network_backends.
     backend: str = "auto"
     native_threads: int = 1  # threads of the native evaluator per batch

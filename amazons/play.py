@@ -12,7 +12,7 @@ command line and returns the exit status, so the whole loop runs under tests wit
 
 The AI is built by `amazons.player_factory.build_model_player`, the builder of every
 model-backed player: rollout MCTS for `--model none`; a network model (`default`, the shipped
-one, or an exported `.npz` model) runs in numpy (`amazons.npnet`), one BLAS thread: terminal
+one, or an exported `.npz` model) runs in numpy (`amazons.neural.numpy_net`), one BLAS thread: terminal
 play never imports torch. Imports `board`, `player_factory`, `players` and `records`.
 """
 

@@ -7,10 +7,10 @@ What this module owns:
   - `none`: random playouts (`amazons.mcts.RolloutEvaluator`), searched with `ROLLOUT_SEARCH`;
   - `default`: the exported model shipped in `amazons/models` (`default.npz`);
   - `PATH.npz`: an exported model (`python -m amazons.export`), run by the compiled CPU
-    evaluator (`amazons.nativenet`) where it is built, else in numpy (`amazons.npnet`);
+    evaluator (`amazons.neural.native`) where it is built, else in numpy (`amazons.neural.numpy_net`);
   - `PATH.pt`: a torch checkpoint, where torch is allowed (`allow_torch`: the arena, the web
-    board, evaluation): the model `amazons.net.prepare_for_inference` makes
-    (`amazons.netplay.load_network_evaluator`), on the native evaluator on a CPU, on torch on a
+    board, evaluation): the model `amazons.neural.model.prepare_for_inference` makes
+    (`amazons.neural.production.load_network_evaluator`), on the native evaluator on a CPU, on torch on a
     GPU. Where it is not (the bot, terminal play) it is refused with the command that exports
     it.
   `backend` picks the network's backend, each name with one meaning (`amazons._network_backends`):
@@ -25,12 +25,12 @@ What this module owns:
 * The search defaults of the built-in players (`UNIFORM_SEARCH`, `ROLLOUT_SEARCH`, `NET_SEARCH`).
 * The player registry: specs `random`, `greedy`, `mcts-uniform`, `mcts-rollout[:N]`,
   `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]`, `botzone:[OPTIONS:]COMMAND` (any
-  Botzone program, `amazons.botzone_player`) and `human`, plus whatever
+  Botzone program, `amazons.botzone.program`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
 Torch-free: imports numpy, `mcts`, `npnet`, `nativenet`, `players`, `models`, `botzone_player`,
 `_network_backends` and `openspiel_player` (which imports pyspiel only when its player is built);
-`amazons.netplay`, and with it torch, is imported only when a `.pt` model is asked for.
+`amazons.neural.production`, and with it torch, is imported only when a `.pt` model is asked for.
 """
 
 from __future__ import annotations
@@ -42,11 +42,17 @@ from pathlib import Path
 from typing import Any
 
 from amazons._network_backends import backend_error
-from amazons.botzone_player import BotzonePlayer, parse_botzone_spec
+from amazons.botzone.program import BotzonePlayer, parse_botzone_spec
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
-from amazons.nativenet import NativeEvaluator, native_support
-from amazons.npnet import ModelFileError, NumpyEvaluator, NumpyNet, limit_blas_threads, load_model
+from amazons.neural.native import NativeEvaluator, native_support
+from amazons.neural.numpy_net import (
+    ModelFileError,
+    NumpyEvaluator,
+    NumpyNet,
+    limit_blas_threads,
+    load_model,
+)
 from amazons.openspiel_player import OpenSpielMCTSPlayer
 from amazons.players import (
     GreedyPlayer,
@@ -120,8 +126,8 @@ def _check_backend(backend: str, path: Path) -> None:
 
 
 def numpy_model_evaluator(net: NumpyNet, backend: str = "auto") -> Evaluator:
-    """An exported network's evaluator: the compiled CPU evaluator (`amazons.nativenet`) where
-    `backend` is "auto" and it runs the network, or "native"; numpy (`amazons.npnet`) where it
+    """An exported network's evaluator: the compiled CPU evaluator (`amazons.neural.native`) where
+    `backend` is "auto" and it runs the network, or "native"; numpy (`amazons.neural.numpy_net`) where it
     is "numpy" or the native evaluator cannot run.
 
     Raises:
@@ -151,23 +157,23 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
         seed: seeds the playouts of `none`.
         allow_torch: accept `.pt` checkpoints (imports torch); otherwise they are refused.
         device, precision: where and how a `.pt` model runs (`"auto"`: CUDA when there is one;
-            `amazons.net.resolve_precision`).
+            `amazons.neural.model.resolve_precision`).
         torch_threads: torch's intra-op threads (process-wide) once a `.pt` model is loaded;
             None leaves them.
         backend: "auto", "native", "torch" (`.pt` only) or "numpy" (`.npz` only): the network's
             backend (see the module doc).
 
-    Numpy models run on one BLAS thread (`amazons.npnet.limit_blas_threads`), native ones on one
+    Numpy models run on one BLAS thread (`amazons.neural.numpy_net.limit_blas_threads`), native ones on one
     thread.
 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
         PlayerSpecError: a backend that does not run the model's file (the message names those
             that do), or "native" where it cannot run an exported model.
-        amazons.npnet.ModelFileError: not a usable model file, or a torch checkpoint where torch
+        amazons.neural.numpy_net.ModelFileError: not a usable model file, or a torch checkpoint where torch
             is not allowed (the message gives the export command).
-        amazons.checkpoint.CheckpointError: an unusable torch checkpoint.
-        amazons.netplay.BackendError: "native" where it cannot run a checkpoint.
+        amazons.neural.checkpoint.CheckpointError: an unusable torch checkpoint.
+        amazons.neural.production.BackendError: "native" where it cannot run a checkpoint.
     """
     if model == "none":
         return RolloutEvaluator(seed=seed), ROLLOUT_SEARCH
@@ -178,7 +184,7 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
             raise ModelFileError(
                 f"{path} is a torch checkpoint; export it first (the bot and terminal play run without "
                 f"torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
-        netplay = importlib.import_module("amazons.netplay")
+        netplay = importlib.import_module("amazons.neural.production")
         return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads,
                                               backend=backend), NET_SEARCH
     return numpy_model_evaluator(load_model(path), backend), NET_SEARCH
@@ -211,7 +217,7 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
             `model_evaluator`).
 
     Raises:
-        FileNotFoundError, amazons.npnet.ModelFileError, amazons.checkpoint.CheckpointError: see
+        FileNotFoundError, amazons.neural.numpy_net.ModelFileError, amazons.neural.checkpoint.CheckpointError: see
             `model_evaluator`.
         amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
         amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
@@ -236,7 +242,7 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     """A network model as the picklable zero-argument recipe an inference server runs in its own
     process to build its evaluator (`amazons.inference.InferenceServer`).
 
-    A `.pt` checkpoint gives `amazons.netplay.NetworkEvaluatorFactory` (the prepared model on
+    A `.pt` checkpoint gives `amazons.neural.production.NetworkEvaluatorFactory` (the prepared model on
     `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs run;
     `load_weights` for `publish_weights`; on a CPU the native evaluator: `backend`); `default` or
     a `.npz` file the native evaluator, or the numpy network (`numpy_model_evaluator`).
@@ -251,7 +257,7 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     path = _model_path(model)
     _check_backend(backend, path)
     if path.suffix == ".pt":
-        netplay = importlib.import_module("amazons.netplay")
+        netplay = importlib.import_module("amazons.neural.production")
         return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch, backend=backend)
     return _NumpyEvaluatorFactory(str(path), backend)
 
@@ -282,7 +288,7 @@ class PlayerOptions:
     base_search: SearchConfig | None = None  # an MCTS player's search before `search` (None: the player's default)
     evaluator: Evaluator | None = None  # a network player's evaluator instead of loading its model (a served model)
     device: str = "auto"  # where a network player's torch model runs
-    precision: str = "auto"  # how it computes (`amazons.net.resolve_precision`)
+    precision: str = "auto"  # how it computes (`amazons.neural.model.resolve_precision`)
 
     def search_config(self, default: SearchConfig) -> SearchConfig:
         """`base_search` (or `default`) with the `search` overrides applied (values parsed by the

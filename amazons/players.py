@@ -7,7 +7,7 @@ its tree across turns. `BasePlayer` gives both hooks as no-ops, and `close()`, w
 calls after each game (a player that runs a program ends its process there).
 
 A player that cannot give a move for a reason the game must record (an external program's
-timeout, crash, malformed reply or illegal move: `amazons.botzone_player`) raises `PlayerFault`;
+timeout, crash, malformed reply or illegal move: `amazons.botzone.program`) raises `PlayerFault`;
 the arena ends the game as that player's loss with the reason in the record.
 
 Players here: `RandomPlayer`, `GreedyPlayer` (one-ply mobility/territory heuristic),

@@ -34,10 +34,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from amazons import engine, npnet
+from amazons import engine
 from amazons.export import export_model, random_positions
-from amazons.learn import Learner, OptimConfig, SampleBatch
-from amazons.net import (
+from amazons.neural import numpy_net
+from amazons.neural.learner import Learner, OptimConfig, SampleBatch
+from amazons.neural.model import (
     PRESETS,
     NetConfig,
     NetworkEvaluator,
@@ -45,7 +46,7 @@ from amazons.net import (
     count_parameters,
     prepare_for_inference,
 )
-from amazons.train_config import apply_overrides, preset_config
+from amazons.train.config import apply_overrides, preset_config
 
 
 def labelled_batch(positions: np.ndarray) -> SampleBatch:
@@ -75,7 +76,7 @@ def measurements(config: NetConfig, directory: Path) -> tuple[dict[str, Callable
     model = PolicyValueNet(config)
     evaluator = NetworkEvaluator(prepare_for_inference(model), config.num_planes)
     numpy_path, _ = export_model(model, directory / f"{id(config)}.npz", check_positions=0)
-    numpy_evaluator = npnet.NumpyEvaluator.from_file(numpy_path)
+    numpy_evaluator = numpy_net.NumpyEvaluator.from_file(numpy_path)
     one, many = random_positions(1, seed=1), random_positions(256, seed=2)
     one_moves, many_moves = engine.legal_moves(one), engine.legal_moves(many)
     learner = Learner(PolicyValueNet(config), OptimConfig(precision="fp32", warmup_steps=0), seed=0)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as error:
         parser.error(str(error))
     torch.set_num_threads(1)
-    npnet.limit_blas_threads(1)
+    numpy_net.limit_blas_threads(1)
     with tempfile.TemporaryDirectory() as directory:
         (base_figures, base_weights), (changed_figures, changed_weights) = (
             measurements(config, Path(directory)) for config in (base.net, changed))

@@ -42,7 +42,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 # gets the sample's project frames, leaf last, as "function (amazons/file.py:line)" strings.
 ROLES = (
     ("inference server", ("_serve (amazons/inference.py", "_BatchLoop.")),
-    ("self-play actors", ("actor_main (amazons/selfplay.py", "ChunkWriter.")),
+    ("self-play actors", ("actor_main (amazons/train/selfplay.py", "ChunkWriter.")),
 )
 
 
@@ -80,7 +80,7 @@ def part_of(role: str, frames: list[str]) -> str:
             return "features (engine)"
         if _has(frames, "gather_legal_priors", "policy_log_tables", "move_log_probs", "arrow_log_probs", "_gather"):
             return "legal-move priors (torch)"
-        if _has(frames, ".forward (amazons/net.py"):
+        if _has(frames, ".forward (amazons/neural/model.py"):
             return "forward pass (torch)"
         if _has(frames, "NetworkEvaluator.evaluate"):
             return "evaluator glue (tensors, staging)"

@@ -66,13 +66,14 @@ from pathlib import Path
 
 import numpy as np
 
-from amazons import engine, npnet
+from amazons import engine
 from amazons._memory import peak_rss_mb, rss_mb
 from amazons.board import BLACK, Board, Move
-from amazons.botzone import KEEP_RUNNING_MARKER, MOVE_KEYS, TimeControl
-from amazons.botzone_cpp import SOURCE_NAME, compile_command, write_bot
+from amazons.botzone.bot import KEEP_RUNNING_MARKER, MOVE_KEYS, TimeControl
+from amazons.botzone.cpp_export import SOURCE_NAME, compile_command, write_bot
 from amazons.export import random_positions
 from amazons.models import default_model_path
+from amazons.neural import numpy_net
 from amazons.players import GreedyPlayer
 
 REPO = Path(__file__).resolve().parents[1]
@@ -203,7 +204,7 @@ def _cpu_seconds(pid: int) -> float:
 
 def build_cpp_bot(directory: Path) -> Path:
     """Export the shipped model's C++ bot into `directory` and build it as Botzone does."""
-    write_bot(npnet.load_model(default_model_path()), directory)
+    write_bot(numpy_net.load_model(default_model_path()), directory)
     binary = directory / "bot"
     subprocess.run(compile_command(directory / SOURCE_NAME, binary), check=True, capture_output=True, text=True)
     return binary
@@ -217,8 +218,8 @@ def cpp_forward_speed(binary: Path, directory: Path) -> dict[str, float]:
     output = subprocess.run([str(binary), "--forward-speed", str(listing)], check=True, capture_output=True,
                             text=True).stdout
     cpp = float(output.split()[0])
-    evaluator = npnet.NumpyEvaluator.from_file(default_model_path())
-    npnet.limit_blas_threads(1)
+    evaluator = numpy_net.NumpyEvaluator.from_file(default_model_path())
+    numpy_net.limit_blas_threads(1)
     rows = [positions[i:i + 1] for i in range(positions.shape[0])]
     lists = [engine.legal_moves(row) for row in rows]
 

@@ -6,7 +6,7 @@ each a function of the device and the sizes, so that `tests/test_benchmarks.py` 
 code on a CPU with a tiny net (`device="cpu"`):
 
 * **Inference through the production path** (`inference`): the inference server's evaluator,
-  built by the function the main job calls (`amazons.netplay.server_evaluator_factory` with the
+  built by the function the main job calls (`amazons.neural.production.server_evaluator_factory` with the
   gpu preset's `inference_batch_size`, 1,024: the model `prepare_for_inference` makes, autocast,
   a CUDA graph per batch bucket up to 1,024) on ResNet-40 in bf16, at batch 256 and 1024:
   - `gpu.inference.b<N>.forward_positions_per_s`: the evaluator's forward (`_forward`: padded to
@@ -28,7 +28,7 @@ code on a CPU with a tiny net (`device="cpu"`):
   `suite_selfplay`), `gpu.selfplay.sims_per_s`, `.positions_per_s`, `.mean_batch_fill` (rows per
   batch / 1024), `.mean_batch_rows`, `.server_roundtrip_ms`, `.mean_game_plies`.
 * **Publishing weights** (`weights`): the async pipeline's publish of ResNet-40 at the gpu
-  preset's batch, as `amazons.pipeline.WeightsPublisher` and the server run it, without the
+  preset's batch, as `amazons.train.pipeline.WeightsPublisher` and the server run it, without the
   processes: `gpu.weights.publish_s`, the learner's side (its weights from the device into a host
   buffer, `flatten_weights`: what the learner's thread pays per publish), and
   `gpu.weights.load_s`, the server's side (`load_flat_weights`: into its CPU model, batch norms
@@ -68,12 +68,12 @@ import numpy as np
 import torch
 
 from amazons import engine
-from amazons.checkpoint import save_model
 from amazons.inference import InferenceConfig
-from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
-from amazons.net import PolicyValueNet, flatten_weights, net_config, weights_elements
-from amazons.netplay import server_evaluator_factory
-from amazons.train_config import preset_config
+from amazons.neural.checkpoint import save_model
+from amazons.neural.learner import Learner, MetricSums, SampleBatch, augment_batch
+from amazons.neural.model import PolicyValueNet, flatten_weights, net_config, weights_elements
+from amazons.neural.production import server_evaluator_factory
+from amazons.train.config import preset_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
 GPU_PRESET = preset_config("gpu")

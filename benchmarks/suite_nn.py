@@ -1,7 +1,7 @@
 """Benchmark suite `nn`: network inference and training throughput.
 
 Inference figures measure the path production runs: the model of
-`amazons.netplay.ReloadableNetworkEvaluator` (the inference server's, the arena's network
+`amazons.neural.production.ReloadableNetworkEvaluator` (the inference server's, the arena's network
 players', the web board's and evaluation's evaluator), i.e. `prepare_for_inference(model)` (batch
 norms folded, channels_last, eval, no autograd, fp32 weights) under autocast to the precision.
 
@@ -20,7 +20,7 @@ Keys (all numbers):
 * `nn.<preset>.native.b<batch>.evaluator_positions_per_s` and
   `nn.<preset>.fp32.b<batch>.evaluator_positions_per_s` (tiny and small, batches 1, 16, 64, 256,
   the --quick grid too): the whole `evaluate` call of the compiled CPU evaluator
-  (`amazons.nativenet.NativeEvaluator`, one thread, the kernels the CPU runs) and of the torch
+  (`amazons.neural.native.NativeEvaluator`, one thread, the kernels the CPU runs) and of the torch
   production evaluator on the CPU (fp32, torch on one thread), on the same positions, in one
   sitting; `nn.<preset>.native_over_torch.b<batch>` is their ratio, and
   `nn.<preset>.native_2threads.b<batch>.evaluator_positions_per_s` (batches 64 and 256) the native
@@ -64,10 +64,10 @@ import torch._inductor.config as inductor_config
 from torch.utils.flop_counter import FlopCounterMode
 
 from amazons import engine
-from amazons.learn import Learner, OptimConfig, SampleBatch
-from amazons.nativenet import NativeEvaluator, native_available
-from amazons.net import PRESETS, PolicyValueNet, net_config, prepare_for_inference
-from amazons.netplay import NativeReloadableEvaluator, ReloadableNetworkEvaluator
+from amazons.neural.learner import Learner, OptimConfig, SampleBatch
+from amazons.neural.model import PRESETS, PolicyValueNet, net_config, prepare_for_inference
+from amazons.neural.native import NativeEvaluator, native_available
+from amazons.neural.production import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
 PRECISIONS = ("fp32", "bf16")
 BATCHES = (1, 4, 16, 64, 256, 1024)

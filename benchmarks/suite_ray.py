@@ -32,17 +32,17 @@ from pathlib import Path
 import ray
 import torch
 
-from amazons.checkpoint import save_model
 from amazons.distributed.node import request_stream
 from amazons.distributed.pool import NodePool
 from amazons.distributed.ray_backend import connect
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import SearchConfig
-from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import NetworkEvaluatorFactory
-from amazons.replay import GameSamples, ReplayBuffer
-from amazons.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
-from amazons.train_config import RayConfig, TrainConfig, preset_config
+from amazons.neural.checkpoint import save_model
+from amazons.neural.model import PolicyValueNet, net_config
+from amazons.neural.production import NetworkEvaluatorFactory
+from amazons.train.config import RayConfig, TrainConfig, preset_config
+from amazons.train.replay import GameSamples, ReplayBuffer
+from amazons.train.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers
 
 
 def bench_config(games: int, gpu: bool) -> TrainConfig:

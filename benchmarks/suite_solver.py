@@ -25,9 +25,9 @@ from amazons import engine
 from amazons.board import Board, Move
 from amazons.mcts import BatchedSearch
 from amazons.models import default_checkpoint_path
-from amazons.netplay import load_network_evaluator
-from amazons.selfplay import play_games
-from amazons.train_config import preset_config
+from amazons.neural.production import load_network_evaluator
+from amazons.train.config import preset_config
+from amazons.train.selfplay import play_games
 
 
 def run(quick: bool) -> dict[str, float]:

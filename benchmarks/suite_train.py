@@ -69,16 +69,16 @@ import numpy as np
 import psutil
 import torch
 
-from amazons.checkpoint import save_model
 from amazons.inference import InferenceServer
-from amazons.learn import Learner, SampleBatch, augment_batch
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator, warm_up
-from amazons.nativenet import native_available
-from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import server_evaluator_factory
-from amazons.replay import GameSamples, ReplayBuffer
-from amazons.selfplay import SelfPlayWorkers, play_games
-from amazons.train_config import preset_config
+from amazons.neural.checkpoint import save_model
+from amazons.neural.learner import Learner, SampleBatch, augment_batch
+from amazons.neural.model import PolicyValueNet, net_config
+from amazons.neural.native import native_available
+from amazons.neural.production import server_evaluator_factory
+from amazons.train.config import preset_config
+from amazons.train.replay import GameSamples, ReplayBuffer
+from amazons.train.selfplay import SelfPlayWorkers, play_games
 
 ITERATIONS = 3
 MODES = ("async", "sync")

@@ -139,7 +139,7 @@ def amazons_modules() -> list[str]:
 def modules_actor(handle: ClientHandle, results) -> None:
     """An actor process as self-play starts one (its entry point's module imported): report the
     package's modules it holds, after one round trip."""
-    import amazons.selfplay  # noqa: F401  (what `actor_main` needs)
+    import amazons.train.selfplay  # noqa: F401  (what `actor_main` needs)
 
     with InferenceClient(handle) as client:
         positions = engine.start_position()[None]

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from amazons import train
-from amazons.net import net_config, resolve_precision
-from amazons.netplay import resolve_device, server_evaluator_factory
+from amazons.neural.model import net_config, resolve_precision
+from amazons.neural.production import resolve_device, server_evaluator_factory
+from amazons.train import run as train
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))

@@ -20,9 +20,9 @@ import numpy as np
 import pytest
 from botzone_inputs import LIMIT_FORMS, move_json, wiki_json_line
 
-from amazons import botzone_limits
 from amazons.board import BLACK, Board, Move
-from amazons.botzone import (
+from amazons.botzone import limits as botzone_limits
+from amazons.botzone.bot import (
     KEEP_RUNNING_MARKER,
     NO_MOVE,
     TREE_MEMORY_MB,
@@ -589,9 +589,9 @@ def test_replies_arrive_within_the_time_budget():
 def test_network_model_exported_from_a_checkpoint(tmp_path):
     import torch
 
-    from amazons.checkpoint import save_model
     from amazons.export import export_checkpoint
-    from amazons.net import PolicyValueNet, net_config
+    from amazons.neural.checkpoint import save_model
+    from amazons.neural.model import PolicyValueNet, net_config
 
     torch.set_num_threads(1)
     torch.manual_seed(0)

@@ -1,4 +1,4 @@
-"""The Botzone C++ export (`amazons.botzone_cpp`, `python -m amazons.export MODEL --botzone DIR`).
+"""The Botzone C++ export (`amazons.botzone.cpp_export`, `python -m amazons.export MODEL --botzone DIR`).
 
 The generated bot is a native twin of the engine, `npnet` and the bot's search, so it is
 checked against the Python originals: its perft counts, legal-move lists and adjudication of
@@ -30,10 +30,12 @@ import pytest
 from botzone_inputs import LIMIT_FORMS, move_json, wiki_json_line
 from test_npnet import random_model
 
-from amazons import BLACK, WHITE, botzone_cpp, botzone_limits, engine, npnet
+from amazons import BLACK, WHITE, engine
 from amazons.arena import run_arena
 from amazons.board import Board, Move
-from amazons.botzone_cpp import (
+from amazons.botzone import cpp_export
+from amazons.botzone import limits as botzone_limits
+from amazons.botzone.cpp_export import (
     SOURCE_NAME,
     BotzoneExportError,
     compile_command,
@@ -44,6 +46,7 @@ from amazons.export import TOLERANCE, main, model_arrays, random_positions
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.mcts_numba import _t_quantile
 from amazons.models import default_model_path
+from amazons.neural import numpy_net
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not installed (the C++ bot needs it)")
 
@@ -99,11 +102,11 @@ def selftest(binary: Path, positions: np.ndarray, tmp_path: Path, *extra: str) -
     return rows
 
 
-def assert_matches_npnet(binary: Path, net: npnet.NumpyNet, positions: np.ndarray, tmp_path: Path,
+def assert_matches_npnet(binary: Path, net: numpy_net.NumpyNet, positions: np.ndarray, tmp_path: Path,
                          *extra: str) -> None:
     """The bot's legal moves are the engine's (same order); its value and priors npnet's."""
     moves, offsets = engine.legal_moves(positions)
-    priors, values = npnet.NumpyEvaluator(net).evaluate(positions, moves, offsets)
+    priors, values = numpy_net.NumpyEvaluator(net).evaluate(positions, moves, offsets)
     worst_value = worst_prior = 0.0
     for index, (value, bot_moves, bot_priors) in enumerate(selftest(binary, positions, tmp_path, *extra)):
         block = slice(offsets[index], offsets[index + 1])
@@ -127,7 +130,7 @@ def test_perft_from_the_start(default_bot):
 
 
 def test_the_shipped_model_matches_npnet_with_either_kernels(default_bot, positions, tmp_path):
-    net = npnet.load_model(default_model_path())
+    net = numpy_net.load_model(default_model_path())
     assert_matches_npnet(default_bot, net, positions, tmp_path)
     assert_matches_npnet(default_bot, net, positions, tmp_path, "--portable")
 
@@ -159,7 +162,7 @@ def test_adjudication_matches_the_engine(default_bot, tmp_path):
 
 @pytest.mark.slow
 def test_compiles_without_warnings_under_a_current_standard(tmp_path):
-    write_bot(npnet.load_model(default_model_path()), tmp_path)
+    write_bot(numpy_net.load_model(default_model_path()), tmp_path)
     binary = build(tmp_path, "c++17", "-O1")
     assert subprocess.run([str(binary), "--perft", "1"], capture_output=True, text=True, check=True).stdout == "1232\n"
 
@@ -173,7 +176,7 @@ def test_compiles_without_warnings_under_a_current_standard(tmp_path):
 ])
 def test_random_models_match_npnet(head, overrides, positions, tmp_path):
     config, trunk, arrays = model_arrays(random_model("tiny", head, seed=3, **overrides))
-    net = npnet.NumpyNet(config, trunk, arrays)
+    net = numpy_net.NumpyNet(config, trunk, arrays)
     assert "attention" in trunk and "residual" in trunk
     write_bot(net, tmp_path)
     binary = build(tmp_path, optimize="-O1")
@@ -428,7 +431,7 @@ def test_the_bots_search_settings_follow_their_python_definitions(default_bot, t
 
     changed = player_factory.NET_SEARCH.replace(c_puct=0.05, c_puct_base=0.0, lcb=False)
     monkeypatch.setattr(player_factory, "NET_SEARCH", changed)
-    write_bot(npnet.load_model(default_model_path()), tmp_path)
+    write_bot(numpy_net.load_model(default_model_path()), tmp_path)
     source = (tmp_path / SOURCE_NAME).read_text()
     assert "static const double C_PUCT = 0.05;" in source and "static const double C_PUCT_BASE = 0.0;" in source
     assert "static const bool LCB_DEFAULT = false;" in source
@@ -622,7 +625,7 @@ def turn_simulations(reply: str) -> int:
 
 
 def test_a_json_time_limit_is_the_turns_limit_doubled_for_the_first_turn(default_bot):
-    # One reading for the C++ bot, the Python bot and the arena (amazons.botzone_limits): the
+    # One reading for the C++ bot, the Python bot and the arena (amazons.botzone.limits): the
     # first turn may use FIRST_TURN_FACTOR x time_limit, a later one time_limit, each less the
     # margin (written into the source from botzone_limits, as the defaults are).
     source = (default_bot.parent / SOURCE_NAME).read_text()
@@ -852,7 +855,7 @@ def test_the_bot_needs_no_clock_outside_the_c_library(default_bot):
 
 @pytest.mark.slow
 def test_weights_file_mode_and_its_errors(tmp_path):
-    net = npnet.load_model(default_model_path())
+    net = numpy_net.load_model(default_model_path())
     written = write_bot(net, tmp_path, weights_file="amazons.bin")
     assert [path.name for path in written] == [SOURCE_NAME, "amazons.bin"]
     source = (tmp_path / SOURCE_NAME).read_text()
@@ -875,7 +878,7 @@ def test_weights_file_mode_and_its_errors(tmp_path):
         result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], **play)
         assert result.returncode == 2 and result.stdout == "" and message in result.stderr, result.stderr
     other = random_model("tiny", "joint", seed=9)
-    stored.write_bytes(weights_file_bytes(npnet.NumpyNet(*model_arrays(other))))
+    stored.write_bytes(weights_file_bytes(numpy_net.NumpyNet(*model_arrays(other))))
     result = subprocess.run([str(binary), *FAST, "--restart-per-turn"], **play)
     assert result.returncode == 2 and "this bot was exported for" in result.stderr
     os.remove(stored)
@@ -889,7 +892,7 @@ def test_the_exporter_refuses_what_it_cannot_write(tmp_path, capsys):
         with pytest.raises(SystemExit):  # nothing to write; OUT for a numpy model; a file without --botzone
             main(argv)
     with pytest.raises(BotzoneExportError, match="plain file name"):
-        write_bot(npnet.load_model(default_model_path()), tmp_path, weights_file="../escape.bin")
+        write_bot(numpy_net.load_model(default_model_path()), tmp_path, weights_file="../escape.bin")
     assert main([str(tmp_path / "missing.npz"), "--botzone", str(tmp_path)]) == 2
     assert "missing.npz" in capsys.readouterr().err
 
@@ -897,7 +900,7 @@ def test_the_exporter_refuses_what_it_cannot_write(tmp_path, capsys):
 def test_the_exporter_suggests_a_weights_file_for_a_large_source(tmp_path, capsys, monkeypatch):
     assert main(["default", "--botzone", str(tmp_path / "small")]) == 0
     assert "--weights-file" not in capsys.readouterr().out  # the shipped model's source is small
-    monkeypatch.setattr(botzone_cpp, "LARGE_SOURCE_BYTES", 100_000)
+    monkeypatch.setattr(cpp_export, "LARGE_SOURCE_BYTES", 100_000)
     assert main(["default", "--botzone", str(tmp_path / "large")]) == 0
     out = capsys.readouterr().out
     assert "note: the source is" in out and "--weights-file NAME" in out, out
@@ -924,7 +927,7 @@ def _model_block(path: Path) -> list[str]:
 
 
 # ----------------------------------------------------------------------------------------------
-# Whole games through the arena's `botzone:` player (amazons.botzone_player), as Botzone runs it
+# Whole games through the arena's `botzone:` player (amazons.botzone.program), as Botzone runs it
 
 
 @pytest.mark.parametrize(("interaction", "process_mode"),

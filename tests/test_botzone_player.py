@@ -21,7 +21,7 @@ import pytest
 from amazons import player_factory
 from amazons.arena import run_arena
 from amazons.board import Board, Move
-from amazons.botzone_player import (
+from amazons.botzone.program import (
     KEEP_RUNNING_MARKER,
     BotzonePlayer,
     parse_botzone_spec,
@@ -140,7 +140,7 @@ def test_whole_games_against_random_in_both_interactions_and_process_modes(tmp_p
         if interaction == "json":
             value, later = json.loads(texts[0]), texts[1:]
             assert len(value["requests"]) == len(value["responses"]) + 1 and value["globaldata"] == ""
-            # the per-turn limit, also on the first turn (which may use twice it): amazons.botzone_limits
+            # the per-turn limit, also on the first turn (which may use twice it): amazons.botzone.limits
             assert value["time_limit"] == 2.0 and value["memory_limit"] == 256
             known = len(value["requests"]) + len(value["responses"]) - (value["requests"][0]["x0"] == -1)
             saved.append((value["data"], known))

@@ -1,4 +1,4 @@
-"""Checkpoints (`amazons.checkpoint`): exact restarts, safe loading, clear errors."""
+"""Checkpoints (`amazons.neural.checkpoint`): exact restarts, safe loading, clear errors."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import pytest
 import torch
 from test_learn import random_batch
 
-from amazons import checkpoint as checkpoint_module
 from amazons import engine
-from amazons.checkpoint import (
+from amazons.neural import checkpoint as checkpoint_module
+from amazons.neural.checkpoint import (
     CheckpointError,
     learner_from_checkpoint,
     load_checkpoint,
@@ -22,8 +22,8 @@ from amazons.checkpoint import (
     save_checkpoint,
     save_model,
 )
-from amazons.learn import Learner, OptimConfig
-from amazons.net import PolicyValueNet, net_config
+from amazons.neural.learner import Learner, OptimConfig
+from amazons.neural.model import PolicyValueNet, net_config
 
 torch.set_num_threads(1)
 

@@ -1,4 +1,4 @@
-"""Evaluation through the inference servers (`amazons.evaluation`, `amazons.arena.ArenaWorkers`):
+"""Evaluation through the inference servers (`amazons.train.evaluation`, `amazons.arena.ArenaWorkers`):
 real servers, real worker processes, real shared memory, tiny networks."""
 
 from __future__ import annotations
@@ -13,14 +13,14 @@ import torch
 
 from amazons import arena
 from amazons.arena import ArenaError, ArenaWorkers, network_servers, run_arena
-from amazons.checkpoint import save_model
 from amazons.config import config_from_dict, config_to_dict
-from amazons.evaluation import EvalConfig, Evaluation
 from amazons.inference import segment_prefix
-from amazons.net import PolicyValueNet, net_config
+from amazons.neural.checkpoint import save_model
+from amazons.neural.model import PolicyValueNet, net_config
 from amazons.player_factory import ROLLOUT_SEARCH
-from amazons.train import Run
-from amazons.train_config import apply_overrides, preset_config
+from amazons.train.config import apply_overrides, preset_config
+from amazons.train.evaluation import EvalConfig, Evaluation
+from amazons.train.run import Run
 
 torch.set_num_threads(1)
 

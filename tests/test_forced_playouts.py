@@ -30,8 +30,8 @@ from amazons.mcts import (
     prune_forced_visits,
 )
 from amazons.player_factory import NET_SEARCH, PlayerSpecError, apply_search_overrides
-from amazons.selfplay import SelfPlayConfig, play_games
-from amazons.train_config import apply_overrides, preset_config
+from amazons.train.config import apply_overrides, preset_config
+from amazons.train.selfplay import SelfPlayConfig, play_games
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_mcts import NaiveMCTS  # noqa: E402

@@ -18,15 +18,15 @@ import pytest
 import torch
 from inference_actors import ModulesReportingFactory, modules_actor
 
-from amazons.checkpoint import save_model
 from amazons.inference import InferenceServer
-from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import NetworkEvaluatorFactory
+from amazons.neural.checkpoint import save_model
+from amazons.neural.model import PolicyValueNet, net_config
+from amazons.neural.production import NetworkEvaluatorFactory
 
 REPO = Path(__file__).resolve().parents[1]
 COMMANDS = ["amazons.arena", "amazons.play", "amazons.botzone", "amazons.train", "amazons.web", "amazons.export"]
-NOT_IN_WORKERS = {"amazons.arena", "amazons.player_factory", "amazons.evaluation", "amazons.train",
-                  "amazons.play", "amazons.botzone", "amazons.web"}
+NOT_IN_WORKERS = {"amazons.arena", "amazons.player_factory", "amazons.train.evaluation", "amazons.train.run",
+                  "amazons.play", "amazons.botzone.bot", "amazons.web"}
 
 
 def run_python(*args: str) -> subprocess.CompletedProcess:
@@ -54,10 +54,10 @@ def test_the_root_imports_no_command_module_and_re_exports_the_arena_on_use():
 
 
 def test_arena_and_netplay_do_not_import_each_other():
-    code = ("import sys, amazons.arena, amazons.evaluation\n"
-            "assert 'amazons.netplay' not in sys.modules and 'torch' not in sys.modules, 'arena'\n")
+    code = ("import sys, amazons.arena, amazons.train.evaluation\n"
+            "assert 'amazons.neural.production' not in sys.modules and 'torch' not in sys.modules, 'arena'\n")
     assert run_python("-c", code).returncode == 0
-    code = "import sys, amazons.netplay\nassert 'amazons.arena' not in sys.modules, 'netplay'\n"
+    code = "import sys, amazons.neural.production\nassert 'amazons.arena' not in sys.modules, 'netplay'\n"
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
 
@@ -73,13 +73,13 @@ def test_actor_and_server_processes_load_neither_the_arena_nor_the_player_regist
         actor_modules = set(results.get(timeout=120))
         actor.join(30)
     server_modules = set(json.loads(report.read_text()))
-    assert "amazons.selfplay" in actor_modules and "amazons.netplay" in server_modules
+    assert "amazons.train.selfplay" in actor_modules and "amazons.neural.production" in server_modules
     assert not actor_modules & NOT_IN_WORKERS, actor_modules & NOT_IN_WORKERS
     assert not server_modules & NOT_IN_WORKERS, server_modules & NOT_IN_WORKERS
 
 
 def test_the_protocol_the_server_and_the_learner_load_no_numba():
-    code = ("import sys, amazons, amazons.evaluator, amazons.inference, amazons.learn, amazons.netplay\n"
+    code = ("import sys, amazons, amazons.evaluator, amazons.inference, amazons.neural.learner, amazons.neural.production\n"
             "assert isinstance(amazons.Evaluator, type)\n"
             "print(sorted(m for m in ('numba', 'llvmlite', 'amazons.mcts') if m in sys.modules))\n"
             "from amazons import BatchedSearch\n"
@@ -90,7 +90,7 @@ def test_the_protocol_the_server_and_the_learner_load_no_numba():
 
 
 def test_the_main_job_never_imports_a_backend_beside_the_local_one():
-    code = ("import sys, amazons.train, amazons.train_config\n"
+    code = ("import sys, amazons.train, amazons.train.config\n"
             "print(sorted(m for m in sys.modules if m.startswith('amazons.distributed') or m == 'ray'))\n")
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr

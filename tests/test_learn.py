@@ -1,4 +1,4 @@
-"""Samples, augmentation, losses and the training step (`amazons.learn`).
+"""Samples, augmentation, losses and the training step (`amazons.neural.learner`).
 
 The losses are checked against naive per-sample, per-label Python loops; augmentation against
 the engine's legal moves of the augmented positions and against the inverse symmetry; the step
@@ -16,7 +16,7 @@ import torch
 
 from amazons import engine
 from amazons.config import ConfigError, config_from_dict, config_to_dict
-from amazons.learn import (
+from amazons.neural.learner import (
     Learner,
     MetricSums,
     OptimConfig,
@@ -31,7 +31,7 @@ from amazons.learn import (
     sample_batch,
     value_loss,
 )
-from amazons.net import (
+from amazons.neural.model import (
     JointPolicy,
     JointSourcePolicy,
     PolicyTables,

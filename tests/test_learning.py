@@ -16,7 +16,7 @@ from __future__ import annotations
 import pytest
 
 from amazons.arena import run_arena
-from amazons.train import main
+from amazons.train.run import main
 
 # 6 iterations of 64 games: the models of one run of the whole suite (9 iterations, 2 xdist
 # workers) already scored 40/40 and 39/40 with the raw policy against random at iterations 5 and

@@ -20,10 +20,10 @@ def test_the_shipped_model_is_small_loadable_and_described():
     info = default_model_info()
     for key in ("command", "training_wall_clock_s", "hardware", "config", "iterations"):
         assert key in info, key
-    from amazons.checkpoint import load_model_for_play
     from amazons.config import config_from_dict
-    from amazons.net import NetConfig
-    from amazons.npnet import load_model
+    from amazons.neural.checkpoint import load_model_for_play
+    from amazons.neural.model import NetConfig
+    from amazons.neural.numpy_net import load_model
 
     model = load_model_for_play(path)
     assert model.config == config_from_dict(NetConfig, info["config"]["net"])

@@ -3,14 +3,14 @@
 Wrong input that is well typed (a batch of the right dtypes and shapes, a positions file of
 three integers a line) can still break what the native core assumes: at most four amazons a
 side, bitboards that do not overlap, moves that start on the side to move's amazons. The
-extension (`amazons._native`, under `amazons.nativenet`) raises `ValueError` naming the position
+extension (`amazons._native`, under `amazons.neural.native`) raises `ValueError` naming the position
 and the move; the exported bot's positions-file reader exits with status 2 and a message. A
 thread that cannot start is reported, not fatal, and one network object may be shared between
 threads.
 
 The facts both sides use have one definition: the C++ literals the extension keeps are checked
 against their Python definitions, the network's shape reaches both the extension and the bot
-from one mapping (`amazons.npnet.native_shape`), every header compiles alone with the generated
+from one mapping (`amazons.neural.numpy_net.native_shape`), every header compiles alone with the generated
 settings header, and the plies a decided adjudication implies are computed the same way by the
 search (`amazons.engine.adjudicated_plies`) and the C++ part (`adjudicate.h`) on positions from random games. The C++
 is built with g++; without it those tests are skipped.
@@ -31,8 +31,8 @@ import pytest
 import torch
 from test_npnet import random_model
 
-from amazons import engine, npnet
-from amazons.botzone_cpp import (
+from amazons import engine
+from amazons.botzone.cpp_export import (
     NATIVE_DIR,
     PARTS,
     SOURCE_NAME,
@@ -42,7 +42,8 @@ from amazons.botzone_cpp import (
 )
 from amazons.evaluator import EvaluatorInputError, check_batch
 from amazons.export import model_arrays, random_positions
-from amazons.nativenet import NativeEvaluator, native_available
+from amazons.neural import numpy_net
+from amazons.neural.native import NativeEvaluator, native_available
 
 torch.set_num_threads(1)
 
@@ -71,10 +72,10 @@ def run(command: list[str], **options) -> subprocess.CompletedProcess:
 
 
 @pytest.fixture(scope="module")
-def source_net() -> npnet.NumpyNet:
+def source_net() -> numpy_net.NumpyNet:
     """A tiny joint-head network with the arrow source term and attention in its trunk."""
     model = random_model("tiny", "joint", seed=3, arrow_source=True, attention_placement="spread")
-    return npnet.NumpyNet(*model_arrays(model))
+    return numpy_net.NumpyNet(*model_arrays(model))
 
 
 @pytest.fixture(scope="module")
@@ -150,12 +151,13 @@ def test_a_thread_that_cannot_start_is_an_error_not_an_abort():
     # cached stack to hand out).
     script = textwrap.dedent("""
         import resource
-        from amazons import engine, npnet
+        from amazons import engine
+        from amazons.neural import numpy_net
         from amazons.export import random_positions
         from amazons.models import default_model_path
-        from amazons.nativenet import NativeEvaluator
+        from amazons.neural.native import NativeEvaluator
 
-        evaluator = NativeEvaluator(npnet.load_model(default_model_path()), threads=2)
+        evaluator = NativeEvaluator(numpy_net.load_model(default_model_path()), threads=2)
         positions = random_positions(64, seed=3)
         moves, offsets = engine.legal_moves(positions)
         evaluator.evaluate(positions[:1], moves[:offsets[1]], offsets[:2])  # on one thread
@@ -182,7 +184,7 @@ def test_one_native_network_is_safe_to_share_between_threads(batch):
     # buffers grow) while a fourth loads the two networks' weights in turn: every evaluation
     # is one network's outputs, never a mixture.
     models = [random_model("tiny", "joint", seed=seed, arrow_source=True) for seed in (5, 6)]
-    nets = [npnet.NumpyNet(*model_arrays(model)) for model in models]
+    nets = [numpy_net.NumpyNet(*model_arrays(model)) for model in models]
     want = [NativeEvaluator(net).evaluate(*batch) for net in nets]
     shared = NativeEvaluator(nets[0])
     positions, moves, offsets = batch
@@ -228,7 +230,7 @@ def test_both_evaluators_refuse_a_bad_batch_by_the_one_contract(source_net, batc
         ((positions, moves + 64, offsets), "squares 0..63"),
     ]
     for arguments, message in cases:
-        for evaluate in (check_batch, npnet.NumpyEvaluator(source_net).evaluate,
+        for evaluate in (check_batch, numpy_net.NumpyEvaluator(source_net).evaluate,
                          NativeEvaluator(source_net).evaluate):
             with pytest.raises(EvaluatorInputError, match=message):
                 evaluate(*arguments)
@@ -268,7 +270,7 @@ def bot(tmp_path_factory, source_net) -> Path:
 
 @NEEDS_GXX
 def test_the_bots_network_matches_npnet(bot, source_net, batch, tmp_path):
-    # The network's shape reaches the bot from the one mapping (npnet.native_shape).
+    # The network's shape reaches the bot from the one mapping (numpy_net.native_shape).
     positions, moves, offsets = batch
     listing = tmp_path / "positions.txt"
     np.savetxt(listing, positions, fmt="%d")
@@ -276,7 +278,7 @@ def test_the_bots_network_matches_npnet(bot, source_net, batch, tmp_path):
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert len(lines) == positions.shape[0]
-    priors, values = npnet.NumpyEvaluator(source_net).evaluate(*batch)
+    priors, values = numpy_net.NumpyEvaluator(source_net).evaluate(*batch)
     for index, line in enumerate(lines):
         tokens = line.split()
         table = np.array(tokens[2:], dtype=np.float64).reshape(int(tokens[1]), 4)
@@ -308,7 +310,7 @@ def test_the_constants_the_extension_keeps_equal_their_python_definitions():
     assert _native.native_constants() == {
         "MAX_MOVES": engine.MAX_MOVES,
         "AMAZONS_PER_SIDE": _engine.AMAZONS_PER_SIDE,
-        **{f"TRUNK_{kind.upper()}": code for code, kind in enumerate(npnet.TRUNK_LAYERS)},
+        **{f"TRUNK_{kind.upper()}": code for code, kind in enumerate(numpy_net.TRUNK_LAYERS)},
     }
 
 
@@ -316,15 +318,15 @@ def test_the_constants_the_extension_keeps_equal_their_python_definitions():
 def test_the_network_shape_is_mapped_once(source_net):
     from amazons import _native
 
-    shape = npnet.native_shape(source_net.config, source_net.trunk_layers)
-    assert shape["trunk"] == [npnet.TRUNK_LAYERS.index(kind) for kind in source_net.trunk_layers]
+    shape = numpy_net.native_shape(source_net.config, source_net.trunk_layers)
+    assert shape["trunk"] == [numpy_net.TRUNK_LAYERS.index(kind) for kind in source_net.trunk_layers]
     assert _native.shape_error(shape) == ""
     floats = sum(array.size for _, array in source_net.layout_arrays())
     assert _native.weight_floats(shape) == floats
     with pytest.raises(ValueError, match="trunk layer 1 is of kind 'dense'"):
-        npnet.native_shape(source_net.config, ["residual", "dense"])
+        numpy_net.native_shape(source_net.config, ["residual", "dense"])
     with pytest.raises(ValueError, match="policy_head 'wide'"):
-        npnet.native_shape({**source_net.config, "policy_head": "wide"}, source_net.trunk_layers)
+        numpy_net.native_shape({**source_net.config, "policy_head": "wide"}, source_net.trunk_layers)
 
 
 @NEEDS_GXX

@@ -1,4 +1,4 @@
-"""The compiled CPU evaluator (`amazons.nativenet`, the extension `amazons._native`).
+"""The compiled CPU evaluator (`amazons.neural.native`, the extension `amazons._native`).
 
 The native core's network part is a twin of `npnet` and of the torch model, so it is held to both
 on the same positions (200 from seeded random games): value and the prior of every legal move
@@ -20,19 +20,20 @@ import torch
 from test_netplay import flat_weights, trained_looking
 from test_npnet import random_model
 
-from amazons import engine, npnet
-from amazons.checkpoint import save_model
+from amazons import engine
 from amazons.evaluator import EvaluatorInputError
 from amazons.export import TOLERANCE, random_positions, torch_outputs
 from amazons.inference import InferenceClient, InferenceConfig, InferenceServer
 from amazons.models import default_model_path
-from amazons.nativenet import (
+from amazons.neural import numpy_net as npnet
+from amazons.neural.checkpoint import save_model
+from amazons.neural.native import (
     NativeEvaluator,
     NativeUnavailableError,
     native_available,
     native_support,
 )
-from amazons.netplay import (
+from amazons.neural.production import (
     BackendError,
     NativeReloadableEvaluator,
     ReloadableNetworkEvaluator,

@@ -1,4 +1,4 @@
-"""The network, its log tables, legal-move priors and the in-process evaluator (`amazons.net`)."""
+"""The network, its log tables, legal-move priors and the in-process evaluator (`amazons.neural.model`)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from test_learn import full_log_probs, naive_log_probs, random_positions
 from amazons import engine
 from amazons.config import ConfigError, config_from_dict, config_to_dict
 from amazons.mcts import BatchedSearch, SearchConfig
-from amazons.net import (
+from amazons.neural.model import (
     PRESETS,
     FactorizedPolicy,
     GlobalSelfAttention,

@@ -1,4 +1,4 @@
-"""The production evaluator (`amazons.netplay`): the prepared model matches the training model.
+"""The production evaluator (`amazons.neural.production`): the prepared model matches the training model.
 
 The server, the arena's network players, the web board and evaluation run the model
 `prepare_for_inference` makes (batch norms folded, channels_last, autocast at the resolved
@@ -30,10 +30,9 @@ from test_learn import random_positions
 from torch import nn
 
 from amazons import engine
-from amazons.checkpoint import CheckpointError, save_model
 from amazons.inference import InferenceConfig
-from amazons.nativenet import native_available
-from amazons.net import (
+from amazons.neural.checkpoint import CheckpointError, save_model
+from amazons.neural.model import (
     PRESETS,
     NetInputError,
     NetworkEvaluator,
@@ -49,7 +48,8 @@ from amazons.net import (
     unflatten_weights,
     weights_elements,
 )
-from amazons.netplay import (
+from amazons.neural.native import native_available
+from amazons.neural.production import (
     BackendError,
     NativeReloadableEvaluator,
     NetworkEvaluatorFactory,
@@ -191,15 +191,15 @@ def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves, back
 
 
 # Where the extension is not built, the builders fall back to torch (a checkpoint) and numpy (an
-# exported model), as amazons.nativenet promises: checked in a process that cannot import it.
+# exported model), as amazons.neural.native promises: checked in a process that cannot import it.
 WITHOUT_THE_EXTENSION = """
 import sys
 sys.modules["amazons._native"] = None  # `from amazons import _native` raises ImportError
 import torch
 torch.set_num_threads(1)
-from amazons.nativenet import native_available
-from amazons.netplay import BackendError, ReloadableNetworkEvaluator, load_network_evaluator
-from amazons.npnet import NumpyEvaluator
+from amazons.neural.native import native_available
+from amazons.neural.production import BackendError, ReloadableNetworkEvaluator, load_network_evaluator
+from amazons.neural.numpy_net import NumpyEvaluator
 from amazons.player_factory import PlayerSpecError, model_evaluator
 assert not native_available()
 evaluator = load_network_evaluator(sys.argv[1], "cpu")

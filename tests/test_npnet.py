@@ -1,4 +1,4 @@
-"""The torch-free network (`amazons.npnet`) against the torch model, and its exported file format.
+"""The torch-free network (`amazons.neural.numpy_net`) against the torch model, and its exported file format.
 
 Every preset and both policy heads (the joint one with and without the arrow source term) are
 exported from torch models whose batch norms have non-trivial statistics and whose attention gates
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import torch
 
-from amazons import engine, npnet
+from amazons import engine
 from amazons.evaluator import EvaluatorInputError
 from amazons.export import (
     TOLERANCE,
@@ -32,7 +32,8 @@ from amazons.export import (
 )
 from amazons.mcts import BatchedSearch, SearchConfig
 from amazons.models import default_checkpoint_path, default_model_path
-from amazons.net import (
+from amazons.neural import numpy_net
+from amazons.neural.model import (
     GlobalSelfAttention,
     PolicyTables,
     PolicyValueNet,
@@ -71,7 +72,7 @@ def positions() -> np.ndarray:
 def assert_matches_torch(model: PolicyValueNet, path: Path, positions: np.ndarray) -> None:
     expected_priors, expected_values = torch_outputs(model, positions)
     moves, offsets = engine.legal_moves(positions)
-    priors, values = npnet.NumpyEvaluator.from_file(path).evaluate(positions, moves, offsets)
+    priors, values = numpy_net.NumpyEvaluator.from_file(path).evaluate(positions, moves, offsets)
     assert priors.dtype == np.float32 and values.dtype == np.float32
     assert np.abs(priors - expected_priors).max() <= TOLERANCE
     assert np.abs(values - expected_values).max() <= TOLERANCE
@@ -105,7 +106,7 @@ def test_numpy_forward_matches_torch_resnet40(head, positions, tmp_path):
 def test_numpy_forward_other_shapes(overrides, positions, tmp_path):
     model = random_model("tiny", "joint", seed=3, **overrides)
     path, _ = export_model(model, tmp_path / "model.npz", check_positions=0)
-    net = npnet.load_model(path)
+    net = numpy_net.load_model(path)
     assert net.trunk_layers.count("attention") == model.config.attention_blocks
     assert_matches_torch(model, path, positions)
 
@@ -114,11 +115,11 @@ def test_the_check_catches_a_wrong_weight(tmp_path):
     model = random_model("tiny", "joint")
     config, trunk, arrays = model_arrays(model)
     arrays["value_head.out.bias"] = arrays["value_head.out.bias"] + 0.5
-    path = npnet.write_model(tmp_path / "wrong.npz", config, trunk, arrays)
+    path = numpy_net.write_model(tmp_path / "wrong.npz", config, trunk, arrays)
     positions = random_positions(8, seed=1)
     _, expected_values = torch_outputs(model, positions)
     moves, offsets = engine.legal_moves(positions)
-    _, values = npnet.NumpyEvaluator.from_file(path).evaluate(positions, moves, offsets)
+    _, values = numpy_net.NumpyEvaluator.from_file(path).evaluate(positions, moves, offsets)
     assert np.abs(values - expected_values).max() > 0.01
 
 
@@ -161,18 +162,18 @@ def test_legal_priors_is_gather_legal_priors(positions, source):
     offsets = np.concatenate([offsets[:3], offsets[2:3], offsets[3:]])  # position 2 owns no move
     expected = gather_legal_priors(tables, torch.from_numpy(moves),
                                    torch.from_numpy(np.repeat(np.arange(batch), np.diff(offsets))))
-    priors = npnet.legal_priors(npnet.PolicyTables(*(None if t is None else t.numpy() for t in tables)),
+    priors = numpy_net.legal_priors(numpy_net.PolicyTables(*(None if t is None else t.numpy() for t in tables)),
                                 moves, offsets)
     assert np.abs(priors - expected.numpy()).max() < 1e-6
     assert np.allclose(np.add.reduceat(priors, offsets[:-1][np.diff(offsets) > 0]), 1.0, atol=1e-5)
     if source:  # the term counted
-        plain = npnet.legal_priors(npnet.PolicyTables(log_move.numpy(), log_arrow.numpy()), moves, offsets)
+        plain = numpy_net.legal_priors(numpy_net.PolicyTables(log_move.numpy(), log_arrow.numpy()), moves, offsets)
         assert np.abs(priors - plain).max() > 1e-2
 
 
 def test_the_evaluator_drives_a_search(tmp_path):
     path, _ = export_model(random_model("tiny", "joint"), tmp_path / "tiny.npz", check_positions=0)
-    search = BatchedSearch(npnet.NumpyEvaluator.from_file(path),
+    search = BatchedSearch(numpy_net.NumpyEvaluator.from_file(path),
                            SearchConfig(simulations=32, leaves_per_game=4), num_games=2)
     search.set_roots(random_positions(2, seed=9))
     stats = search.search()
@@ -182,7 +183,7 @@ def test_the_evaluator_drives_a_search(tmp_path):
 
 def test_evaluator_rejects_bad_input(tmp_path):
     path, _ = export_model(random_model("tiny", "joint"), tmp_path / "tiny.npz", check_positions=0)
-    evaluator = npnet.NumpyEvaluator.from_file(path)
+    evaluator = numpy_net.NumpyEvaluator.from_file(path)
     positions = random_positions(2, seed=4)
     moves, offsets = engine.legal_moves(positions)
     with pytest.raises(EvaluatorInputError, match="positions must be a"):
@@ -191,7 +192,7 @@ def test_evaluator_rejects_bad_input(tmp_path):
         evaluator.evaluate(positions, moves.astype(np.int64), offsets)
     with pytest.raises(EvaluatorInputError, match="move_offsets must rise"):
         evaluator.evaluate(positions, moves, offsets[::-1].copy())
-    with pytest.raises(npnet.NpNetInputError, match="features must be"):
+    with pytest.raises(numpy_net.NpNetInputError, match="features must be"):
         evaluator.net.forward(np.zeros((1, 3, 8, 8), np.float32))
 
 
@@ -228,12 +229,12 @@ def exported(tmp_path) -> Path:
 
 def test_the_file_holds_a_versioned_header_and_plain_arrays(exported):
     header = header_of(exported)
-    assert (header["format"], header["version"]) == (npnet.FORMAT, 2)  # without the arrow source term
+    assert (header["format"], header["version"]) == (numpy_net.FORMAT, 2)  # without the arrow source term
     assert header["net_config"]["policy_head"] == "factorized" and header["source"] == {"note": "test"}
     assert header["trunk"] == ["residual", "residual", "attention"]
     with zipfile.ZipFile(exported) as archive:
         names = {name.removesuffix(".npy") for name in archive.namelist()}
-    assert names == {"header"} | set(npnet.expected_shapes(header["net_config"], header["trunk"]))
+    assert names == {"header"} | set(numpy_net.expected_shapes(header["net_config"], header["trunk"]))
     assert not [path for path in exported.parent.iterdir() if path.name.endswith(".tmp")]
 
 
@@ -245,61 +246,61 @@ def test_the_file_holds_a_versioned_header_and_plain_arrays(exported):
 ])
 def test_load_names_what_is_wrong_in_the_header(exported, tmp_path, edit, message):
     target = rewrite(exported, tmp_path / "bad.npz", header=edit(header_of(exported)))
-    with pytest.raises(npnet.ModelFileError, match=message):
-        npnet.load_model(target)
+    with pytest.raises(numpy_net.ModelFileError, match=message):
+        numpy_net.load_model(target)
 
 
 def test_load_refuses_changed_missing_or_foreign_content(exported, tmp_path):
-    with pytest.raises(npnet.ModelFileError, match="SHA-256"):
-        npnet.load_model(rewrite(exported, tmp_path / "a.npz", change="value_head.out.weight"))
-    with pytest.raises(npnet.ModelFileError, match="missing \\['stem.conv.bias'\\]"):
-        npnet.load_model(rewrite(exported, tmp_path / "b.npz", drop="stem.conv.bias"))
+    with pytest.raises(numpy_net.ModelFileError, match="SHA-256"):
+        numpy_net.load_model(rewrite(exported, tmp_path / "a.npz", change="value_head.out.weight"))
+    with pytest.raises(numpy_net.ModelFileError, match="missing \\['stem.conv.bias'\\]"):
+        numpy_net.load_model(rewrite(exported, tmp_path / "b.npz", drop="stem.conv.bias"))
     truncated = tmp_path / "c.npz"
     truncated.write_bytes(exported.read_bytes()[:5000])
-    with pytest.raises(npnet.ModelFileError, match="not a readable model file"):
-        npnet.load_model(truncated)
+    with pytest.raises(numpy_net.ModelFileError, match="not a readable model file"):
+        numpy_net.load_model(truncated)
     pickled = tmp_path / "d.npz"
-    np.savez(pickled, header=np.array([{"format": npnet.FORMAT}], dtype=object))
-    with pytest.raises(npnet.ModelFileError, match="allow_pickle=False"):
-        npnet.load_model(pickled)  # an object array would need pickle: refused
+    np.savez(pickled, header=np.array([{"format": numpy_net.FORMAT}], dtype=object))
+    with pytest.raises(numpy_net.ModelFileError, match="allow_pickle=False"):
+        numpy_net.load_model(pickled)  # an object array would need pickle: refused
     with pytest.raises(FileNotFoundError):
-        npnet.load_model(tmp_path / "none.npz")
+        numpy_net.load_model(tmp_path / "none.npz")
 
 
 def test_the_arrow_source_term_is_version_3_and_checked(tmp_path):
     path, _ = export_model(random_model("tiny", "joint", arrow_source=True), tmp_path / "source.npz",
                            check_positions=0)
     header = header_of(path)
-    assert header["version"] == npnet.VERSION == 3 and header["net_config"]["arrow_source"] is True
-    net = npnet.load_model(path)
+    assert header["version"] == numpy_net.VERSION == 3 and header["net_config"]["arrow_source"] is True
+    net = numpy_net.load_model(path)
     assert net.has_arrow_source and net.num_parameters() == sum(
-        int(np.prod(shape)) for shape in npnet.expected_shapes(header["net_config"], header["trunk"]).values())
+        int(np.prod(shape)) for shape in numpy_net.expected_shapes(header["net_config"], header["trunk"]).values())
     assert [name for name, _ in net.layout_arrays() if "arrow_source" in name] == [
         "policy_head.arrow_source.weight", "policy_head.arrow_source.bias"]
-    with pytest.raises(npnet.ModelFileError, match="missing \\['policy_head.arrow_source.bias'\\]"):
-        npnet.load_model(rewrite(path, tmp_path / "a.npz", drop="policy_head.arrow_source.bias"))
+    with pytest.raises(numpy_net.ModelFileError, match="missing \\['policy_head.arrow_source.bias'\\]"):
+        numpy_net.load_model(rewrite(path, tmp_path / "a.npz", drop="policy_head.arrow_source.bias"))
     without = {**header, "net_config": {**header["net_config"], "arrow_source": False}}
-    with pytest.raises(npnet.ModelFileError, match="unknown \\['policy_head.arrow_source.bias'"):
-        npnet.load_model(rewrite(path, tmp_path / "b.npz", header=without))
+    with pytest.raises(numpy_net.ModelFileError, match="unknown \\['policy_head.arrow_source.bias'"):
+        numpy_net.load_model(rewrite(path, tmp_path / "b.npz", header=without))
     for value, message in ((1, "'arrow_source' must be true or false"), (None, "must be true or false")):
         changed = {**header, "net_config": {**header["net_config"], "arrow_source": value}}
-        with pytest.raises(npnet.ModelFileError, match=message):
-            npnet.load_model(rewrite(path, tmp_path / "c.npz", header=changed))
+        with pytest.raises(numpy_net.ModelFileError, match=message):
+            numpy_net.load_model(rewrite(path, tmp_path / "c.npz", header=changed))
     factorized = {**header["net_config"], "policy_head": "factorized"}
-    with pytest.raises(npnet.ModelFileError, match="arrow_source needs policy_head 'joint'"):
-        npnet.expected_shapes(factorized, header["trunk"])
+    with pytest.raises(numpy_net.ModelFileError, match="arrow_source needs policy_head 'joint'"):
+        numpy_net.expected_shapes(factorized, header["trunk"])
 
 
 def test_write_refuses_arrays_that_do_not_fit(tmp_path):
     config, trunk, arrays = model_arrays(random_model("tiny", "joint"))
     arrays["stem.conv.weight"] = arrays["stem.conv.weight"][:, :3]
-    with pytest.raises(npnet.ModelFileError, match="'stem.conv.weight'"):
-        npnet.write_model(tmp_path / "x.npz", config, trunk, arrays)
+    with pytest.raises(numpy_net.ModelFileError, match="'stem.conv.weight'"):
+        numpy_net.write_model(tmp_path / "x.npz", config, trunk, arrays)
     assert not list(tmp_path.iterdir())
 
 
 def test_the_command_exports_a_checkpoint(tmp_path, capsys):
-    from amazons.checkpoint import save_model
+    from amazons.neural.checkpoint import save_model
 
     checkpoint = save_model(tmp_path / "tiny.pt", random_model("tiny", "joint"))
     assert main([str(checkpoint), str(tmp_path / "tiny.npz"), "--check-positions", "8"]) == 0
@@ -319,9 +320,9 @@ def test_the_shipped_export_is_the_shipped_checkpoint(tmp_path):
 def test_the_bot_and_terminal_play_never_import_torch():
     code = (
         "import io, sys\n"
-        "import amazons.botzone\n"
-        "assert 'torch' not in sys.modules, 'import amazons.botzone'\n"
-        "from amazons.botzone import main\n"
+        "import amazons.botzone.bot\n"
+        "assert 'torch' not in sys.modules, 'import amazons.botzone.bot'\n"
+        "from amazons.botzone.bot import main\n"
         "out = io.StringIO()\n"
         "code = main(['--model', 'default', '--simulations', '16', '--restart-per-turn'],\n"
         "            io.StringIO('1\\n-1 -1 -1 -1 -1 -1\\n'), out, sys.stderr)\n"

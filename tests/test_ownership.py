@@ -21,19 +21,22 @@ import torch
 from test_adjudication import territory_reference
 from test_npnet import random_model
 
-from amazons import engine, npnet
+from amazons import engine
 from amazons.board import BLACK, WHITE, Board, Move
-from amazons.botzone import Bot
-from amazons.checkpoint import (
+from amazons.botzone.bot import Bot
+from amazons.config import config_from_dict, config_to_dict
+from amazons.export import TOLERANCE, export_model, random_positions
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+from amazons.models import default_model_path
+from amazons.neural import numpy_net
+from amazons.neural.checkpoint import (
     content_digest,
     learner_from_checkpoint,
     load_model_for_play,
     restore_learner,
     save_checkpoint,
 )
-from amazons.config import config_from_dict, config_to_dict
-from amazons.export import TOLERANCE, export_model, random_positions
-from amazons.learn import (
+from amazons.neural.learner import (
     Learner,
     OptimConfig,
     SampleBatch,
@@ -41,9 +44,7 @@ from amazons.learn import (
     label_tensors,
     ownership_loss,
 )
-from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
-from amazons.models import default_model_path
-from amazons.net import (
+from amazons.neural.model import (
     NetConfig,
     NetConfigError,
     NetInputError,
@@ -56,10 +57,10 @@ from amazons.net import (
 from amazons.play import PlaySession
 from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer, describe_territory, predicted_territory
-from amazons.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
-from amazons.selfplay import final_ownership, play_games
 from amazons.symmetry import NUM_SYMMETRIES, SYMMETRIES
-from amazons.train import main
+from amazons.train.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
+from amazons.train.run import main
+from amazons.train.selfplay import final_ownership, play_games
 
 torch.set_num_threads(1)
 
@@ -406,33 +407,33 @@ def test_numpy_matches_torch_with_the_head(tmp_path, head):
     path, differences = export_model(model, tmp_path / "head.npz", check_positions=48)
     assert set(differences) == {"priors", "values", "ownership"}
     assert max(differences.values()) <= TOLERANCE
-    net = npnet.load_model(path)
+    net = numpy_net.load_model(path)
     assert net.has_ownership and json.loads(np.load(path)["header"].tobytes())["version"] == 2
     positions = random_positions(16, seed=7)
     expected = NetworkEvaluator(model, 7).ownership(positions)
-    got = npnet.NumpyEvaluator(net).ownership(positions)
+    got = numpy_net.NumpyEvaluator(net).ownership(positions)
     assert np.abs(got - expected).max() <= TOLERANCE and np.abs(expected).max() > 0.5
 
 
 def test_files_without_the_head_and_version_one_files_load(tmp_path):
     # The model shipped before the ownership head, kept as a version 1 file.
     version_one = Path(__file__).parent / "data" / "default_v1.npz"
-    shipped = npnet.load_model(version_one)
+    shipped = numpy_net.load_model(version_one)
     assert json.loads(np.load(version_one)["header"].tobytes())["version"] == 1
     assert not shipped.has_ownership
-    with pytest.raises(npnet.NpNetInputError, match="no ownership head"):
-        npnet.NumpyEvaluator(shipped).ownership(random_positions(2))
+    with pytest.raises(numpy_net.NpNetInputError, match="no ownership head"):
+        numpy_net.NumpyEvaluator(shipped).ownership(random_positions(2))
     torch.manual_seed(0)
     path, differences = export_model(PolicyValueNet(net_config("tiny")), tmp_path / "plain.npz")
-    assert set(differences) == {"priors", "values"} and not npnet.load_model(path).has_ownership
+    assert set(differences) == {"priors", "values"} and not numpy_net.load_model(path).has_ownership
     header = json.loads(np.load(path)["header"].tobytes())
     arrays = dict(np.load(path))
-    future = max(npnet.READABLE_VERSIONS) + 1
+    future = max(numpy_net.READABLE_VERSIONS) + 1
     header["version"] = future
     arrays["header"] = np.frombuffer(json.dumps(header).encode(), dtype=np.uint8)
     np.savez(tmp_path / "future.npz", **arrays)
-    with pytest.raises(npnet.ModelFileError, match=f"version {future}"):
-        npnet.load_model(tmp_path / "future.npz")
+    with pytest.raises(numpy_net.ModelFileError, match=f"version {future}"):
+        numpy_net.load_model(tmp_path / "future.npz")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -467,7 +468,7 @@ def test_predicted_territory_is_blacks_lead_over_the_squares_without_arrows():
 def test_hint_and_the_bots_debug_line_show_the_balance_only_with_the_head(head_model_file):
     shown = {}
     for name, model in (("head", head_model_file), ("plain", str(default_model_path()))):
-        evaluator = npnet.NumpyEvaluator.from_file(model)
+        evaluator = numpy_net.NumpyEvaluator.from_file(model)
         out = io.StringIO()
         session = PlaySession(MCTSPlayer(evaluator, SearchConfig(simulations=8), seed=0), BLACK,
                               io.StringIO("hint\nquit\n"), out)

@@ -1,4 +1,4 @@
-"""The async pipeline's parts (`amazons.pipeline`): the step budget that holds the ratio of
+"""The async pipeline's parts (`amazons.train.pipeline`): the step budget that holds the ratio of
 training to self-play, weights publishing (through shared memory to a real inference server
 running the production evaluator), and evaluation in a thread. The loop that drives them
 runs end to end in `test_train.py`."""
@@ -14,11 +14,12 @@ import torch
 from inference_actors import random_leaves
 
 from amazons import engine
-from amazons.checkpoint import save_model
 from amazons.inference import InferenceClient, InferenceConfig, InferenceServer
-from amazons.net import PolicyValueNet, net_config
-from amazons.netplay import ReloadableNetworkEvaluator, server_evaluator_factory
-from amazons.pipeline import (
+from amazons.neural.checkpoint import save_model
+from amazons.neural.model import PolicyValueNet, net_config
+from amazons.neural.production import ReloadableNetworkEvaluator, server_evaluator_factory
+from amazons.train.config import TrainConfig, training_steps
+from amazons.train.pipeline import (
     BackgroundEvaluation,
     EvaluationError,
     PipelineConfig,
@@ -26,7 +27,6 @@ from amazons.pipeline import (
     WeightsPublisher,
     steps_for_positions,
 )
-from amazons.train_config import TrainConfig, training_steps
 
 
 def budget(**changes) -> StepBudget:

@@ -194,9 +194,9 @@ def test_bad_arguments_models_and_records_exit_2(tmp_path):
 def test_a_session_against_a_tiny_network(tmp_path):
     torch = pytest.importorskip("torch")
     torch.set_num_threads(1)
-    from amazons.checkpoint import save_model
     from amazons.export import export_checkpoint
-    from amazons.net import PolicyValueNet, net_config
+    from amazons.neural.checkpoint import save_model
+    from amazons.neural.model import PolicyValueNet, net_config
 
     torch.manual_seed(0)
     checkpoint = save_model(tmp_path / "tiny.pt", PolicyValueNet(net_config("tiny")))

@@ -5,11 +5,10 @@ from __future__ import annotations
 import pytest
 
 from amazons.board import Board
-from amazons.evaluation import EvalConfig
 from amazons.mcts import RolloutEvaluator, UniformEvaluator
 from amazons.models import default_checkpoint_path, default_model_path
-from amazons.nativenet import NativeEvaluator, native_available
-from amazons.npnet import ModelFileError, NumpyEvaluator
+from amazons.neural.native import NativeEvaluator, native_available
+from amazons.neural.numpy_net import ModelFileError, NumpyEvaluator
 from amazons.player_factory import (
     NET_SEARCH,
     ROLLOUT_SEARCH,
@@ -19,6 +18,7 @@ from amazons.player_factory import (
     served_evaluator_factory,
 )
 from amazons.players import PolicyPlayer
+from amazons.train.evaluation import EvalConfig
 
 
 def test_each_model_spec_gives_its_evaluator_and_search():
@@ -51,7 +51,7 @@ def test_network_players_play_the_lower_confidence_bound_and_the_ladder_the_most
 
 @pytest.mark.parametrize("backend", ["torch", "auto"])
 def test_a_checkpoint_runs_prepared_where_torch_is_allowed(backend):
-    from amazons.netplay import NativeReloadableEvaluator, ReloadableNetworkEvaluator
+    from amazons.neural.production import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
     player = build_model_player(str(default_checkpoint_path()), simulations=8, seed=0, allow_torch=True,
                                 device="cpu", torch_threads=1, backend=backend)

@@ -23,8 +23,8 @@ ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
 from amazons.config import config_to_dict  # noqa: E402
 from amazons.distributed.ray_backend import RayRun  # noqa: E402
 from amazons.records import read_records  # noqa: E402
-from amazons.train import Run, main  # noqa: E402
-from amazons.train_config import apply_overrides, preset_config  # noqa: E402
+from amazons.train.config import apply_overrides, preset_config  # noqa: E402
+from amazons.train.run import Run, main  # noqa: E402
 
 REPLACED = "pipeline.mode: the preset's 'async' replaced by 'sync', the mode the RayRun backend runs"
 

@@ -17,9 +17,9 @@ from amazons.board import Adjudication, Board, Move
 from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
 from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
-from amazons.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
-from amazons.selfplay import SelfPlayConfig, SelfPlayError, SelfPlayWorkers, play_games
 from amazons.symmetry import INVERSE, transform_moves, transform_positions
+from amazons.train.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
+from amazons.train.selfplay import SelfPlayConfig, SelfPlayError, SelfPlayWorkers, play_games
 
 FAST_SEARCH = SearchConfig(simulations=8, leaves_per_game=4, root_noise=True, temperature_moves=56,
                            edge_capacity=1 << 15, node_capacity=64)
@@ -148,7 +148,7 @@ def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finis
 
 
 def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finished_games):
-    from amazons.learn import SampleBatch, augment_batch
+    from amazons.neural.learner import SampleBatch, augment_batch
 
     buffer = ReplayBuffer(None, window_positions=10_000, seed=3)
     for samples, _, _ in finished_games:
@@ -262,7 +262,7 @@ def value_only_samples(count: int, share: float, seed: int = 1) -> GameSamples:
 
 
 def test_fast_positions_reach_the_learner_without_labels(tmp_path):
-    from amazons.learn import SampleBatch, augment_batch
+    from amazons.neural.learner import SampleBatch, augment_batch
 
     samples = value_only_samples(3, 0.5)
     buffer = ReplayBuffer(None, window_positions=10_000, seed=2)
@@ -443,7 +443,7 @@ def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_
 
 
 def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, finished_games):
-    from amazons.learn import SampleBatch, augment_batch
+    from amazons.neural.learner import SampleBatch, augment_batch
 
     capped = value_only_samples(4, 0.5, seed=3)  # value-only samples: empty labels in the window
     parts = [samples for samples, _, _ in finished_games] + [capped]
@@ -592,7 +592,7 @@ def test_the_writer_writes_an_old_batch_after_chunk_seconds(tmp_path, finished_g
 
 
 def test_a_writer_failure_is_raised_in_the_callers_thread_naming_the_chunk(tmp_path, finished_games):
-    from amazons.replay import ReplayWriteError
+    from amazons.train.replay import ReplayWriteError
 
     broken = GameSamples.concatenate([finished_games[0][0]])
     broken.z[0] = 0

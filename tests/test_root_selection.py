@@ -30,7 +30,7 @@ from amazons.mcts import (
 )
 from amazons.player_factory import PlayerSpecError, apply_search_overrides
 from amazons.players import MCTSPlayer
-from amazons.selfplay import play_games
+from amazons.train.selfplay import play_games
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_mcts import NaiveMCTS  # noqa: E402

@@ -5,7 +5,7 @@ gradients that reach the trunk and not the main policy head, every reader of the
 exports), warm starts across the head, and a real run of the main job with it.
 
 The reference losses here are computed from the head's logits with plain softmaxes over its
-`[B, 64, 64]` tables, not through `amazons.learn.policy_loss_terms`.
+`[B, 64, 64]` tables, not through `amazons.neural.learner.policy_loss_terms`.
 """
 
 from __future__ import annotations
@@ -18,11 +18,17 @@ import pytest
 import torch
 from test_netplay import flat_weights, trained_looking
 
-from amazons import engine, npnet
-from amazons.checkpoint import CheckpointError, init_weights_from, load_model_for_play, save_model
+from amazons import engine
 from amazons.config import config_from_dict, config_to_dict
 from amazons.export import export_model, random_positions, torch_outputs
-from amazons.learn import (
+from amazons.neural import numpy_net
+from amazons.neural.checkpoint import (
+    CheckpointError,
+    init_weights_from,
+    load_model_for_play,
+    save_model,
+)
+from amazons.neural.learner import (
     Learner,
     OptimConfig,
     OptimConfigError,
@@ -30,8 +36,7 @@ from amazons.learn import (
     label_tensors,
     soft_policy_targets,
 )
-from amazons.nativenet import native_available
-from amazons.net import (
+from amazons.neural.model import (
     JointPolicy,
     NetConfig,
     NetConfigError,
@@ -40,8 +45,13 @@ from amazons.net import (
     net_config,
     prepare_for_inference,
 )
-from amazons.netplay import NativeReloadableEvaluator, ReloadableNetworkEvaluator, model_arrays
-from amazons.train import main
+from amazons.neural.native import native_available
+from amazons.neural.production import (
+    NativeReloadableEvaluator,
+    ReloadableNetworkEvaluator,
+    model_arrays,
+)
+from amazons.train.run import main
 
 torch.set_num_threads(1)
 
@@ -208,11 +218,11 @@ def test_an_exported_file_holds_the_inference_network_only(tmp_path):
     assert load_model_for_play(checkpoint).config.soft_policy_head  # the checkpoint keeps the head
     path, differences = export_model(model, tmp_path / "model.npz")
     assert max(differences.values()) < 1e-4  # the export checks itself against the torch model
-    net = npnet.load_model(path)
+    net = numpy_net.load_model(path)
     assert "soft_policy_head" not in net.config
     positions = random_positions(10, seed=2, max_plies=30)
     moves, offsets = engine.legal_moves(positions)
-    got = npnet.NumpyEvaluator(net).evaluate(positions, moves, offsets)
+    got = numpy_net.NumpyEvaluator(net).evaluate(positions, moves, offsets)
     for have, want in zip(got, torch_outputs(model, positions), strict=True):
         np.testing.assert_allclose(have, want, atol=1e-4)
 
@@ -258,5 +268,5 @@ def test_the_main_job_trains_the_head_from_a_plain_model_and_ships_a_plain_expor
     assert len(losses) == 2 and all(math.isfinite(loss) and loss > 0 for loss in losses)
     model = load_model_for_play(run_dir / "models" / "model-0002.pt")
     assert model.config.soft_policy_head
-    net = npnet.load_model(export_model(model, tmp_path / "run.npz")[0])
+    net = numpy_net.load_model(export_model(model, tmp_path / "run.npz")[0])
     assert "soft_policy_head" not in net.config

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
-from amazons.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
-from amazons.selfplay import SelfPlayConfig, play_games, policy_surprise, surprise_weights
+from amazons.train.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
+from amazons.train.selfplay import SelfPlayConfig, play_games, policy_surprise, surprise_weights
 
 FAST_SEARCH = SearchConfig(simulations=16, leaves_per_game=4, root_noise=True, temperature_moves=56,
                            edge_capacity=1 << 15, node_capacity=64)

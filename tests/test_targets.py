@@ -1,7 +1,7 @@
 """Self-play's training targets: the policy target at proven roots (the proof), one set of sigma
 constants for a Gumbel run, and the playout cap recording only full searches.
 
-End-to-end tests play through `amazons.selfplay.play_games` with the solver on, from the start
+End-to-end tests play through `amazons.train.selfplay.play_games` with the solver on, from the start
 position to the game's end, with the deterministic `HashEvaluator` of tests/test_mcts.py (its
 priors are not uniform, so a root whose priors the evaluator never gave is visible).
 """
@@ -23,9 +23,9 @@ from amazons.mcts import (
     UniformEvaluator,
     improved_policy,
 )
-from amazons.replay import GameSamples, save_chunk
-from amazons.selfplay import SelfPlayConfig, play_games
-from amazons.train_config import apply_overrides, preset_config
+from amazons.train.config import apply_overrides, preset_config
+from amazons.train.replay import GameSamples, save_chunk
+from amazons.train.selfplay import SelfPlayConfig, play_games
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_mcts import HashEvaluator, random_position  # noqa: E402

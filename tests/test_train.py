@@ -17,10 +17,11 @@ import numpy as np
 import pytest
 import torch
 
-from amazons import train as train_module
-from amazons import train_config
 from amazons.arena import ArenaResult
-from amazons.checkpoint import (
+from amazons.config import ConfigError, config_from_dict, config_to_dict
+from amazons.inference import segment_prefix
+from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
+from amazons.neural.checkpoint import (
     CheckpointError,
     init_weights_from,
     load_model_for_play,
@@ -28,10 +29,7 @@ from amazons.checkpoint import (
     save_checkpoint,
     save_model,
 )
-from amazons.config import ConfigError, config_from_dict, config_to_dict
-from amazons.evaluation import EvalConfig, fit_elo
-from amazons.inference import segment_prefix
-from amazons.learn import (
+from amazons.neural.learner import (
     Learner,
     OptimConfig,
     SampleBatch,
@@ -39,14 +37,16 @@ from amazons.learn import (
     learning_rate_factor,
     sample_batch,
 )
-from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
-from amazons.net import PolicyValueNet, net_config
-from amazons.pipeline import EvaluationError, steps_for_positions
+from amazons.neural.model import PolicyValueNet, net_config
 from amazons.records import GameRecord
-from amazons.replay import GameSamples
-from amazons.selfplay import play_games
-from amazons.train import Run, backend_names, load_backend, main, resolve_config
-from amazons.train_config import TrainConfig, apply_overrides, preset_config
+from amazons.train import config as train_config
+from amazons.train import run as train_module
+from amazons.train.config import TrainConfig, apply_overrides, preset_config
+from amazons.train.evaluation import EvalConfig, fit_elo
+from amazons.train.pipeline import EvaluationError, steps_for_positions
+from amazons.train.replay import GameSamples
+from amazons.train.run import Run, backend_names, load_backend, main, resolve_config
+from amazons.train.selfplay import play_games
 
 # Small enough for CI: a couple of games per iteration, few simulations, tiny evaluation.
 SMOKE = [

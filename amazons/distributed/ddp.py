@@ -38,12 +38,12 @@ from torch.nn.parallel import DistributedDataParallel
 
 from amazons.distributed import RayBackendError
 from amazons.distributed.node import owned_samples
-from amazons.learn import Learner, SampleBatch, augment_batch
-from amazons.net import PolicyValueNet
-from amazons.replay import GameSamples, ReplayBuffer
+from amazons.neural.learner import Learner, SampleBatch, augment_batch
+from amazons.neural.model import PolicyValueNet
+from amazons.train.replay import GameSamples, ReplayBuffer
 
 if TYPE_CHECKING:
-    from amazons.train_config import TrainConfig
+    from amazons.train.config import TrainConfig
 
 RANK_STREAM = 0xDD9  # tags the seed streams of the ranks' sampling and symmetry draws
 

@@ -35,13 +35,13 @@ import ray
 import torch
 
 from amazons.inference import InferenceServer
-from amazons.netplay import NetworkEvaluatorFactory, server_evaluator_factory
+from amazons.neural.production import NetworkEvaluatorFactory, server_evaluator_factory
 from amazons.records import GameRecord
-from amazons.replay import GameSamples
-from amazons.selfplay import SelfPlayWorkers
+from amazons.train.replay import GameSamples
+from amazons.train.selfplay import SelfPlayWorkers
 
 if TYPE_CHECKING:
-    from amazons.train_config import TrainConfig
+    from amazons.train.config import TrainConfig
 
 
 STREAMS_PER_ITERATION = 1 << 16  # requests one iteration may hand out (each gets its own seed stream)
@@ -92,7 +92,7 @@ def node_device(config: TrainConfig) -> str:
 
 
 def node_evaluator_factory(config: TrainConfig, model_path: str | Path) -> NetworkEvaluatorFactory:
-    """The node's inference server evaluator: `amazons.netplay.server_evaluator_factory` (the
+    """The node's inference server evaluator: `amazons.neural.production.server_evaluator_factory` (the
     main job's) on the node's device (`node_device`)."""
     return server_evaluator_factory(model_path, node_device(config), config.inference_dtype, config.inference)
 
@@ -136,7 +136,7 @@ class SelfPlayNode:
             The games' samples, concatenated, and their `NodeResult`.
 
         Raises:
-            amazons.selfplay.SelfPlayError, amazons.inference.InferenceError: the pipeline failed
+            amazons.train.selfplay.SelfPlayError, amazons.inference.InferenceError: the pipeline failed
                 (it is stopped, and started again by the next request).
         """
         try:

@@ -43,11 +43,11 @@ from amazons.distributed.node import (
     request_stream,
 )
 from amazons.records import GameRecord
-from amazons.replay import GameSamples
-from amazons.selfplay import SelfPlayReport
+from amazons.train.replay import GameSamples
+from amazons.train.selfplay import SelfPlayReport
 
 if TYPE_CHECKING:
-    from amazons.train_config import TrainConfig
+    from amazons.train.config import TrainConfig
 
 
 @dataclass

@@ -25,12 +25,12 @@ try:
 except ImportError as error:  # pragma: no cover - depends on the installation
     raise ImportError("--backend ray needs Ray: pip install 'amazons[ray]'") from error
 
-from amazons.checkpoint import save_model
 from amazons.distributed.ddp import TrainingGroup
 from amazons.distributed.pool import NodePool
-from amazons.net import count_parameters
-from amazons.train import Run
-from amazons.train_config import RayConfig, TrainConfig, training_steps
+from amazons.neural.checkpoint import save_model
+from amazons.neural.model import count_parameters
+from amazons.train.config import RayConfig, TrainConfig, training_steps
+from amazons.train.run import Run
 
 
 def connect(address: str | None, config: RayConfig) -> bool:

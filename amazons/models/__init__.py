@@ -1,10 +1,10 @@
 """The trained model shipped with the package.
 
-`default.pt` is a model checkpoint (`amazons.checkpoint.save_model`) produced by
+`default.pt` is a model checkpoint (`amazons.neural.checkpoint.save_model`) produced by
 `python -m amazons.train`; `default.json` next to it records how: the training config, the
 wall-clock training time, the hardware, and the measured strength. `default.npz` is the same
 network exported for torch-free play (`python -m amazons.export amazons/models/default.pt
-amazons/models/default.npz`, format `amazons.npnet`): `--model default` in `amazons.botzone` and
+amazons/models/default.npz`, format `amazons.neural.numpy_net`): `--model default` in `amazons.botzone` and
 `amazons.play` loads it; the checkpoint stays for training and torch-side tools. This module
 never imports torch.
 """

@@ -9,7 +9,7 @@
 
 #include "rules.h"
 
-// The budgets are the engine's (amazons/_engine.pxd): amazons.botzone_cpp writes them from
+// The budgets are the engine's (amazons/_engine.pxd): amazons.botzone.cpp_export writes them from
 // amazons.engine.EXACT_FILL_SQUARES, EXACT_FILL_NODES, FILL_TABLE_ENTRIES and EXACT_FILL_MOVES
 // into "settings.h" (common.h says how the parts are joined).
 #include "settings.h"

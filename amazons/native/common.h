@@ -5,7 +5,7 @@
 // adjudicate.h (separated positions), kernels.h (the network's arithmetic), network.h (its
 // forward pass), search.h (the bot's search), bot.cpp (the Botzone bot) and evaluator.h (the
 // extension's batch evaluator). How they are joined, in this one place:
-//   * the Botzone export (`python -m amazons.export MODEL --botzone DIR`, amazons/botzone_cpp.py)
+//   * the Botzone export (`python -m amazons.export MODEL --botzone DIR`, amazons/botzone/cpp_export.py)
 //     writes the parts of botzone_cpp.PARTS in that order into one source without their local
 //     #include lines, the settings block where the first part includes "settings.h", and the
 //     model block (the network's shape and weights) at bot.cpp's //@MODEL@ line;
@@ -13,7 +13,7 @@
 //     extension amazons._native; those parts use no settings;
 //   * "settings.h" is no file of the project: it holds the numbers the search and the
 //     adjudication share with Python, written from their Python definitions by
-//     amazons.botzone_cpp.settings_header (the export writes the same block inline), so that each
+//     amazons.botzone.cpp_export.settings_header (the export writes the same block inline), so that each
 //     part also compiles alone (tests/test_native_input.py compiles every header so).
 // A literal a part keeps for the extension (MAX_MOVES, AMAZONS_PER_SIDE, the trunk-kind codes) is
 // checked against its Python definition by tests/test_native_input.py.

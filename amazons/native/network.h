@@ -1,4 +1,4 @@
-// The network's forward pass (amazons/npnet.py's NumpyNet.forward), one position at a time, and
+// The network's forward pass (amazons/neural/numpy_net.py's NumpyNet.forward), one position at a time, and
 // the legal-move priors of npnet.legal_priors. The shape is a run-time value (NetShape), so one
 // build runs every network npnet runs: both policy heads, the joint head's arrow source term,
 // 3 or 7 feature planes, any mix of residual and attention layers.
@@ -20,10 +20,10 @@
 #include "rules.h"
 
 // The trunk's layer kinds (NetShape.trunk): each code is the kind's position in
-// amazons.npnet.TRUNK_LAYERS, which maps a network's trunk to them (tests check they agree).
+// amazons.neural.numpy_net.TRUNK_LAYERS, which maps a network's trunk to them (tests check they agree).
 static const int TRUNK_RESIDUAL = 0, TRUNK_ATTENTION = 1;
 
-// A network's shape. amazons.npnet.native_shape maps a network's config to these fields, by
+// A network's shape. amazons.neural.numpy_net.native_shape maps a network's config to these fields, by
 // name: the extension loads its output and the export writes it as bot.cpp's model_shape().
 struct NetShape {
     int num_planes;      // 3 or 7 feature planes (amazons.engine.features)

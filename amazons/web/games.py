@@ -2,7 +2,7 @@
 
 A session holds a `Board`, the AI (`amazons.player_factory.build_model_player`, the builder the
 arena, the Botzone bot and terminal play use too; here a `.pt` checkpoint is accepted and runs as
-the model `amazons.net.prepare_for_inference` makes), the colours the human plays (one, or both
+the model `amazons.neural.model.prepare_for_inference` makes), the colours the human plays (one, or both
 for an analysis board), the last search's analysis and where the record is saved.
 
 Concurrency: sessions are read and changed only on the event loop. A search runs on a worker

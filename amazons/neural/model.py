@@ -21,10 +21,10 @@ What this module owns:
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
   predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
-  side to move, -1 the opponent (`amazons.replay` documents the target). The soft policy head
+  side to move, -1 the opponent (`amazons.train.replay` documents the target). The soft policy head
   (`NetConfig.soft_policy_head`, KataGo's auxiliary soft policy target) is a second policy head
   of the same kind, trained on the policy target flattened by a temperature
-  (`amazons.learn.soft_policy_targets`); it is for training only: `prepare_for_inference` drops
+  (`amazons.neural.learner.soft_policy_targets`); it is for training only: `prepare_for_inference` drops
   it, so the servers, the exports and the C++ bot never see it (`TRAINING_ONLY_PREFIXES`).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
   restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
@@ -34,7 +34,7 @@ What this module owns:
 * `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
   over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
-  chosen dtype and memory format (what production evaluates: `amazons.netplay`);
+  chosen dtype and memory format (what production evaluates: `amazons.neural.production`);
   `load_prepared_weights` copies new weights, folded where they live (`folded_state_dict`), into
   such a copy in place, so CUDA graphs captured on it stay valid.
 * `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
@@ -873,7 +873,7 @@ class NetworkEvaluator:
     mode, no autograd, autocast to `dtype` unless float32) and turns its logits into priors over
     the legal moves with `gather_legal_priors`. The model is used as given (not copied): weights
     changed by a learner are seen by the next call. Production passes the model
-    `prepare_for_inference` makes (`amazons.netplay.load_network_evaluator`).
+    `prepare_for_inference` makes (`amazons.neural.production.load_network_evaluator`).
 
     Fixed batch sizes: with `batch_buckets`, a batch of B positions runs padded (with empty
     boards, whose outputs are dropped) to the smallest bucket >= B, and batches above the largest

@@ -11,7 +11,7 @@ What this module owns:
     trunk's layers in order, `sha256` digests every array (name, dtype, shape, bytes) and
     `source` says where the weights came from (checkpoint file, its digest, step, torch version);
   - every weight as a `float32` array named like the inference-prepared torch model's state dict
-    (`amazons.net.prepare_for_inference`: batch norms folded into the convolutions), in torch's
+    (`amazons.neural.model.prepare_for_inference`: batch norms folded into the convolutions), in torch's
     layouts: convolutions `(out, in, k, k)` with a bias `(out,)`, linear layers `(out, in)`.
   Version 2 added the ownership head's arrays (present when `net_config["ownership_head"]`);
   version 1 files, whose configs predate the field, load as networks without it. Version 3 added
@@ -21,17 +21,17 @@ What this module owns:
   `write_model` writes it atomically (`amazons._atomic`); `load_model` checks the header, the
   names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
   the file and what is wrong.
-* `NumpyNet`: the forward pass of `amazons.net.PolicyValueNet` in float32 numpy, every preset,
+* `NumpyNet`: the forward pass of `amazons.neural.model.PolicyValueNet` in float32 numpy, every preset,
   both policy heads (with the arrow source term) and the global self-attention blocks: feature
-  planes `(B, P, 8, 8)` in, the log-probability tables of `amazons.net.policy_log_tables`
+  planes `(B, P, 8, 8)` in, the log-probability tables of `amazons.neural.model.policy_log_tables`
   (`PolicyTables`) and the value out; the ownership
   head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
   board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
   product and 3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in
   order (`NumpyNet.layout_arrays`), and the network's shape (`native_shape`) are what the native
-  core reads: the Botzone C++ export (`amazons.botzone_cpp`) writes both into its source, the
-  extension (`amazons.nativenet`) loads them.
-* `legal_priors`: `amazons.net.gather_legal_priors` in numpy (P(src, dst) * P(arrow | [src,] dst),
+  core reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes both into its source, the
+  extension (`amazons.neural.native`) loads them.
+* `legal_priors`: `amazons.neural.model.gather_legal_priors` in numpy (P(src, dst) * P(arrow | [src,] dst),
   renormalized over each position's legal moves).
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
 
@@ -172,8 +172,8 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
 
 def native_shape(net_config: dict[str, Any], trunk: list[str]) -> dict[str, Any]:
     """The network's shape as the native core's `NetShape` holds it (`amazons/native/network.h`):
-    the one mapping of a config to it, which the extension (`amazons.nativenet`) loads and the
-    Botzone export (`amazons.botzone_cpp`) writes into its source.
+    the one mapping of a config to it, which the extension (`amazons.neural.native`) loads and the
+    Botzone export (`amazons.botzone.cpp_export`) writes into its source.
 
     Args:
         net_config: the `NetConfig` fields, as a dict (as `expected_shapes` reads them).
@@ -184,7 +184,7 @@ def native_shape(net_config: dict[str, Any], trunk: list[str]) -> dict[str, Any]
         `NetShape`'s fields by name: `num_planes`, `channels`, `key_dim` (`attention_dim`),
         `head_dim`, `value_channels`, `value_hidden` (ints), `joint`, `arrow_source` (bools) and
         `trunk` (a list of codes). Whether the native core can run it is its own check
-        (`amazons.nativenet.native_support`).
+        (`amazons.neural.native.native_support`).
 
     Raises:
         NpNetInputError: an unknown policy head or trunk layer, or a missing field.
@@ -382,7 +382,7 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 class PolicyTables(NamedTuple):
-    """The twin of `amazons.net.PolicyTables`: log tables, float32 unless said.
+    """The twin of `amazons.neural.model.PolicyTables`: log tables, float32 unless said.
 
     A full move's log-probability is `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`,
     and with the arrow source term, when `source_slot[src] = i >= 0`, also
@@ -399,7 +399,7 @@ class PolicyTables(NamedTuple):
 
 
 class NumpyNet:
-    """The forward pass of `amazons.net.PolicyValueNet` (eval mode, batch norms folded), in numpy.
+    """The forward pass of `amazons.neural.model.PolicyValueNet` (eval mode, batch norms folded), in numpy.
 
     Build it with `load_model`; the weights are converted once into matrix layouts.
 
@@ -477,8 +477,8 @@ class NumpyNet:
         query/key, update gate, arrow query/key, and the arrow source projection when the
         network has it; factorized: hidden, maps); the value head (reduce, hidden
         `(value_channels * 64, value_hidden)`, out). The ownership head is left out. This is what
-        the native core reads: the Botzone C++ export (`amazons.botzone_cpp`) writes them into its
-        source and `amazons.nativenet` loads them (with `native_shape`).
+        the native core reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes them into its
+        source and `amazons.neural.native` loads them (with `native_shape`).
         """
         named = [("stem.weight", self._stem[0]), ("stem.bias", self._stem[1])]
         for index, (kind, layer) in enumerate(self._trunk):
@@ -507,7 +507,7 @@ class NumpyNet:
             `(tables, values)`: `PolicyTables` (`log_move` = log P(src, dst) at `src * 64 + dst`,
             `log_arrow` = log P(arrow | dst) at `dst * 64 + arrow`, each `(B, 4096) float32`,
             and the source term's tables when the network has it); `values (B,) float32` in
-            [-1, 1] for the side to move (the tables of `amazons.net.policy_log_tables` and the
+            [-1, 1] for the side to move (the tables of `amazons.neural.model.policy_log_tables` and the
             value of `PolicyValueNet`).
 
         Raises:
@@ -588,12 +588,12 @@ class NumpyNet:
         if not source:
             return PolicyTables(log_move, log_arrow.reshape(flat))
         source_w, source_b = source
-        # The side to move's amazon squares (feature plane 0), increasing: `amazons.net.mover_squares`.
+        # The side to move's amazon squares (feature plane 0), increasing: `amazons.neural.model.mover_squares`.
         squares = np.sort(np.argsort(-features[:, 0].reshape(batch, NUM_SQUARES), axis=1, kind="stable")
                           [:, :AMAZONS_PER_SIDE], axis=1)
         at_sources = np.take_along_axis(x_next, squares[:, :, None], axis=1)  # [b, slot, C]
         source_logits = (at_sources @ source_w + source_b) @ arrow_keys  # [b, slot, arrow]
-        # log sum_a P(a | dst) exp(S[slot, a]) as one product, as `amazons.net.policy_log_tables`
+        # log sum_a P(a | dst) exp(S[slot, a]) as one product, as `amazons.neural.model.policy_log_tables`
         peak = source_logits.max(axis=-1, keepdims=True)
         shifted = source_logits - peak
         norm = np.exp(shifted, out=shifted) @ np.exp(log_arrow).transpose(0, 2, 1)  # [b, slot, dst]
@@ -630,7 +630,7 @@ class NumpyNet:
 def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarray) -> np.ndarray:
     """Priors of the legal moves: P(src, dst) * P(arrow | [src,] dst), renormalized per position.
 
-    The numpy twin of `amazons.net.gather_legal_priors`: one gather from each table and a
+    The numpy twin of `amazons.neural.model.gather_legal_priors`: one gather from each table and a
     softmax over each position's segment of moves.
 
     Args:

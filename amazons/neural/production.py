@@ -2,16 +2,16 @@
 
 * `ReloadableNetworkEvaluator`: the Evaluator that the inference server, the arena's network
   players, the web board and evaluation run. It evaluates the model that
-  `amazons.net.prepare_for_inference` makes from a checkpoint's weights (batch norms folded into
+  `amazons.neural.model.prepare_for_inference` makes from a checkpoint's weights (batch norms folded into
   the convolutions, channels_last), under autocast at the resolved precision (bf16 on a GPU that
-  has it, fp32 on a CPU: `amazons.net.resolve_precision`), and on CUDA over fixed batch buckets
-  with one captured CUDA graph each (`amazons.net.NetworkEvaluator`). It keeps the checkpoint's
+  has it, fp32 on a CPU: `amazons.neural.model.resolve_precision`), and on CUDA over fixed batch buckets
+  with one captured CUDA graph each (`amazons.neural.model.NetworkEvaluator`). It keeps the checkpoint's
   own (unfolded) model on the CPU beside the prepared one: new weights (`load_weights(path)` from
   a file, `load_flat_weights(flat)` from the learner's shared memory) go into that CPU model,
   their batch norms are folded there, and the result is copied into the prepared model's own
   tensors in place, so the evaluator, its model and its captured CUDA graphs are kept.
 * `NativeReloadableEvaluator`: the same model on the compiled CPU evaluator
-  (`amazons.nativenet.NativeEvaluator`, the native core's forward pass): the checkpoint's model
+  (`amazons.neural.native.NativeEvaluator`, the native core's forward pass): the checkpoint's model
   kept on the CPU as the source, its batch norms folded there (`prepare_for_inference`), the
   folded arrays loaded into the native network's buffer in place on every weight update.
   `resolve_backend` chooses between the two (`InferenceConfig.backend`: "auto" takes the native
@@ -23,11 +23,11 @@
   settings (device, precision, `InferenceConfig`: the backend, and the largest batch bucket is
   the server's `inference_batch_size`), called by the main job, the Ray node and the benchmarks.
 
-The bot and terminal play never come here: they run exported numpy models (`amazons.npnet`),
+The bot and terminal play never come here: they run exported numpy models (`amazons.neural.numpy_net`),
 whose batch norms were folded at export. Players are built by `amazons.player_factory`, which
 imports this module when a `.pt` model is asked for.
 
-Imports torch (through `amazons.net` and `amazons.checkpoint`).
+Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`).
 """
 
 from __future__ import annotations
@@ -39,11 +39,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from amazons import nativenet
 from amazons._network_backends import backend_error
-from amazons.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
 from amazons.inference import InferenceConfig
-from amazons.net import (
+from amazons.neural import native
+from amazons.neural.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.neural.model import (
     PRECISION_DTYPES,
     GlobalSelfAttention,
     NetworkEvaluator,
@@ -56,7 +56,7 @@ from amazons.net import (
     resolve_precision,
     unflatten_weights,
 )
-from amazons.npnet import NumpyNet
+from amazons.neural.numpy_net import NumpyNet
 
 __all__ = [
     "BackendError",
@@ -91,7 +91,7 @@ class _SourceWeights:
         """Load a learner or model checkpoint's weights (same architecture) in place (`_refresh`).
 
         Raises:
-            amazons.checkpoint.CheckpointError: unreadable file or weights that do not fit.
+            amazons.neural.checkpoint.CheckpointError: unreadable file or weights that do not fit.
         """
         payload = load_checkpoint(path)
         try:
@@ -101,12 +101,12 @@ class _SourceWeights:
         self._refresh()
 
     def load_flat_weights(self, flat: np.ndarray) -> None:
-        """Take the learner's weights as `amazons.net.flatten_weights` laid them out (e.g. a view
+        """Take the learner's weights as `amazons.neural.model.flatten_weights` laid them out (e.g. a view
         of the shared memory `InferenceServer.publish_shared_weights` wrote) in place (`_refresh`);
         `flat` is copied before this returns and may be overwritten afterwards.
 
         Raises:
-            amazons.net.NetInputError: `flat` does not have this network's length.
+            amazons.neural.model.NetInputError: `flat` does not have this network's length.
         """
         unflatten_weights(self.source, torch.from_numpy(flat))
         self._refresh()
@@ -122,13 +122,13 @@ class ReloadableNetworkEvaluator(_SourceWeights, NetworkEvaluator):
         model: the network as checkpoints hold it (batch norms unfolded); kept on the CPU as the
             source of the prepared copy, which runs on `device`.
         device: "auto", "cpu", "cuda", "cuda:1", ...
-        precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`); the
+        precision: "auto", "fp32", "bf16" or "fp16" (`amazons.neural.model.resolve_precision`); the
             prepared model keeps fp32 weights and runs under autocast to this precision.
         max_batch: the largest batch bucket (CUDA graphs only; larger batches run in chunks).
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
 
     Raises:
-        amazons.net.NetInputError, amazons.net.NetConfigError: a bad precision, or `cuda_graphs`
+        amazons.neural.model.NetInputError, amazons.neural.model.NetConfigError: a bad precision, or `cuda_graphs`
             off CUDA.
     """
 
@@ -156,7 +156,7 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
 
     The arrays are the state dict of `prepare_for_inference(model)` (batch norms folded, the
     training-only heads left out), on the CPU, in torch's layouts, and the config is that
-    network's (`amazons.net.inference_config_dict`); `model` itself is not changed.
+    network's (`amazons.neural.model.inference_config_dict`); `model` itself is not changed.
 
     Raises:
         BackendError: a trunk layer of a kind the numpy and native networks do not run.
@@ -169,7 +169,7 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
 
 
 def numpy_net(model: PolicyValueNet, source: dict[str, Any] | None = None) -> NumpyNet:
-    """`model` with its batch norms folded, as `amazons.npnet.NumpyNet` (what the native and
+    """`model` with its batch norms folded, as `amazons.neural.numpy_net.NumpyNet` (what the native and
     numpy evaluators and the Botzone export run)."""
     return NumpyNet(*model_arrays(model), source)
 
@@ -188,7 +188,7 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet,
     Raises:
         BackendError: an unknown backend, one that does not run checkpoints, or "native" where
             it cannot run (the reason named).
-        amazons.net.NetConfigError: an unknown precision.
+        amazons.neural.model.NetConfigError: an unknown precision.
     """
     why = backend_error(backend, ".pt")
     if why:
@@ -198,7 +198,7 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet,
     resolved = torch.device(resolve_device(device))
     computes = resolve_precision(precision, resolved)
     try:
-        why = nativenet.native_support(inference_config_dict(model.config), _trunk_kinds(model))
+        why = native.native_support(inference_config_dict(model.config), _trunk_kinds(model))
     except BackendError as error:
         why = str(error)
     if backend == "native":
@@ -232,7 +232,7 @@ def _trunk_kinds(model: PolicyValueNet) -> list[str]:
 
 
 class NativeReloadableEvaluator(_SourceWeights):
-    """The production evaluator on the compiled CPU evaluator (`amazons.nativenet`).
+    """The production evaluator on the compiled CPU evaluator (`amazons.neural.native`).
 
     Args:
         model: the network as checkpoints hold it (batch norms unfolded); kept on the CPU as the
@@ -240,7 +240,7 @@ class NativeReloadableEvaluator(_SourceWeights):
         threads: the native evaluator's threads per batch.
 
     Raises:
-        amazons.nativenet.NativeUnavailableError: the extension is not built or cannot run it.
+        amazons.neural.native.NativeUnavailableError: the extension is not built or cannot run it.
     """
 
     backend = "native"
@@ -248,7 +248,7 @@ class NativeReloadableEvaluator(_SourceWeights):
 
     def __init__(self, model: PolicyValueNet, threads: int = 1) -> None:
         self.source = model.cpu().eval()
-        self.native = nativenet.NativeEvaluator(numpy_net(self.source), threads)
+        self.native = native.NativeEvaluator(numpy_net(self.source), threads)
 
     @property
     def has_ownership(self) -> bool:
@@ -256,12 +256,12 @@ class NativeReloadableEvaluator(_SourceWeights):
         return self.native.has_ownership
 
     def ownership(self, positions: np.ndarray) -> np.ndarray:
-        """The ownership head's map (`amazons.nativenet.NativeEvaluator.ownership`)."""
+        """The ownership head's map (`amazons.neural.native.NativeEvaluator.ownership`)."""
         return self.native.ownership(positions)
 
     def evaluate(self, positions: np.ndarray, moves: np.ndarray,
                  move_offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The search's `Evaluator` call (`amazons.nativenet.NativeEvaluator.evaluate`)."""
+        """The search's `Evaluator` call (`amazons.neural.native.NativeEvaluator.evaluate`)."""
         return self.native.evaluate(positions, moves, move_offsets)
 
     def _refresh(self) -> None:
@@ -285,7 +285,7 @@ def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precis
         native_threads: the native evaluator's threads per batch.
 
     Raises:
-        amazons.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
+        amazons.neural.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
         BackendError: an unknown backend or "numpy", or "native" where it cannot run or at
             another precision than fp32.
     """
@@ -304,7 +304,7 @@ class NetworkEvaluatorFactory:
     Attributes:
         model_path: a learner or model checkpoint.
         device: "auto", "cpu", "cuda", "cuda:1", ...
-        dtype: the precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`).
+        dtype: the precision: "auto", "fp32", "bf16" or "fp16" (`amazons.neural.model.resolve_precision`).
         max_batch: the largest batch bucket of the CUDA graphs (the server's inference batch).
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
         backend: "auto", "torch" or "native" (`resolve_backend`).
@@ -336,7 +336,7 @@ def server_evaluator_factory(model_path: str | os.PathLike, device: str, precisi
     Args:
         model_path: the checkpoint the server starts from.
         device: "auto", "cpu", "cuda", "cuda:1", ...
-        precision: "auto", "fp32", "bf16" or "fp16" (`amazons.net.resolve_precision`).
+        precision: "auto", "fp32", "bf16" or "fp16" (`amazons.neural.model.resolve_precision`).
         inference: the server's batching settings.
     """
     return NetworkEvaluatorFactory(str(model_path), device, precision, max_batch=inference.inference_batch_size,

@@ -10,7 +10,7 @@ search, 0 for a value-only sample, whose label is empty (its value target still 
 records only full searches (a playout cap's fast searches are played, not recorded), and keeps the
 last position of a game that had none as such a sample. A sample's `sample_weight` says how often
 the window draws it relative to the others (1 for every sample unless self-play weights them by
-policy surprise, `amazons.selfplay.surprise_weights`: a game's surprising positions are drawn more
+policy surprise, `amazons.train.selfplay.surprise_weights`: a game's surprising positions are drawn more
 often, its unsurprising ones less, the game's total unchanged).
 
 The ownership target (an auxiliary target after KataGo's) is stored sparsely: one map per game of
@@ -37,7 +37,7 @@ The buffer keeps a sliding window of the newest positions (sized in positions) i
 one row per position and one per label entry, and samples from it with vectorized gathers (the
 labels through their CSR offsets: no Python step per sample), uniformly, or in proportion to
 `sample_weight` once a sample of another weight has entered the window;
-`amazons.learn.augment_batch` then gives each sample a random one of the 8 symmetries. The window
+`amazons.neural.learner.augment_batch` then gives each sample a random one of the 8 symmetries. The window
 stores labels compactly: a label entry is its three squares as uint8 and its probability as
 float16 (5 bytes), without visit counts, which no training target uses
 (`ReplayBuffer.bytes_per_position` measures it); `sample` hands the learner int32 squares and
@@ -109,14 +109,14 @@ class GameSamples:
             (0: a value-only sample, no policy target); None means 1 everywhere.
         ownership: `(G, 64) int8`, each game's owner of every square at its final (or
             adjudicated) position, real frame: +1 Black's, -1 White's, 0 neutral or an arrow
-            (`amazons.selfplay.final_ownership`); None means 0 everywhere.
+            (`amazons.train.selfplay.final_ownership`); None means 0 everywhere.
         ownership_mask: `(G, 64) bool`, the squares the ownership target counts (all but the
             final arrows); all False for a game without a target (None: every game).
         ownership_sign: `(T,) int8`, the side to move at each position, +1 Black, -1 White, 0 for
             a position without an ownership target (None: every position).
         sample_weight: `(T,) float32` >= 0, how often the replay window draws each position
             relative to a position of weight 1 (policy surprise weighting,
-            `amazons.selfplay.surprise_weights`); None means 1 everywhere.
+            `amazons.train.selfplay.surprise_weights`); None means 1 everywhere.
     """
 
     positions: np.ndarray
@@ -854,7 +854,7 @@ class ReplayBuffer:
         has been 1, else each with probability proportional to its `sample_weight`.
 
         Returns:
-            The arrays of an `amazons.learn.SampleBatch` (which augments them with the 8
+            The arrays of an `amazons.neural.learner.SampleBatch` (which augments them with the 8
             symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
             `label_probs (N,) float32` (the stored policy target, renormalized),
             `label_offsets (B + 1,) int64`, `z (B,) float32`,

@@ -6,9 +6,9 @@ symmetry-augmented batches from the replay window; then a model file for play, t
 (model, optimizer, scheduler, RNGs, step), `state.json` and a metrics line; every `eval.every`
 iterations an evaluation (arena matches of the new model against the previous one and the
 baseline players, the network players served by inference servers on the run's device
-(`amazons.evaluation`), fitted into an Elo ladder with RandomPlayer at 0).
+(`amazons.train.evaluation`), fitted into an Elo ladder with RandomPlayer at 0).
 
-`pipeline.mode` says how the parts share the machine (`amazons.pipeline`):
+`pipeline.mode` says how the parts share the machine (`amazons.train.pipeline`):
 * `async` (the presets'): persistent actor processes play without pause through the
   shared-memory inference server (a lane whose game ends starts the next at once), the learner
   trains in this process at the same time, holding `sample_reuse` samples per position played,
@@ -54,23 +54,23 @@ import numpy as np
 import torch
 
 from amazons._atomic import atomic_write
-from amazons.checkpoint import init_weights_from, resume_learner, save_checkpoint, save_model
 from amazons.config import config_from_dict, config_to_dict
-from amazons.evaluation import Evaluation, fit_elo
 from amazons.inference import InferenceServer
-from amazons.learn import Learner, MetricSums, SampleBatch, augment_batch
-from amazons.net import PolicyValueNet, count_parameters
-from amazons.netplay import resolve_device, server_evaluator_factory
-from amazons.pipeline import (
+from amazons.neural.checkpoint import init_weights_from, resume_learner, save_checkpoint, save_model
+from amazons.neural.learner import Learner, MetricSums, SampleBatch, augment_batch
+from amazons.neural.model import PolicyValueNet, count_parameters
+from amazons.neural.production import resolve_device, server_evaluator_factory
+from amazons.records import GameRecord, write_records
+from amazons.train.config import TrainConfig, apply_overrides, preset_config, training_steps
+from amazons.train.evaluation import Evaluation, fit_elo
+from amazons.train.pipeline import (
     BackgroundEvaluation,
     IterationLedger,
     StepBudget,
     WeightsPublisher,
 )
-from amazons.records import GameRecord, write_records
-from amazons.replay import GameSamples, ReplayBuffer
-from amazons.selfplay import FinishedGame, SelfPlayReport, SelfPlayWorkers
-from amazons.train_config import TrainConfig, apply_overrides, preset_config, training_steps
+from amazons.train.replay import GameSamples, ReplayBuffer
+from amazons.train.selfplay import FinishedGame, SelfPlayReport, SelfPlayWorkers
 
 BACKENDS_GROUP = "amazons.backends"  # entry-point group of the backends beside the local one
 
@@ -317,7 +317,7 @@ class Run:
 
     def run_async(self, server: InferenceServer, workers: SelfPlayWorkers, progress: bool) -> None:
         """Self-play, training and evaluation at once until `config.iterations` (see
-        `amazons.pipeline`): the actors play endless tasks, this loop takes their games into the
+        `amazons.train.pipeline`): the actors play endless tasks, this loop takes their games into the
         replay window, trains whenever the ratio allows, publishes weights every
         `pipeline.publish_every_steps` steps or `pipeline.publish_interval_s` seconds (through
         shared memory) and closes iterations; evaluation runs in a thread."""
@@ -463,7 +463,7 @@ class Run:
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Arena matches of this iteration's model against the previous one and the baselines
-        (`amazons.evaluation.Evaluation`: the network players served by inference servers on the
+        (`amazons.train.evaluation.Evaluation`: the network players served by inference servers on the
         run's device), then the Elo ladder over every match so far, written to `elo.json`."""
         config = self.config.eval
         name = f"iter-{iteration:04d}"
@@ -667,6 +667,3 @@ def main(argv: list[str] | None = None) -> int:
     print(f"finished {run.iteration} iterations in {args.run_dir}")
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

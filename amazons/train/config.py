@@ -6,8 +6,8 @@ run directory's `config.json`, applies the command line's overrides, writes it t
 directory and passes it explicitly to every process entry point. `training_steps` turns a number
 of new positions into the optimizer steps they are owed.
 
-Imports the config dataclasses of the modules it groups (`amazons.net`, `amazons.learn`,
-`amazons.mcts`, `amazons.selfplay`, `amazons.inference`, `amazons.evaluation`, `amazons.pipeline`)
+Imports the config dataclasses of the modules it groups (`amazons.neural.model`, `amazons.neural.learner`,
+`amazons.mcts`, `amazons.train.selfplay`, `amazons.inference`, `amazons.train.evaluation`, `amazons.train.pipeline`)
 and `amazons.config`; never a backend: `RayConfig`, the Ray backend's group, lives here as plain
 values so that `amazons.distributed` depends on this module and not the other way round.
 """
@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from amazons.config import config_from_dict, config_to_dict
-from amazons.evaluation import EvalConfig
 from amazons.inference import InferenceConfig
-from amazons.learn import OptimConfig
 from amazons.mcts import SearchConfig
-from amazons.net import NetConfig, net_config
-from amazons.pipeline import PipelineConfig, steps_for_positions
-from amazons.selfplay import SelfPlayConfig
+from amazons.neural.learner import OptimConfig
+from amazons.neural.model import NetConfig, net_config
+from amazons.train.evaluation import EvalConfig
+from amazons.train.pipeline import PipelineConfig, steps_for_positions
+from amazons.train.selfplay import SelfPlayConfig
 
 __all__ = ["RayConfig", "TrainConfig", "apply_overrides", "cpu_has_native_bf16", "preset_config", "training_steps"]
 

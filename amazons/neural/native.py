@@ -4,7 +4,7 @@
 bot runs, with its AVX2/FMA Winograd kernels where the CPU has them), compiled by `setup.py` as
 the extension `amazons._native`: a batch of canonical positions and their legal moves in, each
 move's prior and each position's value out, the GIL released while it computes. It runs every
-network `amazons.npnet` runs (both policy heads, the arrow source term, 3 or 7 planes), from the
+network `amazons.neural.numpy_net` runs (both policy heads, the arrow source term, 3 or 7 planes), from the
 same folded float32 arrays (`NumpyNet.layout_arrays`), and agrees with npnet and torch within
 1e-4 (tests/test_nativenet.py). `load_net` takes new weights of the same shape (the inference
 server's weight updates); a load the native core refuses leaves the old weights in use.
@@ -17,9 +17,9 @@ Threads: one by default, as the inference server's torch runs; `threads=N` split
 threads (docs/network.md says what more buys). One evaluator may be shared between threads: its
 native network runs one call at a time (a mutex held across evaluate and load_net).
 
-`amazons.npnet` stays the reference that needs no compiler: where the extension is not built,
-`native_available()` is False and the builders (`amazons.player_factory`, `amazons.netplay`)
-fall back to npnet or torch. Imports numpy, `amazons.evaluator`, `amazons.npnet` and the
+`amazons.neural.numpy_net` stays the reference that needs no compiler: where the extension is not built,
+`native_available()` is False and the builders (`amazons.player_factory`, `amazons.neural.production`)
+fall back to npnet or torch. Imports numpy, `amazons.evaluator`, `amazons.neural.numpy_net` and the
 extension; never torch.
 """
 
@@ -30,7 +30,7 @@ import os
 import numpy as np
 
 from amazons.evaluator import check_batch
-from amazons.npnet import NpNetInputError, NumpyNet, load_model, native_shape
+from amazons.neural.numpy_net import NpNetInputError, NumpyNet, load_model, native_shape
 
 try:
     from amazons import _native
@@ -76,7 +76,7 @@ class NativeEvaluator:
     native network runs one call at a time).
 
     Args:
-        net: the network (`amazons.npnet.load_model`, or a `NumpyNet` from a checkpoint).
+        net: the network (`amazons.neural.numpy_net.load_model`, or a `NumpyNet` from a checkpoint).
         threads: threads per batch (>= 1).
         kernels: "auto" (AVX2/FMA where the CPU has it), "avx2" (the same choice, refused
             without) or "portable".
@@ -104,7 +104,7 @@ class NativeEvaluator:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike, threads: int = 1, kernels: str = "auto") -> NativeEvaluator:
-        """An evaluator on an exported `.npz` model (see `amazons.npnet.load_model` for what it raises)."""
+        """An evaluator on an exported `.npz` model (see `amazons.neural.numpy_net.load_model` for what it raises)."""
         return cls(load_model(path), threads, kernels)
 
     @property
@@ -160,14 +160,14 @@ class NativeEvaluator:
         return self.net.has_ownership
 
     def ownership(self, positions: np.ndarray) -> np.ndarray:
-        """The ownership head's map (`amazons.npnet.NumpyEvaluator.ownership`; the native core
+        """The ownership head's map (`amazons.neural.numpy_net.NumpyEvaluator.ownership`; the native core
         runs the search's outputs only).
 
         Raises:
             NpNetInputError: no ownership head.
             amazons.evaluator.EvaluatorInputError: `positions` is not `(B, 3) uint64`.
         """
-        from amazons.npnet import NumpyEvaluator
+        from amazons.neural.numpy_net import NumpyEvaluator
 
         if not self.net.has_ownership:
             raise NpNetInputError("this network has no ownership head")

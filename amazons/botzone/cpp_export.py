@@ -3,15 +3,15 @@
 Botzone runs Python 3.6 without Numba, so the project's Python bot cannot be uploaded there; one
 C++ source compiled with g++ can. `join_sources` joins the native core's parts
 (`amazons/native/`, `PARTS`: the rules on bitboards, adjudication, the kernels, the forward pass of
-`amazons.npnet`, the search of the Python bot, and `bot.cpp` with Botzone's simple and JSON
+`amazons.neural.numpy_net`, the search of the Python bot, and `bot.cpp` with Botzone's simple and JSON
 interaction and the CPU clock) into one file: the parts in order, their local `#include` lines
 dropped, the settings block (`settings_block`: the search's constants from `NET_SEARCH`, the
-adjudication's budgets from `amazons.engine`, Botzone's limits from `amazons.botzone_limits`,
+adjudication's budgets from `amazons.engine`, Botzone's limits from `amazons.botzone.limits`,
 written from the Python definitions, never typed twice) where the first part includes
 `settings.h` (`settings_header` writes the same block as that header, so that each part also
 compiles alone; `amazons/native/common.h` says how the parts are joined), and the model block
 where `bot.cpp` has its marker: the network's shape (`model_shape()`, from the one mapping
-`amazons.npnet.native_shape`) and its weights, which are
+`amazons.neural.numpy_net.native_shape`) and its weights, which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
   base64 text in string literals, so the bot's outputs are npnet's to float32 rounding (the
@@ -22,7 +22,7 @@ where `bot.cpp` has its marker: the network's shape (`model_shape()`, from the o
   SHA-256 and the FNV-1a digest of the floats and refuses a file that does not match.
 
 `compile_command` is the g++ line the docs and the tests use. Imports numpy, `amazons.engine`,
-`amazons.botzone_limits` and `amazons.npnet`, and the search's defaults (`amazons.player_factory`) when a bot is written (the
+`amazons.botzone.limits` and `amazons.neural.numpy_net`, and the search's defaults (`amazons.player_factory`) when a bot is written (the
 exporter, `amazons.export`, turns torch checkpoints into a `NumpyNet` first).
 """
 
@@ -36,9 +36,10 @@ from typing import Any
 
 import numpy as np
 
-from amazons import botzone_limits, engine
+from amazons import engine
 from amazons._atomic import atomic_write
-from amazons.npnet import NumpyNet, native_shape
+from amazons.botzone import limits as botzone_limits
+from amazons.neural.numpy_net import NumpyNet, native_shape
 
 __all__ = [
     "LARGE_SOURCE_BYTES",
@@ -131,14 +132,14 @@ def settings_block(search: Any = None) -> str:
     Returns:
         C++ definitions: the search's c_puct, its base, the FPU reduction, LCB's candidate
         fraction, width and whether it is on, the adjudication's budgets of `amazons.engine`,
-        and Botzone's limits with the bot's margin and tree size (`amazons.botzone_limits`).
+        and Botzone's limits with the bot's margin and tree size (`amazons.botzone.limits`).
     """
     if search is None:
         from amazons import player_factory  # the search's defaults; loads the search (Numba) lazily
 
         search = player_factory.NET_SEARCH
     lines = [
-        "// Settings written by the exporter from the Python definitions (amazons.botzone_cpp.settings_block).",
+        "// Settings written by the exporter from the Python definitions (amazons.botzone.cpp_export.settings_block).",
         f"static const double C_PUCT = {_cpp_double(search.c_puct)};  // SearchConfig.c_puct",
         f"static const double C_PUCT_BASE = {_cpp_double(search.c_puct_base)};  // SearchConfig.c_puct_base",
         f"static const double FPU_REDUCTION = {_cpp_double(search.fpu_reduction)};  // SearchConfig.fpu_reduction",
@@ -219,7 +220,7 @@ def join_sources(model_block: str, settings: str, native_dir: Path = NATIVE_DIR)
 
 
 def _model_shape_function(net: NumpyNet) -> list[str]:
-    """`model_shape()`, the network's `NetShape` in C++: `amazons.npnet.native_shape`'s fields."""
+    """`model_shape()`, the network's `NetShape` in C++: `amazons.neural.numpy_net.native_shape`'s fields."""
     try:
         shape = native_shape(net.config, net.trunk_layers)
     except ValueError as error:
@@ -276,7 +277,7 @@ def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | N
     """Write `DIR/bot.cpp` for `net` (and `DIR/<weights_file>` when given); returns the paths.
 
     Args:
-        net: the network (`amazons.npnet.load_model`, or a `NumpyNet` built from a checkpoint).
+        net: the network (`amazons.neural.numpy_net.load_model`, or a `NumpyNet` built from a checkpoint).
         directory: where to write (created if missing).
         weights_file: None embeds the weights in the source; a plain file name writes them to
             that file beside it instead (upload it to Botzone's storage; the bot reads

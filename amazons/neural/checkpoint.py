@@ -30,7 +30,7 @@ A checkpoint is one `torch.save` file holding a dict of tensors and plain values
 * Stored configs are read with `amazons.config.config_from_dict`: a field a newer version added
   takes its default, so older checkpoints still load.
 
-Imports torch, numpy, `amazons.config`, `amazons.net` and `amazons.learn`.
+Imports torch, numpy, `amazons.config`, `amazons.neural.model` and `amazons.neural.learner`.
 """
 
 from __future__ import annotations
@@ -47,8 +47,13 @@ import torch
 
 from amazons._atomic import atomic_write
 from amazons.config import config_from_dict, config_to_dict
-from amazons.learn import Learner, OptimConfig
-from amazons.net import TRAINING_ONLY_FIELDS, TRAINING_ONLY_PREFIXES, NetConfig, PolicyValueNet
+from amazons.neural.learner import Learner, OptimConfig
+from amazons.neural.model import (
+    TRAINING_ONLY_FIELDS,
+    TRAINING_ONLY_PREFIXES,
+    NetConfig,
+    PolicyValueNet,
+)
 
 __all__ = [
     "FORMAT",
@@ -349,7 +354,7 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[st
     """Copy the weights of a learner or model checkpoint into `model` (a warm start: the caller's
     optimizer, schedule and step stay fresh). Returns the checkpoint's `extra` dict.
 
-    The training-only heads (`amazons.net.TRAINING_ONLY_FIELDS`, the soft policy head) may
+    The training-only heads (`amazons.neural.model.TRAINING_ONLY_FIELDS`, the soft policy head) may
     differ: a head `model` has and the checkpoint lacks keeps its fresh initialization, and one
     the checkpoint has and `model` lacks is left out; every other weight is copied.
 

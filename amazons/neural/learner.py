@@ -30,8 +30,8 @@ What this module owns:
   clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
   optional `torch.compile`, and a metrics dict per step.
 
-Checkpoints of a `Learner` live in `amazons.checkpoint`. Imports torch, numpy, `amazons.engine`,
-`amazons.symmetry` and `amazons.net`.
+Checkpoints of a `Learner` live in `amazons.neural.checkpoint`. Imports torch, numpy, `amazons.engine`,
+`amazons.symmetry` and `amazons.neural.model`.
 """
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ import torch
 from torch import nn
 
 from amazons import engine
-from amazons.net import (
+from amazons.neural.model import (
     NUM_SQUARES,
     PRECISION_DTYPES,
     PRECISIONS,

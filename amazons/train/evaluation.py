@@ -2,7 +2,7 @@
 
 `Evaluation` plays the new model against the previous one and the baseline players on
 `amazons.arena.ArenaWorkers`: two inference servers, `"new"` and `"previous"`, each holding one
-model (the prepared network of `amazons.netplay`, on the GPU when there is one, batching the
+model (the prepared network of `amazons.neural.production`, on the GPU when there is one, batching the
 leaves of every arena worker) and one slot per worker. Nothing loads a model in the arena's
 worker processes. It can be started once and reused: every `run` publishes the two models'
 weights to the servers (`InferenceServer.publish_weights`) before the matches, so a training loop

@@ -20,7 +20,7 @@ time in the main process, and evaluation runs in a thread of its own. What keeps
   training go on; its results join the metrics when it ends, its failure is raised in the main
   loop as an `EvaluationError`.
 
-Imports torch (through `amazons.net`), numpy, the inference server's type.
+Imports torch (through `amazons.neural.model`), numpy, the inference server's type.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import torch
 from torch import nn
 
 from amazons.inference import InferenceServer
-from amazons.net import flatten_weights, weights_elements
+from amazons.neural.model import flatten_weights, weights_elements
 
 PIPELINE_MODES = ("async", "sync")
 
@@ -168,7 +168,7 @@ class WeightsPublisher:
     """Hands the learner's weights to the inference server through shared memory, by steps and
     by wall clock.
 
-    A publish writes the model's flat float32 weights (`amazons.net.flatten_weights`: one copy
+    A publish writes the model's flat float32 weights (`amazons.neural.model.flatten_weights`: one copy
     from the learner's device into the server's weights segment) and sends the version; nothing
     touches the disk (checkpoints keep their own schedule, for `--resume`). The versions
     published so far measure how stale a game's weights were (`lag_versions`).

@@ -22,7 +22,7 @@ written to stdout for that turn. The protocol parsing (`parse_simple`, `parse_js
 `parse_update`), the turn logic (`Bot`) and the clock (`TimeControl`) are plain functions and
 classes; `main` wires them to the streams.
 
-Memory: the network runs in numpy from an exported model (`amazons.npnet`), never torch; the
+Memory: the network runs in numpy from an exported model (`amazons.neural.numpy_net`), never torch; the
 search trees are allocated once at `--tree-mb` MiB (`SearchConfig.with_tree_memory`) and a full
 tree ends the turn's search early; after loading Numba's kernels the bot gives back LLVM's code
 pages (`amazons._memory`). See docs/botzone.md for the measured peak.
@@ -32,8 +32,8 @@ model-backed player), with the bot's choices: the tree's memory bound, a search 
 the tree is full, and `--simulations` (when given) instead of the clock.
 
 Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players`,
-`amazons._memory`, Botzone's limits (`amazons.botzone_limits`) and the protocol's constants from
-`amazons.botzone_player` (the arena's player for Botzone programs); never torch.
+`amazons._memory`, Botzone's limits (`amazons.botzone.limits`) and the protocol's constants from
+`amazons.botzone.program` (the arena's player for Botzone programs); never torch.
 """
 
 from __future__ import annotations
@@ -48,10 +48,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
-from amazons import botzone_limits
 from amazons._memory import release_library_pages, releasing_library_pages
 from amazons.board import Board, IllegalMoveError, Move, NotationError
-from amazons.botzone_player import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
+from amazons.botzone import limits as botzone_limits
+from amazons.botzone.program import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
 from amazons.mcts import SearchConfigError, warm_up
 from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer, describe_territory, predicted_territory
@@ -615,6 +615,3 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         print(f"{parser.prog}: bad input: {error}", file=stderr)
         return EXIT_BAD_INPUT
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())

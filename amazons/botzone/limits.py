@@ -1,8 +1,8 @@
 """Botzone's limits, and what the project's bots keep back from them: one definition for all.
 
-Read by the arena's `botzone:` player (`amazons.botzone_player`: the CPU limits it charges and
+Read by the arena's `botzone:` player (`amazons.botzone.program`: the CPU limits it charges and
 the `time_limit` / `memory_limit` it tells JSON programs), the Python bot (`amazons.botzone`:
-how it reads a JSON `time_limit`) and the C++ bot (`amazons.botzone_cpp.settings_block` writes
+how it reads a JSON `time_limit`) and the C++ bot (`amazons.botzone.cpp_export.settings_block` writes
 these numbers into its source). Imports nothing of the project.
 
 What Botzone documents (the wiki's pages "Bot" and "Amazons"; docs/botzone.md quotes them):

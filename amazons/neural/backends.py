@@ -2,7 +2,7 @@
 
 A backend names what computes a network's priors and values, wherever one is chosen: the
 inference server's (`amazons.inference.InferenceConfig.backend`, `inference.backend=` on the main
-job's command line), `amazons.netplay.resolve_backend`, and the `backend` of the builders in
+job's command line), `amazons.neural.production.resolve_backend`, and the `backend` of the builders in
 `amazons.player_factory`. Each name has one meaning whatever the model: "torch" is the prepared
 torch model and runs torch checkpoints (`.pt`) only; "numpy" is the numpy network and runs
 exported models (`.npz`) only; "native" (the compiled CPU evaluator) runs both; "auto" picks.
@@ -19,9 +19,9 @@ __all__ = ["BACKENDS", "MODEL_KINDS", "backend_error"]
 BACKENDS: dict[str, tuple[str, ...]] = {
     # native on a CPU where it is built and runs the network at fp32; else torch (.pt), numpy (.npz)
     "auto": (".pt", ".npz"),
-    "torch": (".pt",),  # the prepared torch model (`amazons.netplay.ReloadableNetworkEvaluator`)
-    "native": (".pt", ".npz"),  # the compiled CPU evaluator (`amazons.nativenet`), fp32
-    "numpy": (".npz",),  # the numpy network (`amazons.npnet`), which needs no compiler
+    "torch": (".pt",),  # the prepared torch model (`amazons.neural.production.ReloadableNetworkEvaluator`)
+    "native": (".pt", ".npz"),  # the compiled CPU evaluator (`amazons.neural.native`), fp32
+    "numpy": (".npz",),  # the numpy network (`amazons.neural.numpy_net`), which needs no compiler
 }
 MODEL_KINDS = {".pt": "torch checkpoints (.pt)", ".npz": "exported models (.npz)"}
 

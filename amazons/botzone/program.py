@@ -9,7 +9,7 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
   saved last turn and an empty `globaldata` line. JSON interaction (option `json`): one line
   `{"requests": [...], "responses": [...], "data": ..., "globaldata": "", "time_limit": S,
   "memory_limit": 256}`, `S` the per-turn limit `time` (the first turn may use twice it: Botzone's
-  limits and what `time_limit` means are in `amazons.botzone_limits`). Moves a random opening played count as the program's responses or
+  limits and what `time_limit` means are in `amazons.botzone.limits`). Moves a random opening played count as the program's responses or
   requests by colour, as if it had played them.
 * **Output.** The first line is the reply: `x0 y0 x1 y1 x2 y2`, or in JSON
   `{"response": {"x0": .., ..., "y2": ..}, "debug": .., "data": .., "globaldata": ..}`; in simple
@@ -49,7 +49,7 @@ the language: C++ 1 s a turn and 2 s for the first, Python 6 s and 12 s; the def
 `python` when the program's name starts with `python`, else `cpp`), `time=S`, `first-time=S`
 (default: twice `time`), `wall=X` (the wall guard as a multiple of the CPU limit, default 3).
 
-Imports `amazons.board`, `amazons.botzone_limits` and `amazons.players`; `amazons.player_factory` registers the spec and
+Imports `amazons.board`, `amazons.botzone.limits` and `amazons.players`; `amazons.player_factory` registers the spec and
 `amazons.botzone` (the project's own bot) takes the protocol's constants from here.
 """
 
@@ -73,8 +73,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amazons import botzone_limits
 from amazons.board import BLACK, Board, IllegalMoveError, Move, NotationError
+from amazons.botzone import limits as botzone_limits
 from amazons.players import BasePlayer, PlayerError, PlayerFault
 
 __all__ = [
@@ -94,7 +94,7 @@ KEEP_RUNNING_MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
 NO_MOVE = "-1 -1 -1 -1 -1 -1"  # Black's first request; also a bot's reply when no move is left
 MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
 INTERACTIONS = ("simple", "json")
-# CPU seconds per language (amazons.botzone_limits): (a turn, the first turn)
+# CPU seconds per language (amazons.botzone.limits): (a turn, the first turn)
 LANGUAGE_LIMITS = {language: (seconds, botzone_limits.first_turn_seconds(seconds))
                    for language, seconds in botzone_limits.LANGUAGE_TURN_SECONDS.items()}
 MEMORY_LIMIT_MB = botzone_limits.MEMORY_LIMIT_MB  # told to JSON programs as `memory_limit` (not enforced here)
@@ -250,7 +250,7 @@ def _peak_rss_mb(pid: int) -> float:
 # dies) and `-GROUP` (a group that has ended) lines until its input ends, which happens when the
 # process that started it has exited or died (the kernel closes the pipe's write end either way),
 # then kills every group it still holds. Its first line names it in `ps`.
-_WATCHDOG_CODE = """# amazons.botzone_player watchdog
+_WATCHDOG_CODE = """# amazons.botzone.program watchdog
 import os, signal, sys
 groups = set()
 for line in sys.stdin.buffer:
@@ -683,7 +683,7 @@ class BotzonePlayer(BasePlayer):
         requests, responses = _history_messages(history, color)
         if self.settings.interaction == "json":
             # time_limit is the per-turn limit, also on the first turn, which may use twice it
-            # (amazons.botzone_limits: one reading for this player and both bots)
+            # (amazons.botzone.limits: one reading for this player and both bots)
             value = {"requests": [_move_object(move) for move in requests],
                      "responses": [_move_object(move) for move in responses],
                      "data": self._data, "globaldata": "", "time_limit": self.settings.turn_seconds,

@@ -49,8 +49,8 @@ from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy, proof_policy
 from amazons.records import GameRecord
-from amazons.replay import GameSamples
 from amazons.symmetry import canonical_to_real
+from amazons.train.replay import GameSamples
 
 
 class SelfPlayError(RuntimeError):
