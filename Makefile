@@ -47,7 +47,7 @@ browser: $(CHROMIUM)
 # which a neighbouring test would skew). MARK narrows both parts, e.g. MARK="not slow".
 TEST_WORKERS ?= 2
 MARK ?=
-PYTEST := AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q
+PYTEST := AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q --durations=15
 AND_MARK := $(if $(MARK), and ($(MARK)))
 
 test: build browser

@@ -1,4 +1,4 @@
-"""Build the Cython rules engine (`amazons._engine`) and the native CPU evaluator (`amazons._native`).
+"""Build the Cython rules engine (`amazons._engine`) and native CPU evaluator (`amazons._native`).
 
 `amazons._native` is Cython over the native core's C++ (`amazons/native/`: the rules' feature
 planes, the kernels and the network's forward pass, the parts the Botzone export joins into its
@@ -12,8 +12,9 @@ from Cython.Build import cythonize
 from setuptools import Extension, setup
 
 # The extension is always built on the machine that runs it (make build / pip install -e), so it
-# may use that CPU's instructions (popcnt, lzcnt, bmi: perft(3) runs about 1.7x faster).
-# Set AMAZONS_MARCH (e.g. x86-64-v2) to build for a portable baseline instead.
+# may use that CPU's instructions (popcnt, lzcnt, bmi: a faster perft; the engine figures in
+# docs/BENCHMARKS.md are of such a build). Set AMAZONS_MARCH (e.g. x86-64-v2) to build for a
+# portable baseline instead.
 ARCH_FLAG = f"-march={os.environ.get('AMAZONS_MARCH', 'native')}"
 
 extensions = [

@@ -62,7 +62,8 @@ _LAZY = {
 
 
 def __getattr__(name: str) -> Any:
-    """The search's, the players', the arena's and the player registry's names, imported when first used."""
+    """The search's, the players', the arena's and the player registry's names, imported when
+    first used."""
     if name in _LAZY:
         value = getattr(importlib.import_module(_LAZY[name]), name)
         globals()[name] = value

@@ -53,7 +53,8 @@ def _clean_read_only_mappings(name_part: str) -> list[tuple[int, int]]:
             fields = line.split()
             if not fields:
                 continue
-            if not fields[0].endswith(":"):  # a mapping's first line: range perms offset dev inode path
+            # a mapping's first line: range perms offset dev inode path
+            if not fields[0].endswith(":"):
                 current = None
                 if len(fields) >= 6 and name_part in fields[5] and "w" not in fields[1]:
                     start, end = (int(bound, 16) for bound in fields[0].split("-"))
@@ -104,7 +105,8 @@ def releasing_library_pages(name_part: str, every_s: float = 0.02) -> Iterator[N
         while not stop.wait(every_s):
             release_library_pages(name_part)
 
-    thread = threading.Thread(target=release_until_stopped, name="release-library-pages", daemon=True)
+    thread = threading.Thread(target=release_until_stopped, name="release-library-pages",
+                              daemon=True)
     thread.start()
     try:
         yield

@@ -40,7 +40,8 @@ class _MovedLoader(importlib.abc.Loader):
         self.new_spec: importlib.machinery.ModuleSpec | None = None
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
-        warnings.warn(f"{spec.name} moved to {self.new_name}; the old path goes in the next release",
+        warnings.warn(f"{spec.name} moved to {self.new_name}; "
+                      f"the old path goes in the next release",
                       DeprecationWarning, stacklevel=2)
         module = importlib.import_module(self.new_name)
         self.new_spec = module.__spec__

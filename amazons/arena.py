@@ -10,12 +10,12 @@ headers `Termination` (the reason) and `Fault` (the side, the player and the mes
 result counts each player's faults by reason. Every player is closed after its game
 (`BasePlayer.close`: a program's process ends), also when the game fails or is interrupted.
 
-A match plays games in pairs: both games of a pair start from the same seeded short random
-opening, with colours swapped, so deterministic players do not replay one game and neither side
-profits from a lucky opening. Games run in parallel worker processes (`ArenaWorkers`, spawn or
-forkserver; one process when they cannot start). The result gives wins, the win rate of A and the Elo
-difference A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo),
-and every game as an `amazons.records.GameRecord` (`--record FILE` writes them).
+A match plays games in pairs: both games of a pair start from the same seeded short random opening,
+with colours swapped, so deterministic players do not replay one game and neither side profits from
+a lucky opening. Games run in parallel worker processes (`ArenaWorkers`, spawn or forkserver; one
+process when they cannot start). The result gives wins, the win rate of A and the Elo difference
+A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo), and every game as
+an `amazons.records.GameRecord` (`--record FILE` writes them).
 
 Served network players: `ArenaWorkers` keeps worker processes and one inference server per
 network (`amazons.inference.InferenceServer`, one slot per worker) across matches. A network
@@ -178,7 +178,8 @@ class _Side:
 
     spec: str
     search: tuple[tuple[str, str], ...] = ()  # SearchConfig overrides
-    base_search: SearchConfig | None = None  # the search before the overrides (None: the player's default)
+    # the search before the overrides (None: the player's default)
+    base_search: SearchConfig | None = None
     served: str | None = None  # the `ArenaWorkers` server whose evaluator the player uses
 
 
@@ -196,11 +197,13 @@ class _GameTask:
     precision: str = "auto"
 
 
-def _make_side(side: _Side, seed: int, task: _GameTask, evaluators: Mapping[str, Evaluator]) -> Player:
+def _make_side(side: _Side, seed: int, task: _GameTask,
+               evaluators: Mapping[str, Evaluator]) -> Player:
     evaluator = None
     if side.served is not None:
         if side.served not in evaluators:
-            raise ArenaError(f"{side.spec} is served by {side.served!r}, which this process does not reach")
+            raise ArenaError(f"{side.spec} is served by {side.served!r}, "
+                             f"which this process does not reach")
         evaluator = evaluators[side.served]
     return make_player(side.spec, seed, task.simulations, task.time_budget, side.search,
                        base_search=side.base_search, evaluator=evaluator, device=task.device,
@@ -224,9 +227,11 @@ def _play_task(task: _GameTask, evaluators: Mapping[str, Evaluator] | None = Non
         except GameForfeit as forfeit:
             moves, winner = forfeit.moves, 1 - forfeit.loser
             extra = {"Termination": forfeit.fault.reason,
-                     "Fault": f"{COLOR_NAMES[forfeit.loser]} {names[forfeit.loser]}: {forfeit.fault.message}"}
-        return GameRecord.from_game(moves, black=names[0], white=names[1], event="arena", winner=winner,
-                                    Round=str(task.index + 1), Opening=str(len(task.opening)), **extra)
+                     "Fault": f"{COLOR_NAMES[forfeit.loser]} {names[forfeit.loser]}: "
+                              f"{forfeit.fault.message}"}
+        return GameRecord.from_game(moves, black=names[0], white=names[1], event="arena",
+                                    winner=winner, Round=str(task.index + 1),
+                                    Opening=str(len(task.opening)), **extra)
     finally:
         for player in players:
             close = getattr(player, "close", None)  # players outside BasePlayer may lack it
@@ -265,11 +270,11 @@ def _serving_worker(handles: dict[str, ClientHandle], tasks: Any, results: Any,
 
 
 class ArenaWorkers:
-    """Arena worker processes and the inference servers of their network players, kept across matches.
+    """Arena worker processes and their network players' inference servers, kept across matches.
 
-    Each server holds one network (built in its own process by a picklable evaluator factory,
-    e.g. `amazons.neural.production.NetworkEvaluatorFactory`) and one slot per worker; every worker holds
-    one `InferenceClient` of every server. `run_arena(..., workers=self, served={spec: name})`
+    Each server holds one network (built in its own process by a picklable evaluator factory, e.g.
+    `amazons.neural.production.NetworkEvaluatorFactory`) and one slot per worker; every worker
+    holds one `InferenceClient` of every server. `run_arena(..., workers=self, served={spec: name})`
     plays a match on these workers, the player `spec` scoring its leaves through server `name`.
     `publish_weights` loads new weights into a server between matches (evaluation in training
     keeps one server for the new model and one for the previous, `amazons.train.evaluation`).
@@ -298,7 +303,8 @@ class ArenaWorkers:
         if processes < 1:
             raise ValueError(f"processes must be >= 1, got {processes}")
         self.processes = processes
-        self.inference = inference or InferenceConfig(inference_batch_size=8 * processes, flush_deadline_ms=1.0)
+        self.inference = inference or InferenceConfig(inference_batch_size=8 * processes,
+                                                      flush_deadline_ms=1.0)
         self.factories = dict(factories or {})
         self.stats: dict[str, dict[str, float]] = {}  # each server's statistics, after `close`
         self._factories = dict(servers)
@@ -341,11 +347,13 @@ class ArenaWorkers:
             for index in range(self.processes):
                 handles = {name: server.handle(index) for name, server in self._servers.items()}
                 worker = self._context.Process(
-                    target=_serving_worker, args=(handles, self._tasks, self._results, self.factories),
+                    target=_serving_worker,
+                    args=(handles, self._tasks, self._results, self.factories),
                     name=f"amazons-arena-{index}", daemon=True)
                 worker.start()
                 self._workers.append(worker)
-                for handle in handles.values():  # the worker holds its own copy now: see InferenceServer.start_actor
+                # the worker holds its own copy now: see InferenceServer.start_actor
+                for handle in handles.values():
                     handle.connection.close()
         except BaseException:
             self.close(timeout=ABORT_GRACE_S)
@@ -363,7 +371,8 @@ class ArenaWorkers:
         """Why the workers cannot go on (a worker died, a server failed), or None."""
         for index, worker in enumerate(self._workers):
             if worker.exitcode is not None:
-                return f"arena worker {index} (pid {worker.pid}) exited with code {worker.exitcode} during a match"
+                return (f"arena worker {index} (pid {worker.pid}) exited with code "
+                        f"{worker.exitcode} during a match")
         for name, server in self._servers.items():
             try:
                 server.check()
@@ -451,7 +460,7 @@ class ArenaWorkers:
         return self.stats
 
     def _stop_workers(self, grace: float) -> None:
-        """Send every live worker its stop sentinel and wait up to `grace` seconds for all to exit."""
+        """Send every live worker its stop sentinel; wait up to `grace` seconds for all to exit."""
         if self._tasks is not None:
             for worker in self._workers:
                 if worker.exitcode is None:
@@ -466,7 +475,7 @@ class ArenaWorkers:
                 self._reader.discard(left, sentinels)
 
     def _end_workers(self) -> None:
-        """Terminate the workers still alive, kill those alive `TERMINATE_GRACE_S` later, reap all."""
+        """Terminate the live workers, kill those alive `TERMINATE_GRACE_S` later, reap all."""
         alive = [worker for worker in self._workers if worker.exitcode is None]
         try:
             for worker in alive:
@@ -492,7 +501,8 @@ class ArenaWorkers:
 def network_servers(specs: Sequence[str], device: str = "auto", precision: str = "auto",
                     max_batch: int = 256) -> dict[str, Callable[[], Evaluator]]:
     """The network players among `specs` (`mcts-net:MODEL`, `policy-net:MODEL`) -> the evaluator
-    factory of a server for each, keyed by the spec (`amazons.player_factory.served_evaluator_factory`).
+    factory of a server for each, keyed by the spec
+    (`amazons.player_factory.served_evaluator_factory`).
 
     Raises:
         PlayerSpecError: an unknown player, or a network player without a model.
@@ -562,7 +572,8 @@ class ArenaResult:
     elo_high: float
     seconds: float
     records: list[GameRecord] = field(default_factory=list)  # game i; A has Black in even games
-    faults_a: dict[str, int] = field(default_factory=dict)  # games A forfeited, by reason (FAULT_REASONS)
+    # games A forfeited, by reason (FAULT_REASONS)
+    faults_a: dict[str, int] = field(default_factory=dict)
     faults_b: dict[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
@@ -576,8 +587,10 @@ class ArenaResult:
         )
         if self.faults_a or self.faults_b:
             sides = []
-            for label, player, faults in (("A", self.player_a, self.faults_a), ("B", self.player_b, self.faults_b)):
-                counts = ", ".join(f"{reason} {count}" for reason, count in faults.items()) or "none"
+            for label, player, faults in (("A", self.player_a, self.faults_a),
+                                          ("B", self.player_b, self.faults_b)):
+                counts = ", ".join(f"{reason} {count}"
+                                   for reason, count in faults.items()) or "none"
                 sides.append(f"{label} ({player}) {counts}")
             text += "\nforfeits by fault: " + "; ".join(sides)
         return text
@@ -600,7 +613,8 @@ def _context() -> multiprocessing.context.BaseContext:
 def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = None,
               processes: int | None = None, seed: int = 0, opening_plies: int = 4,
               time_budget: float | None = None, search_a: Sequence[tuple[str, str]] = (),
-              search_b: Sequence[tuple[str, str]] = (), *, base_search_a: SearchConfig | None = None,
+              search_b: Sequence[tuple[str, str]] = (), *,
+              base_search_a: SearchConfig | None = None,
               base_search_b: SearchConfig | None = None, workers: ArenaWorkers | None = None,
               served: Mapping[str, str] | None = None, device: str = "auto",
               precision: str = "auto") -> ArenaResult:
@@ -641,9 +655,11 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     served = dict(served or {})
     if served and workers is None:
         raise ValueError("served players need workers (ArenaWorkers)")
-    unknown = sorted(set(served.values()) - set(workers.server_names if workers is not None else ()))
+    unknown = sorted(set(served.values())
+                     - set(workers.server_names if workers is not None else ()))
     if unknown:
-        raise ValueError(f"served by unknown servers {unknown}; the workers have {workers.server_names}")
+        raise ValueError(f"served by unknown servers {unknown}; "
+                         f"the workers have {workers.server_names}")
     if "human" in names and workers is None:
         processes = 1
     side_a = _Side(spec_a, search_a, base_search_a, served.get(spec_a))
@@ -652,13 +668,15 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     for index in range(games):
         pair = index // 2
         opening = tuple(random_opening(opening_plies, seed * 1_000_003 + pair))
-        tasks.append(_GameTask(index, side_a, side_b, index % 2 == 0, opening, seed * 1_000_003 + index,
-                               simulations, time_budget, device, precision))
+        tasks.append(_GameTask(index, side_a, side_b, index % 2 == 0, opening,
+                               seed * 1_000_003 + index, simulations, time_budget, device,
+                               precision))
     started = time.perf_counter()
     if workers is not None:
         records = workers.play(tasks)
     else:
-        records = _run_tasks(tasks, min(games, processes or os.cpu_count() or 1), player_factories(sorted(names)))
+        records = _run_tasks(tasks, min(games, processes or os.cpu_count() or 1),
+                             player_factories(sorted(names)))
     seconds = time.perf_counter() - started
     a_wins = [(record.winner == BLACK) == (index % 2 == 0) for index, record in enumerate(records)]
     wins_a = sum(a_wins)
@@ -683,7 +701,8 @@ def _run_tasks(tasks: list[_GameTask], processes: int,
         try:
             workers.start()
         except (OSError, pickle.PicklingError, AttributeError, TypeError) as error:
-            print(f"arena: parallel games unavailable ({error}); using one process", file=sys.stderr)
+            print(f"arena: parallel games unavailable ({error}); using one process",
+                  file=sys.stderr)
         else:
             try:
                 return workers.play(tasks)
@@ -706,22 +725,30 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"MCTS simulations per move (default {DEFAULT_SIMULATIONS})")
     parser.add_argument("--time-budget", type=float, default=None,
                         help="MCTS seconds per move instead of --simulations")
-    parser.add_argument("--processes", type=int, default=None, help="worker processes (default: CPUs)")
+    parser.add_argument("--processes", type=int, default=None,
+                        help="worker processes (default: CPUs)")
     parser.add_argument("--seed", type=int, default=0, help="seed of openings and players")
-    parser.add_argument("--opening-plies", type=int, default=4, help="random opening plies (default 4)")
+    parser.add_argument("--opening-plies", type=int, default=4,
+                        help="random opening plies (default 4)")
     parser.add_argument("--search-a", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a SearchConfig override for A's search, e.g. solver=false (repeatable)")
+                        help="a SearchConfig override for A's search, e.g. solver=false "
+                             "(repeatable)")
     parser.add_argument("--search-b", action="append", default=[], metavar="FIELD=VALUE",
                         help="a SearchConfig override for B's search (repeatable)")
     parser.add_argument("--device", default="auto",
-                        help="where network models run: auto (a GPU when there is one), cpu, cuda, ...")
+                        help="where network models run: auto (a GPU when there is one), cpu, "
+                             "cuda, ...")
     parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
-                        help="how network models compute (auto: bf16 on a GPU that has it, fp32 on a CPU)")
+                        help="how network models compute (auto: bf16 on a GPU that has it, fp32 "
+                             "on a CPU)")
     parser.add_argument("--no-server", action="store_true",
-                        help="load network models in every worker process instead of serving them")
-    parser.add_argument("--json", type=Path, default=None, help="also write the result as JSON here")
+                        help="load network models in every worker process instead of serving "
+                             "them")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="also write the result as JSON here")
     parser.add_argument("--record", type=Path, default=None,
-                        help="also write every game to this file (game record format, docs/play.md)")
+                        help="also write every game to this file (game record format, "
+                             "docs/play.md)")
     args = parser.parse_args(argv)
     try:
         overrides = []
@@ -729,21 +756,24 @@ def main(argv: list[str] | None = None) -> int:
             pairs = [text.partition("=") for text in texts]
             bad = [text for text, (_, equals, _) in zip(texts, pairs, strict=True) if not equals]
             if bad:
-                raise ValueError(f"bad search override {bad[0]!r}: expected FIELD=VALUE, e.g. solver=false")
+                raise ValueError(f"bad search override {bad[0]!r}: expected FIELD=VALUE, "
+                                 f"e.g. solver=false")
             overrides.append(tuple((name.strip(), value.strip()) for name, _, value in pairs))
         processes = min(args.games, args.processes or os.cpu_count() or 1) if args.games >= 1 else 1
         specs = [args.player_a, args.player_b]
-        servers = {} if args.no_server or processes < 2 else network_servers(specs, args.device, args.precision)
+        servers = ({} if args.no_server or processes < 2
+                   else network_servers(specs, args.device, args.precision))
         if servers:
             humans = [spec for spec in specs if split_spec(spec)[0] == "human"]
             if humans:
                 raise ValueError("a human plays in this process: pass --processes 1")
-        arena_args = (args.player_a, args.player_b, args.games, args.simulations, processes, args.seed,
-                      args.opening_plies, args.time_budget, overrides[0], overrides[1])
+        arena_args = (args.player_a, args.player_b, args.games, args.simulations, processes,
+                      args.seed, args.opening_plies, args.time_budget, overrides[0], overrides[1])
         if servers:
             with ArenaWorkers(processes, servers, factories=player_factories(
                     sorted({split_spec(spec)[0] for spec in specs}))) as workers:
-                result = run_arena(*arena_args, workers=workers, served={spec: spec for spec in servers},
+                result = run_arena(*arena_args, workers=workers,
+                                   served={spec: spec for spec in servers},
                                    device=args.device, precision=args.precision)
         else:
             result = run_arena(*arena_args, device=args.device, precision=args.precision)

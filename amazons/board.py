@@ -107,7 +107,8 @@ class Move:
         """
         tokens = text.split()
         if len(tokens) != 6:
-            raise NotationError(f"bad Botzone move {text!r}: expected 6 integers 'x0 y0 x1 y1 x2 y2'")
+            raise NotationError(f"bad Botzone move {text!r}: expected 6 integers "
+                                "'x0 y0 x1 y1 x2 y2'")
         try:
             values = [int(token) for token in tokens]
         except ValueError:
@@ -118,7 +119,8 @@ class Move:
 
     def to_botzone(self) -> str:
         """Botzone's `"x0 y0 x1 y1 x2 y2"`."""
-        return " ".join(f"{square % 8} {square // 8}" for square in (self.src, self.dst, self.arrow))
+        return " ".join(f"{square % 8} {square // 8}"
+                        for square in (self.src, self.dst, self.arrow))
 
     @classmethod
     def parse(cls, text: str) -> Move:
@@ -174,7 +176,8 @@ class Adjudication:
         if self.margin == 0:
             loser = COLOR_NAMES[1 - self.winner].capitalize()
             return f"decided: {name} wins ({loser}, to move, runs out of moves first)"
-        return f"decided: {name} wins by at least {self.margin} move{'s' if self.margin != 1 else ''}"
+        return (f"decided: {name} wins by at least {self.margin} "
+                f"move{'s' if self.margin != 1 else ''}")
 
 
 _PUSH_ERRORS = {
@@ -325,7 +328,8 @@ class Board:
         return bool(self._state.is_terminal())
 
     def winner(self) -> int | None:
-        """`BLACK` or `WHITE` once the game is over (the side left without a move loses), else None."""
+        """`BLACK` or `WHITE` once the game is over (the side left without a move loses),
+        else None."""
         return 1 - self.turn if self.is_game_over() else None
 
     def canonical_position(self) -> np.ndarray:
@@ -435,7 +439,8 @@ class Board:
             cells = []
             for x in range(8):
                 bit = 1 << (y * 8 + x)
-                cells.append("B" if black & bit else "W" if white & bit else "x" if arrows & bit else ".")
+                cells.append("B" if black & bit else "W" if white & bit
+                             else "x" if arrows & bit else ".")
             lines.append(f"{8 - y}   {' '.join(cells)}   {y}")
         lines.append(f"{COLOR_NAMES[self.turn]} to move, ply {self.ply}")
         return "\n".join(lines)

@@ -44,7 +44,8 @@ def config_to_dict(config: Any) -> Any:
         A dict of plain values for a dataclass; lists for tuples; other values unchanged.
     """
     if dataclasses.is_dataclass(config) and not isinstance(config, type):
-        return {item.name: config_to_dict(getattr(config, item.name)) for item in dataclasses.fields(config)}
+        return {item.name: config_to_dict(getattr(config, item.name))
+                for item in dataclasses.fields(config)}
     if isinstance(config, (tuple, list)):
         return [config_to_dict(value) for value in config]
     return config
@@ -76,7 +77,8 @@ def _build(cls: type[T], data: Any, where: str) -> T:
     if unknown:
         raise ConfigError(f"{where}: unknown fields {unknown}; known: {sorted(fields)}")
     required = sorted(name for name, item in fields.items() if name not in data
-                      and item.default is dataclasses.MISSING and item.default_factory is dataclasses.MISSING)
+                      and item.default is dataclasses.MISSING
+                      and item.default_factory is dataclasses.MISSING)
     if required:
         raise ConfigError(f"{where}: missing fields {required}")
     hints = typing.get_type_hints(cls)
@@ -89,7 +91,8 @@ def _value(hint: Any, value: Any, where: str) -> Any:
     if nested is not None and isinstance(value, Mapping):
         return _build(nested, value, where)
     if nested is not None and not dataclasses.is_dataclass(value) and value is not None:
-        raise ConfigError(f"{where}: expected a dict of {nested.__name__} fields, got {type(value).__name__}")
+        raise ConfigError(f"{where}: expected a dict of {nested.__name__} fields, "
+                          f"got {type(value).__name__}")
     if typing.get_origin(hint) is tuple and isinstance(value, (list, tuple)):
         return tuple(value)
     return value

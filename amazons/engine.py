@@ -27,11 +27,13 @@ class EngineInputError(ValueError):
     """An array passed to a batch call has the wrong dtype, shape or contents."""
 
 
-def _require(array: object, name: str, dtype: type, ndim: int, shape: tuple | None = None) -> np.ndarray:
+def _require(array: object, name: str, dtype: type, ndim: int,
+             shape: tuple | None = None) -> np.ndarray:
     if not isinstance(array, np.ndarray):
         raise EngineInputError(f"{name} must be a numpy array, got {type(array).__name__}")
     if array.dtype != dtype:
-        raise EngineInputError(f"{name} must have dtype {np.dtype(dtype).name}, got {array.dtype.name}")
+        raise EngineInputError(
+            f"{name} must have dtype {np.dtype(dtype).name}, got {array.dtype.name}")
     if array.ndim != ndim:
         raise EngineInputError(f"{name} must have {ndim} dimensions, got shape {array.shape}")
     if shape is not None:
@@ -158,7 +160,8 @@ def apply_moves(
     out = _output(out, "out", POSITION_DTYPE, positions.shape)
     bad = _engine.apply_moves_batch(positions, moves, out)
     if bad >= 0:
-        raise EngineInputError(f"moves[{bad}] = {moves[bad].tolist()} is not legal in positions[{bad}]")
+        raise EngineInputError(
+            f"moves[{bad}] = {moves[bad].tolist()} is not legal in positions[{bad}]")
     return out
 
 
@@ -195,7 +198,8 @@ def play_paths(
     bad = _engine.play_paths_batch(root_positions, path_roots, path_moves, path_lengths, out)
     if bad >= 0:
         raise EngineInputError(
-            f"path {bad} (root {path_roots[bad]}, length {path_lengths[bad]}) is out of range or illegal"
+            f"path {bad} (root {path_roots[bad]}, length {path_lengths[bad]}) "
+            f"is out of range or illegal"
         )
     return out
 
@@ -240,7 +244,8 @@ MY_LOWER, MY_UPPER, THEIR_LOWER, THEIR_UPPER = 0, 1, 2, 3
 EXACT_FILL_SQUARES = _engine.EXACT_FILL_SQUARES  # regions this small get the exhaustive fill search
 EXACT_FILL_NODES = _engine.EXACT_FILL_NODES  # node budget of one region's exhaustive search
 FILL_TABLE_ENTRIES = _engine.FILL_TABLE_ENTRIES  # transposition entries of one region's search
-EXACT_FILL_MOVES = _engine.EXACT_FILL_MOVES  # room for the moves of one region of EXACT_FILL_SQUARES
+# room for the moves of one region of EXACT_FILL_SQUARES
+EXACT_FILL_MOVES = _engine.EXACT_FILL_MOVES
 
 
 def adjudicate(

@@ -3,8 +3,8 @@ batch it is handed (`check_batch`, which every evaluator that checks its input c
 
 It lives apart from the search (`amazons.mcts`, which loads Numba and LLVM) so that modules that
 only name the protocol, or implement it, load numpy alone: the inference server and its clients
-(`amazons.inference`), the learner, the network evaluators (`amazons.neural.model`, `amazons.neural.numpy_net`) and the
-web board. `amazons.mcts` re-exports both names.
+(`amazons.inference`), the learner, the network evaluators (`amazons.neural.model`,
+`amazons.neural.numpy_net`) and the web board. `amazons.mcts` re-exports both names.
 
 Imports numpy only.
 """
@@ -95,7 +95,8 @@ class Evaluator(Protocol):
         Args:
             positions: `(B, 3) uint64` canonical leaf positions, none of them terminal.
             moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
-            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
+            move_offsets: `(B + 1,) int64`; position i owns
+                `moves[move_offsets[i]:move_offsets[i + 1]]`.
 
         Returns:
             `(priors, values)`: `priors` `(M,) float32`, summing to 1 over each position's moves;

@@ -1,26 +1,26 @@
 """Export a trained network: `python -m amazons.export CKPT OUT` and `... MODEL --botzone DIR`.
 
-The Botzone bot and terminal play run the network with `amazons.neural.numpy_net` (numpy only), from the
-`.npz` file this module writes (the format is `amazons.neural.numpy_net`'s). The export:
+The Botzone bot and terminal play run the network with `amazons.neural.numpy_net` (numpy only), from
+the `.npz` file this module writes (the format is `amazons.neural.numpy_net`'s). The export:
 
 1. reads a learner or model checkpoint (`amazons.neural.checkpoint.load_model_for_play`: safe load,
    digest checked);
-2. prepares the network for inference (`amazons.neural.model.prepare_for_inference`: eval mode, batch
-   norms folded into the convolutions, float32);
-3. writes its state dict, the config and the trunk's layer kinds with `amazons.neural.numpy_net.write_model`
-   (atomically, with a SHA-256 digest of the arrays);
-4. reads the file back with `amazons.neural.numpy_net.load_model` and checks that the numpy forward pass
-   gives the torch model's legal-move priors and values (and the ownership map, when the network
-   has the ownership head) on random positions (largest differences printed; above `TOLERANCE`
-   the export fails and the file is removed).
+2. prepares the network for inference (`amazons.neural.model.prepare_for_inference`: eval mode,
+   batch norms folded into the convolutions, float32);
+3. writes its state dict, the config and the trunk's layer kinds with
+   `amazons.neural.numpy_net.write_model` (atomically, with a SHA-256 digest of the arrays);
+4. reads the file back with `amazons.neural.numpy_net.load_model` and checks that the numpy
+   forward pass gives the torch model's legal-move priors and values (and the ownership map, when
+   the network has the ownership head) on random positions (largest differences printed; above
+   `TOLERANCE` the export fails and the file is removed).
 
 `--botzone DIR` writes the Botzone C++ bot instead of (or besides) the `.npz`: `DIR/bot.cpp`,
 one C++ source with the network's weights (`amazons.botzone.cpp_export`; with `--weights-file NAME`
 the weights go to `DIR/NAME` for Botzone's storage). Its MODEL is a checkpoint (checked against
 torch like the `.npz` export), an exported `.npz`, or `default` (the shipped model).
 
-Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`), numpy, `amazons.neural.numpy_net` and
-`amazons.botzone.cpp_export`.
+Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`), numpy,
+`amazons.neural.numpy_net` and `amazons.botzone.cpp_export`.
 """
 
 from __future__ import annotations
@@ -71,7 +71,8 @@ class ExportError(ValueError):
 
 
 def random_positions(count: int, seed: int = 0, max_plies: int = 40) -> np.ndarray:
-    """`(count, 3) uint64` canonical positions after 0..max_plies random legal plies, none terminal."""
+    """`(count, 3) uint64` canonical positions after 0..max_plies random legal plies,
+    none terminal."""
     rng = np.random.default_rng(seed)
     positions = np.repeat(engine.start_position()[None], count, axis=0)
     plies = rng.integers(0, max_plies + 1, size=count)
@@ -102,7 +103,8 @@ def torch_outputs(model: PolicyValueNet, positions: np.ndarray) -> tuple[np.ndar
         features = torch.from_numpy(engine.features(positions, model.config.num_planes)).to(device)
         output = model(features)
         moves, offsets = engine.legal_moves(positions)
-        priors = gather_legal_priors(policy_log_tables(output.policy), torch.from_numpy(moves).to(device),
+        priors = gather_legal_priors(policy_log_tables(output.policy),
+                                     torch.from_numpy(moves).to(device),
                                      torch.from_numpy(segment_ids(offsets)).to(device))
     finally:
         model.train(was_training)
@@ -123,7 +125,8 @@ def torch_ownership(model: PolicyValueNet, positions: np.ndarray) -> np.ndarray:
         model.train(was_training)
 
 
-def verify_export(model: PolicyValueNet, net: numpy_net.NumpyNet, positions: np.ndarray) -> dict[str, float]:
+def verify_export(model: PolicyValueNet, net: numpy_net.NumpyNet,
+                  positions: np.ndarray) -> dict[str, float]:
     """Largest absolute differences between the torch model and the numpy network.
 
     Returns:
@@ -139,12 +142,14 @@ def verify_export(model: PolicyValueNet, net: numpy_net.NumpyNet, positions: np.
                    "values": float(np.abs(values - expected_values).max(initial=0.0))}
     if model.config.ownership_head:
         expected = torch_ownership(model, positions)
-        differences["ownership"] = float(np.abs(evaluator.ownership(positions) - expected).max(initial=0.0))
+        differences["ownership"] = float(np.abs(evaluator.ownership(positions) - expected)
+                                         .max(initial=0.0))
     return differences
 
 
-def export_model(model: PolicyValueNet, path: str | os.PathLike, source: dict[str, Any] | None = None,
-                 check_positions: int = 32, seed: int = 0) -> tuple[Path, dict[str, float]]:
+def export_model(model: PolicyValueNet, path: str | os.PathLike,
+                 source: dict[str, Any] | None = None, check_positions: int = 32,
+                 seed: int = 0) -> tuple[Path, dict[str, float]]:
     """Write `model` as an exported file and check it; returns the path and the differences.
 
     Args:
@@ -162,7 +167,8 @@ def export_model(model: PolicyValueNet, path: str | os.PathLike, source: dict[st
     path = numpy_net.write_model(path, config, trunk, arrays, source)
     differences = {"priors": 0.0, "values": 0.0}
     if check_positions > 0:
-        differences = verify_export(model, numpy_net.load_model(path), random_positions(check_positions, seed))
+        differences = verify_export(model, numpy_net.load_model(path),
+                                    random_positions(check_positions, seed))
         worst = max(differences.values())
         if not worst <= TOLERANCE:
             path.unlink(missing_ok=True)
@@ -220,12 +226,13 @@ def _checkpoint_network(checkpoint: Path, check_positions: int) -> numpy_net.Num
         differences = verify_export(model, net, random_positions(check_positions))
         if not max(differences.values()) <= TOLERANCE:
             raise ExportError(f"{checkpoint}: the numpy network differs from the torch model "
-                              f"({_describe_differences(differences, '.2e')}; tolerance {TOLERANCE:.0e})")
+                              f"({_describe_differences(differences, '.2e')}; "
+                              f"tolerance {TOLERANCE:.0e})")
     return net
 
 
-def export_botzone(model: str | os.PathLike, directory: str | os.PathLike, weights_file: str | None = None,
-                   check_positions: int = 32) -> list[Path]:
+def export_botzone(model: str | os.PathLike, directory: str | os.PathLike,
+                   weights_file: str | None = None, check_positions: int = 32) -> list[Path]:
     """Write the Botzone C++ bot of a model: `DIR/bot.cpp` (and `DIR/<weights_file>`).
 
     Args:
@@ -239,8 +246,8 @@ def export_botzone(model: str | os.PathLike, directory: str | os.PathLike, weigh
 
     Raises:
         FileNotFoundError: no such model file.
-        amazons.neural.checkpoint.CheckpointError, amazons.neural.numpy_net.ModelFileError, ExportError: the model
-            cannot be read or does not check out.
+        amazons.neural.checkpoint.CheckpointError, amazons.neural.numpy_net.ModelFileError,
+            ExportError: the model cannot be read or does not check out.
         amazons.botzone.cpp_export.BotzoneExportError: a bad weights-file name.
     """
     path = default_model_path() if str(model) == "default" else Path(model)
@@ -253,14 +260,15 @@ def export_botzone(model: str | os.PathLike, directory: str | os.PathLike, weigh
 
 def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
          stderr: TextIO | None = None) -> int:
-    """`python -m amazons.export MODEL [OUT] [--botzone DIR [--weights-file NAME]] [--check-positions N]`;
-    0 on success, 2 on an error."""
+    """`python -m amazons.export MODEL [OUT] [--botzone DIR [--weights-file NAME]]
+    [--check-positions N]`; 0 on success, 2 on an error."""
     stdout = sys.stdout if stdout is None else stdout
     stderr = sys.stderr if stderr is None else stderr
     parser = argparse.ArgumentParser(
         prog="python -m amazons.export",
-        description="Export a checkpoint's network to a torch-free .npz model file (amazons.neural.numpy_net), "
-                    "and/or a model to the Botzone C++ bot (--botzone).")
+        description="Export a checkpoint's network to a torch-free .npz model file "
+                    "(amazons.neural.numpy_net), and/or a model to the Botzone C++ bot "
+                    "(--botzone).")
     parser.add_argument("model", help="a learner or model checkpoint (.pt); with --botzone also an "
                                       "exported .npz model or 'default' (the shipped model)")
     parser.add_argument("out", nargs="?", default=None,
@@ -277,7 +285,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     if args.out is None and args.botzone is None:
         parser.error("give OUT (the .npz to write) or --botzone DIR (or both)")
     if args.out is not None and not checkpoint:
-        parser.error(f"OUT is for a .pt checkpoint; {args.model!r} is already a numpy model (use --botzone DIR)")
+        parser.error(f"OUT is for a .pt checkpoint; {args.model!r} is already a numpy model "
+                     "(use --botzone DIR)")
     if args.weights_file is not None and args.botzone is None:
         parser.error("--weights-file goes with --botzone DIR")
     torch.set_num_threads(1)
@@ -285,7 +294,8 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         if args.out is not None:
             path, differences = export_checkpoint(args.model, args.out, args.check_positions)
             net = numpy_net.load_model(path)
-            heads = (f"{net.policy_head} head" + (", arrow source term" if net.has_arrow_source else "")
+            heads = (f"{net.policy_head} head"
+                     + (", arrow source term" if net.has_arrow_source else "")
                      + (", ownership head" if net.has_ownership else ""))
             print(f"wrote {path} ({path.stat().st_size:,} bytes, {net.num_parameters():,} weights, "
                   f"{heads}); largest difference from torch over {args.check_positions} "
@@ -293,15 +303,17 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
                   file=stdout)
         if args.botzone is not None:
             model = args.out if args.out is not None else args.model
-            for path in export_botzone(model, args.botzone, args.weights_file, args.check_positions):
+            for path in export_botzone(model, args.botzone, args.weights_file,
+                                       args.check_positions):
                 print(f"wrote {path} ({path.stat().st_size:,} bytes)", file=stdout)
             directory = Path(args.botzone)
             size = (directory / cpp_export.SOURCE_NAME).stat().st_size
             if args.weights_file is None and size > cpp_export.LARGE_SOURCE_BYTES:
                 print(f"note: the source is {size:,} bytes with its weights embedded (over "
-                      f"{cpp_export.LARGE_SOURCE_BYTES:,}); --weights-file NAME keeps them in a file for "
-                      "Botzone's storage instead (docs/botzone.md)", file=stdout)
-            command = cpp_export.compile_command(directory / cpp_export.SOURCE_NAME, directory / "bot")
+                      f"{cpp_export.LARGE_SOURCE_BYTES:,}); --weights-file NAME keeps them in a "
+                      "file for Botzone's storage instead (docs/botzone.md)", file=stdout)
+            command = cpp_export.compile_command(directory / cpp_export.SOURCE_NAME,
+                                                 directory / "bot")
             print(f"build: {' '.join(command)}", file=stdout)
     except (FileNotFoundError, CheckpointError, numpy_net.ModelFileError, ExportError,
             cpp_export.BotzoneExportError, OSError) as error:

@@ -13,16 +13,16 @@ evaluates their leaves in large batches. The data never travels through a queue:
   it can never deadlock: one actor alone is served at once, and so are the last actors of a
   finishing run);
 * it evaluates each batch with one call of an in-process Evaluator (the network, features and
-  legal-move priors: `amazons.neural.model.NetworkEvaluator`), writes each actor's rows back into that
-  actor's slot and, once all of a request's rows are done, answers with the weights version, a
-  plain int.
+  legal-move priors: `amazons.neural.cuda_graphs.NetworkEvaluator`), writes each actor's rows
+  back into that actor's slot and, once all of a request's rows are done, answers with the
+  weights version, a plain int.
 
 New weights reach the server between batches in one of two ways: a model file
-(`publish_weights(path, version)`: the sync pipeline's models, the Ray node's weights), or,
-without any file, the learner's flat float32 weights in one more shared-memory segment
-(`publish_shared_weights`: the async pipeline, `amazons.train.pipeline.WeightsPublisher`). The segment
-starts with a header (the version, the number of floats); the learner writes it only once the
-server has loaded everything published through it before (`shared_weights_ready`), and the
+(`publish_weights(path, version)`: the sync pipeline's models, the Ray node's weights), or, without
+any file, the learner's flat float32 weights in one more shared-memory segment
+(`publish_shared_weights`: the async pipeline, `amazons.train.pipeline.WeightsPublisher`). The
+segment starts with a header (the version, the number of floats); the learner writes it only once
+the server has loaded everything published through it before (`shared_weights_ready`), and the
 server copies it out before it acknowledges the version, so the two never touch it at once.
 
 The client half, `InferenceClient`, implements the Evaluator protocol, so a search cannot tell it
@@ -35,7 +35,7 @@ shared memory. A server that dies is seen by clients as a closed pipe, and by th
 `check()`.
 
 Imports numpy, the package's engine constants, the `Evaluator` protocol (`amazons.evaluator`) and
-the backend names (`amazons._network_backends`); the server process imports torch only through the
+the backend names (`amazons.neural.backends`); the server process imports torch only through the
 evaluator factory it is given.
 """
 
@@ -56,9 +56,9 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from amazons._network_backends import backend_error
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
+from amazons.neural.backends import backend_error
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
 
@@ -77,9 +77,10 @@ class InferenceConfig:
     slot_moves: int = 256 * 1024  # legal moves one round trip can carry (>= MAX_MOVES)
     start_timeout_s: float = 300.0  # the server must build its evaluator within this time
     torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
-    # The server's network, from a checkpoint: "torch" (the prepared torch model), "native" (the
-    # compiled CPU evaluator, amazons.neural.native) or "auto" (native on a CPU where it is built and
-    # runs the network at fp32, torch on a GPU or at another precision): amazons._network_backends.
+    # The server's network, from a checkpoint (amazons.neural.backends): "torch" (the prepared
+    # torch model), "native" (the compiled CPU evaluator, amazons.neural.native) or "auto" (native
+    # on a CPU where it is built and runs the network at fp32, torch on a GPU or at another
+    # precision).
     backend: str = "auto"
     native_threads: int = 1  # threads of the native evaluator per batch
 
@@ -94,7 +95,8 @@ class InferenceConfig:
         if self.slot_rows < 1:
             raise ValueError(f"slot_rows must be >= 1, got {self.slot_rows}")
         if self.slot_moves < MAX_MOVES:
-            raise ValueError(f"slot_moves must be >= MAX_MOVES ({MAX_MOVES}), got {self.slot_moves}")
+            raise ValueError(f"slot_moves must be >= MAX_MOVES ({MAX_MOVES}), "
+                             f"got {self.slot_moves}")
         if self.flush_deadline_ms < 0:
             raise ValueError(f"flush_deadline_ms must be >= 0, got {self.flush_deadline_ms}")
 
@@ -140,9 +142,11 @@ WEIGHTS_HEADER_DTYPE = np.int64
 
 
 def _weights_views(buffer: memoryview, elements: int) -> tuple[np.ndarray, np.ndarray]:
-    """`(header (2,) int64 [version, floats], weights (elements,) float32)` over a weights segment."""
+    """`(header (2,) int64 [version, floats], weights (elements,) float32)` over a
+    weights segment."""
     header = np.ndarray((2,), dtype=WEIGHTS_HEADER_DTYPE, buffer=buffer)
-    return header, np.ndarray((elements,), dtype=np.float32, buffer=buffer, offset=WEIGHTS_HEADER_BYTES)
+    return header, np.ndarray((elements,), dtype=np.float32, buffer=buffer,
+                              offset=WEIGHTS_HEADER_BYTES)
 
 
 @dataclass(frozen=True)
@@ -317,7 +321,8 @@ class InferenceServer:
             self._control, server_control = self._context.Pipe(duplex=True)
             self._process = self._context.Process(
                 target=_serve,
-                args=(self._factory, self.config, self._layout, self.slot_names, server_ends, server_control),
+                args=(self._factory, self.config, self._layout, self.slot_names, server_ends,
+                      server_control),
                 name="amazons-inference",
                 daemon=True,
             )
@@ -345,10 +350,15 @@ class InferenceServer:
             raise ValueError(f"client_id must be in 0..{self.num_clients - 1}, got {client_id}")
         if self._client_ends[client_id].closed:
             raise ValueError(f"client {client_id} was already handed to an actor process")
-        return ClientHandle(client_id, self._memories[client_id].name, self._layout, self._client_ends[client_id])
+        return ClientHandle(client_id, self._memories[client_id].name, self._layout,
+                            self._client_ends[client_id])
 
     def start_actor(
-        self, client_id: int, target: Callable[..., object], args: tuple = (), name: str | None = None
+        self,
+        client_id: int,
+        target: Callable[..., object],
+        args: tuple = (),
+        name: str | None = None,
     ) -> mp.process.BaseProcess:
         """Start `target(handle, *args)` in a new process as client `client_id`.
 
@@ -356,7 +366,9 @@ class InferenceServer:
         server sees the pipe close if the actor dies; use this (not `handle`) for actor processes.
         """
         process = self._context.Process(
-            target=target, args=(self.handle(client_id), *args), name=name or f"amazons-actor-{client_id}"
+            target=target,
+            args=(self.handle(client_id), *args),
+            name=name or f"amazons-actor-{client_id}",
         )
         process.start()
         self._client_ends[client_id].close()
@@ -383,7 +395,8 @@ class InferenceServer:
         return self._shared_version is None or (self.loaded_version is not None
                                                 and self.loaded_version >= self._shared_version)
 
-    def publish_shared_weights(self, elements: int, fill: Callable[[np.ndarray], None], version: int) -> None:
+    def publish_shared_weights(self, elements: int, fill: Callable[[np.ndarray], None],
+                               version: int) -> None:
         """Publish weights without a file: `fill(weights)` writes them into `weights`, an
         `(elements,) float32` view of this server's weights segment (created on the first call,
         named like the slots and unlinked by `stop`), and the server copies them into its
@@ -395,20 +408,22 @@ class InferenceServer:
             ValueError: `elements` differs from the first shared publish's.
         """
         if not self.shared_weights_ready():
-            raise InferenceError(f"weights version {self._shared_version} is still being loaded by the server; "
-                                 f"version {version} cannot overwrite it")
+            raise InferenceError(f"weights version {self._shared_version} is still being loaded by "
+                                 f"the server; version {version} cannot overwrite it")
         if self._weights_memory is None:
             self._weights_memory = _create_segment(WEIGHTS_HEADER_BYTES + 4 * elements)
             self._shared_elements = elements
         if elements != self._shared_elements:
-            raise ValueError(f"shared weights of {elements} floats after {self._shared_elements}: the network changed")
+            raise ValueError(f"shared weights of {elements} floats after {self._shared_elements}: "
+                             "the network changed")
         header, weights = _weights_views(self._weights_memory.buf, elements)
         try:
             fill(weights)
             header[:] = (version, elements)
         finally:
             del header, weights  # no view may outlive the segment (SharedMemory.close refuses then)
-        self._control.send(("shared_weights", self._weights_memory.name, int(version), int(elements)))
+        self._control.send(("shared_weights", self._weights_memory.name, int(version),
+                            int(elements)))
         self._shared_version = int(version)
 
     def check(self) -> None:
@@ -439,7 +454,9 @@ class InferenceServer:
     def stop(self, timeout: float = 10.0) -> dict[str, float]:
         """Stop the server, close the pipes and unlink every slot; return the server's stats.
 
-        Safe after a start that failed at any point (a process that never started is not waited for)."""
+        Safe after a start that failed at any point (a process that never started is not
+        waited for).
+        """
         started = self._process is not None and self._process.pid is not None
         if self._control is not None and started:
             try:
@@ -463,7 +480,8 @@ class InferenceServer:
             if connection is not None:
                 connection.close()
         self._client_ends, self._control = [], None
-        owned = self._memories + ([self._weights_memory] if self._weights_memory is not None else [])
+        owned = self._memories + ([self._weights_memory] if self._weights_memory is not None
+                                  else [])
         for memory in owned:
             memory.close()
             try:
@@ -502,7 +520,8 @@ def _create_segment(size: int) -> SharedMemory:
     """A new segment named `amazons_PID_RANDOM` (retried on the rare name collision)."""
     while True:
         try:
-            return SharedMemory(name=segment_prefix() + secrets.token_hex(6), create=True, size=size)
+            return SharedMemory(name=segment_prefix() + secrets.token_hex(6), create=True,
+                                size=size)
         except FileExistsError:
             continue
 
@@ -522,7 +541,8 @@ def _serve(
         evaluator = factory()
         _limit_torch_threads(config.torch_threads)
         memories = [SharedMemory(name=name) for name in slot_names]
-        loop = _BatchLoop(evaluator, config, [layout.views(memory.buf) for memory in memories], connections, control)
+        loop = _BatchLoop(evaluator, config, [layout.views(memory.buf) for memory in memories],
+                          connections, control)
         control.send(("ready",))
         loop.run()
         control.send(("stats", loop.statistics()))
@@ -537,7 +557,8 @@ def _serve(
             evaluator.close()  # an evaluator that holds something to release or save
         for connection in connections:
             connection.close()
-        for memory in memories + ([loop.weights_memory] if loop is not None and loop.weights_memory else []):
+        for memory in memories + ([loop.weights_memory]
+                                  if loop is not None and loop.weights_memory else []):
             memory.close()
 
 
@@ -560,7 +581,8 @@ class _Request:
 
 def _disconnected(index: int) -> InferenceError:
     """The server's error for an actor whose pipe broke (killed or crashed mid-request)."""
-    return InferenceError(f"actor {index} disconnected without finishing (killed or crashed); stopping")
+    return InferenceError(f"actor {index} disconnected without finishing (killed or crashed); "
+                          "stopping")
 
 
 class _BatchLoop:
@@ -590,8 +612,10 @@ class _BatchLoop:
         self.live = set(range(len(connections)))
         self.queue: deque[_Request] = deque()
         self.pending_rows = 0
-        self.pending_weights: tuple | None = None  # ("file", path, version) or ("shared", name, version, floats)
-        self.weights_memory: SharedMemory | None = None  # the owner's weights segment, once attached
+        # ("file", path, version) or ("shared", name, version, floats)
+        self.pending_weights: tuple | None = None
+        # the owner's weights segment, once attached
+        self.weights_memory: SharedMemory | None = None
         self.version = 0
         self.weights_loads = 0
         self.weights_load_seconds = 0.0  # time the batches waited for weights loads
@@ -637,7 +661,8 @@ class _BatchLoop:
         elif message[0] in ("weights", "shared_weights"):
             method = "load_weights" if message[0] == "weights" else "load_flat_weights"
             if getattr(self.evaluator, method, None) is None:
-                raise InferenceError(f"{type(self.evaluator).__name__} cannot load weights ({method})")
+                raise InferenceError(f"{type(self.evaluator).__name__} cannot load weights "
+                                     f"({method})")
             self.pending_weights = ("file" if message[0] == "weights" else "shared", *message[1:])
             self._load_pending_weights()
 
@@ -657,8 +682,9 @@ class _BatchLoop:
                 self.weights_memory = SharedMemory(name=source)
             header, weights = _weights_views(self.weights_memory.buf, elements[0])
             if tuple(header) != (version, elements[0]):
-                raise InferenceError(f"the weights segment holds version {header[0]} ({header[1]} floats), "
-                                     f"version {version} ({elements[0]} floats) was announced")
+                raise InferenceError(f"the weights segment holds version {header[0]} "
+                                     f"({header[1]} floats), version {version} "
+                                     f"({elements[0]} floats) was announced")
             self.evaluator.load_flat_weights(weights)
             del header, weights  # no view may outlive the segment
         self.weights_load_seconds += time.perf_counter() - started
@@ -686,7 +712,8 @@ class _BatchLoop:
             self._evaluate_batch(min(batch_size, self.pending_rows))
 
     def _evaluate_batch(self, size: int) -> None:
-        """Evaluate the next `size` queued rows as one batch and answer the requests it completes."""
+        """Evaluate the next `size` queued rows as one batch and answer the requests
+        it completes."""
         parts: list[tuple[_Request, int, int]] = []  # (request, first row, rows) in batch order
         taken = 0
         for request in self.queue:

@@ -1,6 +1,7 @@
 """AlphaZero search over many games at once: simple implementations of the `Evaluator` protocol
 (`amazons.evaluator`, re-exported here), the search configuration, and `BatchedSearch`, the
-checked wrapper around `amazons.mcts_numba`.
+checked wrapper around `amazons.mcts_numba`. The training targets read off a searched root are
+in `amazons.search_targets`, which imports this module (never the other way round).
 
 One search round alternates Numba kernels with batch calls into the Cython engine, so the rules
 exist only in the engine and no Python loop ever runs over moves or nodes:
@@ -31,6 +32,7 @@ import numpy as np
 
 from amazons import _engine, engine
 from amazons import mcts_numba as kernels
+from amazons._root_targets import completed_q_policy, pruned_visits
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE, adjudicated_plies
 from amazons.evaluator import Evaluator, EvaluatorError
 
@@ -48,15 +50,14 @@ __all__ = [
     "SearchStats",
     "UniformEvaluator",
     "adjudicated_plies",
-    "improved_policy",
-    "proof_policy",
-    "prune_forced_visits",
     "warm_up",
 ]
 
 
 NODE_BYTES = 49  # bytes per tree node: the node_* arrays of amazons.mcts_numba.TreeArrays
-EDGE_BYTES = 30  # bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, squared values, in-flight, child, proof, proof plies)
+# bytes per tree edge: the edge_* arrays (move 3 x int8, prior, visits, value, squared values,
+# in-flight, child, proof, proof plies)
+EDGE_BYTES = 30
 
 
 class SearchConfigError(ValueError):
@@ -74,27 +75,39 @@ ROOT_RULES = ("puct", "gumbel")
 class SearchConfig:
     """Parameters of one search; frozen, so one object can be passed to every process."""
 
-    simulations: int = 800  # simulations per search and game (each ends at a new leaf or a terminal)
-    leaves_per_game: int = 8  # K: leaves one game adds to an evaluator batch (virtual loss keeps them apart)
+    # simulations per search and game (each ends at a new leaf or a terminal)
+    simulations: int = 800
+    # K: leaves one game adds to an evaluator batch (virtual loss keeps them apart)
+    leaves_per_game: int = 8
     c_puct: float = 1.25  # exploration constant c_init in Q + c * P * sqrt(N_parent) / (1 + N)
-    c_puct_base: float = 19652.0  # c grows as c_puct + log((1 + N_parent + base) / base); 0 = constant c
-    fpu_reduction: float = 0.25  # unvisited edges score Q_parent - this * sqrt(prior mass already selected)
+    # c grows as c_puct + log((1 + N_parent + base) / base); 0 = constant c
+    c_puct_base: float = 19652.0
+    # unvisited edges score Q_parent - this * sqrt(prior mass already selected)
+    fpu_reduction: float = 0.25
     virtual_loss: float = 1.0  # each in-flight selection counts as this many lost visits (0 = none)
     root_noise: bool = False  # mix Dirichlet noise into the root priors once per root (self-play)
-    dirichlet_total_alpha: float = 10.0  # total concentration; alpha per move = this / number of legal moves
+    # total concentration; alpha per move = this / number of legal moves
+    dirichlet_total_alpha: float = 10.0
     dirichlet_fraction: float = 0.25  # root prior = (1 - fraction) * prior + fraction * noise
     temperature_moves: int = 0  # plies (from the game start) whose move is sampled from the visits
     temperature: float = 1.0  # sample proportional to visits ** (1 / temperature) in those plies
     reuse_tree: bool = True  # keep the played move's subtree (and its statistics) as the next root
     solver: bool = True  # MCTS-solver: prove wins and losses in the tree, play proven wins at once
-    adjudicate: bool = True  # with the solver: leaves whose separated regions decide the game are proven
-    root: str = "puct"  # root selection: "puct", or "gumbel" (sequential halving; no Dirichlet noise, no lcb)
+    # with the solver: leaves whose separated regions decide the game are proven
+    adjudicate: bool = True
+    # root selection: "puct", or "gumbel" (sequential halving; no Dirichlet noise, no lcb)
+    root: str = "puct"
     gumbel_m: int = 16  # gumbel: root moves sampled by Gumbel-top-m into sequential halving
-    gumbel_scale: float = 1.0  # gumbel: scale of the Gumbel noise (0: the m highest priors, no randomness)
-    c_visit: float = 50.0  # gumbel: sigma(q) = (c_visit + most visits of a root move) * c_scale * rescaled q
-    c_scale: float = 0.1  # gumbel: see c_visit (the same transform as the completed-Q policy target)
-    lcb: bool = False  # play the root move with the highest lower confidence bound of Q (root="puct")
-    lcb_min_visits_fraction: float = 0.15  # lcb: candidates have >= this fraction of the most visits (and >= 2)
+    # gumbel: scale of the Gumbel noise (0: the m highest priors, no randomness)
+    gumbel_scale: float = 1.0
+    # gumbel: sigma(q) = (c_visit + most visits of a root move) * c_scale * rescaled q
+    c_visit: float = 50.0
+    # gumbel: see c_visit (the same transform as the completed-Q policy target)
+    c_scale: float = 0.1
+    # play the root move with the highest lower confidence bound of Q (root="puct")
+    lcb: bool = False
+    # lcb: candidates have >= this fraction of the most visits (and >= 2)
+    lcb_min_visits_fraction: float = 0.15
     lcb_stdevs: float = 5.0  # lcb: bound = mean - t(lcb_stdevs, N) * sqrt(variance / N)
     # KataGo's forced playouts at a root with Dirichlet noise (root="puct", self-play): a root
     # move already visited gets at least sqrt(k * noisy prior * root visits) visits; 0 = off
@@ -119,14 +132,16 @@ class SearchConfig:
         if not np.isfinite(self.fpu_reduction):
             raise SearchConfigError(f"fpu_reduction must be finite, got {self.fpu_reduction!r}")
         if not 0.0 <= self.dirichlet_fraction <= 1.0:
-            raise SearchConfigError(f"dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction!r}")
+            raise SearchConfigError(
+                f"dirichlet_fraction must be in [0, 1], got {self.dirichlet_fraction!r}")
         if self.root_noise and self.dirichlet_total_alpha <= 0:
             raise SearchConfigError("dirichlet_total_alpha must be > 0 when root_noise is on")
         if not self.temperature > 0:
             raise SearchConfigError(f"temperature must be > 0, got {self.temperature!r}")
         if self.root not in ROOT_RULES:
             raise SearchConfigError(f"root must be one of {ROOT_RULES}, got {self.root!r}")
-        if not isinstance(self.gumbel_m, (int, np.integer)) or isinstance(self.gumbel_m, bool) or self.gumbel_m < 1:
+        if (not isinstance(self.gumbel_m, (int, np.integer)) or isinstance(self.gumbel_m, bool)
+                or self.gumbel_m < 1):
             raise SearchConfigError(f"gumbel_m must be a positive integer, got {self.gumbel_m!r}")
         for name in ("gumbel_scale", "c_visit", "c_scale"):
             value = getattr(self, name)
@@ -136,7 +151,8 @@ class SearchConfig:
             raise SearchConfigError(
                 f"lcb_min_visits_fraction must be in [0, 1], got {self.lcb_min_visits_fraction!r}")
         if not (np.isfinite(self.lcb_stdevs) and self.lcb_stdevs > 0):
-            raise SearchConfigError(f"lcb_stdevs must be a finite number > 0, got {self.lcb_stdevs!r}")
+            raise SearchConfigError(
+                f"lcb_stdevs must be a finite number > 0, got {self.lcb_stdevs!r}")
         if not (isinstance(self.forced_playouts_k, (int, float, np.integer, np.floating))
                 and not isinstance(self.forced_playouts_k, bool)
                 and np.isfinite(self.forced_playouts_k) and self.forced_playouts_k >= 0):
@@ -144,17 +160,19 @@ class SearchConfig:
                 f"forced_playouts_k must be a finite number >= 0, got {self.forced_playouts_k!r}")
         if self.forced_playouts_k > 0 and self.root != "puct":
             raise SearchConfigError(
-                f"forced_playouts_k ({self.forced_playouts_k!r}) applies to the PUCT root; root={self.root!r} "
-                f"allocates its root visits by sequential halving (set forced_playouts_k=0)")
+                f"forced_playouts_k ({self.forced_playouts_k!r}) applies to the PUCT root; "
+                f"root={self.root!r} allocates its root visits by sequential halving "
+                f"(set forced_playouts_k=0)")
         if self.forced_playouts_k > 0 and not self.root_noise:
             raise SearchConfigError(
-                f"forced_playouts_k ({self.forced_playouts_k!r}) applies at roots with Dirichlet noise "
-                f"(self-play): set root_noise=True, or forced_playouts_k=0")
+                f"forced_playouts_k ({self.forced_playouts_k!r}) applies at roots with Dirichlet "
+                f"noise (self-play): set root_noise=True, or forced_playouts_k=0")
         if self.node_capacity < 2:
             raise SearchConfigError(f"node_capacity must be >= 2, got {self.node_capacity}")
         if self.edge_capacity < MAX_MOVES:
             raise SearchConfigError(
-                f"edge_capacity must be >= {MAX_MOVES} (one position's moves), got {self.edge_capacity}"
+                f"edge_capacity must be >= {MAX_MOVES} (one position's moves), "
+                f"got {self.edge_capacity}"
             )
         if self.node_capacity_max < self.node_capacity:
             raise SearchConfigError("node_capacity_max must be >= node_capacity")
@@ -186,7 +204,8 @@ class SearchConfig:
         """
         if not (math.isfinite(megabytes) and megabytes > 0) or moves_per_node < 1:
             raise SearchConfigError(
-                f"megabytes must be > 0 and moves_per_node >= 1, got {megabytes!r}, {moves_per_node!r}")
+                f"megabytes must be > 0 and moves_per_node >= 1, "
+                f"got {megabytes!r}, {moves_per_node!r}")
         edges = int(megabytes * 2**20 / (EDGE_BYTES + NODE_BYTES / moves_per_node))
         nodes = edges // moves_per_node
         if edges < MAX_MOVES or nodes < 2:
@@ -198,7 +217,9 @@ class SearchConfig:
 
 
 def uniform_priors(move_offsets: np.ndarray) -> np.ndarray:
-    """`(M,) float32` priors, uniform over each position's moves, for CSR `move_offsets` `(B + 1,)`."""
+    """`(M,) float32` priors, uniform over each position's moves.
+
+    `move_offsets` `(B + 1,)` are the CSR offsets of the positions' moves."""
     counts = np.diff(move_offsets)
     share = np.zeros(counts.shape[0], np.float32)
     np.divide(1.0, counts, out=share, where=counts > 0, casting="unsafe")
@@ -206,7 +227,9 @@ def uniform_priors(move_offsets: np.ndarray) -> np.ndarray:
 
 
 class UniformEvaluator:
-    """Uniform priors and value 0: search guided by exact terminal results only (tests, benchmarks)."""
+    """Uniform priors and value 0: search guided by exact terminal results only.
+
+    For tests and benchmarks."""
 
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
@@ -257,7 +280,8 @@ class SearchResult:
     q_values: np.ndarray  # (L,) float32, mean value for the root's side to move; exact +-1 if
     #                      proven; NaN for a move neither visited nor proven
     priors: np.ndarray  # (L,) float32, the evaluator's priors (noise-free even when noise was on)
-    move_proofs: np.ndarray  # (L,) int8, +1 proven win for the root's side to move, -1 loss, 0 unknown
+    move_proofs: np.ndarray  # (L,) int8, +1 proven win for the root's side to move, -1 loss,
+    #                          0 unknown
     move_proof_plies: np.ndarray  # (L,) int16, plies from the move to the end when proven
     root_value: float  # mean value of the root for its side to move, in [-1, 1]
     raw_value: float  # the evaluator's value of the root position (exact if the root is proven)
@@ -266,8 +290,8 @@ class SearchResult:
     principal_variation: np.ndarray  # (P, 3) int32, best line; move i in the frame of ply i
     num_legal_moves: int  # legal moves at the root
     pruned_visits: np.ndarray | None = None  # (L,) int32, `visits` less the forced playouts that
-    #                      fail the PUCT check (`prune_forced_visits`) where forced playouts ran
-    #                      at this root; None elsewhere
+    #                      fail the PUCT check (`amazons.search_targets.prune_forced_visits`)
+    #                      where forced playouts ran at this root; None elsewhere
 
     @property
     def simulations(self) -> int:
@@ -278,166 +302,6 @@ class SearchResult:
     def policy(self) -> np.ndarray:
         """(L,) float32 visit shares: the search policy over `moves`."""
         return (self.visits / max(self.simulations, 1)).astype(np.float32)
-
-
-def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1, *,
-                    min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
-    """The Gumbel MuZero policy improvement over every legal move (completed Q with v_mix).
-
-    From "Policy improvement by planning with Gumbel" (Danihelka et al., ICLR 2022), as DeepMind's
-    `mctx` implements it (`qtransform_completed_by_mix_value`):
-
-    * a move is *known* if it was visited (its Q is its mean value) or proven (its Q is the exact
-      +-1 the solver found);
-    * v_mix = (v_raw + N * sum_known(p q) / sum_known(p)) / (1 + N), with v_raw the evaluator's
-      value of the root, N the root's visits, p the noise-free priors;
-    * completed Q = q for known moves, v_mix for the others;
-    * completed Q is rescaled to [0, 1] by its min and max over the legal moves (epsilon 1e-8),
-      and sigma = (c_visit + max visits) * c_scale * rescaled;
-    * the target is softmax(log p + sigma) over every legal move.
-
-    Unvisited moves keep their share of the prior, shifted as a group by v_mix, so the target does
-    not collapse onto a few noisy single-visit values.
-
-    Two switches, off by default (the paper's target), distrust the Q of moves with few visits
-    further, for searches of a few dozen simulations where most visited moves have one or two:
-
-    * `min_visits` k > 1: a move with fewer than k visits (and no proof) counts as unknown, so
-      its completed Q is v_mix, as if it had not been visited (v_mix averages the known moves);
-    * `q_prior_visits` m > 0: the Q of a known unproven move with n visits is shrunk toward v_mix
-      as if v_mix had m visits of its own, q' = (n q + m v_mix) / (n + m).
-
-    Args:
-        result: a root's search result.
-        c_visit, c_scale: the sigma transform's constants; larger values trust Q more.
-        min_visits: visits a move needs for its Q to count (1: every visited move's does).
-        q_prior_visits: pseudo-visits of v_mix in each known move's Q (0: none).
-
-    Returns:
-        `(L,) float32` probabilities over `result.moves`, summing to 1.
-    """
-    return _completed_q_policy(result.priors, result.visits, result.q_values, result.move_proofs,
-                               result.raw_value, c_visit, c_scale, min_visits, q_prior_visits)
-
-
-def prune_forced_visits(visits: np.ndarray, q_values: np.ndarray, search_priors: np.ndarray,
-                        move_proofs: np.ndarray, parent_visits: int, config: SearchConfig) -> np.ndarray:
-    """KataGo's policy target pruning: root visit counts less the forced playouts PUCT would not
-    have given (Wu 2019, "Accelerating Self-Play Learning in Go", section 3.2).
-
-    Let c* be the most visited root move not proven lost (the first on ties). Every other visited
-    move c gives up visits one at a time, at most floor(n_forced(c)) of them in all, as long as
-    its PUCT score with the reduced count n - 1 stays below c*'s:
-
-        n_forced(c) = sqrt(k * P(c) * sum of the root visits)
-        Q(c) + U * P(c) / n  <  Q(c*) + U * P(c*) / (1 + N(c*))
-        U = (c_puct + log((1 + N_parent + c_puct_base) / c_puct_base)) * sqrt(N_parent)
-
-    with k = `config.forced_playouts_k`, P the priors the search selected with (noise included),
-    Q a move's mean value over all its visits, N_parent the root's visits as the search counted
-    them. A move reduced to a single visit loses that one too (the paper prunes it outright).
-    c* is never pruned, nor is a move whose score with one visit less would reach c*'s; with
-    k = 0 nothing is.
-
-    Args:
-        visits: `(L,)` int visit counts of the root moves.
-        q_values: `(L,)` float mean values for the root's side to move (read where visited).
-        search_priors: `(L,)` float priors the selection used (with the root's noise).
-        move_proofs: `(L,)` int PROOF_* of each move (proven losses are never c*).
-        parent_visits: the root's visit count (its expansion included), as PUCT used it.
-        config: the search's configuration (`forced_playouts_k`, `c_puct`, `c_puct_base`).
-
-    Returns:
-        `(L,) int32` pruned visit counts, each at most the move's visits.
-
-    Raises:
-        SearchInputError: the arrays are not four 1-d arrays of one length.
-    """
-    visits = np.asarray(visits)
-    arrays = (visits, np.asarray(q_values), np.asarray(search_priors), np.asarray(move_proofs))
-    if any(array.ndim != 1 or array.shape != visits.shape for array in arrays):
-        raise SearchInputError("visits, q_values, search_priors and move_proofs must be 1-d arrays of one "
-                               f"length, got shapes {[array.shape for array in arrays]}")
-    visits = visits.astype(np.int64)
-    q = arrays[1].astype(np.float64)
-    priors = arrays[2].astype(np.float64)
-    pruned = visits.copy()
-    candidates = np.flatnonzero((arrays[3] != kernels.PROOF_LOSS) & (visits > 0))
-    if candidates.shape[0] == 0 or config.forced_playouts_k <= 0:
-        return pruned.astype(np.int32)
-    best = int(candidates[np.argmax(visits[candidates])])
-    c = config.c_puct
-    if config.c_puct_base > 0:
-        c += math.log((1.0 + parent_visits + config.c_puct_base) / config.c_puct_base)
-    scale = c * math.sqrt(max(parent_visits, 0))
-    best_score = q[best] + scale * priors[best] / (1.0 + visits[best])
-    caps = np.floor(np.sqrt(config.forced_playouts_k * priors * float(visits.sum()))).astype(np.int64)
-    for move in np.flatnonzero(visits > 0).tolist():
-        if move == best:
-            continue
-        count, lowest = int(visits[move]), max(int(visits[move] - caps[move]), 0)
-        while count > lowest and q[move] + scale * priors[move] / count < best_score:
-            count -= 1
-        if count == 1 and visits[move] > 1:
-            count = 0
-        pruned[move] = count
-    return pruned.astype(np.int32)
-
-
-def proof_policy(result: SearchResult) -> np.ndarray:
-    """The policy target of a proven root: its proof, over `result.moves`.
-
-    A proven win's target is uniform over its winning moves with the fewest plies to the end
-    (the shortest wins share the mass); a proven loss's is uniform over the moves with the most
-    plies to the end (the longest resistance, the moves `BatchedSearch.select_moves` plays).
-    Visits and priors play no part: a root proven at expansion has no visits, and one reached
-    by tree reuse may have uniform priors.
-
-    Args:
-        result: the search result of a proven root (`result.proven` is +1 or -1).
-
-    Returns:
-        `(L,) float32` probabilities over `result.moves`, summing to 1.
-
-    Raises:
-        SearchInputError: the root is not proven.
-    """
-    if result.proven == 0:
-        raise SearchInputError("proof_policy needs a proven root; this one has proven == 0")
-    plies = result.move_proof_plies.astype(np.int64)
-    if result.proven > 0:
-        winning = result.move_proofs == kernels.PROOF_WIN
-        chosen = winning & (plies == plies[winning].min())
-    else:
-        chosen = plies == plies.max()
-    return (chosen / chosen.sum()).astype(np.float32)
-
-
-def _completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.ndarray,
-                        move_proofs: np.ndarray, raw_value: float, c_visit: float,
-                        c_scale: float, min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
-    """`improved_policy` on a root's arrays `(L,)` (q_values NaN where neither visited nor proven)."""
-    priors = np.maximum(priors.astype(np.float64), np.finfo(np.float32).tiny)
-    known = (visits >= max(min_visits, 1)) | (move_proofs != 0)
-    q = np.where(move_proofs != 0, move_proofs.astype(np.float64),
-                 np.nan_to_num(q_values.astype(np.float64)))
-    visits = visits.astype(np.float64)
-    total_visits = float(visits.sum())
-    if known.any():
-        weighted_q = float((priors[known] * q[known]).sum() / priors[known].sum())
-        mixed_value = (raw_value + total_visits * weighted_q) / (total_visits + 1.0)
-    else:
-        mixed_value = float(raw_value)
-    if q_prior_visits > 0:
-        shrunk = (visits * q + q_prior_visits * mixed_value) / (visits + q_prior_visits)
-        q = np.where(move_proofs != 0, q, shrunk)
-    completed = np.where(known, q, mixed_value)
-    low, high = float(completed.min()), float(completed.max())
-    rescaled = (completed - low) / max(high - low, 1e-8)
-    sigma = (c_visit + float(visits.max(initial=0.0))) * c_scale * rescaled
-    logits = np.log(priors) + sigma
-    weights = np.exp(logits - logits.max())
-    return (weights / weights.sum()).astype(np.float32)
 
 
 @dataclass
@@ -496,7 +360,8 @@ class BatchedSearch:
         seed: int | None = None,
     ) -> None:
         if not callable(getattr(evaluator, "evaluate", None)):
-            raise SearchInputError("evaluator must have an evaluate(positions, moves, move_offsets) method")
+            raise SearchInputError(
+                "evaluator must have an evaluate(positions, moves, move_offsets) method")
         if num_games < 1:
             raise SearchInputError(f"num_games must be >= 1, got {num_games}")
         self.evaluator = evaluator
@@ -509,9 +374,12 @@ class BatchedSearch:
         self._has_root = np.zeros(self.num_games, np.bool_)
         self._noised = np.zeros(self.num_games, np.bool_)
         self._clean_root_priors: list[np.ndarray | None] = [None] * self.num_games
-        self._gumbel = kernels.allocate_gumbel(self.num_games, MAX_MOVES if self.config.root == "gumbel" else 0)
-        self._gumbel_started = np.zeros(self.num_games, np.bool_)  # sequential halving runs at this root
-        self._root_forced_k = np.zeros(self.num_games, np.float64)  # forced playouts' k per root (0: off)
+        self._gumbel = kernels.allocate_gumbel(self.num_games,
+                                               MAX_MOVES if self.config.root == "gumbel" else 0)
+        # sequential halving runs at this root
+        self._gumbel_started = np.zeros(self.num_games, np.bool_)
+        # forced playouts' k per root (0: off)
+        self._root_forced_k = np.zeros(self.num_games, np.float64)
         batch = self.num_games * self.config.leaves_per_game
         self._leaf_game = np.zeros(batch, np.int32)
         self._leaf_parent = np.zeros(batch, np.int32)
@@ -535,11 +403,15 @@ class BatchedSearch:
 
     @property
     def root_positions(self) -> np.ndarray:
-        """`(G, 3) uint64` canonical root positions (a copy; rows of games without a root are 0)."""
+        """`(G, 3) uint64` canonical root positions, a copy.
+
+        Rows of games without a root are 0."""
         return self._roots.copy()
 
     def set_roots(self, positions: np.ndarray, games: np.ndarray | list[int] | None = None) -> None:
-        """Start fresh trees at canonical `positions` `(n, 3) uint64` for `games` (default: all G)."""
+        """Start fresh trees at canonical `positions` `(n, 3) uint64` for `games`.
+
+        `games` defaults to all G games."""
         positions = _check_positions(positions, "positions")
         games = self._check_games(games, require_root=False)
         if positions.shape[0] != games.shape[0]:
@@ -580,7 +452,8 @@ class BatchedSearch:
         tree = self.tree
         child = kernels.NO_CHILD
         if self.config.reuse_tree and tree.node_edge_count[game, 0] > 0:
-            edge = kernels.find_edge(tree, game, 0, int(move[0, 0]), int(move[0, 1]), int(move[0, 2]))
+            edge = kernels.find_edge(tree, game, 0, int(move[0, 0]), int(move[0, 1]),
+                                     int(move[0, 2]))
             if edge >= 0:
                 child = int(tree.edge_child[game, edge])
         if child > 0:
@@ -638,18 +511,21 @@ class BatchedSearch:
         """
         games = self._check_games(games)
         simulations = self._per_game(
-            self.config.simulations if num_simulations is None else num_simulations, games, "num_simulations")
+            self.config.simulations if num_simulations is None else num_simulations, games,
+            "num_simulations")
         planned = None if planned_simulations is None else self._per_game(
             planned_simulations, games, "planned_simulations")
         explore = np.asarray(explore)
         if explore.ndim == 0:
             explore = np.broadcast_to(explore, games.shape)
         if explore.shape != games.shape or explore.dtype != np.bool_:
-            raise SearchInputError(f"explore must be a bool or {games.shape[0]} bools, got {explore!r}")
+            raise SearchInputError(
+                f"explore must be a bool or {games.shape[0]} bools, got {explore!r}")
         terminal = engine.is_terminal(self._roots[games])
         if np.any(terminal):
             raise SearchInputError(
-                f"the root of game {int(games[np.flatnonzero(terminal)[0]])} is terminal (game over)")
+                f"the root of game {int(games[np.flatnonzero(terminal)[0]])} is terminal "
+                f"(game over)")
         stats = SearchStats()
         self._stats[:] = 0
         self._overflow[:] = 0
@@ -672,8 +548,10 @@ class BatchedSearch:
         array = np.asarray(counts)
         if array.ndim == 0:
             array = np.broadcast_to(array, games.shape)
-        if array.shape != games.shape or (array.size and not np.issubdtype(array.dtype, np.integer)):
-            raise SearchInputError(f"{name} must be an int or {games.shape[0]} ints, got {counts!r}")
+        if array.shape != games.shape or (array.size
+                                          and not np.issubdtype(array.dtype, np.integer)):
+            raise SearchInputError(
+                f"{name} must be an int or {games.shape[0]} ints, got {counts!r}")
         if array.size and array.min() < 0:
             raise SearchInputError(f"{name} must be >= 0, got {counts!r}")
         return array.astype(np.int64)
@@ -696,8 +574,8 @@ class BatchedSearch:
         if self.config.root_noise and not gumbel:
             self._add_root_noise(games[~self._noised[games] & explore])
         if gumbel:
-            self._start_gumbel(games, simulations if planned is None else planned, planned is not None,
-                               explore)
+            self._start_gumbel(games, simulations if planned is None else planned,
+                               planned is not None, explore)
         # Forced playouts run where the root's priors carry noise: self-play's full searches.
         self._root_forced_k[:] = np.where(self._noised, self.config.forced_playouts_k, 0.0)
         self._remaining[:] = 0
@@ -710,15 +588,17 @@ class BatchedSearch:
             count, status = kernels.select_leaves(
                 self.tree, active, self._remaining, cfg.leaves_per_game, float(cfg.c_puct),
                 float(cfg.c_puct_base), float(cfg.fpu_reduction), float(cfg.virtual_loss),
-                self._root_forced_k, kernels.ROOT_GUMBEL if gumbel else kernels.ROOT_PUCT, self._gumbel,
-                int(cfg.gumbel_m), float(cfg.c_visit), float(cfg.c_scale), self._leaf_game, self._leaf_parent, self._path_edges, self._path_moves,
+                self._root_forced_k, kernels.ROOT_GUMBEL if gumbel else kernels.ROOT_PUCT,
+                self._gumbel, int(cfg.gumbel_m), float(cfg.c_visit), float(cfg.c_scale),
+                self._leaf_game, self._leaf_parent, self._path_edges, self._path_moves,
                 self._path_lengths, self._stats)
             if status != kernels.STATUS_OK:
                 raise RuntimeError(f"select_leaves failed with status {status} (corrupt tree)")
             if count == 0:
                 continue
-            bad = _engine.play_paths_batch(self._roots, self._leaf_game[:count], self._path_moves[:count],
-                                           self._path_lengths[:count], self._leaf_positions[:count])
+            bad = _engine.play_paths_batch(self._roots, self._leaf_game[:count],
+                                           self._path_moves[:count], self._path_lengths[:count],
+                                           self._leaf_positions[:count])
             if bad >= 0:
                 raise RuntimeError(f"leaf path {bad} is illegal (corrupt tree)")
             self._evaluate_and_expand(count, stats)
@@ -760,7 +640,8 @@ class BatchedSearch:
             live_moves = np.repeat(~exact, counts)
             live_offsets = np.concatenate(([0], np.cumsum(counts[live]))).astype(OFFSET_DTYPE)
             live_priors, values[live] = self._call_evaluator(
-                np.ascontiguousarray(positions[live]), np.ascontiguousarray(moves[live_moves]), live_offsets)
+                np.ascontiguousarray(positions[live]), np.ascontiguousarray(moves[live_moves]),
+                live_offsets)
             priors[live_moves] = live_priors
             stats.leaves_evaluated += live.shape[0]
             stats.batches += 1
@@ -793,11 +674,12 @@ class BatchedSearch:
         counts = tree.node_edge_count[stale, 0].astype(np.int64)
         offsets = np.concatenate(([0], np.cumsum(counts))).astype(OFFSET_DTYPE)
         moves = np.concatenate([tree.edge_move[game, first:first + count]
-                                for game, first, count in zip(stale.tolist(), firsts.tolist(), counts.tolist(),
-                                                              strict=True)]).astype(MOVE_DTYPE)
+                                for game, first, count in zip(stale.tolist(), firsts.tolist(),
+                                                              counts.tolist(), strict=True)]
+                                ).astype(MOVE_DTYPE)
         priors, _ = self._call_evaluator(np.ascontiguousarray(self._roots[stale]), moves, offsets)
-        for row, (game, first, count) in enumerate(zip(stale.tolist(), firsts.tolist(), counts.tolist(),
-                                                       strict=True)):
+        for row, (game, first, count) in enumerate(zip(stale.tolist(), firsts.tolist(),
+                                                       counts.tolist(), strict=True)):
             tree.edge_prior[game, first:first + count] = priors[offsets[row]:offsets[row + 1]]
             tree.node_evaluated[game, 0] = True
             kernels.recompute_visited_mass(tree, game, 0)
@@ -824,7 +706,8 @@ class BatchedSearch:
         if priors.shape != (moves.shape[0],):
             raise EvaluatorError(f"priors has shape {priors.shape}; expected ({moves.shape[0]},)")
         if values.shape != (positions.shape[0],):
-            raise EvaluatorError(f"values has shape {values.shape}; expected ({positions.shape[0]},)")
+            raise EvaluatorError(
+                f"values has shape {values.shape}; expected ({positions.shape[0]},)")
         for name, array in (("priors", priors), ("values", values)):
             if array.dtype.kind != "f":
                 raise EvaluatorError(f"{name} must be floating point, got {array.dtype}")
@@ -880,7 +763,8 @@ class BatchedSearch:
         """
         cfg = self.config
         tree = self.tree
-        for game, budget, noisy in zip(games.tolist(), budgets.tolist(), explore.tolist(), strict=True):
+        for game, budget, noisy in zip(games.tolist(), budgets.tolist(), explore.tolist(),
+                                       strict=True):
             budget = min(int(budget), np.iinfo(np.int32).max)
             if self._gumbel_started[game]:
                 if replan:
@@ -918,9 +802,9 @@ class BatchedSearch:
         Priors are the evaluator's, without the root noise that steered the selection: the noise
         explores, it is not something the search found. Where forced playouts ran (a noised root
         with `forced_playouts_k` > 0), `pruned_visits` holds the visits with the forced playouts
-        that fail the PUCT check removed (`prune_forced_visits`). With root="gumbel" or `lcb`,
-        the move a deterministic `select_moves` plays comes first (and starts the principal
-        variation) even where another move has more visits.
+        that fail the PUCT check removed (`search_targets.prune_forced_visits`). With
+        root="gumbel" or `lcb`, the move a deterministic `select_moves` plays comes first (and
+        starts the principal variation) even where another move has more visits.
         """
         game = int(self._check_games([game])[0])
         tree = self.tree
@@ -933,7 +817,8 @@ class BatchedSearch:
         proofs = tree.edge_proof[game, block].copy()
         plies = tree.edge_proof_plies[game, block].copy()
         clean = self._clean_root_priors[game]
-        priors = clean.copy() if self._noised[game] and clean is not None else tree.edge_prior[game, block].copy()
+        priors = (clean.copy() if self._noised[game] and clean is not None
+                  else tree.edge_prior[game, block].copy())
         pruned = self._pruned_root_visits(game) if self._forced_at(game) else None
         with np.errstate(invalid="ignore", divide="ignore"):
             q_values = (tree.edge_value_sum[game, block] / visits).astype(np.float32)
@@ -973,9 +858,10 @@ class BatchedSearch:
         A root with a proven win plays its shortest win. Otherwise, games at ply <
         `config.temperature_moves` sample a move with probability proportional to
         visits ** (1 / temperature) among the moves not proven lost (with root="gumbel": to
-        the completed-Q policy `improved_policy` ** (1 / temperature), since halving leaves
-        most moves unvisited; where forced playouts ran: to the visits less the forced
-        playouts that fail the PUCT check, `prune_forced_visits`, as KataGo chooses its moves);
+        the completed-Q policy `search_targets.improved_policy` ** (1 / temperature), since
+        halving leaves most moves unvisited; where forced playouts ran: to the visits less the
+        forced playouts that fail the PUCT check, `search_targets.prune_forced_visits`, as
+        KataGo chooses its moves);
         later plies take the most visited such move (the first on ties), or with root="gumbel"
         the sequential-halving winner (`mcts_numba.gumbel_choice`), or with `lcb` the move with
         the highest lower confidence bound (`mcts_numba.lcb_edge`); a root proven lost plays its
@@ -998,7 +884,8 @@ class BatchedSearch:
             pick = self._deterministic_edge(game) if count > 0 else -1
             if pick < 0:
                 raise SearchInputError(f"game {game} has no root visits: search it first")
-            if ply < self.config.temperature_moves and tree.node_proof[game, 0] == kernels.PROOF_NONE:
+            if (ply < self.config.temperature_moves
+                    and tree.node_proof[game, 0] == kernels.PROOF_NONE):
                 block = slice(first, first + count)
                 if self.config.root == "gumbel":
                     weights = self._root_policy(game).astype(np.float64)
@@ -1024,9 +911,11 @@ class BatchedSearch:
         visited moves are all proven lost plays its open move with the highest prior."""
         cfg = self.config
         if cfg.root == "gumbel" and self._gumbel_started[game]:
-            pick = kernels.gumbel_choice(self.tree, self._gumbel, game, float(cfg.c_visit), float(cfg.c_scale))
+            pick = kernels.gumbel_choice(self.tree, self._gumbel, game, float(cfg.c_visit),
+                                         float(cfg.c_scale))
         elif cfg.lcb and cfg.root == "puct":
-            pick = kernels.lcb_edge(self.tree, game, 0, float(cfg.lcb_min_visits_fraction), float(cfg.lcb_stdevs))
+            pick = kernels.lcb_edge(self.tree, game, 0, float(cfg.lcb_min_visits_fraction),
+                                    float(cfg.lcb_stdevs))
         else:
             pick = kernels.best_edge(self.tree, game, 0)
         if pick < 0 and self.tree.node_visits[game, 0] > 1:
@@ -1039,18 +928,22 @@ class BatchedSearch:
         return self.config.forced_playouts_k > 0 and bool(self._noised[game])
 
     def _pruned_root_visits(self, game: int) -> np.ndarray:
-        """`prune_forced_visits` over the root edges of `game`, in edge order `(L,) int32`."""
+        """`search_targets.prune_forced_visits` over the root edges of `game`, in edge order
+        `(L,) int32`."""
         tree = self.tree
         first, count = int(tree.node_first_edge[game, 0]), int(tree.node_edge_count[game, 0])
         block = slice(first, first + count)
         visits = tree.edge_visits[game, block]
         with np.errstate(invalid="ignore", divide="ignore"):
             q_values = tree.edge_value_sum[game, block] / visits
-        return prune_forced_visits(visits, q_values, tree.edge_prior[game, block], tree.edge_proof[game, block],
-                                   int(tree.node_visits[game, 0]), self.config)
+        cfg = self.config
+        return pruned_visits(visits, q_values, tree.edge_prior[game, block],
+                             tree.edge_proof[game, block], int(tree.node_visits[game, 0]),
+                             cfg.forced_playouts_k, cfg.c_puct, cfg.c_puct_base)
 
     def _root_policy(self, game: int) -> np.ndarray:
-        """`improved_policy` over the root edges of `game`, in edge order `(L,) float32`."""
+        """`search_targets.improved_policy` over the root edges of `game` (noise-free priors),
+        in edge order `(L,) float32`."""
         cfg = self.config
         tree = self.tree
         first, count = int(tree.node_first_edge[game, 0]), int(tree.node_edge_count[game, 0])
@@ -1060,9 +953,9 @@ class BatchedSearch:
         priors = clean if self._noised[game] and clean is not None else tree.edge_prior[game, block]
         with np.errstate(invalid="ignore", divide="ignore"):
             q_values = tree.edge_value_sum[game, block] / visits
-        return _completed_q_policy(priors, visits, q_values, tree.edge_proof[game, block],
-                                   float(tree.node_raw_value[game, 0]), float(cfg.c_visit),
-                                   float(cfg.c_scale))
+        return completed_q_policy(priors, visits, q_values, tree.edge_proof[game, block],
+                                  float(tree.node_raw_value[game, 0]), float(cfg.c_visit),
+                                  float(cfg.c_scale))
 
     def tree_usage(self) -> dict[str, np.ndarray | int]:
         """Nodes and edges in use per game `(G,) int32`, and the current capacities."""
@@ -1085,7 +978,8 @@ class BatchedSearch:
             raise SearchInputError(f"games must be a 1-d list of game indices, got {games!r}")
         games = games.astype(np.int32)
         if np.any((games < 0) | (games >= self.num_games)):
-            raise SearchInputError(f"game indices must be in 0..{self.num_games - 1}, got {games.tolist()}")
+            raise SearchInputError(
+                f"game indices must be in 0..{self.num_games - 1}, got {games.tolist()}")
         if np.unique(games).shape[0] != games.shape[0]:
             raise SearchInputError(f"game indices repeat: {games.tolist()}")
         if require_root and not np.all(self._has_root[games]):
@@ -1098,19 +992,25 @@ def warm_up() -> float:
     """Compile every search kernel (or load it from Numba's on-disk cache) with small searches
     (PUCT with noise and tree reuse, the Gumbel root, LCB).
 
-    `make build` runs this once, so the first search of a later process (the Botzone bot's first
-    turn above all) loads the kernels instead of compiling them. Returns the seconds it took.
+    `make build` runs this once, so the first search of a later process (the Botzone bot's
+    first turn above all) loads the kernels instead of compiling them.
+
+    Returns:
+        The seconds it took.
     """
     started = time.perf_counter()
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=16, leaves_per_game=4, root_noise=True,
-                                                            temperature_moves=1), num_games=2, seed=0)
+    search = BatchedSearch(UniformEvaluator(),
+                           SearchConfig(simulations=16, leaves_per_game=4, root_noise=True,
+                                        temperature_moves=1),
+                           num_games=2, seed=0)
     search.set_roots(np.repeat(engine.start_position().reshape(1, 3), 2, axis=0))
     search.search()
     move = search.select_moves(0)
     search.root_result(0)
     search.advance(0, move[0])
     search.search(games=[0])
-    for config in (SearchConfig(simulations=16, leaves_per_game=4, root="gumbel", temperature_moves=1),
+    for config in (SearchConfig(simulations=16, leaves_per_game=4, root="gumbel",
+                                temperature_moves=1),
                    SearchConfig(simulations=16, leaves_per_game=4, lcb=True)):
         other = BatchedSearch(UniformEvaluator(), config, seed=0)
         other.set_roots(engine.start_position())

@@ -34,8 +34,9 @@ proves its edge a win and the parent a win (the shortest win counts); a parent a
 are proven losses is a proven loss (the longest resistance counts). Selection never enters a
 proven node: reaching one backs up its exact value at once, and proven-lost edges are never
 chosen. A leaf proven at expansion skips the evaluator (`node_evaluated` False): its priors are
-uniform placeholders, never used while it is proven and below the root. A root is proven only by its edges (never by adjudication alone), so a search always has
-moves to compare; a proven root needs no more simulations.
+uniform placeholders, never used while it is proven and below the root. A root is proven only by its
+edges (never by adjudication alone), so a search always has moves to compare; a proven root needs no
+more simulations.
 
 Gumbel root search ("Policy improvement by planning with Gumbel", Danihelka et al., ICLR 2022;
 DeepMind's `mctx.gumbel_muzero_policy`) replaces PUCT at the root only, with root rule
@@ -47,9 +48,9 @@ nominal set size; in-flight selections count, so K leaves of one batch fill the 
 together); a root selection takes the remaining edge with the fewest new visits below the
 phase's target (the highest score on ties); when every remaining edge has reached the target,
 the set is cut to its best max(2, size // 2) by score = g + log prior + sigma(completed Q), the
-completed-Q transform of `amazons.mcts.improved_policy`, and the next phase starts. Proven-lost
-edges leave the set; if none is left, the next m edges by g + log prior refill it. Visits from
-earlier searches of the same root (tree reuse) do not count towards an allocation
+completed-Q transform of `amazons.search_targets.improved_policy`, and the next phase starts.
+Proven-lost edges leave the set; if none is left, the next m edges by g + log prior refill it.
+Visits from earlier searches of the same root (tree reuse) do not count towards an allocation
 (`base_visits`). The move to play is the remaining edge with the highest score (`gumbel_choice`).
 
 Forced playouts (KataGo, Wu 2019, "Accelerating Self-Play Learning in Go", section 3.2) apply
@@ -60,7 +61,7 @@ completed visits + in-flight ones) is chosen before any PUCT score is compared, 
 edge in edge order (`_forced_root_edge`). As in KataGo, only edges PUCT has already tried are
 forced, so the rule concentrates visits on moves noise lifted without spreading them over every
 legal move; the self-play target can prune the forced visits afterwards
-(`amazons.mcts.prune_forced_playouts`).
+(`amazons.search_targets.prune_forced_visits`).
 
 LCB move selection (`lcb_edge`, as in KataGo) plays, among the edges with at least
 max(2, fraction x the most visits), the one whose Q has the highest lower confidence bound
@@ -109,27 +110,27 @@ FLOAT32_TINY = float(np.finfo(np.float32).tiny)  # priors are floored here befor
 class TreeArrays(NamedTuple):
     """Search trees of `G` games; `N` nodes and `E` edges of capacity per game."""
 
-    node_visits: np.ndarray  # [G, N] int32, completed simulations through the node (expansion included)
+    node_visits: np.ndarray  # [G, N] int32, completed simulations through it (expansion included)
     node_value_sum: np.ndarray  # [G, N] float64, sum of backed-up values, side to move at the node
     node_inflight: np.ndarray  # [G, N] int32, selections through the node awaiting backup
-    node_visited_mass: np.ndarray  # [G, N] float64, prior mass of the edges selected so far (for FPU)
+    node_visited_mass: np.ndarray  # [G, N] float64, prior mass of edges selected so far (for FPU)
     node_first_edge: np.ndarray  # [G, N] int32, index of the node's first edge
-    node_edge_count: np.ndarray  # [G, N] int32, number of edges (legal moves); NOT_EXPANDED at a fresh root
+    node_edge_count: np.ndarray  # [G, N] int32, edges (legal moves); NOT_EXPANDED at a fresh root
     node_parent: np.ndarray  # [G, N] int32, parent node; NO_PARENT at the root
     node_parent_edge: np.ndarray  # [G, N] int32, edge from the parent; NO_PARENT at the root
     node_terminal: np.ndarray  # [G, N] bool, the side to move has no legal move (it has lost)
     node_evaluated: np.ndarray  # [G, N] bool, the evaluator scored the node (False: proven at
     #                             expansion, uniform priors; `amazons.mcts` evaluates such a root)
-    node_raw_value: np.ndarray  # [G, N] float32, the evaluator's value at expansion (exact if proven)
+    node_raw_value: np.ndarray  # [G, N] float32, evaluator's value at expansion (exact if proven)
     node_proof: np.ndarray  # [G, N] int8, PROOF_* for the side to move at the node
     node_proof_plies: np.ndarray  # [G, N] int16, plies to the end under best play when proven
-    edge_move: np.ndarray  # [G, E, 3] int8, canonical (src, dst, arrow) in the owning node's frame
-    edge_prior: np.ndarray  # [G, E] float32, prior of the move (root: with Dirichlet noise mixed in)
+    edge_move: np.ndarray  # [G, E, 3] int8, canonical (src, dst, arrow), owning node's frame
+    edge_prior: np.ndarray  # [G, E] float32, prior of the move (root: Dirichlet noise mixed in)
     edge_proof: np.ndarray  # [G, E] int8, PROOF_* of the move for the side choosing it
     edge_proof_plies: np.ndarray  # [G, E] int16, plies from the move to the end when proven
     edge_visits: np.ndarray  # [G, E] int32, completed simulations through the edge
     edge_value_sum: np.ndarray  # [G, E] float32, sum of values for the side choosing the edge
-    edge_value_sq_sum: np.ndarray  # [G, E] float32, sum of the squares of those values (variance, LCB)
+    edge_value_sq_sum: np.ndarray  # [G, E] float32, sum of squares of those values (variance, LCB)
     edge_inflight: np.ndarray  # [G, E] int32, selections through the edge awaiting backup
     edge_child: np.ndarray  # [G, E] int32, child node, or NO_CHILD / PENDING
     nodes_used: np.ndarray  # [G] int32, nodes allocated (the next free node index)
@@ -316,8 +317,9 @@ def _backup(tree, g, path_edges, depth, leaf_value, remove_inflight):
 
 @njit(cache=True)
 def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, fpu_reduction,
-                  virtual_loss, root_forced_k, root_rule, gumbel, gumbel_m, c_visit, c_scale, out_leaf_game,
-                  out_leaf_parent, out_path_edges, out_path_moves, out_path_lengths, out_stats):
+                  virtual_loss, root_forced_k, root_rule, gumbel, gumbel_m, c_visit, c_scale,
+                  out_leaf_game, out_leaf_parent, out_path_edges, out_path_moves, out_path_lengths,
+                  out_stats):
     """Gather up to `leaves_per_game` leaves per game for one evaluator batch.
 
     For each game in `games` (in order), descends from the root by PUCT until it leaves the tree
@@ -326,9 +328,9 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
     A descent that ends on an unexpanded edge yields a leaf: its path gets virtual loss and the
     edge becomes PENDING. A descent that ends on a known terminal node or a proven node is backed
     up at once with its exact value (-1 terminal, +-1 proven; no evaluation needed). A game whose
-    root is proven needs nothing more: its `remaining` drops to 0. A descent that reaches a PENDING edge is a
-    collision: it is discarded (nothing was changed) and the game gathers no more leaves in this
-    batch. Every leaf and every terminal descent uses up one unit of `remaining[g]`.
+    root is proven needs nothing more: its `remaining` drops to 0. A descent that reaches a PENDING
+    edge is a collision: it is discarded (nothing was changed) and the game gathers no more leaves
+    in this batch. Every leaf and every terminal descent uses up one unit of `remaining[g]`.
 
     Args:
         tree: TreeArrays; every root in `games` must be expanded and non-terminal.
@@ -340,7 +342,8 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
             only with ROOT_PUCT).
         root_rule: ROOT_PUCT or ROOT_GUMBEL.
         gumbel: GumbelArrays, started (`start_gumbel`) for every game in `games` with ROOT_GUMBEL.
-        gumbel_m, c_visit, c_scale: int, float, float, see `amazons.mcts.SearchConfig` (ROOT_GUMBEL).
+        gumbel_m, c_visit, c_scale: int, float, float, see `amazons.mcts.SearchConfig`
+            (ROOT_GUMBEL).
         out_leaf_game: [B] int32, receives each leaf's game.
         out_leaf_parent: [B] int32, receives the node the leaf's edge leaves.
         out_path_edges: [B, L] int32, receives the edges from the root to each leaf.
@@ -364,7 +367,8 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
             depth = 0
             outcome = -1  # 0 leaf, 1 terminal or proven, 2 collision
             while outcome < 0:
-                if tree.node_terminal[g, node] or (depth > 0 and tree.node_proof[g, node] != PROOF_NONE):
+                if tree.node_terminal[g, node] or (
+                        depth > 0 and tree.node_proof[g, node] != PROOF_NONE):
                     outcome = 1
                     break
                 if depth >= max_depth:
@@ -375,7 +379,8 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
                 elif depth == 0 and root_forced_k[g] > 0.0:
                     e = _forced_root_edge(tree, g, root_forced_k[g])
                 if e < 0:
-                    e = _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction, virtual_loss)
+                    e = _select_edge(tree, g, node, c_puct, c_puct_base, fpu_reduction,
+                                     virtual_loss)
                 out_path_edges[count, depth] = e
                 for k in range(3):
                     out_path_moves[count, depth, k] = tree.edge_move[g, e, k]
@@ -416,14 +421,15 @@ def select_leaves(tree, games, remaining, leaves_per_game, c_puct, c_puct_base, 
 
 
 class GumbelArrays(NamedTuple):
-    """Sequential halving at the roots of `G` games (root rule ROOT_GUMBEL); `A` root edges of capacity.
+    """Sequential halving at the roots of `G` games (root rule ROOT_GUMBEL); `A` root edges of
+    capacity.
 
     Entries of a root edge sit at its offset within the root's edge block. Valid from
     `start_gumbel` until the root changes (the caller starts it again for a new root).
     """
 
     noise: np.ndarray  # [G, A] float64, g: scaled Gumbel(0, 1) noise of each root edge
-    base_visits: np.ndarray  # [G, A] int32, the edge's visits when it was sampled (not counted as new)
+    base_visits: np.ndarray  # [G, A] int32, the edge's visits when sampled (not counted as new)
     considered: np.ndarray  # [G, A] bool, the edge is in the remaining set
     budget: np.ndarray  # [G] int32, n: simulations the schedule plans for
     sampled: np.ndarray  # [G] int32, m: edges sampled into the set (the schedule's log2(m))
@@ -466,7 +472,7 @@ def phase_visits(budget, sampled, size):
 
 @njit(cache=True)
 def root_sigma_terms(tree, g, c_visit, c_scale):
-    """The completed-Q transform at game g's root (as `amazons.mcts.improved_policy`).
+    """The completed-Q transform at game g's root (as `amazons.search_targets.improved_policy`).
 
     A root edge is known if visited (Q = mean value) or proven (Q = +-1); unknown edges complete
     with v_mix = (v_raw + N * sum_known(p q) / sum_known(p)) / (1 + N), N the root edges' visits,
@@ -547,7 +553,8 @@ def _gumbel_sample(tree, gumbel, g, m):
         if best < 0:
             break
         gumbel.considered[g, best] = True
-        gumbel.base_visits[g, best] = tree.edge_visits[g, first + best] + tree.edge_inflight[g, first + best]
+        gumbel.base_visits[g, best] = (tree.edge_visits[g, first + best]
+                                       + tree.edge_inflight[g, first + best])
         chosen += 1
     gumbel.sampled[g] = chosen
     gumbel.phase_size[g] = chosen
@@ -727,7 +734,8 @@ def _propagate_proof(tree, g, node):
         tree.edge_proof_plies[g, e] = tree.node_proof_plies[g, node] + 1
         if tree.edge_proof[g, e] == PROOF_WIN:
             plies = tree.edge_proof_plies[g, e]
-            if tree.node_proof[g, parent] == PROOF_WIN and tree.node_proof_plies[g, parent] <= plies:
+            if (tree.node_proof[g, parent] == PROOF_WIN
+                    and tree.node_proof_plies[g, parent] <= plies):
                 return
             tree.node_proof[g, parent] = PROOF_WIN
             tree.node_proof_plies[g, parent] = plies
@@ -857,7 +865,8 @@ def expand_and_backup(tree, num_leaves, leaf_game, leaf_parent, path_edges, path
             tree.node_terminal[g, node] = leaf_terminal[b]
             # The caller sends every leaf to the evaluator but the terminal ones and, with the
             # solver, the non-root leaves proven here (their priors are uniform).
-            tree.node_evaluated[g, node] = not leaf_terminal[b] and (depth == 0 or proof == PROOF_NONE)
+            tree.node_evaluated[g, node] = not leaf_terminal[b] and (
+                depth == 0 or proof == PROOF_NONE)
             tree.node_raw_value[g, node] = value
             # One simple loop per array: each compiles to a copy or a fill.
             for i in range(num_moves):
@@ -1018,7 +1027,8 @@ def open_edge(tree, g, node):
     first = tree.node_first_edge[g, node]
     chosen = -1
     for e in range(first, first + max(tree.node_edge_count[g, node], 0)):
-        if tree.edge_proof[g, e] != PROOF_LOSS and (chosen < 0 or tree.edge_prior[g, e] > tree.edge_prior[g, chosen]):
+        if tree.edge_proof[g, e] != PROOF_LOSS and (
+                chosen < 0 or tree.edge_prior[g, e] > tree.edge_prior[g, chosen]):
             chosen = e
     return chosen
 

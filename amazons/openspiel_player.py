@@ -52,7 +52,8 @@ class OpenSpielMCTSPlayer(BasePlayer):
         try:
             import pyspiel
         except ImportError:
-            raise PlayerError("openspiel-mcts needs the open-spiel package (pip install open-spiel)") from None
+            raise PlayerError(
+                "openspiel-mcts needs the open-spiel package (pip install open-spiel)") from None
         if time_budget is not None and not time_budget > 0:
             raise PlayerError(f"time_budget must be > 0 seconds, got {time_budget}")
         if simulations is not None and simulations < 1:
@@ -64,11 +65,13 @@ class OpenSpielMCTSPlayer(BasePlayer):
         self._game = pyspiel.load_game("amazons", {"board_size": 8})
         evaluator = pyspiel.RandomRolloutEvaluator(rollouts, seed)
         if time_budget is not None:
-            self._bot = pyspiel.MCTSBot(self._game, evaluator, UCT_C, 10**9, MAX_MEMORY_MB, True, seed,
-                                        False, pyspiel.ChildSelectionPolicy.UCT, time_budget / 3.0)
+            self._bot = pyspiel.MCTSBot(self._game, evaluator, UCT_C, 10**9, MAX_MEMORY_MB, True,
+                                        seed, False, pyspiel.ChildSelectionPolicy.UCT,
+                                        time_budget / 3.0)
         else:
-            self._bot = pyspiel.MCTSBot(self._game, evaluator, UCT_C, simulations or DEFAULT_SIMULATIONS,
-                                        MAX_MEMORY_MB, True, seed, False)
+            self._bot = pyspiel.MCTSBot(self._game, evaluator, UCT_C,
+                                        simulations or DEFAULT_SIMULATIONS, MAX_MEMORY_MB, True,
+                                        seed, False)
 
     def choose_move(self, board: Board) -> Move:
         """The bot's move on `board` (the game is replayed from the start into OpenSpiel)."""
@@ -85,5 +88,6 @@ class OpenSpielMCTSPlayer(BasePlayer):
             state.apply_action(action)
         move = Move(*squares)
         if move.as_tuple() not in {legal.as_tuple() for legal in board.legal_moves()}:
-            raise PlayerError(f"OpenSpiel's MCTSBot chose {move.to_botzone()}, which is not legal here")
+            raise PlayerError(
+                f"OpenSpiel's MCTSBot chose {move.to_botzone()}, which is not legal here")
         return move

@@ -10,10 +10,10 @@
 `ReplaySession` steps through a record. `main(argv, stdin, stdout, stderr)` wires both to the
 command line and returns the exit status, so the whole loop runs under tests with string streams.
 
-The AI is built by `amazons.player_factory.build_model_player`, the builder of every
-model-backed player: rollout MCTS for `--model none`; a network model (`default`, the shipped
-one, or an exported `.npz` model) runs in numpy (`amazons.neural.numpy_net`), one BLAS thread: terminal
-play never imports torch. Imports `board`, `player_factory`, `players` and `records`.
+The AI is built by `amazons.player_factory.build_model_player`, the builder of every model-backed
+player: rollout MCTS for `--model none`; a network model (`default`, the shipped one, or an exported
+`.npz` model) runs in numpy (`amazons.neural.numpy_net`), one BLAS thread: terminal play never
+imports torch. Imports `board`, `player_factory`, `players` and `records`.
 """
 
 from __future__ import annotations
@@ -403,7 +403,8 @@ def _parser() -> argparse.ArgumentParser:
                         help="your colour (default black; Black moves first)")
     parser.add_argument("--model", default="default",
                         help="'default' (the shipped network), 'none' (rollout MCTS, no network) "
-                             "or an exported .npz model (python -m amazons.export; default: default)")
+                             "or an exported .npz model (python -m amazons.export; "
+                             "default: default)")
     strength = parser.add_mutually_exclusive_group()
     strength.add_argument("--simulations", type=int, default=None,
                           help="AI simulations per move (default 200)")
@@ -475,7 +476,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         return _replay(args, stdin, stdout, stderr, color)
 
     try:
-        ai = build_model_player(args.model, simulations=args.simulations, time_budget=args.time, seed=args.seed)
+        ai = build_model_player(args.model, simulations=args.simulations, time_budget=args.time,
+                                seed=args.seed)
     except (OSError, ValueError, ImportError) as error:
         hint = "" if args.model == "none" else " (--model none plays without a network)"
         print(f"play: cannot load the model {args.model!r}: {error}{hint}", file=stderr)

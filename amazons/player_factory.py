@@ -7,15 +7,17 @@ What this module owns:
   - `none`: random playouts (`amazons.mcts.RolloutEvaluator`), searched with `ROLLOUT_SEARCH`;
   - `default`: the exported model shipped in `amazons/models` (`default.npz`);
   - `PATH.npz`: an exported model (`python -m amazons.export`), run by the compiled CPU
-    evaluator (`amazons.neural.native`) where it is built, else in numpy (`amazons.neural.numpy_net`);
+    evaluator (`amazons.neural.native`) where it is built, else in numpy
+    (`amazons.neural.numpy_net`);
   - `PATH.pt`: a torch checkpoint, where torch is allowed (`allow_torch`: the arena, the web
     board, evaluation): the model `amazons.neural.model.prepare_for_inference` makes
-    (`amazons.neural.production.load_network_evaluator`), on the native evaluator on a CPU, on torch on a
-    GPU. Where it is not (the bot, terminal play) it is refused with the command that exports
-    it.
-  `backend` picks the network's backend, each name with one meaning (`amazons._network_backends`):
+    (`amazons.neural.production.load_network_evaluator`), on the native evaluator on a CPU, on
+    torch on a GPU. Where it is not (the bot, terminal play) it is refused with the command that
+    exports it.
+  `backend` picks the network's backend, each name with one meaning (`amazons.neural.backends`):
   "native" (either file), "torch" (`.pt` only), "numpy" (`.npz` only) or "auto"; a name that
-  does not run the model's file is refused before anything loads, with the names that do.
+  does not run the model's file is refused before anything loads, with the names that do, and
+  the one chooser (`amazons.neural.backends.choose_backend`) picks what runs.
   A network searches with `NET_SEARCH`.
 * `model_evaluator` (a model spec -> its evaluator and default search) and `build_model_player`,
   the one function that builds a model-backed `MCTSPlayer` for the arena, the Botzone bot,
@@ -28,9 +30,10 @@ What this module owns:
   Botzone program, `amazons.botzone.program`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
-Torch-free: imports numpy, `mcts`, `npnet`, `nativenet`, `players`, `models`, `botzone_player`,
-`_network_backends` and `openspiel_player` (which imports pyspiel only when its player is built);
-`amazons.neural.production`, and with it torch, is imported only when a `.pt` model is asked for.
+Torch-free: imports numpy, `mcts`, `neural.numpy_net`, `neural.native`, `neural.backends`,
+`players`, `models`, `botzone.program` and `openspiel_player` (which imports pyspiel only when its
+player is built); `amazons.neural.production`, and with it torch, is imported only when a `.pt`
+model is asked for.
 """
 
 from __future__ import annotations
@@ -41,10 +44,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amazons._network_backends import backend_error
 from amazons.botzone.program import BotzonePlayer, parse_botzone_spec
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
+from amazons.neural.backends import BackendError, backend_error, choose_backend
 from amazons.neural.native import NativeEvaluator, native_support
 from amazons.neural.numpy_net import (
     ModelFileError,
@@ -94,9 +97,10 @@ UNIFORM_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0
 ROLLOUT_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0, c_puct=2.0,
                               root_noise=True)
 # A network's priors carry information: the search's defaults, no noise, and the move with the
-# best lower confidence bound of Q among the well-visited ones (`lcb`, KataGo's rule): against the
-# most visited move, the shipped model won 50 of 80 games at 1 s a move (Elo +89, 95% interval
-# +11 .. +167; docs/search.md). What the arena, the bot, terminal play and the web board play.
+# best lower confidence bound of Q among the well-visited ones (`lcb`, KataGo's rule), which beat
+# the most visited move at 1 s a move (docs/search.md; the match in docs/BENCHMARKS.md, "Issue 22
+# play-time settings at the bots' clocks"). What the arena, the bot, terminal play and the web
+# board play.
 NET_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, lcb=True)
 
 NETWORK_PLAYERS = ("mcts-net", "policy-net")  # specs whose argument is a model (see the module doc)
@@ -113,7 +117,8 @@ class PlayerSpecError(ValueError):
 def _model_path(model: str) -> Path:
     path = default_model_path() if model == "default" else Path(model)
     if not path.is_file():
-        raise FileNotFoundError(f"model file {path} does not exist (use an exported .npz model, 'default' or 'none')")
+        raise FileNotFoundError(f"model file {path} does not exist "
+                                "(use an exported .npz model, 'default' or 'none')")
     return path
 
 
@@ -126,22 +131,21 @@ def _check_backend(backend: str, path: Path) -> None:
 
 
 def numpy_model_evaluator(net: NumpyNet, backend: str = "auto") -> Evaluator:
-    """An exported network's evaluator: the compiled CPU evaluator (`amazons.neural.native`) where
-    `backend` is "auto" and it runs the network, or "native"; numpy (`amazons.neural.numpy_net`) where it
-    is "numpy" or the native evaluator cannot run.
+    """An exported network's evaluator: the compiled CPU evaluator (`amazons.neural.native`)
+    where `backend` is "auto" and it runs the network, or "native"; numpy
+    (`amazons.neural.numpy_net`) where it is "numpy" or the native evaluator cannot run (the one
+    chooser decides: `amazons.neural.backends.choose_backend`).
 
     Raises:
         PlayerSpecError: an unknown backend or "torch" (which runs checkpoints only), or
             "native" where the native evaluator cannot run.
     """
-    why = backend_error(backend, ".npz")
-    if why:
-        raise PlayerSpecError(why)
-    why = native_support(net.config, net.trunk_layers) if backend != "numpy" else "not asked for"
-    if not why:
+    try:
+        chosen = choose_backend(backend, ".npz", native_support(net.config, net.trunk_layers))
+    except BackendError as error:
+        raise PlayerSpecError(str(error)) from None
+    if chosen == "native":
         return NativeEvaluator(net)
-    if backend == "native":
-        raise PlayerSpecError(f"backend 'native' cannot run this network: {why}")
     limit_blas_threads(1)
     return NumpyEvaluator(net)
 
@@ -163,15 +167,15 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
         backend: "auto", "native", "torch" (`.pt` only) or "numpy" (`.npz` only): the network's
             backend (see the module doc).
 
-    Numpy models run on one BLAS thread (`amazons.neural.numpy_net.limit_blas_threads`), native ones on one
-    thread.
+    Numpy models run on one BLAS thread (`amazons.neural.numpy_net.limit_blas_threads`), native
+    ones on one thread.
 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
         PlayerSpecError: a backend that does not run the model's file (the message names those
             that do), or "native" where it cannot run an exported model.
-        amazons.neural.numpy_net.ModelFileError: not a usable model file, or a torch checkpoint where torch
-            is not allowed (the message gives the export command).
+        amazons.neural.numpy_net.ModelFileError: not a usable model file, or a torch checkpoint
+            where torch is not allowed (the message gives the export command).
         amazons.neural.checkpoint.CheckpointError: an unusable torch checkpoint.
         amazons.neural.production.BackendError: "native" where it cannot run a checkpoint.
     """
@@ -182,20 +186,21 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
     if path.suffix == ".pt":
         if not allow_torch:
             raise ModelFileError(
-                f"{path} is a torch checkpoint; export it first (the bot and terminal play run without "
-                f"torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
+                f"{path} is a torch checkpoint; export it first (the bot and terminal play run "
+                f"without torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
         netplay = importlib.import_module("amazons.neural.production")
         return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads,
                                               backend=backend), NET_SEARCH
     return numpy_model_evaluator(load_model(path), backend), NET_SEARCH
 
 
-def build_model_player(model: str, *, search: SearchConfig | None = None, simulations: int | None = None,
-                       time_budget: float | None = None, seed: int | None = None,
-                       tree_memory_mb: float | None = None, allow_torch: bool = False,
-                       device: str = "auto", precision: str = "auto", torch_threads: int | None = None,
-                       evaluator: Evaluator | None = None, name: str | None = None,
-                       stop_when_full: bool = False, backend: str = "auto") -> MCTSPlayer:
+def build_model_player(model: str, *, search: SearchConfig | None = None,
+                       simulations: int | None = None, time_budget: float | None = None,
+                       seed: int | None = None, tree_memory_mb: float | None = None,
+                       allow_torch: bool = False, device: str = "auto", precision: str = "auto",
+                       torch_threads: int | None = None, evaluator: Evaluator | None = None,
+                       name: str | None = None, stop_when_full: bool = False,
+                       backend: str = "auto") -> MCTSPlayer:
     """The MCTS player a model spec names: what the arena (`mcts-net`), the Botzone bot, terminal
     play, the web board and evaluation all build their AI with.
 
@@ -217,15 +222,15 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
             `model_evaluator`).
 
     Raises:
-        FileNotFoundError, amazons.neural.numpy_net.ModelFileError, amazons.neural.checkpoint.CheckpointError: see
-            `model_evaluator`.
+        FileNotFoundError, amazons.neural.numpy_net.ModelFileError,
+        amazons.neural.checkpoint.CheckpointError: see `model_evaluator`.
         amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
         amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
     """
     if evaluator is None:
-        evaluator, default_search = model_evaluator(model, seed=seed, allow_torch=allow_torch, device=device,
-                                                    precision=precision, torch_threads=torch_threads,
-                                                    backend=backend)
+        evaluator, default_search = model_evaluator(model, seed=seed, allow_torch=allow_torch,
+                                                    device=device, precision=precision,
+                                                    torch_threads=torch_threads, backend=backend)
     else:
         default_search = ROLLOUT_SEARCH if model == "none" else NET_SEARCH
     config = search if search is not None else default_search
@@ -233,19 +238,21 @@ def build_model_player(model: str, *, search: SearchConfig | None = None, simula
         config = config.with_tree_memory(tree_memory_mb)
     if name is None:
         name = "mcts-rollout" if model == "none" else f"mcts-net:{model}"
-    return MCTSPlayer(evaluator, config, simulations=simulations, time_budget=time_budget, seed=seed,
-                      name=name, stop_when_full=stop_when_full)
+    return MCTSPlayer(evaluator, config, simulations=simulations, time_budget=time_budget,
+                      seed=seed, name=name, stop_when_full=stop_when_full)
 
 
 def served_evaluator_factory(model: str, device: str = "auto", precision: str = "auto",
-                             max_batch: int = 256, backend: str = "auto") -> Callable[[], Evaluator]:
+                             max_batch: int = 256,
+                             backend: str = "auto") -> Callable[[], Evaluator]:
     """A network model as the picklable zero-argument recipe an inference server runs in its own
     process to build its evaluator (`amazons.inference.InferenceServer`).
 
-    A `.pt` checkpoint gives `amazons.neural.production.NetworkEvaluatorFactory` (the prepared model on
-    `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs run;
-    `load_weights` for `publish_weights`; on a CPU the native evaluator: `backend`); `default` or
-    a `.npz` file the native evaluator, or the numpy network (`numpy_model_evaluator`).
+    A `.pt` checkpoint gives `amazons.neural.production.NetworkEvaluatorFactory` (the prepared
+    model on `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs
+    run; `load_weights` for `publish_weights`; on a CPU the native evaluator: `backend`);
+    `default` or a `.npz` file the native evaluator, or the numpy network
+    (`numpy_model_evaluator`).
 
     Raises:
         FileNotFoundError: no such model file.
@@ -258,7 +265,8 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     _check_backend(backend, path)
     if path.suffix == ".pt":
         netplay = importlib.import_module("amazons.neural.production")
-        return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch, backend=backend)
+        return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch,
+                                               backend=backend)
     return _NumpyEvaluatorFactory(str(path), backend)
 
 
@@ -284,9 +292,12 @@ class PlayerOptions:
     seed: int = 0  # seeds the player's random choices
     simulations: int | None = None  # MCTS simulations per move (None: the player's default)
     time_budget: float | None = None  # MCTS seconds per move instead of a simulation count
-    search: tuple[tuple[str, str], ...] = ()  # SearchConfig overrides (field, value text) for MCTS players
-    base_search: SearchConfig | None = None  # an MCTS player's search before `search` (None: the player's default)
-    evaluator: Evaluator | None = None  # a network player's evaluator instead of loading its model (a served model)
+    # SearchConfig overrides (field, value text) for MCTS players
+    search: tuple[tuple[str, str], ...] = ()
+    # an MCTS player's search before `search` (None: the player's default)
+    base_search: SearchConfig | None = None
+    # a network player's evaluator instead of loading its model (a served model)
+    evaluator: Evaluator | None = None
     device: str = "auto"  # where a network player's torch model runs
     precision: str = "auto"  # how it computes (`amazons.neural.model.resolve_precision`)
 
@@ -300,7 +311,8 @@ class PlayerOptions:
         return apply_search_overrides(self.base_search or default, self.search)
 
 
-def apply_search_overrides(base: SearchConfig, overrides: Sequence[tuple[str, str]]) -> SearchConfig:
+def apply_search_overrides(base: SearchConfig,
+                           overrides: Sequence[tuple[str, str]]) -> SearchConfig:
     """`base` with `(field, value text)` overrides, e.g. `[("solver", "false")]`.
 
     Raises:
@@ -320,7 +332,8 @@ def apply_search_overrides(base: SearchConfig, overrides: Sequence[tuple[str, st
             else:
                 changes[name] = type(current)(text)
         except ValueError:
-            raise PlayerSpecError(f"search override {name}={text!r}: expected a {type(current).__name__}") from None
+            raise PlayerSpecError(f"search override {name}={text!r}: "
+                                  f"expected a {type(current).__name__}") from None
     try:
         return base.replace(**changes)
     except ValueError as error:
@@ -368,9 +381,10 @@ def split_spec(spec: str) -> tuple[str, str | None]:
     return name, (argument or None)
 
 
-def make_player(spec: str, seed: int = 0, simulations: int | None = None, time_budget: float | None = None,
-                search: Sequence[tuple[str, str]] = (), *, base_search: SearchConfig | None = None,
-                evaluator: Evaluator | None = None, device: str = "auto", precision: str = "auto") -> Player:
+def make_player(spec: str, seed: int = 0, simulations: int | None = None,
+                time_budget: float | None = None, search: Sequence[tuple[str, str]] = (), *,
+                base_search: SearchConfig | None = None, evaluator: Evaluator | None = None,
+                device: str = "auto", precision: str = "auto") -> Player:
     """Build the player named by `spec` (`NAME` or `NAME:ARGUMENT`).
 
     Args:
@@ -385,7 +399,8 @@ def make_player(spec: str, seed: int = 0, simulations: int | None = None, time_b
         FileNotFoundError, ValueError: a network player's model cannot be loaded.
     """
     name, argument = split_spec(spec)
-    options = PlayerOptions(seed, simulations, time_budget, tuple(search), base_search, evaluator, device, precision)
+    options = PlayerOptions(seed, simulations, time_budget, tuple(search), base_search, evaluator,
+                            device, precision)
     return _REGISTRY[name](argument, options)
 
 
@@ -405,7 +420,8 @@ def _count_argument(name: str, argument: str | None) -> int:
 
 def _network_model(name: str, argument: str | None) -> str:
     if not argument or argument == "none":
-        raise PlayerSpecError(f"{name} needs a model, e.g. {name}:runs/cpu/models/model-0010.pt or {name}:default")
+        raise PlayerSpecError(f"{name} needs a model, "
+                              f"e.g. {name}:runs/cpu/models/model-0010.pt or {name}:default")
     return argument
 
 
@@ -421,24 +437,28 @@ def _make_greedy(argument: str | None, options: PlayerOptions) -> Player:
 
 def _make_mcts_uniform(argument: str | None, options: PlayerOptions) -> Player:
     _no_argument("mcts-uniform", argument)
-    return MCTSPlayer(UniformEvaluator(), options.search_config(UNIFORM_SEARCH), simulations=options.simulations,
-                      time_budget=options.time_budget, seed=options.seed, name="mcts-uniform")
+    return MCTSPlayer(UniformEvaluator(), options.search_config(UNIFORM_SEARCH),
+                      simulations=options.simulations, time_budget=options.time_budget,
+                      seed=options.seed, name="mcts-uniform")
 
 
 def _make_mcts_rollout(argument: str | None, options: PlayerOptions) -> Player:
     """`mcts-rollout` or `mcts-rollout:N` (N playouts averaged per leaf)."""
     rollouts = _count_argument("mcts-rollout", argument)
-    return build_model_player("none", search=options.search_config(ROLLOUT_SEARCH), simulations=options.simulations,
-                              time_budget=options.time_budget, seed=options.seed,
-                              evaluator=RolloutEvaluator(rollouts_per_leaf=rollouts, seed=options.seed))
+    return build_model_player("none", search=options.search_config(ROLLOUT_SEARCH),
+                              simulations=options.simulations, time_budget=options.time_budget,
+                              seed=options.seed,
+                              evaluator=RolloutEvaluator(rollouts_per_leaf=rollouts,
+                                                         seed=options.seed))
 
 
 def _make_mcts_net(argument: str | None, options: PlayerOptions) -> Player:
     """`mcts-net:MODEL`: MCTS with a network's priors and values, one torch thread per process."""
     model = _network_model("mcts-net", argument)
-    return build_model_player(model, search=options.search_config(NET_SEARCH), simulations=options.simulations,
-                              time_budget=options.time_budget, seed=options.seed, allow_torch=True,
-                              device=options.device, precision=options.precision, torch_threads=1,
+    return build_model_player(model, search=options.search_config(NET_SEARCH),
+                              simulations=options.simulations, time_budget=options.time_budget,
+                              seed=options.seed, allow_torch=True, device=options.device,
+                              precision=options.precision, torch_threads=1,
                               evaluator=options.evaluator)
 
 
@@ -453,7 +473,10 @@ def _make_policy_net(argument: str | None, options: PlayerOptions) -> Player:
 
 
 def _make_openspiel_mcts(argument: str | None, options: PlayerOptions) -> Player:
-    """`openspiel-mcts` or `openspiel-mcts:N` (N rollouts per leaf); needs the open-spiel package."""
+    """`openspiel-mcts` or `openspiel-mcts:N` (N rollouts per leaf).
+
+    Needs the open-spiel package.
+    """
     rollouts = _count_argument("openspiel-mcts", argument)
     return OpenSpielMCTSPlayer(options.simulations, options.time_budget, rollouts, options.seed)
 

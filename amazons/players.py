@@ -1,4 +1,4 @@
-"""Players: anything that picks a move for a `Board`, for the arena, the Botzone bot and terminal play.
+"""Players: whatever picks a move for a `Board`, for the arena, the Botzone bot and terminal play.
 
 A player has `choose_move(board) -> Move` (a real, Botzone-frame move, legal on `board`) and two
 optional hooks: `reset()` before a new game and `observe(board, move)` after any move is chosen
@@ -158,7 +158,8 @@ class GreedyPlayer(BasePlayer):
         moves, _ = engine.legal_moves(root)
         if moves.shape[0] == 0:
             raise PlayerError("the game is over: the side to move has no legal move")
-        children = engine.apply_moves(np.repeat(root, moves.shape[0], axis=0), np.ascontiguousarray(moves))
+        children = engine.apply_moves(np.repeat(root, moves.shape[0], axis=0),
+                                      np.ascontiguousarray(moves))
         planes = engine.features(children, num_planes=7)
         # Children are the opponent's view: plane 3 is its one-move reach, plane 4 is mine.
         theirs = planes[:, 3].reshape(moves.shape[0], 64) > 0
@@ -183,7 +184,7 @@ class SearchReport:
 
     moves: list[Move]  # root moves visited or proven, in the search's order of preference
     visit_shares: np.ndarray  # (K,) float32, their share of the root visits
-    q_values: np.ndarray  # (K,) float32, mean value of each move for the side to move (exact if proven)
+    q_values: np.ndarray  # (K,) float32, each move's mean value (side to move; exact if proven)
     move_proofs: np.ndarray  # (K,) int8, +1 proven win, -1 proven loss, 0 unknown
     move_proof_plies: np.ndarray  # (K,) int16, plies to the end of proven moves
     root_value: float  # value of the position for the side to move, in [-1, 1]
@@ -199,7 +200,8 @@ class SearchReport:
         return f"proven {'win' if self.proven > 0 else 'loss'} in {self.proof_plies} plies"
 
     def format(self, top: int = 5) -> str:
-        """A few lines: root value (or proof), the `top` moves with shares and values, the main line."""
+        """A few lines: root value (or proof), the `top` moves with shares and values, the main
+        line."""
         headline = f"value {self.root_value:+.3f} after {self.simulations} simulations"
         if self.proven:
             headline += f"; {self.verdict()} for the side to move"
@@ -291,7 +293,8 @@ class MCTSPlayer(BasePlayer):
         self._sync_root(board)
         self.tree_full = False
         if self.time_budget is None:
-            self.tree_full = self.search.search(self.simulations, explore=self.config.root_noise).overflows > 0
+            self.tree_full = self.search.search(self.simulations,
+                                                explore=self.config.root_noise).overflows > 0
         else:
             self._search_until(time.perf_counter() + self.time_budget)
         canonical = self.search.select_moves(board.ply)[0]
@@ -299,7 +302,7 @@ class MCTSPlayer(BasePlayer):
         return Move(*canonical_to_real(canonical, board.turn).tolist())
 
     def _search_until(self, deadline: float) -> None:
-        """Search in chunks of whole evaluator rounds until the next round would end past `deadline`.
+        """Search in chunks of whole evaluator rounds until the next would end past `deadline`.
 
         A round (one evaluator batch) costs about the same whatever its number of leaves, so
         chunks are multiples of `leaves_per_game` simulations. Each chunk is sized from the
@@ -323,7 +326,8 @@ class MCTSPlayer(BasePlayer):
         done = 0
         while simulations > 0:
             started = time.perf_counter()
-            stats = self.search.search(simulations, planned_simulations=planned, explore=self.config.root_noise)
+            stats = self.search.search(simulations, planned_simulations=planned,
+                                       explore=self.config.root_noise)
             if stats.simulations < simulations:
                 return  # the root is proven: more simulations would add nothing
             done += simulations
@@ -353,7 +357,8 @@ class PolicyPlayer(BasePlayer):
     """Plays the legal move an evaluator's priors rank highest (no search): a network's raw policy.
 
     Args:
-        evaluator: an `amazons.mcts.Evaluator` (a network's; uniform priors would pick the first move).
+        evaluator: an `amazons.mcts.Evaluator` (a network's; uniform priors would pick the first
+            move).
     """
 
     def __init__(self, evaluator: Evaluator, name: str = "policy-net") -> None:
@@ -446,7 +451,8 @@ def predicted_territory(evaluator: object, board: Board) -> float | None:
         return None
     position = board.canonical_position()
     ownership = np.asarray(evaluator.ownership(position[None]), dtype=np.float64)[0]
-    arrows = np.unpackbits(position[2:3].astype("<u8").view(np.uint8), bitorder="little").astype(bool)
+    arrows = np.unpackbits(position[2:3].astype("<u8").view(np.uint8),
+                           bitorder="little").astype(bool)
     balance = float(ownership[~arrows].sum())  # canonical frame: + is the side to move's
     return balance if board.turn == BLACK else -balance
 

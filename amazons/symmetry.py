@@ -91,9 +91,10 @@ def transform_moves(moves: np.ndarray, k: int | np.ndarray) -> np.ndarray:
 
 
 def transform_square_labels(labels: np.ndarray, k: int | np.ndarray) -> np.ndarray:
-    """Move per-square values `(..., 64)` with the board: `out[..., SYMMETRIES[k, s]] = labels[..., s]`.
+    """Move per-square values `(..., 64)` with the board.
 
-    `k` is a scalar or one index per row of the leading axis.
+    `out[..., SYMMETRIES[k, s]] = labels[..., s]`; `k` is a scalar or one index per row of the
+    leading axis.
     """
     labels = np.asarray(labels)
     if labels.shape[-1:] != (64,):
@@ -102,7 +103,8 @@ def transform_square_labels(labels: np.ndarray, k: int | np.ndarray) -> np.ndarr
     if k.ndim == 0:
         return labels[..., INVERSE_PERMUTATIONS[k]]
     if labels.ndim < 2:
-        raise SymmetryError("per-row symmetry indices need labels with a leading batch axis (B, ..., 64)")
+        raise SymmetryError("per-row symmetry indices need labels with a leading batch axis "
+                            "(B, ..., 64)")
     sources = INVERSE_PERMUTATIONS[k].reshape((k.shape[0],) + (1,) * (labels.ndim - 2) + (64,))
     return np.take_along_axis(labels, np.broadcast_to(sources, labels.shape), axis=-1)
 

@@ -55,7 +55,8 @@ class Arm:
         name, _, rest = text.partition("=")
         name = name.strip()
         if not name or "/" in name or name.startswith("."):
-            raise ValueError(f"bad arm {text!r}: expected NAME or NAME=KEY=VALUE ..., NAME a plain word")
+            raise ValueError(f"bad arm {text!r}: "
+                             "expected NAME or NAME=KEY=VALUE ..., NAME a plain word")
         overrides = tuple(shlex.split(rest))
         bad = [item for item in overrides if "=" not in item]
         if bad:
@@ -69,7 +70,8 @@ def _load_state(path: Path) -> dict:
     try:
         return json.loads(path.read_text())
     except json.JSONDecodeError as error:
-        raise SystemExit(f"{path} is not valid JSON ({error}): remove it to start the ablation afresh") from None
+        raise SystemExit(f"{path} is not valid JSON ({error}): "
+                         "remove it to start the ablation afresh") from None
 
 
 def _save_state(path: Path, state: dict) -> None:
@@ -78,19 +80,21 @@ def _save_state(path: Path, state: dict) -> None:
     os.replace(temporary, path)
 
 
-def train_arm(arm: Arm, runs_dir: Path, preset: str, seconds: float, state: dict, state_path: Path) -> None:
+def train_arm(arm: Arm, runs_dir: Path, preset: str, seconds: float, state: dict,
+              state_path: Path) -> None:
     """Train `arm` until it has used `seconds` of wall clock in all (over any number of calls)."""
-    record = state["arms"].setdefault(arm.name, {"overrides": list(arm.overrides), "trained_s": 0.0})
+    record = state["arms"].setdefault(arm.name, {"overrides": list(arm.overrides),
+                                                 "trained_s": 0.0})
     if record["overrides"] != list(arm.overrides):
-        raise SystemExit(f"arm {arm.name!r} was trained with {record['overrides']}, not {list(arm.overrides)}: "
-                         f"name the new arm differently")
+        raise SystemExit(f"arm {arm.name!r} was trained with {record['overrides']}, "
+                         f"not {list(arm.overrides)}: name the new arm differently")
     remaining = seconds - record["trained_s"]
     if remaining <= 1.0:
         return
     run_dir = runs_dir / arm.name
     resume = (run_dir / "checkpoints" / "latest.pt").exists()
-    command = [sys.executable, "-m", "amazons.train", "--run-dir", str(run_dir), "--iterations", "100000",
-               "--no-progress"]
+    command = [sys.executable, "-m", "amazons.train", "--run-dir", str(run_dir), "--iterations",
+               "100000", "--no-progress"]
     command += ["--resume"] if resume else ["--preset", preset, *arm.overrides]
     print(f"arm {arm.name}: training {remaining / 60:.1f} min{' (resumed)' if resume else ''}: "
           f"{shlex.join(command)}", flush=True)
@@ -110,7 +114,8 @@ def train_arm(arm: Arm, runs_dir: Path, preset: str, seconds: float, state: dict
     record["trained_s"] += time.monotonic() - started
     _save_state(state_path, state)
     if process.returncode not in (0, 128 + signal.SIGTERM, -signal.SIGTERM):
-        raise SystemExit(f"arm {arm.name}: the main command exited with status {process.returncode}")
+        raise SystemExit(f"arm {arm.name}: the main command exited "
+                         f"with status {process.returncode}")
 
 
 def last_model(run_dir: Path) -> Path:
@@ -123,7 +128,8 @@ def last_model(run_dir: Path) -> Path:
 
 def run_summary(run_dir: Path) -> dict[str, float]:
     """Iterations, self-play positions and learner steps from a run's `metrics.jsonl`."""
-    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()
+             if line.strip()]
     return {
         "iterations": max((line.get("iteration", 0) for line in lines), default=0),
         "positions": sum(line.get("selfplay/positions", 0) for line in lines),
@@ -136,7 +142,8 @@ def play_match(arm: Arm, base: Arm, runs_dir: Path, args: argparse.Namespace) ->
     out = runs_dir / "matches" / f"{arm.name}-vs-{base.name}.json"
     if out.exists():
         return json.loads(out.read_text())
-    budget = ["--time-budget", str(args.time_budget)] if args.time_budget else ["--simulations", str(args.simulations)]
+    budget = (["--time-budget", str(args.time_budget)] if args.time_budget
+              else ["--simulations", str(args.simulations)])
     command = [sys.executable, "-m", "amazons.arena", f"mcts-net:{last_model(runs_dir / arm.name)}",
                f"mcts-net:{last_model(runs_dir / base.name)}", "--games", str(args.games), *budget,
                "--seed", str(args.seed), "--processes", str(args.processes), "--json", str(out),
@@ -148,16 +155,21 @@ def play_match(arm: Arm, base: Arm, runs_dir: Path, args: argparse.Namespace) ->
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs-dir", type=Path, required=True, help="where the arms' run directories go "
-                        "(outside the repository)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs-dir", type=Path, required=True,
+                        help="where the arms' run directories go (outside the repository)")
     parser.add_argument("--arm", action="append", required=True, metavar="NAME[=OVERRIDES]",
                         help="an arm (repeatable); the first is the base")
-    parser.add_argument("--minutes", type=float, required=True, help="wall-clock minutes of training per arm")
+    parser.add_argument("--minutes", type=float, required=True,
+                        help="wall-clock minutes of training per arm")
     parser.add_argument("--preset", default="cpu", choices=("cpu", "gpu"))
-    parser.add_argument("--games", type=int, default=80, help="games of each arm against the base (default 80)")
-    parser.add_argument("--simulations", type=int, default=48, help="simulations per move in the matches")
-    parser.add_argument("--time-budget", type=float, default=None, help="seconds per move instead of --simulations")
+    parser.add_argument("--games", type=int, default=80,
+                        help="games of each arm against the base (default 80)")
+    parser.add_argument("--simulations", type=int, default=48,
+                        help="simulations per move in the matches")
+    parser.add_argument("--time-budget", type=float, default=None,
+                        help="seconds per move instead of --simulations")
     parser.add_argument("--seed", type=int, default=12, help="seed of the matches' openings")
     parser.add_argument("--processes", type=int, default=2, help="arena worker processes")
     parser.add_argument("--train-only", action="store_true", help="train the arms, play no match")
@@ -182,14 +194,16 @@ def main(argv: list[str] | None = None) -> int:
           f"score against {base.name} | Elo (95% interval) |\n|---|---|---|---|---|")
     for arm in arms:
         summary = run_summary(args.runs_dir / arm.name)
-        trained = f"{summary['iterations']:.0f}, {summary['positions']:,.0f}, {summary['learner_steps']:,.0f}"
+        trained = (f"{summary['iterations']:.0f}, {summary['positions']:,.0f}, "
+                   f"{summary['learner_steps']:,.0f}")
         overrides = " ".join(f"`{item}`" for item in arm.overrides) or "(preset)"
         if arm is base:
             print(f"| {arm.name} | {overrides} | {trained} | | |")
             continue
         result = play_match(arm, base, args.runs_dir, args)
         print(f"| {arm.name} | {overrides} | {trained} | {result['wins_a']}/{result['games']} | "
-              f"{result['elo']:+.0f} ({result['elo_low']:+.0f} .. {result['elo_high']:+.0f}) |", flush=True)
+              f"{result['elo']:+.0f} ({result['elo_low']:+.0f} .. {result['elo_high']:+.0f}) |",
+              flush=True)
     return 0
 
 

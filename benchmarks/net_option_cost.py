@@ -37,11 +37,11 @@ import torch
 from amazons import engine
 from amazons.export import export_model, random_positions
 from amazons.neural import numpy_net
+from amazons.neural.cuda_graphs import NetworkEvaluator
 from amazons.neural.learner import Learner, OptimConfig, SampleBatch
 from amazons.neural.model import (
     PRESETS,
     NetConfig,
-    NetworkEvaluator,
     PolicyValueNet,
     count_parameters,
     prepare_for_inference,
@@ -53,12 +53,13 @@ def labelled_batch(positions: np.ndarray) -> SampleBatch:
     """`positions` with labels spread evenly over (up to) their first three legal moves."""
     moves, offsets = engine.legal_moves(positions)
     counts = np.minimum(np.diff(offsets), 3)
-    label_moves = np.concatenate([moves[offsets[i]:offsets[i] + counts[i]] for i in range(positions.shape[0])])
+    label_moves = np.concatenate([moves[offsets[i]:offsets[i] + counts[i]]
+                                  for i in range(positions.shape[0])])
     probs = np.concatenate([np.full(count, 1.0 / count, np.float32) for count in counts])
     label_offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
     rows = positions.shape[0]
-    return SampleBatch(positions, label_moves, probs, label_offsets, np.linspace(-1, 1, rows).astype(np.float32),
-                       np.ones(rows, np.float32))
+    return SampleBatch(positions, label_moves, probs, label_offsets,
+                       np.linspace(-1, 1, rows).astype(np.float32), np.ones(rows, np.float32))
 
 
 def cpu_ms(call: Callable[[], object], repeats: int) -> float:
@@ -92,9 +93,12 @@ def measurements(config: NetConfig, directory: Path) -> tuple[dict[str, Callable
 def main(argv: list[str] | None = None) -> int:
     """Measure and print the table; returns the exit status."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS), help="the base network")
-    parser.add_argument("--rounds", type=int, default=7, help="rounds of every measurement (the median is printed)")
-    parser.add_argument("overrides", nargs="+", metavar="net.KEY=VALUE", help="the changed network's fields")
+    parser.add_argument("--preset", default="tiny", choices=sorted(PRESETS),
+                        help="the base network")
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="rounds of every measurement (the median is printed)")
+    parser.add_argument("overrides", nargs="+", metavar="net.KEY=VALUE",
+                        help="the changed network's fields")
     args = parser.parse_args(argv)
     if any(not override.startswith("net.") for override in args.overrides):
         parser.error(f"overrides change the network only: net.KEY=VALUE, got {args.overrides}")
@@ -108,14 +112,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as directory:
         (base_figures, base_weights), (changed_figures, changed_weights) = (
             measurements(config, Path(directory)) for config in (base.net, changed))
-        times: dict[str, tuple[list[float], list[float]]] = {name: ([], []) for name in base_figures}
+        times: dict[str, tuple[list[float], list[float]]] = {name: ([], [])
+                                                             for name in base_figures}
         for _ in range(args.rounds):
             for name in base_figures:
                 times[name][0].append(base_figures[name]())
                 times[name][1].append(changed_figures[name]())
     print(f"| {args.preset} | base | {' '.join(args.overrides)} | change |")
     print("|---|---:|---:|---:|")
-    print(f"| weights | {base_weights:,} | {changed_weights:,} | {changed_weights - base_weights:+,} |")
+    print(f"| weights | {base_weights:,} | {changed_weights:,} | "
+          f"{changed_weights - base_weights:+,} |")
     for name, (before, after) in times.items():
         old, new = statistics.median(before), statistics.median(after)
         print(f"| {name} | {old:.3f} | {new:.3f} | {100 * (new / old - 1):+.1f}% |")

@@ -68,7 +68,8 @@ def role_of(processes: list[str], frames: list[str]) -> str:
 def part_of(role: str, frames: list[str]) -> str:
     """The part of the work a sample of `role` was doing."""
     leaf = frames[-1] if frames else ""
-    imports = frames[1:] if role.startswith("main") else frames  # the main process runs in train's <module>
+    # the main process runs in train's <module>
+    imports = frames[1:] if role.startswith("main") else frames
     if _has(imports, "<module>", "warm_up") or _has(frames, "Run.__init__", "allocate_tree"):
         return "imports, start-up and allocation"
     if role == "inference server":
@@ -78,7 +79,8 @@ def part_of(role: str, frames: list[str]) -> str:
             return "network, native (features, forward, priors)"
         if _has(frames, "engine.py"):
             return "features (engine)"
-        if _has(frames, "gather_legal_priors", "policy_log_tables", "move_log_probs", "arrow_log_probs", "_gather"):
+        if _has(frames, "gather_legal_priors", "policy_log_tables", "move_log_probs",
+                "arrow_log_probs", "_gather"):
             return "legal-move priors (torch)"
         if _has(frames, ".forward (amazons/neural/model.py"):
             return "forward pass (torch)"
@@ -141,15 +143,16 @@ def summarize(stacks: list[tuple[list[str], int]], rate: int, seconds: float
     return dict(cores), leaves
 
 
-def print_table(cores: dict[tuple[str, str], float], leaves: dict[str, collections.Counter], detail: int,
-                positions_per_s: float | None) -> None:
+def print_table(cores: dict[tuple[str, str], float], leaves: dict[str, collections.Counter],
+                detail: int, positions_per_s: float | None) -> None:
     total = sum(cores.values())
     print(f"\n{'role':<28} {'part':<52} {'cores':>6} {'share':>6}")
     by_role: dict[str, float] = collections.defaultdict(float)
     for (role, _), value in cores.items():
         by_role[role] += value
     for role in sorted(by_role, key=by_role.get, reverse=True):
-        parts = sorted(((part, value) for (r, part), value in cores.items() if r == role), key=lambda x: -x[1])
+        parts = sorted(((part, value) for (r, part), value in cores.items() if r == role),
+                       key=lambda x: -x[1])
         for part, value in parts:
             print(f"{role:<28} {part:<52} {value:>6.3f} {value / total:>6.1%}")
         print(f"{role:<28} {'(all)':<52} {by_role[role]:>6.3f} {by_role[role] / total:>6.1%}")
@@ -166,11 +169,13 @@ def print_table(cores: dict[tuple[str, str], float], leaves: dict[str, collectio
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--backend", default="auto", choices=("auto", "torch", "native"))
-    parser.add_argument("--after-iterations", type=int, default=3, help="iterations written before the profile")
+    parser.add_argument("--after-iterations", type=int, default=3,
+                        help="iterations written before the profile")
     parser.add_argument("--warm-up", type=float, default=5.0, help="seconds after those iterations")
     parser.add_argument("--seconds", type=float, default=60.0, help="seconds profiled")
     parser.add_argument("--rate", type=int, default=47, help="samples per second per thread")
-    parser.add_argument("--detail", type=int, default=0, help="list each role's N most sampled lines")
+    parser.add_argument("--detail", type=int, default=0,
+                        help="list each role's N most sampled lines")
     parser.add_argument("--raw", default=None, help="also keep py-spy's raw stacks here")
     parser.add_argument("overrides", nargs="*", help="KEY=VALUE overrides of the main job")
     args = parser.parse_args(argv)
@@ -179,18 +184,20 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit("py-spy is not installed: pip install py-spy")
     with tempfile.TemporaryDirectory(prefix="amazons-profile-") as folder:
         run_dir = Path(folder) / "run"
-        command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
-                   "--iterations", "100000", "--no-progress", f"inference.backend={args.backend}",
-                   *args.overrides]
+        command = [sys.executable, "-m", "amazons.train", "--preset", "cpu",
+                   "--run-dir", str(run_dir), "--iterations", "100000", "--no-progress",
+                   f"inference.backend={args.backend}", *args.overrides]
         log = open(Path(folder) / "train.log", "w+")  # noqa: SIM115 (closed below)
         job = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT)
         metrics = run_dir / "metrics.jsonl"
         try:
             deadline = time.monotonic() + 900
             while job.poll() is None and not (
-                    metrics.exists() and len(metrics.read_text().splitlines()) >= args.after_iterations):
+                    metrics.exists()
+                    and len(metrics.read_text().splitlines()) >= args.after_iterations):
                 if time.monotonic() > deadline:
-                    raise SystemExit(f"the main job wrote fewer than {args.after_iterations} iterations in 15 minutes")
+                    raise SystemExit(f"the main job wrote fewer than {args.after_iterations} "
+                                     "iterations in 15 minutes")
                 time.sleep(0.5)
             if job.poll() is not None:
                 log.seek(0)
@@ -199,8 +206,9 @@ def main(argv: list[str] | None = None) -> int:
             lines_before = len(metrics.read_text().splitlines())
             raw = Path(args.raw) if args.raw else Path(folder) / "stacks.txt"
             subprocess.run([spy, "record", "--pid", str(job.pid), "--subprocesses", "--nonblocking",
-                            "--rate", str(args.rate), "--duration", str(int(args.seconds)), "--format", "raw",
-                            "--output", str(raw)], check=True, capture_output=True)
+                            "--rate", str(args.rate), "--duration", str(int(args.seconds)),
+                            "--format", "raw", "--output", str(raw)],
+                           check=True, capture_output=True)
             lines = metrics.read_text().splitlines()
         finally:
             job.send_signal(signal.SIGINT)
@@ -218,8 +226,9 @@ def main(argv: list[str] | None = None) -> int:
             seconds = sum(line["iteration_seconds"] for line in profiled)
             positions = sum(line["selfplay/positions"] for line in profiled) / max(seconds, 1e-9)
         cores, leaves = summarize(parse_raw(raw), args.rate, args.seconds)
-        print(f"main job: {' '.join(command[1:])}; {os.cpu_count()} cores; profiled {args.seconds:g} s at "
-              f"{args.rate:g} Hz after iteration {args.after_iterations} + {args.warm_up:g} s")
+        print(f"main job: {' '.join(command[1:])}; {os.cpu_count()} cores; "
+              f"profiled {args.seconds:g} s at {args.rate:g} Hz after iteration "
+              f"{args.after_iterations} + {args.warm_up:g} s")
         print_table(cores, leaves, args.detail, positions)
     return 0
 

@@ -1,4 +1,7 @@
-"""Benchmark runner: `python benchmarks/run.py [--suite engine,mcts,nn,selfplay,botzone,envs,solver,ray,train,gpu|all] [--json PATH]`.
+"""Benchmark runner: `python benchmarks/run.py`.
+
+    python benchmarks/run.py
+        [--suite engine,mcts,nn,selfplay,botzone,envs,solver,ray,train,gpu|all] [--json PATH]
 
 Each suite lives in `benchmarks/suite_<name>.py` and exposes
 `run(quick: bool) -> dict[str, float]`, a flat map from metric name (`<suite>.<what>`) to value.
@@ -54,18 +57,24 @@ def machine_facts() -> dict[str, object]:
 
 def parse_suites(text: str) -> list[str]:
     """Turn `engine,mcts` or `all` into a list of known suite names."""
-    names = list(SUITES) if text == "all" else [name.strip() for name in text.split(",") if name.strip()]
+    names = (list(SUITES) if text == "all"
+             else [name.strip() for name in text.split(",") if name.strip()])
     unknown = [name for name in names if name not in SUITES + EXTRA_SUITES]
     if unknown:
-        raise SystemExit(f"unknown suite(s) {unknown}; choose from {', '.join(SUITES + EXTRA_SUITES)} or 'all'")
+        raise SystemExit(f"unknown suite(s) {unknown}; "
+                         f"choose from {', '.join(SUITES + EXTRA_SUITES)} or 'all'")
     return names
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--suite", default="engine", help="comma-separated suites, or 'all' (default: engine)")
-    parser.add_argument("--json", type=Path, default=None, help="write the figures to this JSON file")
-    parser.add_argument("--quick", action="store_true", help="shorter runs (smoke test; figures are noisier)")
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--suite", default="engine",
+                        help="comma-separated suites, or 'all' (default: engine)")
+    parser.add_argument("--json", type=Path, default=None,
+                        help="write the figures to this JSON file")
+    parser.add_argument("--quick", action="store_true",
+                        help="shorter runs (smoke test; figures are noisier)")
     args = parser.parse_args(argv)
 
     # The suites measure the checkout they sit in, whatever package an environment installed.

@@ -37,7 +37,7 @@ whole keep-running JSON game as Black against the greedy player; CPU times are r
 * `cpp_max_rss_mb`: peak resident memory over the game (VmHWM, MiB; target <= 200);
 * `cpp_turns`, `cpp_tree_full_turns`: the bot's replies, and those that ended with a full tree.
 
-The C++ bot's clock, the figures behind tests/test_botzone_cpp.py's properties (the tests check
+The C++ bot's clock, the figures behind tests/test_cpp_clock.py's properties (the tests check
 that the search stops at its deadline and reads the clock after costly work, in counts; these
 say how long it takes on this machine):
 * `cpp_clock_gap_ms`, `cpp_slowest_simulation_ms`: in a position whose tree holds separated leaves
@@ -120,7 +120,8 @@ def _move_text(response: dict) -> str:
     return " ".join(str(response[key]) for key in MOVE_KEYS)
 
 
-def _play_out(bot: _KeepRunningBot, reply: dict, seed: int, ask: Callable[[dict], dict]) -> list[str]:
+def _play_out(bot: _KeepRunningBot, reply: dict, seed: int,
+              ask: Callable[[dict], dict]) -> list[str]:
     """Play the bot's game against greedy from its first `reply` to the end; `ask` sends each later
     request and returns the reply (the caller times it). Returns every reply's debug text.
 
@@ -132,7 +133,8 @@ def _play_out(bot: _KeepRunningBot, reply: dict, seed: int, ask: Callable[[dict]
     while True:
         move = Move.from_botzone(_move_text(reply["response"]))
         if not board.is_legal(move):
-            raise RuntimeError(f"the bot {' '.join(bot.process.args)} played an illegal move {move} on\n{board}")
+            raise RuntimeError(f"the bot {' '.join(bot.process.args)} "
+                               f"played an illegal move {move} on\n{board}")
         board.push(move)
         if board.is_game_over():
             return debugs
@@ -206,7 +208,8 @@ def build_cpp_bot(directory: Path) -> Path:
     """Export the shipped model's C++ bot into `directory` and build it as Botzone does."""
     write_bot(numpy_net.load_model(default_model_path()), directory)
     binary = directory / "bot"
-    subprocess.run(compile_command(directory / SOURCE_NAME, binary), check=True, capture_output=True, text=True)
+    subprocess.run(compile_command(directory / SOURCE_NAME, binary), check=True,
+                   capture_output=True, text=True)
     return binary
 
 
@@ -215,8 +218,8 @@ def cpp_forward_speed(binary: Path, directory: Path) -> dict[str, float]:
     positions = random_positions(200, seed=7, max_plies=40)
     listing = directory / "positions.txt"
     np.savetxt(listing, positions, fmt="%d")
-    output = subprocess.run([str(binary), "--forward-speed", str(listing)], check=True, capture_output=True,
-                            text=True).stdout
+    output = subprocess.run([str(binary), "--forward-speed", str(listing)], check=True,
+                            capture_output=True, text=True).stdout
     cpp = float(output.split()[0])
     evaluator = numpy_net.NumpyEvaluator.from_file(default_model_path())
     numpy_net.limit_blas_threads(1)
@@ -231,7 +234,8 @@ def cpp_forward_speed(binary: Path, directory: Path) -> dict[str, float]:
                 done += batch.shape[0]
         return done / (time.process_time() - started)
 
-    single = timed([(row, moves, offsets) for row, (moves, offsets) in zip(rows, lists, strict=True)])
+    single = timed([(row, moves, offsets)
+                    for row, (moves, offsets) in zip(rows, lists, strict=True)])
     eights = [positions[i:i + 8] for i in range(0, positions.shape[0], 8)]
     batched = timed([(batch, *engine.legal_moves(batch)) for batch in eights])
     return {"botzone.cpp_forward_pos_per_s": cpp, "botzone.cpp_npnet_pos_per_s": single,
@@ -259,7 +263,8 @@ def play_cpp_game(binary: Path, seed: int = 0) -> dict[str, float]:
             bot.process.kill()
             bot.process.wait()
     if peak is None or not turn_cpu:
-        raise RuntimeError("the C++ bot's game gave no memory reading or ended before its second reply")
+        raise RuntimeError("the C++ bot's game gave no memory reading "
+                           "or ended before its second reply")
     turns = [int(text.split("(")[1].split()[0]) for text in debugs]  # "N simulations (M this turn)"
     return {
         "botzone.cpp_simulations_first": float(turns[0]),
@@ -285,7 +290,7 @@ def _random_game(seed: int, games: int) -> Board:
 
 
 def costly_position() -> list[Move]:
-    """The game (28 plies) of tests/test_botzone_cpp.py's clock test: its tree holds separated
+    """The game (28 plies) of tests/test_cpp_clock.py's clock test: its tree holds separated
     leaves whose adjudication spends the exhaustive fill's node budget."""
     return _random_game(seed=5, games=39).move_stack[:28]
 
@@ -349,15 +354,17 @@ def run_cpp() -> dict[str, float]:
         figures = cpp_forward_speed(binary, directory)
         figures.update(play_cpp_game(binary))
         figures.update(cpp_clock(binary))
-    print("botzone: C++ bot = the shipped model exported with --botzone, g++ -O2, its default clock "
-          "(1 s of CPU a turn, 2 s for the first); forward speeds at one position per call")
+    print("botzone: C++ bot = the shipped model exported with --botzone, g++ -O2, "
+          "its default clock (1 s of CPU a turn, 2 s for the first); "
+          "forward speeds at one position per call")
     return figures
 
 
 def run(quick: bool) -> dict[str, float]:
     """Measure; returns `botzone.*` metrics (seconds, MiB, counts)."""
     clock = TimeControl()
-    turn_seconds, first_seconds = (1.0, 3.0) if quick else (clock.turn_seconds, clock.first_turn_seconds)
+    turn_seconds, first_seconds = ((1.0, 3.0) if quick
+                                   else (clock.turn_seconds, clock.first_turn_seconds))
     model = str(default_model_path())
     network = play_game("default", turn_seconds, first_seconds)
     rollouts = play_game("none", turn_seconds, first_seconds)

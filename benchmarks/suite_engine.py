@@ -85,7 +85,8 @@ def clock(work: Callable[[], object]) -> float:
     return time.perf_counter() - started
 
 
-def compare(ours: Work, peers: dict[str, Work], rounds: int) -> tuple[float, dict[str, float], dict[str, float]]:
+def compare(ours: Work, peers: dict[str, Work],
+            rounds: int) -> tuple[float, dict[str, float], dict[str, float]]:
     """Rates of the engine and its peers on the same work, timed in interleaved rounds.
 
     Each side's work comes in short pieces (one batch call, one position, one board). Every
@@ -112,11 +113,14 @@ def compare(ours: Work, peers: dict[str, Work], rounds: int) -> tuple[float, dic
             for index, piece in enumerate(pieces):
                 best[name][index] = min(best[name][index], *(clock(piece) for _ in range(BURST)))
     rates = {name: units / sum(best[name]) for name, (_, units) in sides.items()}
-    return rates["ours"], {name: rates[name] for name in peers}, {name: rates["ours"] / rates[name] for name in peers}
+    return (rates["ours"], {name: rates[name] for name in peers},
+            {name: rates["ours"] / rates[name] for name in peers})
 
 
-def record(metrics: dict[str, float], task: str, units: str, result: tuple, headline: dict[str, str]) -> None:
-    """Store `compare`'s result as `engine.<task>_<units>`, `engine.<peer>_<task>_<units>` and speedups."""
+def record(metrics: dict[str, float], task: str, units: str, result: tuple,
+           headline: dict[str, str]) -> None:
+    """Store `compare`'s result as `engine.<task>_<units>`, `engine.<peer>_<task>_<units>`
+    and speedups."""
     our_rate, peer_rates, speedups = result
     metrics[f"engine.{task}_{units}"] = our_rate
     for name, rate in peer_rates.items():
@@ -142,7 +146,8 @@ def mid_game_lines(count: int, seed: int = 2024) -> list[list[Move]]:
 
 
 def late_game_positions(games: int, seed: int = 2025) -> np.ndarray:
-    """Canonical positions from ply `LATE_PLY` on of `games` seeded uniformly random games, `(N, 3) uint64`."""
+    """Canonical positions from ply `LATE_PLY` on of `games` seeded uniformly random games,
+    `(N, 3) uint64`."""
     positions = []
     rng = random.Random(seed)
     for _ in range(games):
@@ -171,7 +176,10 @@ def adjudication_metrics(mid: np.ndarray, games: int, rounds: int) -> dict[str, 
         out_result = np.empty(len(positions), dtype=np.int8)
         out_bounds = np.empty((len(positions), 4), dtype=np.int16)
         rate, _, _ = compare(
-            ([lambda p=positions, r=out_result, b=out_bounds: engine.adjudicate(p, r, b)], len(positions)),
+            (
+                [lambda p=positions, r=out_result, b=out_bounds: engine.adjudicate(p, r, b)],
+                len(positions),
+            ),
             {},
             3 * rounds,
         )
@@ -232,7 +240,8 @@ def openspiel_move_set(state) -> set[tuple[int, int, int]]:
         picked = state.child(source)
         for destination in picked.legal_actions():
             for arrow in picked.child(destination).legal_actions():
-                moves.add((openspiel_square(source), openspiel_square(destination), openspiel_square(arrow)))
+                moves.add((openspiel_square(source), openspiel_square(destination),
+                           openspiel_square(arrow)))
     return moves
 
 
@@ -295,14 +304,19 @@ def run(quick: bool) -> dict[str, float]:
         metrics["engine.openspiel_move_set_mismatches"] = float(mismatches)
 
     # perft(3) from the start; the oracle's perft(2) from the start, as one child per first move.
-    metrics["engine.perft3_s"] = min(clock(lambda: engine.perft_position(start, 3)) for _ in range(1 if quick else 3))
+    metrics["engine.perft3_s"] = min(
+        clock(lambda: engine.perft_position(start, 3)) for _ in range(1 if quick else 3)
+    )
     metrics["engine.perft3_leaf_moves_per_s"] = PERFT3_LEAVES / metrics["engine.perft3_s"]
     mine, theirs, arrows = start_triple
     children = []  # (side to move, the other side, arrows) after each first move
     for move in oracle.legal_moves(mine, theirs, arrows):
         new_mine, new_arrows = oracle.play_move(mine, theirs, arrows, move)
         children.append((theirs, new_mine, new_arrows))
-    oracle_seconds = sum(min(clock(lambda c=child: oracle.perft(*c, 1)) for _ in range(1 if quick else 2)) for child in children)
+    oracle_seconds = sum(
+        min(clock(lambda c=child: oracle.perft(*c, 1)) for _ in range(1 if quick else 2))
+        for child in children
+    )
     metrics["engine.oracle_perft2_leaf_moves_per_s"] = PERFT2_LEAVES / oracle_seconds
     metrics["engine.perft_speedup_vs_oracle"] = (
         metrics["engine.perft3_leaf_moves_per_s"] / metrics["engine.oracle_perft2_leaf_moves_per_s"]
@@ -310,12 +324,15 @@ def run(quick: bool) -> dict[str, float]:
 
     # Move enumeration throughput of the batch API into caller-owned buffers, on a search-sized
     # batch of BATCH positions (copies of the start; the mid-game positions four times over).
-    for label, positions in (("start", np.tile(start, (BATCH, 1))), ("mid", np.tile(mid, (BATCH // mid_count, 1)))):
+    for label, positions in (("start", np.tile(start, (BATCH, 1))),
+                             ("mid", np.tile(mid, (BATCH // mid_count, 1)))):
         total = int(engine.count_legal_moves(positions).sum())
         out_moves = np.empty((total, 3), dtype=np.int32)
         out_offsets = np.empty(len(positions) + 1, dtype=np.int64)
-        seconds = min(clock(lambda p=positions, m=out_moves, o=out_offsets: engine.legal_moves(p, m, o))
-                      for _ in range(BURST * rounds))
+        seconds = min(
+            clock(lambda p=positions, m=out_moves, o=out_offsets: engine.legal_moves(p, m, o))
+            for _ in range(BURST * rounds)
+        )
         metrics[f"engine.movegen_{label}_moves_per_s"] = total / seconds
 
     # Move enumeration through the batch API into caller-owned buffers, over the distinct
@@ -363,13 +380,22 @@ def run(quick: bool) -> dict[str, float]:
     metrics["engine.features3_positions_per_s"] = len(feature_batch) / min(
         clock(lambda: engine.features(feature_batch, 3, three_planes)) for _ in range(3 * rounds)
     )
-    peers = {"oracle": ([lambda t=triple: oracle.feature_planes(*t) for triple in mid_triples], len(mid_triples))}
+    peers = {
+        "oracle": (
+            [lambda t=triple: oracle.feature_planes(*t) for triple in mid_triples],
+            len(mid_triples),
+        ),
+    }
     if game is not None:
         peers["openspiel_observation"] = (
             [lambda s=state: s.observation_tensor() for state in mid_states],
             len(mid_states),
         )
-    result = compare(([lambda: engine.features(feature_batch, 7, seven_planes)], len(feature_batch)), peers, rounds)
+    result = compare(
+        ([lambda: engine.features(feature_batch, 7, seven_planes)], len(feature_batch)),
+        peers,
+        rounds,
+    )
     record(metrics, "features7", "positions_per_s", result, {})
 
     # push/pop over every legal move of a few mid-game positions: the Python Board, the Cython
@@ -401,7 +427,10 @@ def run(quick: bool) -> dict[str, float]:
         states.append(state)
     oracle_moves = [[oracle.move_from_indices(move) for move in moves] for moves in int_moves]
     peers = {
-        "state": ([partial(state_push_pop, *pair) for pair in zip(states, int_moves, strict=True)], pushes),
+        "state": (
+            [partial(state_push_pop, *pair) for pair in zip(states, int_moves, strict=True)],
+            pushes,
+        ),
         "oracle": (
             [
                 partial(oracle_play, oracle_position(board), moves)
@@ -411,12 +440,21 @@ def run(quick: bool) -> dict[str, float]:
         ),
     }
     if game is not None:
-        cell_moves = [[tuple(openspiel_cell(square) for square in move) for move in moves] for moves in int_moves]
+        cell_moves = [
+            [tuple(openspiel_cell(square) for square in move) for move in moves]
+            for moves in int_moves
+        ]
         peers["openspiel"] = (
-            [partial(openspiel_apply_undo, *pair) for pair in zip(mid_states[:8], cell_moves, strict=True)],
+            [
+                partial(openspiel_apply_undo, *pair)
+                for pair in zip(mid_states[:8], cell_moves, strict=True)
+            ],
             pushes,
         )
-    ours = ([partial(board_push_pop, *pair) for pair in zip(push_boards, push_moves, strict=True)], pushes)
+    ours = (
+        [partial(board_push_pop, *pair) for pair in zip(push_boards, push_moves, strict=True)],
+        pushes,
+    )
     record(metrics, "pushpop", "per_s", compare(ours, peers, rounds), {})
     metrics.pop("engine.pushpop_speedup_vs_state")
 

@@ -58,7 +58,8 @@ def _pettingzoo_games(games: int) -> tuple[int, float]:
             started = time.perf_counter()
             observation, _, termination, _, _ = game.last()
             seconds += time.perf_counter() - started
-            action = None if termination else int(rng.choice(np.flatnonzero(observation["action_mask"])))
+            action = (None if termination
+                      else int(rng.choice(np.flatnonzero(observation["action_mask"]))))
             started = time.perf_counter()
             game.step(action)
             seconds += time.perf_counter() - started
@@ -70,7 +71,8 @@ def _gymnasium_games(games: int) -> tuple[int, float]:
     """Steps of random games and the seconds spent in `reset` and `step` (not in the agent)."""
     from amazons.envs.gymnasium_env import AmazonsEnv
 
-    steps, seconds, rng, env = 0, 0.0, np.random.default_rng(0), AmazonsEnv("random", agent_color="random")
+    steps, seconds, rng, env = (0, 0.0, np.random.default_rng(0),
+                                AmazonsEnv("random", agent_color="random"))
     for seed in range(games):
         started = time.perf_counter()
         observation, _ = env.reset(seed=seed)
@@ -113,7 +115,8 @@ def run(quick: bool) -> dict[str, float]:
 
     masks_one_by_one()  # warm-up
     metrics["envs.mask_us"] = _best(rounds, masks_one_by_one) / len(positions) * 1e6
-    metrics["envs.masks_batch_positions_per_s"] = len(positions) / _best(rounds, lambda: action_masks(positions))
+    metrics["envs.masks_batch_positions_per_s"] = (len(positions)
+                                                   / _best(rounds, lambda: action_masks(positions)))
 
     for name, play in (("pettingzoo", _pettingzoo_games), ("gymnasium", _gymnasium_games)):
         play(1)  # warm-up: imports

@@ -5,10 +5,10 @@ machine without CUDA it says so and exits with status 1 before measuring anythin
 each a function of the device and the sizes, so that `tests/test_benchmarks.py` runs the same
 code on a CPU with a tiny net (`device="cpu"`):
 
-* **Inference through the production path** (`inference`): the inference server's evaluator,
-  built by the function the main job calls (`amazons.neural.production.server_evaluator_factory` with the
-  gpu preset's `inference_batch_size`, 1,024: the model `prepare_for_inference` makes, autocast,
-  a CUDA graph per batch bucket up to 1,024) on ResNet-40 in bf16, at batch 256 and 1024:
+* **Inference through the production path** (`inference`): the inference server's evaluator, built
+  by the function the main job calls (`amazons.neural.production.server_evaluator_factory` with the
+  gpu preset's `inference_batch_size`, 1,024: the model `prepare_for_inference` makes, autocast, a
+  CUDA graph per batch bucket up to 1,024) on ResNet-40 in bf16, at batch 256 and 1024:
   - `gpu.inference.b<N>.forward_positions_per_s`: the evaluator's forward (`_forward`: padded to
     its bucket, the bucket's graph replayed) on a feature batch already on the device;
   - `gpu.inference.b<N>.flop_fraction`: that rate x `gpu.flops_per_position` (counted by
@@ -42,15 +42,15 @@ code on a CPU with a tiny net (`device="cpu"`):
 * **The main job** (`preset_run`): `python -m amazons.train --preset gpu` for 180 s, stopped with
   SIGTERM, with `PRESET_RUN_OVERRIDES`: the preset's network, actors, batches, learner and async
   pipeline at 100 simulations per move and 192 games per iteration, without evaluation, so that
-  iterations close inside the window (at the preset's 400 simulations the first games end after
-  it). From the metrics lines written: `gpu.preset.iterations`, `gpu.preset.first_iteration_s`,
-  and over the iterations after the first `gpu.preset.positions_per_s`, `.samples_per_s`,
-  `.evals_per_s`, `.samples_per_position`, `.learner_wait_share` (the learner's wait for games
-  over the iterations' seconds), `.weights_lag_steps`.
-  `gpu.preset.iteration_s_at_preset_sims` estimates one iteration of the preset itself:
-  `games_per_iteration` x `gpu.selfplay.mean_game_plies` x its simulations / `gpu.selfplay.sims_per_s`.
+  iterations close inside the window (at the preset's 400 simulations the first games end after it).
+  From the metrics lines written: `gpu.preset.iterations`, `gpu.preset.first_iteration_s`, and over
+  the iterations after the first `gpu.preset.positions_per_s`, `.samples_per_s`, `.evals_per_s`,
+  `.samples_per_position`, `.learner_wait_share` (the learner's wait for games over the iterations'
+  seconds), `.weights_lag_steps`. `gpu.preset.iteration_s_at_preset_sims` estimates one iteration of
+  the preset itself: `games_per_iteration` x `gpu.selfplay.mean_game_plies` x its simulations /
+  `gpu.selfplay.sims_per_s`.
 
-About 4.5 minutes on an H200 (259 and 260 s measured), 3 of them the main job's window.
+Its running time on an H200 is in docs/BENCHMARKS.md (GPU); the main job's window is 3 minutes.
 """
 
 from __future__ import annotations
@@ -78,16 +78,18 @@ from amazons.train.config import preset_config
 REPOSITORY = Path(__file__).resolve().parents[1]
 GPU_PRESET = preset_config("gpu")
 INFERENCE_BATCHES = (256, GPU_PRESET.inference.inference_batch_size)
-SELFPLAY = {"actors": GPU_PRESET.selfplay.num_actors, "games_in_parallel": GPU_PRESET.selfplay.games_in_parallel,
+SELFPLAY = {"actors": GPU_PRESET.selfplay.num_actors,
+            "games_in_parallel": GPU_PRESET.selfplay.games_in_parallel,
             "simulations": 100, "batch": GPU_PRESET.inference.inference_batch_size}
 LEARNER_WINDOW = 200_000
 LEARNER_STEPS = 40
 PRESET_RUN_S = 180.0
-PRESET_RUN_OVERRIDES = ("selfplay.search.simulations=100", "games_per_iteration=192", "eval.every=0")
+PRESET_RUN_OVERRIDES = ("selfplay.search.simulations=100", "games_per_iteration=192",
+                        "eval.every=0")
 
 
 class NoCudaError(SystemExit):
-    """The suite needs a CUDA device and this machine has none (exit status 1, message on stderr)."""
+    """The suite needs a CUDA device and this machine has none: status 1, a message on stderr."""
 
 
 def require_cuda() -> torch.device:
@@ -98,16 +100,18 @@ def require_cuda() -> torch.device:
     """
     if not torch.cuda.is_available():
         raise NoCudaError(
-            "suite gpu needs a CUDA device, and torch.cuda.is_available() is False on this machine "
-            f"(torch {torch.__version__}, built with CUDA {torch.version.cuda}). Run it on a machine "
-            "with an NVIDIA GPU and a CUDA build of torch (make TORCH=\"torch==2.13.0 --index-url ...\" "
-            "install); the CPU figures are in --suite nn, selfplay and train.")
+            "suite gpu needs a CUDA device, and torch.cuda.is_available() is False on this "
+            f"machine (torch {torch.__version__}, built with CUDA {torch.version.cuda}). Run it on "
+            "a machine with an NVIDIA GPU and a CUDA build of torch "
+            "(make TORCH=\"torch==2.13.0 --index-url ...\" install); the CPU figures are in "
+            "--suite nn, selfplay and train.")
     return torch.device("cuda")
 
 
 def inference(device: torch.device, preset: str = "resnet40", precision: str = "bf16",
-              batches: tuple[int, ...] = INFERENCE_BATCHES, window_s: float = 1.0) -> dict[str, float]:
-    """The production evaluator's forward and whole call at each batch (see the module docstring)."""
+              batches: tuple[int, ...] = INFERENCE_BATCHES,
+              window_s: float = 1.0) -> dict[str, float]:
+    """The production evaluator's forward and whole call at each batch (module docstring)."""
     from suite_nn import flops_per_position, gpu_peak_flops, random_batch, seconds_per_call
 
     torch.manual_seed(0)
@@ -116,8 +120,9 @@ def inference(device: torch.device, preset: str = "resnet40", precision: str = "
     peak = gpu_peak_flops(device) if device.type == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
         model_path = save_model(Path(folder) / "model.pt", model)
-        evaluator = server_evaluator_factory(model_path, str(device), precision,
-                                             InferenceConfig(inference_batch_size=max(batches), backend="torch"))()
+        evaluator = server_evaluator_factory(
+            model_path, str(device), precision,
+            InferenceConfig(inference_batch_size=max(batches), backend="torch"))()
     positions = random_batch(np.random.default_rng(0), max(batches)).positions
     metrics = {"gpu.flops_per_position": flops}
     if peak is not None:
@@ -127,10 +132,12 @@ def inference(device: torch.device, preset: str = "resnet40", precision: str = "
         rows = np.ascontiguousarray(positions[:batch])
         moves, offsets = engine.legal_moves(rows)
         chunks = evaluator._chunks(batch)
-        features = torch.from_numpy(engine.features(rows, model.config.num_planes)).to(device).to(stem.dtype)
+        features = (torch.from_numpy(engine.features(rows, model.config.num_planes))
+                    .to(device).to(stem.dtype))
         if stem.is_contiguous(memory_format=torch.channels_last):
             features = features.contiguous(memory_format=torch.channels_last)
-        padded = torch.zeros((chunks[-1][0] + chunks[-1][2], *features.shape[1:]), dtype=features.dtype,
+        padded = torch.zeros((chunks[-1][0] + chunks[-1][2], *features.shape[1:]),
+                             dtype=features.dtype,
                              device=device).contiguous(memory_format=torch.channels_last)
         padded[:batch] = features
 
@@ -145,24 +152,28 @@ def inference(device: torch.device, preset: str = "resnet40", precision: str = "
         if peak is not None:
             metrics[f"gpu.inference.b{batch}.flop_fraction"] = rate * flops / peak
         metrics[f"gpu.inference.b{batch}.evaluate_positions_per_s"] = batch / seconds_per_call(
-            lambda rows=rows, moves=moves, offsets=offsets: evaluator.evaluate(rows, moves, offsets),
+            lambda rows=rows, moves=moves, offsets=offsets: evaluator.evaluate(rows, moves,
+                                                                               offsets),
             device, window_s)
     return metrics
 
 
 def selfplay(device: torch.device, preset: str = "resnet40", actors: int = SELFPLAY["actors"],
-             games_in_parallel: int = SELFPLAY["games_in_parallel"], simulations: int = SELFPLAY["simulations"],
-             batch: int = SELFPLAY["batch"], games: int | None = None, standalone_s: float = 5.0) -> dict[str, float]:
-    """Self-play through the server (`suite_selfplay.measure`); one generation of games by default."""
+             games_in_parallel: int = SELFPLAY["games_in_parallel"],
+             simulations: int = SELFPLAY["simulations"], batch: int = SELFPLAY["batch"],
+             games: int | None = None, standalone_s: float = 5.0) -> dict[str, float]:
+    """Self-play through the server (`suite_selfplay.measure`); by default one generation."""
     from suite_selfplay import measure
 
     return measure(str(device), preset, actors, games_in_parallel, simulations, batch,
-                   games if games is not None else actors * games_in_parallel, standalone_s, prefix="gpu.selfplay")
+                   games if games is not None else actors * games_in_parallel, standalone_s,
+                   prefix="gpu.selfplay")
 
 
 def weights(device: torch.device, preset: str = "resnet40", precision: str = "bf16",
-            batch: int = GPU_PRESET.inference.inference_batch_size, repeats: int = 5) -> dict[str, float]:
-    """One publish of `preset`'s weights, both sides, timed `repeats` times (see the module docstring).
+            batch: int = GPU_PRESET.inference.inference_batch_size,
+            repeats: int = 5) -> dict[str, float]:
+    """One publish of `preset`'s weights, both sides, timed `repeats` times (module docstring).
 
     Raises:
         RuntimeError: a load made the evaluator capture a CUDA graph again.
@@ -172,8 +183,9 @@ def weights(device: torch.device, preset: str = "resnet40", precision: str = "bf
     torch.manual_seed(0)
     learner_model = PolicyValueNet(net_config(preset))
     with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
-        evaluator = server_evaluator_factory(save_model(Path(folder) / "model.pt", learner_model), str(device),
-                                             precision, InferenceConfig(inference_batch_size=batch, backend="torch"))()
+        evaluator = server_evaluator_factory(
+            save_model(Path(folder) / "model.pt", learner_model), str(device), precision,
+            InferenceConfig(inference_batch_size=batch, backend="torch"))()
     learner_model = learner_model.to(device)
     positions = random_batch(np.random.default_rng(0), batch).positions
     leaves = (positions, *engine.legal_moves(positions))
@@ -194,13 +206,14 @@ def weights(device: torch.device, preset: str = "resnet40", precision: str = "bf
     if evaluator.graph_captures != captures:
         raise RuntimeError(f"loading weights made the evaluator capture CUDA graphs again "
                            f"({captures} -> {evaluator.graph_captures})")
-    return {"gpu.weights.publish_s": float(np.median(publish)), "gpu.weights.load_s": float(np.median(load)),
+    return {"gpu.weights.publish_s": float(np.median(publish)),
+            "gpu.weights.load_s": float(np.median(load)),
             "gpu.weights.bytes": float(flat.nbytes)}
 
 
 def learner(device: torch.device, preset: str = "gpu", window: int = LEARNER_WINDOW,
             steps: int = LEARNER_STEPS, batch_size: int | None = None) -> dict[str, float]:
-    """Samples/s of the `preset`'s learner fed as the main job feeds it (see the module docstring)."""
+    """Samples/s of the `preset`'s learner fed as the main job feeds it (module docstring)."""
     from suite_nn import synchronize
     from suite_train import uniform_window
 
@@ -226,7 +239,8 @@ def learner(device: torch.device, preset: str = "gpu", window: int = LEARNER_WIN
     seconds = time.perf_counter() - started
     if not np.isfinite(means["loss"]):
         raise RuntimeError(f"the learner's loss is {means['loss']} after {steps} steps")
-    return {"gpu.learner.samples_per_s": steps * batch_size / seconds, "gpu.learner.batch": float(batch_size)}
+    return {"gpu.learner.samples_per_s": steps * batch_size / seconds,
+            "gpu.learner.batch": float(batch_size)}
 
 
 def preset_run(preset: str = "gpu", seconds: float = PRESET_RUN_S,
@@ -235,11 +249,13 @@ def preset_run(preset: str = "gpu", seconds: float = PRESET_RUN_S,
     the metrics lines it wrote (see the module docstring)."""
     with tempfile.TemporaryDirectory(prefix="amazons-bench-gpu-") as folder:
         run_dir = Path(folder) / "run"
-        command = [sys.executable, "-m", "amazons.train", "--preset", preset, "--run-dir", str(run_dir),
-                   "--iterations", "100000", "--no-progress", *overrides]
+        command = [sys.executable, "-m", "amazons.train", "--preset", preset,
+                   "--run-dir", str(run_dir), "--iterations", "100000", "--no-progress",
+                   *overrides]
         with tempfile.TemporaryFile("w+") as log:
             started = time.perf_counter()
-            process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT, text=True)
+            process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log,
+                                       stderr=subprocess.STDOUT, text=True)
             first_line_s = None
             metrics_path = run_dir / "metrics.jsonl"
             while process.poll() is None and time.perf_counter() - started < seconds:
@@ -258,7 +274,8 @@ def preset_run(preset: str = "gpu", seconds: float = PRESET_RUN_S,
         print(output, end="")
         if process.returncode not in (0, 143):
             raise RuntimeError(f"train --preset {preset} exited with {process.returncode}")
-        lines = [json.loads(line) for line in metrics_path.read_text().splitlines()] if metrics_path.exists() else []
+        lines = ([json.loads(line) for line in metrics_path.read_text().splitlines()]
+                 if metrics_path.exists() else [])
     metrics = {"gpu.preset.iterations": float(len(lines)), "gpu.preset.run_s": seconds}
     if first_line_s is not None:
         metrics["gpu.preset.first_iteration_s"] = first_line_s
@@ -273,12 +290,15 @@ def preset_run(preset: str = "gpu", seconds: float = PRESET_RUN_S,
             "gpu.preset.evals_per_s": sum(line["selfplay/evals_per_s"] * line["iteration_seconds"]
                                           for line in steady) / wall,
             "gpu.preset.samples_per_position": samples / max(positions, 1),
-            "gpu.preset.learner_wait_share": sum(line["pipeline/learner_wait_s"] for line in steady) / wall,
-            "gpu.preset.weights_lag_steps": sum(line["pipeline/weights_lag_steps"] * line["selfplay/positions"]
+            "gpu.preset.learner_wait_share": sum(line["pipeline/learner_wait_s"]
+                                                 for line in steady) / wall,
+            "gpu.preset.weights_lag_steps": sum(line["pipeline/weights_lag_steps"]
+                                                * line["selfplay/positions"]
                                                 for line in steady) / max(positions, 1),
         })
     else:
-        print(f"suite gpu: no iteration of --preset {preset} finished within {seconds:.0f} s", file=sys.stderr)
+        print(f"suite gpu: no iteration of --preset {preset} finished within {seconds:.0f} s",
+              file=sys.stderr)
     return metrics
 
 
@@ -293,8 +313,8 @@ def run(quick: bool) -> dict[str, float]:
     metrics.update(preset_run(seconds=60.0 if quick else PRESET_RUN_S))
     preset = GPU_PRESET
     metrics["gpu.preset.iteration_s_at_preset_sims"] = (
-        preset.games_per_iteration * metrics["gpu.selfplay.mean_game_plies"] * preset.selfplay.search.simulations
-        / metrics["gpu.selfplay.sims_per_s"])
+        preset.games_per_iteration * metrics["gpu.selfplay.mean_game_plies"]
+        * preset.selfplay.search.simulations / metrics["gpu.selfplay.sims_per_s"])
     print(f"suite gpu: {torch.cuda.get_device_name(device)}, torch {torch.__version__}, "
           f"{os.cpu_count()} CPUs", file=sys.stderr)
     return metrics

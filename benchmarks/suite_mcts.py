@@ -1,7 +1,7 @@
-"""Search speed: simulations per second of `BatchedSearch` with the uniform evaluator (tree work plus
-the engine's batch calls, no network), at the start and at mid-game positions, for G = 1 and G = 64
-games per process, and the naive pure-Python MCTS of `tests/naive_mcts.py` doing the same work,
-and with the Gumbel root (`root="gumbel"`, sequential halving) at mid-game for G = 64. One
+"""Search speed: simulations per second of `BatchedSearch` with the uniform evaluator (tree work
+plus the engine's batch calls, no network), at the start and at mid-game positions, for G = 1 and
+G = 64 games per process, and the naive pure-Python MCTS of `tests/naive_mcts.py` doing the same
+work, and with the Gumbel root (`root="gumbel"`, sequential halving) at mid-game for G = 64. One
 process, one core (no threads anywhere on this path).
 
 Rates are simulations per CPU-second of this process (`time.process_time`), i.e. per core: the
@@ -57,7 +57,8 @@ def mid_game_positions(count: int, seed: int = 2024) -> np.ndarray:
     return positions
 
 
-def batched_rate(positions: np.ndarray, simulations: int, repeats: int, root: str = "puct") -> tuple[float, float]:
+def batched_rate(positions: np.ndarray, simulations: int, repeats: int,
+                 root: str = "puct") -> tuple[float, float]:
     """Best simulations per CPU-second (and per wall second) over `repeats` fresh searches."""
     config = SearchConfig(simulations=simulations, leaves_per_game=LEAVES_PER_GAME, root=root,
                           edge_capacity=1 << 18, edge_capacity_max=1 << 20)
@@ -75,7 +76,8 @@ def batched_rate(positions: np.ndarray, simulations: int, repeats: int, root: st
 
 
 def naive_search(positions: np.ndarray, simulations: int) -> tuple[float, list[np.ndarray]]:
-    """CPU seconds of the naive MCTS over `positions`, one after the other, and each root's visits."""
+    """CPU seconds of the naive MCTS over `positions`, one after the other, and each
+    root's visits."""
     config = SearchConfig(simulations=simulations, leaves_per_game=LEAVES_PER_GAME)
     visits = []
     started = time.process_time()

@@ -37,8 +37,9 @@ Keys (all numbers):
 * GPU only: `nn.resnet40.bf16.b256.evaluator_positions_per_s`: the production evaluator's whole
   call on ResNet-40 (bf16 autocast, a CUDA graph per batch bucket), and
   `nn.resnet40.bf16.b256.evaluator_no_graphs_positions_per_s`, the same without graphs.
-* GPU only: `nn.resnet40.bf16.b{256,1024}.{eager,compiled,cudagraph,compiled_cudagraph}.positions_per_s`
-  and `.flop_fraction` = positions/s x flops_per_position / the GPU's dense bf16 peak
+* GPU only:
+  `nn.resnet40.bf16.b{256,1024}.{eager,compiled,cudagraph,compiled_cudagraph}.positions_per_s` and
+  `.flop_fraction` = positions/s x flops_per_position / the GPU's dense bf16 peak
   (`nn.gpu_peak_bf16_flops`; from the device name, or the `AMAZONS_GPU_PEAK_FLOPS` environment
   variable); `nn.resnet40.bf16.b1024.flop_fraction` is the best variant.
   `compiled` = `torch.compile` (default mode), `cudagraph` = the eager model captured in a CUDA
@@ -120,17 +121,20 @@ def random_batch(rng: np.random.Generator, count: int) -> SampleBatch:
         moves, offsets = engine.legal_moves(current)
         counts = np.diff(offsets)
         picks = offsets[:-1] + rng.integers(0, np.maximum(counts, 1))
-        children = engine.apply_moves(current[counts > 0], np.ascontiguousarray(moves[picks[counts > 0]]))
+        children = engine.apply_moves(current[counts > 0],
+                                      np.ascontiguousarray(moves[picks[counts > 0]]))
         keep = ~engine.is_terminal(children)
         positions[live[counts > 0][keep]] = children[keep]
     moves, offsets = engine.legal_moves(positions)
     label_moves, label_weights = [], []
     for row in range(count):
         own = moves[offsets[row]:offsets[row + 1]]
-        picked = rng.choice(own.shape[0], size=min(own.shape[0], int(rng.integers(1, 9))), replace=False)
+        picked = rng.choice(own.shape[0], size=min(own.shape[0], int(rng.integers(1, 9))),
+                            replace=False)
         label_moves.append(own[picked])
         label_weights.append(rng.integers(1, 50, size=picked.shape[0]))
-    return SampleBatch.from_samples(positions, label_moves, label_weights, rng.choice([-1.0, 1.0], count))
+    return SampleBatch.from_samples(positions, label_moves, label_weights,
+                                    rng.choice([-1.0, 1.0], count))
 
 
 def flops_per_position(model: PolicyValueNet) -> float:
@@ -145,7 +149,8 @@ def flops_per_position(model: PolicyValueNet) -> float:
 def _autocast_forward(evaluator: ReloadableNetworkEvaluator, x: torch.Tensor) -> object:
     """The production model's forward as `NetworkEvaluator.evaluate` runs it: autocast entered for
     the call (so bf16 weights are cast again at every call, as in production)."""
-    with torch.autocast(x.device.type, dtype=evaluator.dtype, enabled=evaluator.dtype != torch.float32):
+    with torch.autocast(x.device.type, dtype=evaluator.dtype,
+                        enabled=evaluator.dtype != torch.float32):
         return evaluator.model(x)
 
 
@@ -158,7 +163,8 @@ def _inference_grid(device: torch.device, batches: tuple[int, ...], window_s: fl
         model = PolicyValueNet(net_config(preset))
         metrics[f"nn.{preset}.flops_per_position"] = flops_per_position(model)
         for precision in PRECISIONS:
-            production = ReloadableNetworkEvaluator(model, str(device), precision, cuda_graphs=False)
+            production = ReloadableNetworkEvaluator(model, str(device), precision,
+                                                    cuda_graphs=False)
             previous_rate = None
             for batch in batches:
                 key = f"nn.{preset}.{precision}.b{batch}"
@@ -166,9 +172,11 @@ def _inference_grid(device: torch.device, batches: tuple[int, ...], window_s: fl
                         and batch / previous_rate > CPU_CALL_LIMIT_S:
                     metrics[f"{key}.skipped_on_cpu"] = 1.0
                     continue
-                x = features[:batch].to(device=device).contiguous(memory_format=torch.channels_last)
+                x = features[:batch].to(device=device).contiguous(
+                    memory_format=torch.channels_last)
                 with torch.inference_mode():
-                    seconds = seconds_per_call(lambda e=production, x=x: _autocast_forward(e, x), device, window_s)
+                    seconds = seconds_per_call(lambda e=production, x=x: _autocast_forward(e, x),
+                                               device, window_s)
                 previous_rate = batch / seconds
                 metrics[f"{key}.positions_per_s"] = previous_rate
     return metrics
@@ -176,17 +184,19 @@ def _inference_grid(device: torch.device, batches: tuple[int, ...], window_s: fl
 
 def _evaluator_rate(preset: str, device: torch.device, window_s: float, rng: np.random.Generator,
                     cuda_graphs: bool | None = None) -> tuple[str, float]:
-    """The production evaluator's whole call at batch 256 on real positions: (precision, positions/s)."""
+    """(precision, positions/s) of the production evaluator's whole call on 256 real positions."""
     torch.manual_seed(0)
     evaluator = ReloadableNetworkEvaluator(PolicyValueNet(net_config(preset)), str(device), "auto",
                                            cuda_graphs=cuda_graphs)
     positions = random_batch(rng, 256).positions
     moves, offsets = engine.legal_moves(positions)
-    seconds = seconds_per_call(lambda: evaluator.evaluate(positions, moves, offsets), device, window_s)
+    seconds = seconds_per_call(lambda: evaluator.evaluate(positions, moves, offsets), device,
+                               window_s)
     return evaluator.precision, 256 / seconds
 
 
-def _evaluator_figure(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+def _evaluator_figure(device: torch.device, window_s: float,
+                      rng: np.random.Generator) -> dict[str, float]:
     precision, rate = _evaluator_rate("tiny", device, window_s, rng)
     return {f"nn.tiny.{precision}.b256.evaluator_positions_per_s": rate}
 
@@ -198,7 +208,8 @@ def _native_against_torch(window_s: float, rng: np.random.Generator) -> dict[str
     """The native evaluator's whole call against the torch production evaluator's on the CPU:
     the same positions, one thread each, batches `EVALUATOR_BATCHES`."""
     if not native_available():
-        print("suite_nn: amazons._native is not built; the native evaluator's keys are left out", file=sys.stderr)
+        print("suite_nn: amazons._native is not built; the native evaluator's keys are left out",
+              file=sys.stderr)
         return {}
     cpu = torch.device("cpu")
     threads = torch.get_num_threads()
@@ -210,34 +221,40 @@ def _native_against_torch(window_s: float, rng: np.random.Generator) -> dict[str
             torch.manual_seed(0)
             model = PolicyValueNet(net_config(preset))
             evaluators = {"native": NativeReloadableEvaluator(model),
-                          "fp32": ReloadableNetworkEvaluator(model, "cpu", "fp32", cuda_graphs=False)}
+                          "fp32": ReloadableNetworkEvaluator(model, "cpu", "fp32",
+                                                             cuda_graphs=False)}
             for batch in EVALUATOR_BATCHES:
                 rows = np.ascontiguousarray(positions[:batch])
                 moves, offsets = engine.legal_moves(rows)
                 for name, evaluator in evaluators.items():
-                    seconds = seconds_per_call(lambda e=evaluator, r=rows, m=moves, o=offsets: e.evaluate(r, m, o),
-                                               cpu, window_s)
-                    metrics[f"nn.{preset}.{name}.b{batch}.evaluator_positions_per_s"] = batch / seconds
+                    seconds = seconds_per_call(
+                        lambda e=evaluator, r=rows, m=moves, o=offsets: e.evaluate(r, m, o),
+                        cpu, window_s)
+                    metrics[f"nn.{preset}.{name}.b{batch}.evaluator_positions_per_s"] = (
+                        batch / seconds)
                 key = f"nn.{preset}.{{}}.b{batch}.evaluator_positions_per_s"
-                metrics[f"nn.{preset}.native_over_torch.b{batch}"] = metrics[key.format("native")] / metrics[
-                    key.format("fp32")]
+                metrics[f"nn.{preset}.native_over_torch.b{batch}"] = (
+                    metrics[key.format("native")] / metrics[key.format("fp32")])
                 if batch >= 64:  # what a second thread buys where a batch has rows for two
                     two = NativeEvaluator(evaluators["native"].native.net, threads=2)
-                    seconds = seconds_per_call(lambda e=two, r=rows, m=moves, o=offsets: e.evaluate(r, m, o),
-                                               cpu, window_s)
-                    metrics[f"nn.{preset}.native_2threads.b{batch}.evaluator_positions_per_s"] = batch / seconds
+                    seconds = seconds_per_call(
+                        lambda e=two, r=rows, m=moves, o=offsets: e.evaluate(r, m, o),
+                        cpu, window_s)
+                    metrics[f"nn.{preset}.native_2threads.b{batch}.evaluator_positions_per_s"] = (
+                        batch / seconds)
     finally:
         torch.set_num_threads(threads)
     return metrics
 
 
-def _compiled_tiny(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+def _compiled_tiny(device: torch.device, window_s: float,
+                   rng: np.random.Generator) -> dict[str, float]:
     """The tiny net at batch 256 under torch.compile with inductor's freezing (weights become
     constants, so convolutions get their fused, pre-packed form); fp32 on a CPU."""
     torch.manual_seed(0)
     model = prepare_for_inference(PolicyValueNet(net_config("tiny"))).to(device)
-    x = torch.from_numpy(engine.features(random_batch(rng, 256).positions, 7)).to(device).contiguous(
-        memory_format=torch.channels_last)
+    x = (torch.from_numpy(engine.features(random_batch(rng, 256).positions, 7)).to(device)
+         .contiguous(memory_format=torch.channels_last))
     key = "nn.tiny.fp32.b256.compiled"
     try:
         with inductor_config.patch(freezing=True), torch.inference_mode():
@@ -293,7 +310,8 @@ def _cuda_graph_call(model: torch.nn.Module, example: torch.Tensor) -> Callable[
     return graph.replay
 
 
-def _gpu_resnet40(device: torch.device, window_s: float, rng: np.random.Generator) -> dict[str, float]:
+def _gpu_resnet40(device: torch.device, window_s: float,
+                  rng: np.random.Generator) -> dict[str, float]:
     metrics: dict[str, float] = {}
     torch.manual_seed(0)
     model = PolicyValueNet(net_config("resnet40"))

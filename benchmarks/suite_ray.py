@@ -1,11 +1,11 @@
-"""Ray benchmark: self-play through `--backend ray` against the local pipeline, and what crosses Ray.
+"""Ray benchmark: self-play with `--backend ray` against the local pipeline, and what crosses Ray.
 
-Both backends run in this process, one after the other in rounds (in alternating order), with the self-play suite's
-configuration (the `tiny` net in fp32, 2 actor processes x 16 games in lockstep, 48 simulations,
-K = 4; ResNet-40 in bf16 with 12 x 64 games on a GPU) and the same games: the local pipeline
-(`SelfPlayWorkers` on an `InferenceServer`, as `--backend local` runs it) plays each round with
-the seed stream of the Ray request of that round. The Ray side is a `NodePool` on a Ray instance
-started on this machine: one `SelfPlayNode` actor, which runs that same local pipeline, one
+Both backends run in this process, one after the other in rounds (in alternating order), with the
+self-play suite's configuration (the `tiny` net in fp32, 2 actor processes x 16 games in lockstep,
+48 simulations, K = 4; ResNet-40 in bf16 with 12 x 64 games on a GPU) and the same games: the local
+pipeline (`SelfPlayWorkers` on an `InferenceServer`, as `--backend local` runs it) plays each round
+with the seed stream of the Ray request of that round. The Ray side is a `NodePool` on a Ray
+instance started on this machine: one `SelfPlayNode` actor, which runs that same local pipeline, one
 request per round. The ratio of positions/s therefore measures what Ray adds: the request, the
 weights by reference, the games back through the object store and the learner's copy of them.
 
@@ -48,22 +48,23 @@ from amazons.train.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorke
 def bench_config(games: int, gpu: bool) -> TrainConfig:
     """The self-play suite's settings as a run config, one Ray request per round."""
     actors, games_in_parallel = (12, 64) if gpu else (2, 16)
-    search = SearchConfig(simulations=200 if gpu else 48, leaves_per_game=4, root_noise=True, temperature_moves=10,
-                          node_capacity=1024, edge_capacity=1 << 17)
+    search = SearchConfig(simulations=200 if gpu else 48, leaves_per_game=4, root_noise=True,
+                          temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17)
     return TrainConfig(
         preset="bench", device="cuda" if gpu else "cpu",
         net=net_config("resnet40" if gpu else "tiny"),
-        selfplay=SelfPlayConfig(num_actors=actors, games_in_parallel=games_in_parallel, search=search,
-                                start_jitter_s=0.0),
+        selfplay=SelfPlayConfig(num_actors=actors, games_in_parallel=games_in_parallel,
+                                search=search, start_jitter_s=0.0),
         inference=InferenceConfig(inference_batch_size=min(256, actors * games_in_parallel * 4)),
         games_per_iteration=games,
-        ray=RayConfig(node_gpus=1.0 if gpu else 0.0, games_per_request=games, max_games_in_flight=games,
-                      max_weights_lag=0, num_cpus=os.cpu_count() or 1, object_store_mb=0 if gpu else 100),
+        ray=RayConfig(node_gpus=1.0 if gpu else 0.0, games_per_request=games,
+                      max_games_in_flight=games, max_weights_lag=0, num_cpus=os.cpu_count() or 1,
+                      object_store_mb=0 if gpu else 100),
     )
 
 
 def model_file_bytes(preset: str, folder: str) -> int:
-    """Size of a freshly initialized `preset` network's model file (what one weights update sends)."""
+    """Size of a freshly initialized `preset` network's model file (sent by one weights update)."""
     path = Path(folder) / f"{preset}.pt"
     save_model(path, PolicyValueNet(net_config(preset)))
     size = path.stat().st_size
@@ -94,7 +95,8 @@ def run(quick: bool) -> dict[str, float]:
                 pool.publish_weights(model_path, 0)
                 warm_up = config.selfplay.num_actors
                 workers.play(warm_up, lambda samples, records: None, iteration=request_stream(0, 0))
-                pool.play(warm_up, lambda samples, records: None, iteration=0)  # node start-up, JIT caches
+                # node start-up, JIT caches
+                pool.play(warm_up, lambda samples, records: None, iteration=0)
                 pool.take_metrics()
                 for round_index in range(1, rounds + 1):
                     def local(round_index: int = round_index) -> None:
@@ -102,14 +104,17 @@ def run(quick: bool) -> dict[str, float]:
                                                           iteration=request_stream(round_index, 0)))
 
                     def remote(round_index: int = round_index) -> None:
-                        ray_reports.append(pool.play(games, lambda samples, records: delivered.extend(samples),
-                                                     iteration=round_index))
+                        ray_reports.append(pool.play(
+                            games, lambda samples, records: delivered.extend(samples),
+                            iteration=round_index))
 
-                    for piece in (local, remote) if round_index % 2 else (remote, local):  # alternate the order
+                    # alternate the order
+                    for piece in (local, remote) if round_index % 2 else (remote, local):
                         piece()
                 crossing = pool.take_metrics()
             cpu = preset_config("cpu")
-            replay = ReplayBuffer(Path(folder) / "replay", 1_000_000, chunk_games=cpu.replay_chunk_games,
+            replay = ReplayBuffer(Path(folder) / "replay", 1_000_000,
+                                  chunk_games=cpu.replay_chunk_games,
                                   chunk_seconds=cpu.replay_chunk_seconds)
             started = time.perf_counter()
             for samples in delivered:
@@ -130,8 +135,9 @@ def run(quick: bool) -> dict[str, float]:
     node_seconds = sum(stats["seconds"] for report in ray_reports for stats in report.actor_stats)
     requests = sum(len(report.actor_stats) for report in ray_reports)
     ray_games = sum(report.games for report in ray_reports)
-    print(f"ray: {rounds} round(s) of {games} games per backend; positions local {local_positions}, "
-          f"ray {ray_positions}; net {config.net.blocks} x {config.net.channels}; Ray workers at nice "
+    print(f"ray: {rounds} round(s) of {games} games per backend; "
+          f"positions local {local_positions}, ray {ray_positions}; "
+          f"net {config.net.blocks} x {config.net.channels}; Ray workers at nice "
           f"{os.environ['RAY_worker_niceness']}")
     print("ray: positions/s per round, local / ray: " + ", ".join(
         f"{local.positions_per_s:.0f} / {remote.positions_per_s:.0f}"
@@ -140,10 +146,11 @@ def run(quick: bool) -> dict[str, float]:
         "ray.local_positions_per_s": local_rate,
         "ray.ray_positions_per_s": ray_rate,
         "ray.positions_per_s_ratio_to_local": ray_rate / local_rate,
-        "ray.overhead_ms_per_request": 1000 * (sum(report.seconds for report in ray_reports) - node_seconds)
-        / max(requests, 1),
+        "ray.overhead_ms_per_request": 1000 * (sum(report.seconds for report in ray_reports)
+                                               - node_seconds) / max(requests, 1),
         "ray.bytes_per_game": crossing["ray/bytes_per_game"],
-        "ray.bytes_per_position": crossing["ray/bytes_per_game"] * ray_games / max(ray_positions, 1),
+        "ray.bytes_per_position": (crossing["ray/bytes_per_game"] * ray_games
+                                   / max(ray_positions, 1)),
         "ray.weights_bytes": crossing["ray/weights_bytes"],
         "ray.weights_bytes_resnet40": float(weights_resnet40),
         "ray.label_entries_per_position": label_entries / max(ray_positions, 1),

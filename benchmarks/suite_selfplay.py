@@ -4,9 +4,10 @@ Measures end-to-end self-play on this machine with a small net: positions/s, net
 evaluations/s and search simulations/s, the ratio of evaluations/s in self-play to the same
 network's standalone throughput, the server's round-trip latency seen by the actors, and the
 mean batch fill. On a GPU the net is ResNet-40 in bf16. The server runs the production
-evaluator, built by the function the main job calls (`amazons.neural.production.server_evaluator_factory`:
-the model `prepare_for_inference` makes, autocast at the resolved precision, on a GPU CUDA
-graphs over batch buckets up to the server's `inference_batch_size`).
+evaluator, built by the function the main job calls
+(`amazons.neural.production.server_evaluator_factory`: the model `prepare_for_inference` makes,
+autocast at the resolved precision, on a GPU CUDA graphs over batch buckets up to the server's
+`inference_batch_size`).
 
 On a CPU the suite runs twice, the server on the torch backend and on the compiled native one
 (`InferenceConfig.backend`), the keys under `selfplay.torch.` and `selfplay.native.`, and
@@ -97,8 +98,8 @@ class LeafRecordingFactory:
         return LeafRecorder(self.factory(), self.path, self.capacity)
 
 
-def standalone_evals_per_s(model_path: str, device: str, inference: InferenceConfig, leaves: np.ndarray,
-                           seconds: float) -> float:
+def standalone_evals_per_s(model_path: str, device: str, inference: InferenceConfig,
+                           leaves: np.ndarray, seconds: float) -> float:
     """The production evaluator's rate in this process, built as the server builds it
     (`server_evaluator_factory` with `inference`), on `leaves` `(N, 3) uint64` (non-terminal,
     N >= `inference.inference_batch_size`) in full batches of `inference.inference_batch_size`,
@@ -114,7 +115,8 @@ def standalone_evals_per_s(model_path: str, device: str, inference: InferenceCon
         chunk = np.ascontiguousarray(leaves[first:first + batch])
         batches.append((chunk, *engine.legal_moves(chunk)))
     if not batches:
-        raise RuntimeError(f"the server evaluated {leaves.shape[0]} leaves, fewer than one batch of {batch}")
+        raise RuntimeError(f"the server evaluated {leaves.shape[0]} leaves, "
+                           f"fewer than one batch of {batch}")
     evaluator.evaluate(*batches[0])
     calls, started = 0, time.perf_counter()
     while time.perf_counter() - started < seconds:
@@ -123,8 +125,9 @@ def standalone_evals_per_s(model_path: str, device: str, inference: InferenceCon
     return calls * batch / (time.perf_counter() - started)
 
 
-def measure(device: str, preset: str, actors: int, games_in_parallel: int, simulations: int, batch: int,
-            games: int, standalone_s: float, prefix: str = "selfplay", backend: str = "auto") -> dict[str, float]:
+def measure(device: str, preset: str, actors: int, games_in_parallel: int, simulations: int,
+            batch: int, games: int, standalone_s: float, prefix: str = "selfplay",
+            backend: str = "auto") -> dict[str, float]:
     """Self-play through the shared-memory server on `device`: `actors` processes x
     `games_in_parallel` games of `simulations` simulations (K = 4 leaves per game), the server's
     batch up to `batch` rows, `games` timed games after a warm-up of one game per actor; then the
@@ -142,13 +145,15 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         save_model(model_path, PolicyValueNet(net_config(preset)))
         inference = InferenceConfig(inference_batch_size=batch, backend=backend)
         leaves_path = str(Path(folder) / "leaves.npy")
-        factory = LeafRecordingFactory(server_evaluator_factory(model_path, device, "auto", inference), leaves_path,
-                                       STANDALONE_BATCHES * batch)
-        config = SelfPlayConfig(num_actors=actors, games_in_parallel=games_in_parallel, search=search,
-                                start_jitter_s=0.0)
+        factory = LeafRecordingFactory(
+            server_evaluator_factory(model_path, device, "auto", inference), leaves_path,
+            STANDALONE_BATCHES * batch)
+        config = SelfPlayConfig(num_actors=actors, games_in_parallel=games_in_parallel,
+                                search=search, start_jitter_s=0.0)
         with InferenceServer(factory, actors, inference) as server:
             with SelfPlayWorkers(server, config) as workers:
-                workers.play(actors, lambda samples, texts: None, iteration=0)  # warm-up: imports, JIT cache
+                # warm-up: imports, JIT cache
+                workers.play(actors, lambda samples, texts: None, iteration=0)
                 played: list[np.ndarray] = []
                 report = workers.play(
                     games, lambda samples, texts: played.extend(game.positions for game in samples),
@@ -160,8 +165,9 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         standalone = standalone_evals_per_s(model_path, device, inference, sampled, standalone_s)
     round_trips = sum(stats["round_trips"] for stats in report.actor_stats)
     waited = sum(stats["round_trip_seconds"] for stats in report.actor_stats)
-    print(f"{prefix}: net {preset}, backend {backend}, {resolve_precision('auto', device)}, {actors} actors x "
-          f"{games_in_parallel} games, {simulations} simulations, K = {leaves}, batch {batch}")
+    print(f"{prefix}: net {preset}, backend {backend}, {resolve_precision('auto', device)}, "
+          f"{actors} actors x {games_in_parallel} games, {simulations} simulations, "
+          f"K = {leaves}, batch {batch}")
     return {
         f"{prefix}.positions_per_s": report.positions_per_s,
         f"{prefix}.evals_per_s": report.evals_per_s,
@@ -172,7 +178,8 @@ def measure(device: str, preset: str, actors: int, games_in_parallel: int, simul
         f"{prefix}.mean_batch_fill": server_stats.get("mean_batch_fill", float("nan")),
         f"{prefix}.mean_batch_rows": server_stats.get("mean_batch_rows", float("nan")),
         f"{prefix}.games": float(report.games),
-        f"{prefix}.mean_game_plies": sum(positions.shape[0] for positions in played) / max(report.games, 1),
+        f"{prefix}.mean_game_plies": (sum(positions.shape[0] for positions in played)
+                                      / max(report.games, 1)),
         f"{prefix}.standalone_leaves": float(leaves_sampled),
         f"{prefix}.standalone_batch": float(batch),
         f"{prefix}.actors": float(actors),
@@ -185,8 +192,8 @@ def run(quick: bool) -> dict[str, float]:
     actors, games_in_parallel = (12, 64) if gpu else (2, 16)
     games = (actors * games_in_parallel) if not quick else actors * 2
     device, preset = ("cuda", "resnet40") if gpu else ("cpu", "tiny")
-    args = (device, preset, actors, games_in_parallel, 200 if gpu else 48, min(256, actors * games_in_parallel * 4),
-            games, 2.0 if quick else 5.0)
+    args = (device, preset, actors, games_in_parallel, 200 if gpu else 48,
+            min(256, actors * games_in_parallel * 4), games, 2.0 if quick else 5.0)
     if gpu:
         return measure(*args)
     # On a CPU both backends of the server, one after the other in this sitting.
@@ -195,6 +202,6 @@ def run(quick: bool) -> dict[str, float]:
         metrics.update(measure(*args, prefix=f"selfplay.{backend}", backend=backend))
     if native_available():
         for what in ("sims_per_s", "positions_per_s"):
-            metrics[f"selfplay.native_over_torch.{what}"] = metrics[f"selfplay.native.{what}"] / metrics[
-                f"selfplay.torch.{what}"]
+            metrics[f"selfplay.native_over_torch.{what}"] = (metrics[f"selfplay.native.{what}"]
+                                                             / metrics[f"selfplay.torch.{what}"])
     return metrics

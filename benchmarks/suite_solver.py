@@ -36,11 +36,12 @@ def run(quick: bool) -> dict[str, float]:
     evaluator = load_network_evaluator(default_checkpoint_path(), "cpu", "fp32")
     games: list[list[Move]] = []
     search = BatchedSearch(evaluator, config.search, config.games_in_parallel, seed=0)
-    play_games(search, 2, lambda samples, moves, verdict: None, config.policy_label, adjudicate=False)
-    total_games = 16 if quick else 64
-    play_games(BatchedSearch(evaluator, config.search, config.games_in_parallel, seed=1), total_games,
-               lambda samples, moves, verdict: games.append(list(moves)), config.policy_label,
+    play_games(search, 2, lambda samples, moves, verdict: None, config.policy_label,
                adjudicate=False)
+    total_games = 16 if quick else 64
+    play_games(BatchedSearch(evaluator, config.search, config.games_in_parallel, seed=1),
+               total_games, lambda samples, moves, verdict: games.append(list(moves)),
+               config.policy_label, adjudicate=False)
     total_plies, saved_plies, decided_at, disagreements = 0, 0, [], 0
     positions = []
     for moves in games:
@@ -70,7 +71,8 @@ def run(quick: bool) -> dict[str, float]:
         "solver.games": float(len(games)),
         "solver.adjudicated_games_share": len(decided_at) / len(games),
         "solver.plies_saved_share": saved_plies / total_plies,
-        "solver.decided_at_ply_median": float(np.median(decided_at)) if decided_at else float("nan"),
+        "solver.decided_at_ply_median": (float(np.median(decided_at)) if decided_at
+                                         else float("nan")),
         "solver.playout_disagreements": float(disagreements),
         "solver.adjudicate_positions_per_s": per_s,
     }

@@ -33,8 +33,8 @@ rounds of 50 draws (`replay_sample_ms()` uses only the buffer's public calls, so
 older checkouts too); `train.learner_step_ms.eager` and `train.learner_step_ms.compiled` (not
 with `--quick`), one `Learner.train_step` of the cpu preset's learner (tiny net, fp32, one
 thread, batch 256 drawn from that window and augmented) without and with `OptimConfig.compile`
-(`torch.compile` of the forward pass; its compilation, a minute on 2 cores, not counted), the
-median of 6 interleaved rounds of 8 steps.
+(`torch.compile` of the forward pass; its compilation not counted), the median of 6
+interleaved rounds of 8 steps.
 
 Beside them, self-play alone (no learner, no evaluation): the cpu preset's actors and inference
 server with the tiny net playing endless tasks for 20 s after an 8 s warm-up,
@@ -82,21 +82,25 @@ from amazons.train.selfplay import SelfPlayWorkers, play_games
 
 ITERATIONS = 3
 MODES = ("async", "sync")
-BACKENDS = ("torch", "native")  # the server's network (InferenceConfig.backend), both in one sitting
+# the server's network (InferenceConfig.backend), both in one sitting
+BACKENDS = ("torch", "native")
 REPOSITORY = Path(__file__).resolve().parents[1]
 
 
-def run_mode(mode: str, run_dir: Path, overrides: list[str], label: str | None = None) -> dict[str, float]:
+def run_mode(mode: str, run_dir: Path, overrides: list[str],
+             label: str | None = None) -> dict[str, float]:
     """Run the main job in `mode`; its figures (see the module docstring), under
     `train.<label>.` (default: the mode)."""
     command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
-               "--iterations", str(ITERATIONS), "--no-progress", f"pipeline.mode={mode}", *overrides]
+               "--iterations", str(ITERATIONS), "--no-progress", f"pipeline.mode={mode}",
+               *overrides]
     mode = label or mode
     cores = len(os.sched_getaffinity(0))
     machine_before = _machine_busy_seconds()
     started = time.perf_counter()
     with tempfile.TemporaryFile("w+") as log:
-        process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT, text=True)
+        process = subprocess.Popen(command, cwd=REPOSITORY, stdout=log, stderr=subprocess.STDOUT,
+                                   text=True)
         cpu_by_process, first_line = _watch_tree(process, run_dir / "metrics.jsonl")
         wall = time.perf_counter() - started
         log.seek(0)
@@ -109,7 +113,8 @@ def run_mode(mode: str, run_dir: Path, overrides: list[str], label: str | None =
     first_line_at, cpu_at_first_line = first_line
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     if len(lines) != ITERATIONS:
-        raise RuntimeError(f"train ({mode}) wrote {len(lines)} metrics lines, expected {ITERATIONS}")
+        raise RuntimeError(f"train ({mode}) wrote {len(lines)} metrics lines, "
+                           f"expected {ITERATIONS}")
     config = json.loads((run_dir / "config.json").read_text())
     positions = sum(line["selfplay/positions"] for line in lines)
     samples = sum(line["train/steps"] for line in lines) * config["train_batch_size"]
@@ -127,8 +132,8 @@ def run_mode(mode: str, run_dir: Path, overrides: list[str], label: str | None =
     }
 
 
-def _watch_tree(process: subprocess.Popen, metrics: Path,
-                interval_s: float = 0.2) -> tuple[dict[tuple[int, float], float], tuple[float, float]]:
+def _watch_tree(process: subprocess.Popen, metrics: Path, interval_s: float = 0.2
+                ) -> tuple[dict[tuple[int, float], float], tuple[float, float]]:
     """Until `process` ends: CPU seconds (user + system) of it and of each descendant, as last
     read; and (perf_counter, total CPU seconds) when `metrics` first held a line."""
     root = psutil.Process(process.pid)
@@ -162,11 +167,15 @@ def _machine_busy_seconds() -> float:
 
 
 def uniform_window(window: int = 200_000) -> ReplayBuffer:
-    """A replay window of `window` positions: six short uniform-search games, added over and over."""
+    """A replay window of `window` positions.
+
+    Six short uniform-search games, added over and over.
+    """
     games: list[GameSamples] = []
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, leaves_per_game=4, root_noise=True,
-                                                            temperature_moves=56, node_capacity=64,
-                                                            edge_capacity=1 << 15), num_games=3, seed=0)
+    search = BatchedSearch(UniformEvaluator(),
+                           SearchConfig(simulations=8, leaves_per_game=4, root_noise=True,
+                                        temperature_moves=56, node_capacity=64,
+                                        edge_capacity=1 << 15), num_games=3, seed=0)
     play_games(search, 6, lambda samples, moves, adjudication: games.append(samples))
     buffer = ReplayBuffer(None, window_positions=window, seed=0)
     while len(buffer) < window:
@@ -175,7 +184,8 @@ def uniform_window(window: int = 200_000) -> ReplayBuffer:
     return buffer
 
 
-def replay_sample_ms(window: int = 200_000, batch: int = 256, rounds: int = 7, draws: int = 50) -> float:
+def replay_sample_ms(window: int = 200_000, batch: int = 256, rounds: int = 7,
+                     draws: int = 50) -> float:
     """Median milliseconds of `ReplayBuffer.sample(batch)` over a window of `window` positions."""
     buffer = uniform_window(window)
     buffer.sample(batch)
@@ -198,7 +208,8 @@ def learner_step_ms(rounds: int = 6, steps: int = 8) -> dict[str, float]:
     learners = {}
     for compiled in (False, True):
         torch.manual_seed(0)
-        learners[compiled] = Learner(PolicyValueNet(net_config("tiny")), optim.replace(compile=compiled), seed=0)
+        learners[compiled] = Learner(PolicyValueNet(net_config("tiny")),
+                                     optim.replace(compile=compiled), seed=0)
         for batch in batches[:3]:  # compiles (a recompilation for the varying label count included)
             learners[compiled].train_step(batch)
     times: dict[bool, list[float]] = {False: [], True: []}
@@ -208,16 +219,19 @@ def learner_step_ms(rounds: int = 6, steps: int = 8) -> dict[str, float]:
             for batch in batches:
                 learner.train_step(batch)
             times[compiled].append((time.perf_counter() - started) / steps)
-    return {f"train.learner_step_ms.{'compiled' if compiled else 'eager'}": 1000 * statistics.median(values)
+    return {f"train.learner_step_ms.{'compiled' if compiled else 'eager'}":
+            1000 * statistics.median(values)
             for compiled, values in times.items()}
 
 
-def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0, backend: str = "auto") -> dict[str, float]:
+def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0,
+                   backend: str = "auto") -> dict[str, float]:
     """The cpu preset's self-play without a learner, the server on `backend`: CPU shares of the
     server and the actors, under `train.selfplay_alone.<backend>.`."""
     torch.set_num_threads(1)
     config = preset_config("cpu")
-    config = dataclasses.replace(config, inference=dataclasses.replace(config.inference, backend=backend))
+    config = dataclasses.replace(config,
+                                 inference=dataclasses.replace(config.inference, backend=backend))
     cores = len(os.sched_getaffinity(0))
     with tempfile.TemporaryDirectory(prefix="amazons-bench-selfplay-") as folder:
         path = str(Path(folder) / "model.pt")
@@ -235,10 +249,12 @@ def selfplay_alone(seconds: float = 20.0, warm_up_s: float = 8.0, backend: str =
                 while time.perf_counter() - started < seconds:
                     positions += sum(game.samples.num_positions for game in workers.collect(0.5))
                 wall = time.perf_counter() - started
-                used = {child.pid: sum(child.cpu_times()[:2]) - before[child.pid] for child in children}
+                used = {child.pid: sum(child.cpu_times()[:2]) - before[child.pid]
+                        for child in children}
                 workers.stop()
         server_pid = int(server.stats["pid"])  # the server's statistics, sent when it stops
-    actors = [seconds_used for pid, seconds_used in used.items() if pid != server_pid and seconds_used > 0.01]
+    actors = [seconds_used for pid, seconds_used in used.items()
+              if pid != server_pid and seconds_used > 0.01]
     prefix = f"train.selfplay_alone.{backend}"
     return {
         f"{prefix}.core_utilization": sum(used.values()) / (wall * cores),
@@ -262,17 +278,21 @@ def run(quick: bool) -> dict[str, float]:
         for mode in MODES:
             for backend in backends if mode == "async" else backends[-1:]:
                 metrics.update(run_mode(mode, Path(folder) / f"{mode}-{backend}",
-                                        [*overrides, f"inference.backend={backend}"], f"{mode}.{backend}"))
+                                        [*overrides, f"inference.backend={backend}"],
+                                        f"{mode}.{backend}"))
     if native_available():
-        for key in ("selfplay_alone.{}.positions_per_s", "async.{}.positions_per_s", "async.{}.samples_per_s"):
-            ratio = metrics[f"train.{key.format('native')}"] / metrics[f"train.{key.format('torch')}"]
+        for key in ("selfplay_alone.{}.positions_per_s", "async.{}.positions_per_s",
+                    "async.{}.samples_per_s"):
+            ratio = (metrics[f"train.{key.format('native')}"]
+                     / metrics[f"train.{key.format('torch')}"])
             metrics[f"train.{key.format('native_over_torch')}"] = ratio
     return metrics
 
 
 if __name__ == "__main__":
     if len(sys.argv) < 2 or sys.argv[1] not in MODES:
-        raise SystemExit(f"usage: python benchmarks/suite_train.py {{{','.join(MODES)}}} [KEY=VALUE ...]")
+        raise SystemExit(f"usage: python benchmarks/suite_train.py {{{','.join(MODES)}}} "
+                         "[KEY=VALUE ...]")
     warm_up()
     with tempfile.TemporaryDirectory(prefix="amazons-bench-train-") as folder:
         for name, value in run_mode(sys.argv[1], Path(folder) / "run", sys.argv[2:]).items():

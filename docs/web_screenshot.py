@@ -4,7 +4,8 @@
 
 Plays the first 14 plies of a game of the shipped network against itself, opens them in the
 replay view, continues from there in the Play view ("Play on from here"), runs an analysis and
-photographs the page, territory overlay included (it is on when the page opens). The PNG is reduced to a 64-colour palette to keep it small.
+photographs the page, territory overlay included (it is on when the page opens). The PNG is
+reduced to a 64-colour palette to keep it small.
 """
 
 from __future__ import annotations
@@ -80,7 +81,8 @@ def main() -> None:
                 page.click("#replay-controls button:text('Play on from here')")
                 page.wait_for_selector(f"#play-status[data-state=your-move][data-ply='{PLIES}']")
                 page.click("#analyse-button")
-                page.wait_for_selector(f"#analysis:not([hidden]) .analysis-about:text('ply {PLIES})')")
+                page.wait_for_selector(f"#analysis:not([hidden]) "
+                                       f".analysis-about:text('ply {PLIES})')")
                 page.wait_for_selector("#play-status[data-state=your-move]")
                 page.mouse.move(0, 0)
                 page.screenshot(path=str(args.out))

@@ -131,7 +131,8 @@ def main():
                      "data": f"seen {game.plies + 1}"}
             text = json.dumps(reply)
         else:
-            text = " ".join(str(value) for value in values) + f"\nturn {turn}\nseen {game.plies + 1}"
+            text = (" ".join(str(value) for value in values)
+                    + f"\nturn {turn}\nseen {game.plies + 1}")
         if kind in ("garbage", "badjson"):
             text = "hello world" if kind == "garbage" else '{"response": "x"}'
         print(text, flush=True)

@@ -45,7 +45,8 @@ SHM = Path("/dev/shm")
 def owned_shm_entries() -> set[str]:
     """The `/dev/shm` entries this session owns (segments of this process, its semaphores)."""
     owned = (segment_prefix(os.getpid()), f"sem.{SEMAPHORE_PREFIX}-")
-    return {path.name for path in SHM.iterdir() if path.name.startswith(owned)} if SHM.is_dir() else set()
+    return ({path.name for path in SHM.iterdir() if path.name.startswith(owned)}
+            if SHM.is_dir() else set())
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -111,7 +112,8 @@ def game_positions(draw, min_ply: int = 0) -> oracle.Position:
 
 
 def sample_positions(step: int = 1) -> list[oracle.Position]:
-    """Positions at every `step`-th ply of the fixed sample games, each game's final one included."""
+    """Positions at every `step`-th ply of the fixed sample games, each game's final one
+    included."""
     positions = []
     for seed in SAMPLE_GAME_SEEDS:
         line = oracle_line(seed)
@@ -136,4 +138,18 @@ def canonical_sample(positions_sample) -> np.ndarray:
 @pytest.fixture(scope="session")
 def oracle_canonical_moves(positions_sample) -> list[set]:
     """The oracle's canonical legal moves of each of `positions_sample`, as index triples."""
-    return [oracle.move_index_set(position.canonical_legal_moves()) for position in positions_sample]
+    return [oracle.move_index_set(position.canonical_legal_moves())
+            for position in positions_sample]
+
+
+@pytest.fixture(scope="session")
+def default_bot(tmp_path_factory) -> Path:
+    """The shipped model's C++ bot, built as Botzone builds it (C++11, -O2, warnings as errors),
+    once per test session for every test file of the C++ bot: pytest-xdist's workers share it
+    through their session's temporary folder."""
+    from cpp_bot import export_default_bot  # imported here: the other tests never need it
+
+    if os.environ.get("PYTEST_XDIST_WORKER") is None:
+        return export_default_bot(tmp_path_factory.mktemp("botzone-cpp"))
+    # A worker's base folder is <session folder>/popen-gwN: its parent is this session's alone.
+    return export_default_bot(tmp_path_factory.getbasetemp().parent / "botzone-cpp")

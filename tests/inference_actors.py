@@ -26,7 +26,8 @@ def echo_outputs(
     """Priors encode (position, move); values encode the position. Exact in float32."""
     counts = np.diff(move_offsets)
     row_of_move = np.repeat(np.arange(positions.shape[0]), counts)
-    position_code = (positions[:, 0] ^ (positions[:, 1] >> np.uint64(3)) ^ positions[:, 2]) % np.uint64(97)
+    position_code = ((positions[:, 0] ^ (positions[:, 1] >> np.uint64(3)) ^ positions[:, 2])
+                     % np.uint64(97))
     move_code = moves[:, 0] * 4096 + moves[:, 1] * 64 + moves[:, 2]
     priors = (move_code + 262144 * position_code[row_of_move].astype(np.int64)).astype(np.float32)
     values = (position_code.astype(np.float32) / 97.0).astype(np.float32)
@@ -149,7 +150,8 @@ def modules_actor(handle: ClientHandle, results) -> None:
 
 @dataclass(frozen=True)
 class ModulesReportingFactory:
-    """Builds `inner()` in the server process, then writes the package's modules it holds to `path`."""
+    """Builds `inner()` in the server process, then writes the package's modules it holds
+    to `path`."""
 
     inner: Callable[[], object]
     path: str

@@ -59,8 +59,8 @@ def float32(value: float) -> float:
 class NaiveEdge:
     """One legal move of a node, with its statistics (for the side choosing it)."""
 
-    __slots__ = ("move", "prior", "visits", "value_sum", "value_sq_sum", "inflight", "child", "pending",
-                 "proof", "proof_plies")
+    __slots__ = ("move", "prior", "visits", "value_sum", "value_sq_sum", "inflight", "child",
+                 "pending", "proof", "proof_plies")
 
     def __init__(self, move: tuple[int, int, int], prior: float) -> None:
         self.move = move
@@ -180,7 +180,8 @@ class NaiveMCTS:
         children = engine.apply_moves(np.repeat(position.reshape(1, 3), len(moves), axis=0), moves)
         return (engine.count_legal_moves(children) == 0).tolist()
 
-    def evaluate(self, nodes: list[NaiveNode], at_root: bool = False) -> list[tuple[list, list, float, list]]:
+    def evaluate(self, nodes: list[NaiveNode],
+                 at_root: bool = False) -> list[tuple[list, list, float, list]]:
         """Legal moves, priors, value and winning-move marks of each node's position.
 
         Terminal positions have no moves and value -1; with the solver, a non-root position with
@@ -195,8 +196,9 @@ class NaiveMCTS:
                 self.adjudicate(node)
         live = [i for i, moves in enumerate(move_lists)
                 if len(moves) > 0 and (at_root or not (any(wins[i]) or nodes[i].adjudicated[0]))]
-        results = [([tuple(m) for m in moves.tolist()], [float(np.float32(1.0 / len(moves)))] * len(moves),
-                    1.0, wins[i]) if len(moves) else ([], [], -1.0, [])
+        results = [([tuple(m) for m in moves.tolist()],
+                    [float(np.float32(1.0 / len(moves)))] * len(moves), 1.0, wins[i])
+                   if len(moves) else ([], [], -1.0, [])
                    for i, moves in enumerate(move_lists)]
         if live:
             positions = np.stack([nodes[i].position for i in live])
@@ -303,7 +305,8 @@ class NaiveMCTS:
         halving, edges = self.halving, self.root.edges
         halving.considered = [False] * len(edges)
         open_edges = [i for i, edge in enumerate(edges) if edge.proof != -1]
-        ranked = sorted(open_edges, key=lambda i: (-(halving.noise[i] + log_prior(edges[i].prior)), i))
+        ranked = sorted(open_edges,
+                        key=lambda i: (-(halving.noise[i] + log_prior(edges[i].prior)), i))
         for i in ranked[: self.config.gumbel_m]:
             halving.considered[i] = True
             halving.base[i] = edges[i].visits + edges[i].inflight
@@ -315,7 +318,8 @@ class NaiveMCTS:
         halving, edges = self.halving, self.root.edges
         terms = self.sigma_terms()
         for _ in range(3):
-            alive = [i for i, edge in enumerate(edges) if halving.considered[i] and edge.proof != -1]
+            alive = [i for i, edge in enumerate(edges)
+                     if halving.considered[i] and edge.proof != -1]
             new = {i: edges[i].visits + edges[i].inflight - halving.base[i] for i in alive}
             below = [i for i in alive if new[i] < halving.phase_target]
             if below:
@@ -371,7 +375,8 @@ class NaiveMCTS:
 
     # -- the search --------------------------------------------------------------------------
 
-    def search(self, num_simulations: int | None = None, planned_simulations: int | None = None) -> None:
+    def search(self, num_simulations: int | None = None,
+               planned_simulations: int | None = None) -> None:
         cfg = self.config
         remaining = cfg.simulations if num_simulations is None else num_simulations
         if self.root.edges is None:
@@ -443,7 +448,8 @@ class NaiveMCTS:
             for path in leaves:
                 parent, edge = path[-1]
                 move = np.array([edge.move], np.int32)
-                children.append(NaiveNode(engine.apply_moves(parent.position.reshape(1, 3), move)[0]))
+                children.append(NaiveNode(
+                    engine.apply_moves(parent.position.reshape(1, 3), move)[0]))
             for path, child, (moves, priors, value, wins) in zip(
                     leaves, children, self.evaluate(children), strict=True):
                 edge = path[-1][1]

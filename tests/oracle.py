@@ -228,7 +228,8 @@ def play_line(moves, start: Position | None = None) -> list[Position]:
     return positions
 
 
-def random_game(seed: int, max_plies: int | None = None, start: Position | None = None) -> list[Move]:
+def random_game(seed: int, max_plies: int | None = None,
+                start: Position | None = None) -> list[Move]:
     """A uniformly random legal game (real-frame moves) from `start`, reproducible from `seed`.
 
     Stops when the side to move has no move, or after `max_plies` plies.
@@ -246,7 +247,8 @@ def random_game(seed: int, max_plies: int | None = None, start: Position | None 
     return moves
 
 
-def possible_outcomes(mine: frozenset, theirs: frozenset, arrows: frozenset, limit: int) -> set | None:
+def possible_outcomes(mine: frozenset, theirs: frozenset, arrows: frozenset,
+                      limit: int) -> set | None:
     """Results (+1 / -1 for the side owning `mine`) that some line of play can reach.
 
     Returns None when the game tree has more than `limit` nodes (too big to list).
@@ -306,7 +308,8 @@ def shoot_potential(mover: frozenset, waiting: frozenset, arrows: frozenset) -> 
     return {arrow for _, _, arrow in legal_moves(mover, waiting, arrows)}
 
 
-def feature_planes(mine: frozenset, theirs: frozenset, arrows: frozenset, num_planes: int = 7) -> np.ndarray:
+def feature_planes(mine: frozenset, theirs: frozenset, arrows: frozenset,
+                   num_planes: int = 7) -> np.ndarray:
     """The 3- or 7-plane encoding of a canonical triple, `(C, 8, 8) float32`.
 
     3 planes: mine, theirs, arrows. 7 planes: mine, theirs, all obstacles, my mobility, their

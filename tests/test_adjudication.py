@@ -141,9 +141,12 @@ def adjudicate_triple(mine, theirs, arrows) -> tuple[int, list[int]]:
 
 
 def from_rows(rows: list[str]) -> Triple:
-    """A triple from 8 strings of 8 characters: `M` side to move, `T` the other, `.` empty, `#` arrow."""
+    """A triple from 8 strings of 8 characters: `M` side to move, `T` the other, `.` empty,
+    `#` arrow."""
     assert len(rows) == 8 and all(len(row) == 8 for row in rows)
-    squares = {char: frozenset((x, y) for y, row in enumerate(rows) for x, c in enumerate(row) if c == char) for char in "MT#"}
+    squares = {char: frozenset((x, y) for y, row in enumerate(rows)
+                               for x, c in enumerate(row) if c == char)
+               for char in "MT#"}
     return squares["M"], squares["T"], squares["#"]
 
 
@@ -205,7 +208,8 @@ def walled_positions(draw, max_region: int = 6) -> Triple:
 def test_separation_matches_a_plain_flood_fill_along_games() -> None:
     positions = [position for seed in SAMPLE_GAME_SEEDS for position in oracle_line(seed)]
     triples = [position.canonical() for position in positions]
-    result, bounds = engine.adjudicate(np.stack([oracle.triple_array(*triple) for triple in triples]))
+    result, bounds = engine.adjudicate(np.stack([oracle.triple_array(*triple)
+                                                 for triple in triples]))
     expected = np.array([separated(*triple) for triple in triples])
     assert ((bounds[:, MY_LOWER] >= 0) == expected).all()
     assert expected.any() and not expected.all()
@@ -398,10 +402,12 @@ def test_a_side_without_amazons_or_moves_has_zero_moves() -> None:
 # ---------------------------------------------------------------------------------------------
 
 def board_of(triple: Triple, turn: int) -> Board:
-    """A Board whose side to move `turn` sees `triple` (mine, theirs, arrows) as its canonical view."""
+    """A Board whose side to move `turn` sees `triple` (mine, theirs, arrows) as its
+    canonical view."""
     mine, theirs, arrows = triple
     if turn == WHITE:
-        mine, theirs, arrows = (oracle.map_squares(oracle.D4_TRANSFORMS["rotate_half"], part) for part in triple)
+        mine, theirs, arrows = (oracle.map_squares(oracle.D4_TRANSFORMS["rotate_half"], part)
+                                for part in triple)
     black, white = (mine, theirs) if turn == BLACK else (theirs, mine)
     board = Board(oracle.Position(black, white, arrows, turn).position_string(30))
     assert oracle.triple_of(board.canonical_position()) == triple
@@ -410,7 +416,8 @@ def board_of(triple: Triple, turn: int) -> Board:
 
 @pytest.mark.parametrize("turn", [BLACK, WHITE])
 @given(triple=walled_positions(max_region=5))
-def test_board_adjudication_names_the_real_winner_and_bounds_the_game(turn: int, triple: Triple) -> None:
+def test_board_adjudication_names_the_real_winner_and_bounds_the_game(turn: int,
+                                                                      triple: Triple) -> None:
     board = board_of(triple, turn)
     verdict = board.adjudicate()
     result, plies = playout(*triple)
@@ -467,8 +474,10 @@ def test_territory_batch_matches_rows_and_fills_the_buffer(canonical_sample) -> 
 
 @pytest.mark.parametrize("turn", [BLACK, WHITE])
 @given(position=game_positions())
-def test_board_territory_is_real_frame_with_black_positive(turn: int, position: oracle.Position) -> None:
-    board = Board(oracle.Position(position.black, position.white, position.arrows, turn).position_string(0))
+def test_board_territory_is_real_frame_with_black_positive(turn: int,
+                                                           position: oracle.Position) -> None:
+    board = Board(oracle.Position(position.black, position.white, position.arrows, turn)
+                  .position_string(0))
     owned = board.territory()
     assert owned.shape == (64,) and owned.dtype == np.int8
     assert (owned == territory_reference(position.black, position.white, position.arrows)).all()

@@ -23,14 +23,17 @@ _spec.loader.exec_module(architecture)
 
 
 def test_every_module_keeps_the_layers_and_the_imports_have_no_cycle():
-    graph = architecture.import_graph()
+    unknown: dict[str, set[str]] = {}
+    graph = architecture.import_graph(unknown)
     assert "amazons.neural.model" in graph and "amazons.botzone.bot" in graph
     assert architecture.violations(graph) == []
+    assert unknown == {}, "imports of modules that do not exist"
 
 
 def test_the_picture_in_the_docs_is_drawn_from_the_code_as_it_is():
     text = architecture.DOC.read_text()
-    assert architecture.current_block(text) == architecture.generated_block(architecture.import_graph())
+    assert architecture.current_block(text) == architecture.generated_block(
+        architecture.import_graph())
 
 
 def test_the_check_catches_an_arrow_upward_a_cycle_and_a_module_in_no_layer():
@@ -42,7 +45,8 @@ def test_the_check_catches_an_arrow_upward_a_cycle_and_a_module_in_no_layer():
     assert any(p.startswith("import cycle: amazons.arena -> amazons.board -> amazons.arena")
                for p in problems)
     assert "amazons.elsewhere is in no layer of tools/architecture.py LAYERS" in problems
-    assert architecture.violations({"amazons.arena": {"amazons.board"}, "amazons.board": set()}) == []
+    assert architecture.violations({"amazons.arena": {"amazons.board"},
+                                    "amazons.board": set()}) == []
 
 
 def test_a_lazy_import_inside_a_function_is_an_arrow_too(tmp_path):
@@ -51,6 +55,17 @@ def test_a_lazy_import_inside_a_function_is_an_arrow_too(tmp_path):
     source.write_text("def f():\n    from amazons.arena import run_arena\n    return run_arena\n")
     found = architecture.imports_of(source, {"amazons.arena", "amazons.board"}, root=tmp_path)
     assert found == {"amazons.arena"}
+
+
+def test_an_import_of_a_module_that_is_gone_is_caught(tmp_path):
+    source = tmp_path / "amazons" / "board.py"
+    source.parent.mkdir()
+    source.write_text("import amazons.gone\nfrom amazons.also_gone import x\n"
+                      "from amazons import engine\n")
+    unknown: set[str] = set()
+    architecture.imports_of(source, {"amazons", "amazons.board", "amazons.engine"}, root=tmp_path,
+                            unknown=unknown)
+    assert unknown == {"amazons.gone", "amazons.also_gone"}
 
 
 @pytest.mark.parametrize("old, new", [("amazons.net", "amazons.neural.model"),
@@ -73,7 +88,8 @@ def test_an_old_import_path_still_works_for_one_release_and_warns(old, new):
 
 def test_the_packages_re_export_their_commands_public_names_on_first_use():
     code = ("import sys, amazons.botzone, amazons.train\n"
-            "assert 'amazons.botzone.bot' not in sys.modules and 'amazons.train.run' not in sys.modules\n"
+            "assert 'amazons.botzone.bot' not in sys.modules"
+            " and 'amazons.train.run' not in sys.modules\n"
             "from amazons.botzone import Bot, parse_json\n"
             "from amazons.train import Run, main\n"
             "print(Bot.__module__, Run.__module__)\n")

@@ -68,7 +68,8 @@ def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_p
             interrupted_at.append(time.monotonic())
             _thread.interrupt_main()
         else:
-            reports.append(f"the match returned before both programs ran: {programs(str(log))}\n{process_report()}")
+            reports.append(f"the match returned before both programs ran: {programs(str(log))}\n"
+                           f"{process_report()}")
 
     interrupter = threading.Thread(target=interrupt_once_both_programs_run, daemon=True)
     try:
@@ -85,7 +86,8 @@ def test_an_interrupted_match_ends_its_workers_and_their_programs_promptly(tmp_p
         assert interrupted_at, reports
         seconds = time.monotonic() - interrupted_at[0]
         assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + SLACK_S, \
-            f"stopping took {seconds:.1f} s; at the interrupt:\n{reports[0]}\nnow:\n{process_report()}"
+            (f"stopping took {seconds:.1f} s; at the interrupt:\n{reports[0]}\n"
+             f"now:\n{process_report()}")
         assert all(ended(pid) for pid in pids)
         assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
     except (AssertionError, pytest.fail.Exception) as failure:
@@ -115,7 +117,8 @@ def test_close_kills_a_worker_that_neither_stops_nor_terminates():
 
 
 class _ExplodingOnceLogged(BasePlayer):
-    """Raises on its first move, once the file `log` exists (the other game's program has read its input)."""
+    """Raises on its first move, once the file `log` exists (the other game's program has read
+    its input)."""
 
     name = "exploding-once-logged"
 
@@ -133,18 +136,23 @@ def _make_exploding_once_logged(argument: str | None, options: PlayerOptions) ->
 
 # Serial: it bounds the match on the wall clock.
 @pytest.mark.serial
-def test_a_game_that_raises_in_a_worker_ends_the_other_workers_game_promptly(tmp_path, monkeypatch):
+def test_a_game_that_raises_in_a_worker_ends_the_other_workers_game_promptly(tmp_path,
+                                                                              monkeypatch):
     """Game 2 raises (its Black explodes) while game 1's program sleeps for a minute: the match
     fails with the game's traceback, and game 1's worker and program are ended at once."""
-    monkeypatch.setitem(player_factory._REGISTRY, "exploding-once-logged", _make_exploding_once_logged)
+    monkeypatch.setitem(player_factory._REGISTRY, "exploding-once-logged",
+                        _make_exploding_once_logged)
     log = tmp_path / "raised.jsonl"
     spec = bot_spec("time=100", "keep=1", "fault=sleep:60", f"log={log}")
     started = time.monotonic()
-    with pytest.raises(ArenaError, match=r"game 2 failed in an arena worker:(.|\n)*ZeroDivisionError"):
+    with pytest.raises(ArenaError,
+                       match=r"game 2 failed in an arena worker:(.|\n)*ZeroDivisionError"):
         run_arena(spec, f"exploding-once-logged:{log}", games=2, processes=2, opening_plies=0)
     seconds = time.monotonic() - started
-    assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + 2 * SLACK_S, f"the match took {seconds:.1f} s"
-    assert len({row["pid"] for row in read_log(log)}) == 1  # game 1's program, asleep in its first turn
+    assert seconds < ABORT_GRACE_S + TERMINATE_GRACE_S + 2 * SLACK_S, \
+        f"the match took {seconds:.1f} s"
+    # game 1's program, asleep in its first turn
+    assert len({row["pid"] for row in read_log(log)}) == 1
     assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
 
 

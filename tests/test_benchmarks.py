@@ -39,7 +39,8 @@ def test_all_runs_every_suite_but_gpu_which_is_named_explicitly():
 @pytest.mark.slow
 def test_net_option_cost_compares_the_two_networks(capsys):
     assert net_option_cost.main(["--preset", "tiny", "--rounds", "1", "net.arrow_source=true"]) == 0
-    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:] for line in capsys.readouterr().out.splitlines()}
+    rows = {line.split(" | ")[0].strip("| "): line.split(" | ")[1:]
+            for line in capsys.readouterr().out.splitlines()}
     assert rows["weights"] == ["48,694", "49,222", "+528 |"]
     assert all(float(rows[name][0]) > 0 and float(rows[name][1]) > 0 for name in
                ("evaluate b1 (ms)", "evaluate b256 (ms)", "npnet b1 (ms)", "train step b256 (ms)"))
@@ -61,18 +62,20 @@ def test_suite_gpu_without_cuda_exits_non_zero_and_says_why():
 @pytest.mark.serial  # a 40 s main job must finish two iterations
 def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
     device = torch.device("cpu")
-    inference = suite_gpu.inference(device, preset="tiny", precision="fp32", batches=(8, 24), window_s=0.05)
+    inference = suite_gpu.inference(device, preset="tiny", precision="fp32", batches=(8, 24),
+                                    window_s=0.05)
     for batch in (8, 24):
         assert inference[f"gpu.inference.b{batch}.forward_positions_per_s"] > 0
         assert inference[f"gpu.inference.b{batch}.evaluate_positions_per_s"] > 0
     assert inference["gpu.flops_per_position"] > 0
     assert not any(key.endswith("flop_fraction") for key in inference)  # no known peak on a CPU
 
-    selfplay = suite_gpu.selfplay(device, preset="tiny", actors=3, games_in_parallel=2, simulations=8,
-                                  batch=16, games=6, standalone_s=0.3)
+    selfplay = suite_gpu.selfplay(device, preset="tiny", actors=3, games_in_parallel=2,
+                                  simulations=8, batch=16, games=6, standalone_s=0.3)
     assert selfplay["gpu.selfplay.games"] == 6 and selfplay["gpu.selfplay.actors"] == 3
     assert 0 < selfplay["gpu.selfplay.mean_batch_fill"] <= 1
-    assert selfplay["gpu.selfplay.sims_per_s"] > 0 and selfplay["gpu.selfplay.evals_ratio_to_standalone"] > 0
+    assert (selfplay["gpu.selfplay.sims_per_s"] > 0
+            and selfplay["gpu.selfplay.evals_ratio_to_standalone"] > 0)
     assert selfplay["gpu.selfplay.mean_game_plies"] > 0
 
     published = suite_gpu.weights(device, preset="small", precision="fp32", batch=16, repeats=2)
@@ -85,7 +88,8 @@ def test_suite_gpu_parts_measure_the_production_paths_on_a_cpu():
     run = suite_gpu.preset_run("cpu", seconds=40.0, overrides=(
         "games_per_iteration=4", "selfplay.games_in_parallel=2", "selfplay.search.simulations=8",
         "selfplay.start_jitter_s=0", "min_steps=2", "max_steps=4", "eval.every=0"))
-    assert run["gpu.preset.iterations"] >= 2  # SIGTERM at the deadline, the finished iterations read back
+    # SIGTERM at the deadline, the finished iterations read back
+    assert run["gpu.preset.iterations"] >= 2
     assert run["gpu.preset.first_iteration_s"] < 40
     assert run["gpu.preset.positions_per_s"] > 0 and run["gpu.preset.samples_per_s"] > 0
     assert 0 <= run["gpu.preset.learner_wait_share"] <= 1
@@ -104,7 +108,8 @@ def test_the_main_job_and_the_benchmarks_build_the_same_server_evaluator(tmp_pat
 
     def capturing(name: str):
         def server(factory, *args, **kwargs):
-            factories[name] = getattr(factory, "factory", factory)  # suite_selfplay records leaves around it
+            # suite_selfplay records leaves around it
+            factories[name] = getattr(factory, "factory", factory)
             raise Captured
         return server
 
@@ -113,7 +118,8 @@ def test_the_main_job_and_the_benchmarks_build_the_same_server_evaluator(tmp_pat
         train.Run(config, tmp_path / "run", resume=False).run(progress=False)
     monkeypatch.setattr(suite_selfplay, "InferenceServer", capturing("suite selfplay"))
     with pytest.raises(Captured):
-        suite_gpu.selfplay(torch.device("cpu"), preset="tiny")  # the gpu preset's actors, lanes and batch
+        # the gpu preset's actors, lanes and batch
+        suite_gpu.selfplay(torch.device("cpu"), preset="tiny")
     built = []
 
     def spy(*args):
@@ -121,12 +127,14 @@ def test_the_main_job_and_the_benchmarks_build_the_same_server_evaluator(tmp_pat
         return built[-1]
 
     monkeypatch.setattr(suite_gpu, "server_evaluator_factory", spy)
-    suite_gpu.inference(torch.device("cpu"), preset="tiny", precision="auto", batches=(256, 1024), window_s=0.01)
+    suite_gpu.inference(torch.device("cpu"), preset="tiny", precision="auto", batches=(256, 1024),
+                        window_s=0.01)
     factories["suite gpu inference"] = built[0]
 
     assert set(factories) == {"main job", "suite selfplay", "suite gpu inference"}
     for name, factory in factories.items():
         assert factory.max_batch == config.inference.inference_batch_size == 1024, name
         assert resolve_device(factory.device) == "cpu", name
-        assert resolve_precision(factory.dtype, "cpu") == resolve_precision(config.inference_dtype, "cpu"), name
+        assert (resolve_precision(factory.dtype, "cpu")
+                == resolve_precision(config.inference_dtype, "cpu")), name
         assert factory.cuda_graphs is None, name  # graphs exactly on CUDA, everywhere

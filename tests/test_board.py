@@ -70,7 +70,8 @@ def test_square_names_follow_the_documented_layout() -> None:
 @given(squares, squares, squares)
 def test_move_notations_round_trip(src: int, dst: int, arrow: int) -> None:
     move = Move(src, dst, arrow)
-    assert str(move) == "-".join([expected_algebraic(src), expected_algebraic(dst)]) + "/" + expected_algebraic(arrow)
+    assert str(move) == ("-".join([expected_algebraic(src), expected_algebraic(dst)])
+                         + "/" + expected_algebraic(arrow))
     botzone = " ".join(f"{x} {y}" for x, y in oracle.move_from_indices((src, dst, arrow)))
     assert move.to_botzone() == botzone
     assert Move.parse(str(move)) == move
@@ -278,7 +279,8 @@ def test_push_accepts_exactly_the_oracle_legal_moves(position, src, dst, arrow, 
     board = board_of(position, ply=7)
     move = Move(src, dst, arrow)
     legal = oracle.move_from_indices((src, dst, arrow)) in set(position.legal_moves())
-    assert oracle.is_legal(*position.mover_and_waiting(), position.arrows, oracle_move(move)) == legal
+    assert oracle.is_legal(*position.mover_and_waiting(), position.arrows,
+                           oracle_move(move)) == legal
     assert board.is_legal(move) == legal
     before = snapshot(board)
     if legal:
@@ -302,7 +304,8 @@ def test_push_accepts_exactly_the_oracle_legal_moves(position, src, dst, arrow, 
         ("a6-a5/a5", "a5"),  # arrow onto the amazon itself
     ],
 )
-def test_illegal_push_names_the_square_and_leaves_the_board_unchanged(text: str, named: str) -> None:
+def test_illegal_push_names_the_square_and_leaves_the_board_unchanged(text: str,
+                                                                       named: str) -> None:
     move = Move.parse(text)
     assert oracle_move(move) not in set(oracle.Position().legal_moves())
     board = Board()
@@ -402,7 +405,8 @@ def test_board_text_shows_every_piece() -> None:
 def test_too_many_amazons_are_rejected() -> None:
     text = "2B3B1/4B3/1B6/8/5B2/3B4/8/B6B b 0"  # 8 Black amazons, spread out, no White ones
     black = frozenset(oracle.square_at(square) for square in (2, 6, 12, 17, 37, 43, 56, 63))
-    expected = oracle.move_index_set(oracle.Position(black, frozenset(), frozenset(), BLACK).legal_moves())
+    expected = oracle.move_index_set(
+        oracle.Position(black, frozenset(), frozenset(), BLACK).legal_moves())
     assert len(expected) > MAX_MOVES
     with pytest.raises(NotationError, match="8 black amazons"):
         Board(text)

@@ -105,8 +105,8 @@ def run_main(args: list[str], text: str) -> tuple[int, str, str]:
 
 def run_bot(args: list[str], text: str, timeout: float = 60.0) -> subprocess.CompletedProcess:
     """One turn of a bot process (`--restart-per-turn`)."""
-    return subprocess.run(BOT + ["--restart-per-turn", *args], input=text, capture_output=True, text=True, cwd=REPO,
-                          env=BOT_ENV, timeout=timeout, check=False)
+    return subprocess.run(BOT + ["--restart-per-turn", *args], input=text, capture_output=True,
+                          text=True, cwd=REPO, env=BOT_ENV, timeout=timeout, check=False)
 
 
 def reply_is_legal_after(history: list[str], reply: str) -> bool:
@@ -205,8 +205,8 @@ def test_parse_json_full_and_bare():
     ('{"requests": [', "bad JSON input"),
     ("[1, 2]", "must be an object"),
     ('{"requests": []}', "non-empty list"),
-    ('{"requests": [{"x0": -1, "y0": -1, "x1": -1, "y1": -1, "x2": -1, "y2": -1}], "responses": [{}]}',
-     "one request more"),
+    ('{"requests": [{"x0": -1, "y0": -1, "x1": -1, "y1": -1, "x2": -1, "y2": -1}], '
+     '"responses": [{}]}', "one request more"),
     ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6}]}', "requests[0]: move object"),
     ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": true}]}', "y2 = True"),
     ('{"requests": [{"x0": 5, "y0": 0, "x1": 3, "y1": 2, "x2": 6, "y2": 8}]}', "off the 8x8 board"),
@@ -230,9 +230,10 @@ def test_parse_json_names_the_problem(text, named):
 @pytest.mark.parametrize(("value", "expected"), [
     (6, 6.0), (0.25, 0.25), ("6", 6.0), (" 0.5\t", 0.5), ("5e-1", 0.5), (".5", 0.5), ("+1", 1.0),
     ("1.", 1.0), ("", None), (None, None), ("abc", None), ("1s", None), (".", None), ("1e", None),
-    ("0x10", None), ("1_0", None), ("\u0663", None), ("nan", None), ("inf", None), ("Infinity", None),
-    ("1e999", None), (float("inf"), None), (float("nan"), None), (10**400, None), (0, None),
-    ("0", None), (-1, None), ("-0.5", None), (True, None), ([1], None), ({"s": 1}, None),
+    ("0x10", None), ("1_0", None), ("\u0663", None), ("nan", None), ("inf", None),
+    ("Infinity", None), ("1e999", None), (float("inf"), None), (float("nan"), None),
+    (10**400, None), (0, None), ("0", None), (-1, None), ("-0.5", None), (True, None), ([1], None),
+    ({"s": 1}, None),
 ])
 def test_a_limit_is_a_positive_number_or_text_holding_one_else_none(value, expected):
     assert botzone_limits.read_limit(value) == expected
@@ -364,7 +365,8 @@ def test_time_control_deadlines():
 
 
 def test_bot_replies_legally_and_keeps_its_tree_across_turns():
-    bot = Bot(build_model_player("none", simulations=64, seed=0, tree_memory_mb=TREE_MEMORY_MB, stop_when_full=True))
+    bot = Bot(build_model_player("none", simulations=64, seed=0, tree_memory_mb=TREE_MEMORY_MB,
+                                 stop_when_full=True))
     history = [Move.from_botzone(text) for text in WIKI_MOVES]
     move = bot.reply(history)
     assert bot.board.move_stack == history + [move]
@@ -377,7 +379,8 @@ def test_bot_replies_legally_and_keeps_its_tree_across_turns():
 
 
 def test_bot_rejects_an_illegal_history_naming_the_move():
-    bot = Bot(build_model_player("none", simulations=8, seed=0, tree_memory_mb=TREE_MEMORY_MB, stop_when_full=True))
+    bot = Bot(build_model_player("none", simulations=8, seed=0, tree_memory_mb=TREE_MEMORY_MB,
+                                 stop_when_full=True))
     history = [Move.from_botzone(text) for text in WIKI_MOVES]
     history[2] = Move.from_botzone("0 5 0 4 0 3")  # a White amazon, on Black's move
     with pytest.raises(ProtocolError, match="move 3 of the game, '0 5 0 4 0 3'.*black"):
@@ -386,7 +389,8 @@ def test_bot_rejects_an_illegal_history_naming_the_move():
 
 def test_bot_with_a_time_budget_stops_near_its_deadline():
     # A tree large enough that the deadline, not the memory bound, ends the search.
-    bot = Bot(build_model_player("none", time_budget=1.0, seed=0, tree_memory_mb=1024, stop_when_full=True))
+    bot = Bot(build_model_player("none", time_budget=1.0, seed=0, tree_memory_mb=1024,
+                                 stop_when_full=True))
     bot.reply([], deadline=time.perf_counter() + 0.05)  # Numba kernels load here
     started = time.perf_counter()
     bot.reply([bot.board.move_stack[0], RandomPlayer(seed=2).choose_move(bot.board)],
@@ -400,7 +404,8 @@ def test_bot_with_a_time_budget_stops_near_its_deadline():
 
 
 def test_main_simple_and_json_transcripts():
-    code, out, err = run_main(["--model", "none", "--simulations", "32", "--seed", "1"], WIKI_TURN_3)
+    code, out, err = run_main(["--model", "none", "--simulations", "32", "--seed", "1"],
+                              WIKI_TURN_3)
     assert code == 0 and err == ""
     assert out.endswith("\n") and len(out.splitlines()) == 1
     assert reply_is_legal_after(WIKI_MOVES, out.strip())
@@ -568,7 +573,8 @@ def test_replies_arrive_within_the_time_budget():
     try:
         bot.send("1\n" + NO_MOVE)
         reply = bot.reply()
-        assert time.perf_counter() - bot.started < 2 * budget + 1.0  # the first turn gets twice --time
+        # the first turn gets twice --time
+        assert time.perf_counter() - bot.started < 2 * budget + 1.0
         board = Board()
         opponent = RandomPlayer(seed=5)
         for _ in range(2):

@@ -66,7 +66,8 @@ def test_save_load_gives_identical_outputs_and_an_identical_next_step(trained, b
     learner.model.eval()
     with torch.no_grad():
         expected, got = learner.model(features), played(features)
-    for want, have in zip(list(expected.policy) + [expected.value], list(got.policy) + [got.value], strict=True):
+    for want, have in zip(list(expected.policy) + [expected.value], list(got.policy) + [got.value],
+                          strict=True):
         assert torch.equal(want, have)
 
     resumed = learner_from_checkpoint(path)
@@ -79,8 +80,8 @@ def test_save_load_gives_identical_outputs_and_an_identical_next_step(trained, b
     for other in (resumed, rebuilt):
         again = other.train_step(batches[2])
         assert again == first
-        for mine, theirs in zip(learner.model.state_dict().values(), other.model.state_dict().values(),
-                                strict=True):
+        for mine, theirs in zip(learner.model.state_dict().values(),
+                                other.model.state_dict().values(), strict=True):
             assert torch.equal(mine, theirs)
         assert other.optimizer.param_groups[0]["lr"] == learner.optimizer.param_groups[0]["lr"]
 
@@ -89,7 +90,8 @@ def test_rng_states_are_restored(batches, tmp_path):
     learner = make_learner()
     learner.train_step(batches[0])
     path = save_checkpoint(tmp_path / "rng.pt", learner)
-    expected = (random.random(), np.random.random(), float(torch.rand(1)), int(learner.rng.integers(1 << 40)))  # noqa: NPY002
+    expected = (random.random(), np.random.random(), float(torch.rand(1)),  # noqa: NPY002
+                int(learner.rng.integers(1 << 40)))
     for _ in range(3):  # move every generator on
         random.random(), np.random.random(), torch.rand(5), learner.rng.random()  # noqa: NPY002
     restore_learner(path, learner)
@@ -170,10 +172,12 @@ def test_foreign_and_missing_files_are_rejected(tmp_path):
 
 def test_mismatched_learner_is_rejected_with_the_differences(trained):
     _, path = trained
-    with pytest.raises(CheckpointError, match=r"step2\.pt: net config mismatch: .*channels: checkpoint 32, learner 64"):
+    with pytest.raises(CheckpointError, match=r"step2\.pt: net config mismatch: "
+                                              r".*channels: checkpoint 32, learner 64"):
         restore_learner(path, make_learner("small"))
     other = Learner(PolicyValueNet(net_config("tiny")), CONFIG.replace(lr=5e-4))
-    with pytest.raises(CheckpointError, match=r"optim config mismatch: lr: checkpoint 0.001, learner 0.0005"):
+    with pytest.raises(CheckpointError,
+                       match=r"optim config mismatch: lr: checkpoint 0.001, learner 0.0005"):
         restore_learner(path, other)
 
 
@@ -215,5 +219,6 @@ def test_a_checkpoint_with_an_older_config_field_set_still_loads(trained, tmp_pa
     assert restored.config == learner.config and restored.model.config == learner.model.config
     restore_learner(old_path, make_learner())
     typo = {**older, "net_config": {**payload["net_config"], "chanels": 32}}
-    with pytest.raises(CheckpointError, match=r"typo\.pt: bad net config: NetConfig: unknown fields \['chanels'\]"):
+    with pytest.raises(CheckpointError,
+                       match=r"typo\.pt: bad net config: NetConfig: unknown fields \['chanels'\]"):
         load_model_for_play(checkpoint_module._write(tmp_path / "typo.pt", typo))

@@ -1,8 +1,8 @@
 """The Ray backend: real Ray clusters (two simulated nodes), real node actors running the real
 self-play pipeline, DistributedDataParallel over gloo, and what `ray.shutdown()` leaves behind.
 
-All are marked slow: each starts Ray and several processes (10 to 25 s on two cores, after the
-two-node cluster's own 10 s).
+All are marked slow: each starts Ray and several processes, and the two-node cluster takes its own
+time to start (the suite's times: docs/BENCHMARKS.md, the test suite's wall clock).
 """
 
 from __future__ import annotations
@@ -92,7 +92,8 @@ def ray_tmpdir():
     """A short RAY_TMPDIR (Ray's Unix socket paths must stay under ~107 characters), and Ray's
     memory monitor off: it kills workers when the whole machine runs short of memory, whoever
     uses it, which on a shared test machine is not these tests."""
-    settings = {"RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp"), "RAY_memory_monitor_refresh_ms": "0"}
+    settings = {"RAY_TMPDIR": tempfile.mkdtemp(prefix="ray", dir="/tmp"),
+                "RAY_memory_monitor_refresh_ms": "0"}
     previous = {name: os.environ.get(name) for name in settings}
     os.environ.update(settings)
     yield settings["RAY_TMPDIR"]
@@ -124,16 +125,18 @@ def stored_games(run_dir: Path) -> list[GameSamples]:
         chunk = load_chunk(path)
         for start, stop in zip(chunk.game_offsets[:-1], chunk.game_offsets[1:], strict=True):
             games.append(GameSamples(chunk.positions[start:stop], chunk.label_moves[:0], None,
-                                     chunk.label_policy[:0], np.zeros(1, np.int64), chunk.z[start:stop],
-                                     chunk.played_moves[start:stop]))
+                                     chunk.label_policy[:0], np.zeros(1, np.int64),
+                                     chunk.z[start:stop], chunk.played_moves[start:stop]))
     return games
 
 
 def check_games_replay_with_right_z(run_dir: Path) -> list:
     """The stored games replay legally from the start, their positions are the canonical ones
     along the way, and z is +1 exactly where the side to move is the recorded winner."""
-    records = read_records(run_dir / "games" / "selfplay.txt")  # replays every move, raises if illegal
-    winners = {tuple(move.as_tuple() for move in record.moves): record.winner for record in records}
+    # replays every move, raises if illegal
+    records = read_records(run_dir / "games" / "selfplay.txt")
+    winners = {tuple(move.as_tuple() for move in record.moves): record.winner
+               for record in records}
     games = stored_games(run_dir)
     assert len(games) == len(records)
     for game in games:
@@ -153,9 +156,9 @@ def check_games_replay_with_right_z(run_dir: Path) -> list:
 def test_two_nodes_run_an_iteration_end_to_end(two_nodes, tmp_path):
     run_dir = tmp_path / "run"
     before = shm_segments()
-    assert main(["--backend", "ray", "--address", two_nodes.address, "--preset", "cpu", "--run-dir", str(run_dir),
-                 "--iterations", "1", "--no-progress", "games_per_iteration=6", "ray.train_world_size=2",
-                 *TINY]) == 0
+    assert main(["--backend", "ray", "--address", two_nodes.address, "--preset", "cpu",
+                 "--run-dir", str(run_dir), "--iterations", "1", "--no-progress",
+                 "games_per_iteration=6", "ray.train_world_size=2", *TINY]) == 0
     assert not ray.is_initialized()  # the run disconnected; the cluster lives on
     metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [line["iteration"] for line in metrics] == [1]
@@ -163,11 +166,13 @@ def test_two_nodes_run_an_iteration_end_to_end(two_nodes, tmp_path):
     assert metrics[0]["ray/nodes_active"] == 2 and metrics[0]["ray/node_failures"] == 0
     assert metrics[0]["ray/bytes_per_game"] > 0 and metrics[0]["ray/weights_bytes"] > 0
     assert (run_dir / "checkpoints" / "latest.pt").exists()
-    assert sorted(path.name for path in (run_dir / "models").iterdir()) == ["model-0000.pt", "model-0001.pt"]
+    assert sorted(path.name for path in (run_dir / "models").iterdir()) == \
+        ["model-0000.pt", "model-0001.pt"]
     assert json.loads((run_dir / "config.json").read_text())["ray"]["train_world_size"] == 2
     records = check_games_replay_with_right_z(run_dir)
     assert len(records) == 6
-    assert {record.headers["Node"] for record in records} == {"0", "1"}  # both simulated nodes played
+    # both simulated nodes played
+    assert {record.headers["Node"] for record in records} == {"0", "1"}
     assert shm_segments() <= before
 
 
@@ -175,8 +180,9 @@ def test_two_nodes_run_an_iteration_end_to_end(two_nodes, tmp_path):
 def test_killing_a_node_actor_mid_iteration_loses_only_its_games(two_nodes, tmp_path, capfd):
     # 48 simulations a move: games long enough that a node still has some in flight once the
     # first ones arrive (at 8, on the native evaluator, the iteration was over by then).
-    config = apply_overrides(preset_config("cpu"), [*TINY, "games_per_iteration=8", "iterations=1",
-                                                    "ray.max_weights_lag=0", "selfplay.search.simulations=48"])
+    config = apply_overrides(preset_config("cpu"),
+                             [*TINY, "games_per_iteration=8", "iterations=1",
+                              "ray.max_weights_lag=0", "selfplay.search.simulations=48"])
     run_dir = tmp_path / "run"
     before = shm_segments()
     run = RayRun(config, run_dir, resume=False, address=two_nodes.address)
@@ -192,7 +198,8 @@ def test_killing_a_node_actor_mid_iteration_loses_only_its_games(two_nodes, tmp_
     try:
         thread.start()
         assert wait_until(lambda: run.replay.total_games >= 2, 120), "no games arrived"
-        victim = next(node for node in run.nodes.node_status() if node["state"] == "active" and node["in_flight"])
+        victim = next(node for node in run.nodes.node_status()
+                      if node["state"] == "active" and node["in_flight"])
         os.kill(victim["pid"], signal.SIGKILL)
         thread.join(240)
         assert not thread.is_alive() and not failures, failures
@@ -200,7 +207,8 @@ def test_killing_a_node_actor_mid_iteration_loses_only_its_games(two_nodes, tmp_
         thread.join(60)
         run.close()
     (metrics,) = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
-    assert metrics["iteration"] == 1 and np.isfinite(metrics["train/loss"]) and metrics["selfplay/games"] == 8
+    assert metrics["iteration"] == 1 and np.isfinite(metrics["train/loss"]) \
+        and metrics["selfplay/games"] == 8
     assert metrics["ray/node_failures"] == 1 and metrics["ray/lost_games"] == victim["in_flight"]
     assert (run_dir / "checkpoints" / "latest.pt").exists()
     out, err = capfd.readouterr()
@@ -211,7 +219,7 @@ def test_killing_a_node_actor_mid_iteration_loses_only_its_games(two_nodes, tmp_
 
 
 def restarted_pid(handle, seconds: float) -> int:
-    """The pid of the actor behind `handle` once Ray has restarted it (asked directly, not through the pool)."""
+    """The pid of the actor behind `handle` once Ray restarted it (asked directly, not the pool)."""
     deadline = time.monotonic() + seconds
     while True:
         try:
@@ -234,7 +242,8 @@ def test_a_node_actor_that_ray_replaces_plays_again(two_nodes, tmp_path, capfd):
         records: dict[int, list] = {}
 
         def play(iteration: int) -> None:
-            pool.play(4, lambda samples, texts: records.setdefault(iteration, []).extend(texts), iteration=iteration)
+            pool.play(4, lambda samples, texts: records.setdefault(iteration, []).extend(texts),
+                      iteration=iteration)
 
         play(1)
         (victim,) = [node for node in pool.node_status() if node["index"] == 0]
@@ -256,7 +265,8 @@ def test_a_node_actor_that_ray_replaces_plays_again(two_nodes, tmp_path, capfd):
             if "0" in {record.headers["Node"] for record in records[iteration]}:
                 break
             if time.monotonic() > deadline:
-                pytest.fail(f"the replaced node actor played no game in 30 s ({iteration - 2} iterations)")
+                pytest.fail(f"the replaced node actor played no game in 30 s "
+                            f"({iteration - 2} iterations)")
         else:
             pytest.fail("the replaced node actor played no game in 97 iterations")
         assert replacements == 1
@@ -278,8 +288,9 @@ class PerRankBatchNorm(torch.nn.Module):
 
     def forward(self, features: torch.Tensor) -> NetOutput:
         outputs = [self.model(part) for part in features.chunk(self.ranks)]
-        policy = type(outputs[0].policy)(*(torch.cat(parts) for parts in zip(*(out.policy for out in outputs),
-                                                                              strict=True)))
+        policy = type(outputs[0].policy)(*(torch.cat(parts)
+                                           for parts in zip(*(out.policy for out in outputs),
+                                                            strict=True)))
         return NetOutput(policy, torch.cat([out.value for out in outputs]))
 
 
@@ -304,14 +315,16 @@ def max_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) -> fl
 def test_ddp_over_gloo_keeps_ranks_identical_and_matches_one_process(two_nodes):
     torch.set_num_threads(1)
     games: list[GameSamples] = []
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, node_capacity=64, edge_capacity=1 << 15),
+    search = BatchedSearch(UniformEvaluator(),
+                           SearchConfig(simulations=8, node_capacity=64, edge_capacity=1 << 15),
                            num_games=4, seed=1)
     play_games(search, 4, lambda samples, moves, verdict: games.append(samples))
     samples = GameSamples.concatenate(games)
-    pool = SampleBatch(samples.positions, samples.label_moves, samples.label_policy, samples.label_offsets,
-                       samples.z.astype(np.float32))
+    pool = SampleBatch(samples.positions, samples.label_moves, samples.label_policy,
+                       samples.label_offsets, samples.z.astype(np.float32))
     rng = np.random.default_rng(0)
-    batches = [[augment_batch(pool.select(rng.integers(0, pool.size, 32)), rng) for _ in range(2)] for _ in range(4)]
+    batches = [[augment_batch(pool.select(rng.integers(0, pool.size, 32)), rng) for _ in range(2)]
+               for _ in range(4)]
     optim = OptimConfig(lr=2e-3, schedule="constant", warmup_steps=0)
     config = dataclasses.replace(preset_config("cpu"), optim=optim, train_batch_size=32,
                                  ray=RayConfig(train_world_size=2, train_timeout_s=120))
@@ -335,14 +348,16 @@ def test_ddp_over_gloo_keeps_ranks_identical_and_matches_one_process(two_nodes):
             alone.train_step(ours)
         distance = max_difference(parameters(learner.model), parameters(reference.model))
         assert distance < 1e-5
-        assert max_difference(parameters(learner.model), parameters(alone.model)) > 100 * max(distance, 1e-6)
+        assert max_difference(parameters(learner.model),
+                              parameters(alone.model)) > 100 * max(distance, 1e-6)
 
         # The run's path: each rank samples its own stream from its own copy of the window.
         group.add_games(ray.put(samples))
         window = ReplayBuffer(None, 10_000, seed=5)
         window.add_to_window(samples)
         started = group.start_training(3)
-        local = [learner.train_step(augment_batch(SampleBatch(**window.sample(32)), learner.rng))["loss"]
+        local = [learner.train_step(augment_batch(SampleBatch(**window.sample(32)),
+                                                  learner.rng))["loss"]
                  for _ in range(3)]
         (theirs,) = group.finish_training(started)
         assert theirs["loss"] != pytest.approx(float(np.mean(local)), abs=1e-9)
@@ -398,22 +413,26 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
     pool.publish_weights(str(model), 0)
     report = pool.play(2, lambda samples, records: None, iteration=1)
     assert report.games == 2
-    started = {pid: command for pid, command in descendants().items() if pid not in processes_before}
+    started = {pid: command for pid, command in descendants().items()
+               if pid not in processes_before}
     node_pid = pool.node_status()[0]["pid"]
     pipeline = [child.pid for child in psutil.Process(node_pid).children(recursive=True)]
     assert len(pipeline) >= 2  # the inference server and the self-play actor, at least
     assert node_pid in started and set(pipeline) <= set(started)
     assert shm_segments() - shm_before  # the node's slots exist while it runs
-    assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) - folders_before  # and its scratch folder
+    # and its scratch folder
+    assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) - folders_before
     assert len(janitors()) == 1
     with open(f"/proc/{node_pid}/maps") as maps:  # the named semaphores the node holds open
-        semaphores = {line.split("/dev/shm/")[1].strip() for line in maps if "/dev/shm/sem." in line}
+        semaphores = {line.split("/dev/shm/")[1].strip() for line in maps
+                      if "/dev/shm/sem." in line}
     assert semaphores  # its actors' result queue
     ray.shutdown()  # without closing the pool: everything must still go
     assert wait_until(lambda: not any(alive(pid) for pid in started), 30), \
         {pid: command for pid, command in started.items() if alive(pid)}
     assert wait_until(lambda: shm_segments() <= shm_before, 30), shm_segments() - shm_before
-    assert wait_until(lambda: not any(os.path.exists(f"/dev/shm/{name}") for name in semaphores), 30), semaphores
+    assert wait_until(lambda: not any(os.path.exists(f"/dev/shm/{name}") for name in semaphores),
+                      30), semaphores
     assert wait_until(lambda: not janitors(), 30)
     assert set(Path(tempfile.gettempdir()).glob("amazons-node*")) <= folders_before
 
@@ -426,6 +445,6 @@ def test_the_node_builds_its_server_evaluator_as_the_main_job_does(tmp_path):
     for node_gpus, device in ((0.0, "cpu"), (1.0, "cuda")):
         config = dataclasses.replace(preset_config("gpu"), ray=RayConfig(node_gpus=node_gpus))
         factory = node_module.node_evaluator_factory(config, tmp_path / "weights.pt")
-        assert factory == server_evaluator_factory(tmp_path / "weights.pt", device, config.inference_dtype,
-                                                   config.inference)
+        assert factory == server_evaluator_factory(tmp_path / "weights.pt", device,
+                                                   config.inference_dtype, config.inference)
         assert factory.max_batch == config.inference.inference_batch_size == 1024

@@ -148,7 +148,8 @@ def test_is_terminal_on_constructed_positions() -> None:
     # A single free neighbour is enough: step there and shoot back onto the square just left.
     almost = (mine, theirs, arrows - {(1, 1)})
     assert engine.is_terminal(oracle.triple_array(*almost)).tolist() == [False]
-    assert engine.count_legal_moves(oracle.triple_array(*almost))[0] == len(oracle.legal_moves(*almost))
+    assert engine.count_legal_moves(oracle.triple_array(*almost))[0] == \
+        len(oracle.legal_moves(*almost))
 
 
 def test_empty_batch() -> None:
@@ -284,7 +285,8 @@ def test_features_equal_naive_planes(positions_sample, canonical_sample, num_pla
         expected = oracle.feature_planes(*position.canonical(), num_planes=num_planes)
         for channel in range(num_planes):
             np.testing.assert_array_equal(
-                planes[index, channel], expected[channel], err_msg=f"position {index} plane {channel}"
+                planes[index, channel], expected[channel],
+                err_msg=f"position {index} plane {channel}"
             )
 
 
@@ -388,7 +390,8 @@ def _bad_positions() -> list[tuple[str, object]]:
         lambda p: engine.random_rollouts(p, seed=1),
         lambda p: engine.apply_moves(p, np.zeros((2, 3), dtype=np.int32)),
     ],
-    ids=["legal_moves", "count_legal_moves", "is_terminal", "features", "random_rollouts", "apply_moves"],
+    ids=["legal_moves", "count_legal_moves", "is_terminal", "features", "random_rollouts",
+         "apply_moves"],
 )
 @pytest.mark.parametrize("label_and_array", _bad_positions(), ids=lambda case: case[0])
 def test_bad_positions_raise_naming_the_argument(call, label_and_array) -> None:
@@ -410,16 +413,23 @@ def test_bad_positions_raise_naming_the_argument(call, label_and_array) -> None:
         (lambda: engine.apply_moves(GOOD, np.zeros((2, 3), dtype=np.int64)), "moves"),
         (lambda: engine.apply_moves(GOOD, np.zeros((3, 3), dtype=np.int32)), "moves"),
         (lambda: engine.apply_moves(GOOD, np.zeros((2, 3), dtype=np.int32)[::-1]), "moves"),
-        (lambda: engine.apply_moves(GOOD, np.zeros((2, 3), dtype=np.int32), out=np.empty((2, 3))), "out"),
+        (lambda: engine.apply_moves(GOOD, np.zeros((2, 3), dtype=np.int32),
+                                    out=np.empty((2, 3))), "out"),
         (lambda: engine.features(GOOD, num_planes=5), "num_planes"),
         (lambda: engine.features(GOOD, out=np.empty((2, 3, 8, 8), dtype=np.float32)), "out"),
         (lambda: engine.features(GOOD, out=np.empty((2, 7, 8, 8), dtype=np.float64)), "out"),
         (lambda: engine.random_rollouts(GOOD, 1, out=np.empty(2, dtype=np.float64)), "out"),
-        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int64), np.zeros((1, 1, 3), np.int32), np.zeros(1, np.int32)), "path_roots"),
-        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int32), np.zeros((1, 1, 3), np.int64), np.zeros(1, np.int32)), "path_moves"),
-        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int32), np.zeros((2, 1, 3), np.int32), np.zeros(1, np.int32)), "path_moves"),
-        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int32), np.zeros((1, 1, 3), np.int32), np.zeros(2, np.int32)), "path_lengths"),
-        (lambda: engine.play_paths(GOOD.astype(np.int64), np.zeros(1, np.int32), np.zeros((1, 1, 3), np.int32), np.zeros(1, np.int32)), "root_positions"),
+        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int64), np.zeros((1, 1, 3), np.int32),
+                                   np.zeros(1, np.int32)), "path_roots"),
+        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int32), np.zeros((1, 1, 3), np.int64),
+                                   np.zeros(1, np.int32)), "path_moves"),
+        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int32), np.zeros((2, 1, 3), np.int32),
+                                   np.zeros(1, np.int32)), "path_moves"),
+        (lambda: engine.play_paths(GOOD, np.zeros(1, np.int32), np.zeros((1, 1, 3), np.int32),
+                                   np.zeros(2, np.int32)), "path_lengths"),
+        (lambda: engine.play_paths(GOOD.astype(np.int64), np.zeros(1, np.int32),
+                                   np.zeros((1, 1, 3), np.int32), np.zeros(1, np.int32)),
+         "root_positions"),
     ],
 )
 def test_bad_arguments_raise_naming_the_argument(call, argument: str) -> None:

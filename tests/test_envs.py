@@ -86,14 +86,16 @@ def test_mask_and_encoding_agree_with_the_oracles_legal_moves(game) -> None:
     real = {action_to_move(board, int(action)).as_tuple() for action in actions}
     assert real == oracle.move_index_set(position.legal_moves())
     canonical_moves = decode_actions(actions)
-    assert oracle.rows_as_set(canonical_moves) == oracle.move_index_set(position.canonical_legal_moves())
+    assert oracle.rows_as_set(canonical_moves) == \
+        oracle.move_index_set(position.canonical_legal_moves())
     assert np.array_equal(encode_moves(canonical_moves), actions)
     for move in board.legal_moves()[:50]:
         assert action_to_move(board, move_to_action(board, move)) == move
 
 
 def test_batched_masks_equal_single_masks() -> None:
-    boards = [board_of(oracle_game(seed)[:ply]) for seed in SAMPLE_GAME_SEEDS[:4] for ply in (0, 9, 30)]
+    boards = [board_of(oracle_game(seed)[:ply])
+              for seed in SAMPLE_GAME_SEEDS[:4] for ply in (0, 9, 30)]
     positions = np.stack([board.canonical_position() for board in boards])
     masks = action_masks(positions)
     assert masks.shape == (len(boards), NUM_ACTIONS)
@@ -121,7 +123,8 @@ def test_player_views_are_the_canonical_positions_of_each_side() -> None:
             board = board_of(oracle_game(seed)[:ply])
             mover, waiting = board.turn, 1 - board.turn
             assert np.array_equal(player_view(board, mover), board.canonical_position())
-            assert np.array_equal(player_view(board, waiting), flipped_side(board).canonical_position())
+            assert np.array_equal(player_view(board, waiting),
+                                  flipped_side(board).canonical_position())
             expected = oracle.feature_planes(*oracle_line(seed)[ply].canonical())
             assert np.array_equal(observation_planes(board, mover), expected)
     start = Board()  # symmetric: both sides see the same start
@@ -201,7 +204,8 @@ def test_pettingzoo_illegal_action_raises_and_changes_nothing(pettingzoo_env) ->
     game.reset()
     move = Move.parse("c8-h8/h7")  # two queen lines, but the amazon on f8 is in the way
     action = move_to_action(Board(), move)
-    with pytest.raises(IllegalActionError, match=rf"black_0: action {action} is not legal here: .*c8-h8/h7"):
+    with pytest.raises(IllegalActionError,
+                       match=rf"black_0: action {action} is not legal here: .*c8-h8/h7"):
         game.step(action)
     with pytest.raises(IllegalActionError, match="black_0: action 40000 is outside"):
         game.step(40_000)
@@ -391,7 +395,8 @@ def test_openspiel_mcts_bot_plays_on_the_game(openspiel_game) -> None:
     game = pyspiel.load_game(openspiel_game.GAME_NAME)
     wins = 0
     for seed in range(2):
-        bot = mcts.MCTSBot(game, 2.0, 40, mcts.RandomRolloutEvaluator(1, np.random.RandomState(seed)),
+        bot = mcts.MCTSBot(game, 2.0, 40,
+                           mcts.RandomRolloutEvaluator(1, np.random.RandomState(seed)),
                            random_state=np.random.RandomState(seed))
         opponent = np.random.RandomState(100 + seed)
         state = game.new_initial_state()
@@ -427,7 +432,8 @@ def test_openspiel_states_convert_both_ways_along_random_games(openspiel_game, s
             break
         assert cpp_state.current_player() == state.current_player()
         if state.move_number() % 5 == 0:
-            ours = {action_to_move(state.board, action).as_tuple() for action in state.legal_actions()}
+            ours = {action_to_move(state.board, action).as_tuple()
+                    for action in state.legal_actions()}
             assert openspiel_moves(cpp_state) == ours, f"ply {state.move_number()}"
         state.apply_action(int(rng.choice(state.legal_actions())))
     # And from OpenSpiel's side: a C++ game played by its own random choices converts back.
@@ -448,7 +454,8 @@ def test_openspiel_conversion_refuses_what_it_cannot_convert(openspiel_game) -> 
     with pytest.raises(openspiel_game.ConversionError, match=r"middle of a move \(1 of its 3"):
         openspiel_game.from_openspiel_amazons(cpp_state)
     with pytest.raises(openspiel_game.ConversionError, match="board_size 8"):
-        openspiel_game.from_openspiel_amazons(pyspiel.load_game("amazons", {"board_size": 6}).new_initial_state())
+        openspiel_game.from_openspiel_amazons(
+            pyspiel.load_game("amazons", {"board_size": 6}).new_initial_state())
     with pytest.raises(openspiel_game.ConversionError, match="not its move history"):
         openspiel_game.to_openspiel_amazons(Board("2B2B2/8/B6B/8/8/W6W/8/2W2W2 w 1"))
     board = Board.from_moves(["c8-c6/d7"])

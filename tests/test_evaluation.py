@@ -1,5 +1,6 @@
-"""Evaluation through the inference servers (`amazons.train.evaluation`, `amazons.arena.ArenaWorkers`):
-real servers, real worker processes, real shared memory, tiny networks."""
+"""Evaluation through the inference servers (`amazons.train.evaluation`,
+`amazons.arena.ArenaWorkers`): real servers, real worker processes, real shared memory, tiny
+networks."""
 
 from __future__ import annotations
 
@@ -36,7 +37,8 @@ def tiny_model(path, seed: int):
 
 
 def test_eval_config_holds_the_search_settings_and_reaches_config_json():
-    config = apply_overrides(preset_config("cpu"), ["eval.search.c_puct=2.5", "eval.rollout_search.simulations=50"])
+    config = apply_overrides(preset_config("cpu"), ["eval.search.c_puct=2.5",
+                                                    "eval.rollout_search.simulations=50"])
     assert config.eval.search.c_puct == 2.5 and config.eval.search.root_noise is False
     assert config.eval.rollout_search == ROLLOUT_SEARCH.replace(simulations=50)
     written = json.loads(json.dumps(config_to_dict(config)))
@@ -58,12 +60,14 @@ def test_run_evaluate_plays_through_the_servers_and_keeps_the_elo_ladder(tmp_pat
         metrics = run.evaluate(1)
     finally:
         run.close()
-    assert set(metrics) >= {"eval/win_rate_vs_previous", "eval/win_rate_vs_random", "eval/elo", "eval/server_rows"}
+    assert set(metrics) >= {"eval/win_rate_vs_previous", "eval/win_rate_vs_random", "eval/elo",
+                            "eval/server_rows"}
     assert metrics["eval/server_rows"] > 0  # the network players' leaves went through the servers
     assert [(match["a"], match["b"], match["games"]) for match in run.matches] == [
         ("iter-0001", "iter-0000", 2), ("iter-0001", "random", 2)]
     ladder = json.loads((tmp_path / "run" / "elo.json").read_text())
-    assert ladder["ratings"]["random"] == 0 and ladder["ratings"]["iter-0001"] == metrics["eval/elo"]
+    assert (ladder["ratings"]["random"] == 0
+            and ladder["ratings"]["iter-0001"] == metrics["eval/elo"])
     assert shm_segments() <= before
 
 
@@ -76,7 +80,8 @@ def test_an_evaluation_is_reused_across_iterations_with_published_weights(tmp_pa
         first = evaluation.run(paths[1], paths[0], version=1, seed=1)
         workers = evaluation.workers
         pids, slots = workers.pids, workers.slot_names
-        assert set(slots) <= shm_segments() and len(slots) == 2 * config.processes  # two servers, a slot per worker
+        # two servers, a slot per worker
+        assert set(slots) <= shm_segments() and len(slots) == 2 * config.processes
         second = evaluation.run(paths[2], paths[1], version=2, seed=2)
         assert evaluation.workers is workers and workers.pids == pids  # started once
     for results in (first, second):
@@ -97,7 +102,8 @@ def test_a_dead_arena_worker_is_named_and_nothing_is_left_behind(tmp_path):
         slots, pids = workers.slot_names, workers.pids
         os.kill(pids[0], signal.SIGKILL)
         started = time.monotonic()
-        with pytest.raises(ArenaError, match=rf"arena worker 0 \(pid {pids[0]}\) exited with code -9"):
+        with pytest.raises(ArenaError,
+                           match=rf"arena worker 0 \(pid {pids[0]}\) exited with code -9"):
             run_arena(spec, "random", 4, simulations=8, workers=workers, served={spec: spec})
         assert time.monotonic() - started < 60
         with pytest.raises(ArenaError, match="failed before"):
@@ -114,8 +120,9 @@ def test_a_dead_arena_worker_is_named_and_nothing_is_left_behind(tmp_path):
 def test_the_arena_command_serves_network_players_with_several_processes(tmp_path, capsys):
     model = tiny_model(tmp_path / "tiny.pt", seed=0)
     result = tmp_path / "result.json"
-    assert arena.main([f"mcts-net:{model}", "random", "--games", "2", "--processes", "2", "--simulations", "8",
-                       "--device", "cpu", "--json", str(result)]) == 0
+    assert arena.main([f"mcts-net:{model}", "random", "--games", "2", "--processes", "2",
+                       "--simulations", "8", "--device", "cpu", "--json", str(result)]) == 0
     assert json.loads(result.read_text())["games"] == 2
-    assert arena.main([f"policy-net:{model}", "random", "--games", "2", "--processes", "2", "--no-server"]) == 0
+    assert arena.main([f"policy-net:{model}", "random", "--games", "2", "--processes", "2",
+                       "--no-server"]) == 0
     assert "won" in capsys.readouterr().out

@@ -26,10 +26,9 @@ from amazons.mcts import (
     SearchConfig,
     SearchConfigError,
     SearchInputError,
-    improved_policy,
-    prune_forced_visits,
 )
 from amazons.player_factory import NET_SEARCH, PlayerSpecError, apply_search_overrides
+from amazons.search_targets import improved_policy, prune_forced_visits
 from amazons.train.config import apply_overrides, preset_config
 from amazons.train.selfplay import SelfPlayConfig, play_games
 
@@ -37,7 +36,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_mcts import NaiveMCTS  # noqa: E402
 from test_mcts import HashEvaluator, assert_same_tree, check_invariants, random_position  # noqa: E402
 
-FORCED = SearchConfig(root_noise=True, forced_playouts_k=2.0, dirichlet_fraction=0.5, leaves_per_game=4)
+FORCED = SearchConfig(root_noise=True, forced_playouts_k=2.0, dirichlet_fraction=0.5,
+                      leaves_per_game=4)
 
 
 def root_block(search: BatchedSearch, game: int = 0) -> slice:
@@ -46,7 +46,8 @@ def root_block(search: BatchedSearch, game: int = 0) -> slice:
 
 
 def forced_shares(search: BatchedSearch, k: float, game: int = 0) -> tuple[np.ndarray, np.ndarray]:
-    """(visits, floor(n_forced)) of every root edge: n_forced = sqrt(k * noisy prior * root visits)."""
+    """(visits, floor(n_forced)) of every root edge, where
+    n_forced = sqrt(k * noisy prior * root visits)."""
     block = root_block(search, game)
     visits = search.tree.edge_visits[game, block].astype(np.int64)
     priors = search.tree.edge_prior[game, block].astype(np.float64)
@@ -80,12 +81,15 @@ def test_kernel_forced_playouts_match_naive(plies, simulations, config):
         naive.collisions = naive.terminal_hits = 0
         check_invariants(search.tree, 0)
         if round_ == 0:
-            unforced = BatchedSearch(HashEvaluator(), config.replace(forced_playouts_k=0.0), seed=plies)
+            unforced = BatchedSearch(HashEvaluator(), config.replace(forced_playouts_k=0.0),
+                                     seed=plies)
             unforced.set_roots(position)
             unforced.search(simulations)
             block = root_block(search)
-            np.testing.assert_array_equal(unforced.tree.edge_prior[0, block], search.tree.edge_prior[0, block])
-            assert unforced.tree.edge_visits[0, block].tolist() != search.tree.edge_visits[0, block].tolist()
+            np.testing.assert_array_equal(unforced.tree.edge_prior[0, block],
+                                          search.tree.edge_prior[0, block])
+            assert (unforced.tree.edge_visits[0, block].tolist()
+                    != search.tree.edge_visits[0, block].tolist())
         move = search.select_moves(99)[0]
         search.advance(0, move)
         naive.advance(tuple(move.tolist()))
@@ -102,7 +106,8 @@ def test_kernel_forced_playouts_give_each_visited_move_its_share(leaves_per_game
     for seed in range(3):
         position = random_position(seed + 40, 24)
         for k, search in ((2.0, BatchedSearch(HashEvaluator(), config, seed=seed)),
-                          (0.0, BatchedSearch(HashEvaluator(), config.replace(forced_playouts_k=0.0), seed=seed))):
+                          (0.0, BatchedSearch(HashEvaluator(),
+                                              config.replace(forced_playouts_k=0.0), seed=seed))):
             search.set_roots(position)
             search.search()
             visits, owed = forced_shares(search, 2.0)
@@ -159,7 +164,8 @@ def test_pruning_by_hand():
     # The best move is never pruned, even when a proven loss has more visits (it is never c*).
     proofs = np.array([0, 0, 0, 0, 0, 0, 0], np.int8)
     lost_first = prune_forced_visits(np.array([80, 60, 5]), np.array([-1.0, 0.1, -0.2]),
-                                     np.array([0.5, 0.3, 0.2], np.float32), np.array([-1, 0, 0], np.int8), 146, config)
+                                     np.array([0.5, 0.3, 0.2], np.float32),
+                                     np.array([-1, 0, 0], np.int8), 146, config)
     assert lost_first[1] == 60 and lost_first[0] < 80
     # k = 0: nothing is forced, nothing is pruned.
     unforced = dataclasses.replace(config, forced_playouts_k=0.0, root_noise=False)
@@ -213,11 +219,13 @@ def test_pruned_target_differs_on_a_noisy_root_and_sums_to_one():
     assert pruned.sum() < result.visits.sum() and ((pruned == 0) & (result.visits > 0)).any()
     for target in ("visits", "completed_q"):
         plain = SelfPlayConfig(search=FORCED, policy_target=target).policy_label(result)
-        pruning = SelfPlayConfig(search=FORCED, policy_target=target, prune_forced_playouts=True).policy_label(result)
+        pruning = SelfPlayConfig(search=FORCED, policy_target=target,
+                                 prune_forced_playouts=True).policy_label(result)
         for label in (plain, pruning):
             assert label.sum() == pytest.approx(1.0, abs=1e-5) and (label >= 0).all()
         assert not np.allclose(plain, pruning)
-    visits_label = SelfPlayConfig(search=FORCED, policy_target="visits", prune_forced_playouts=True).policy_label(result)
+    visits_label = SelfPlayConfig(search=FORCED, policy_target="visits",
+                                  prune_forced_playouts=True).policy_label(result)
     np.testing.assert_allclose(visits_label, pruned / pruned.sum(), rtol=1e-6)
     completed = SelfPlayConfig(search=FORCED, prune_forced_playouts=True).policy_label(result)
     unvisited = result.q_values.copy()
@@ -231,7 +239,8 @@ def test_temperature_samples_the_pruned_visits():
     visits were all pruned is never played."""
     search = searched_root(config=FORCED.replace(simulations=48, temperature_moves=99))
     result = search.root_result(0)
-    gone = {tuple(move) for move in result.moves[(result.pruned_visits == 0) & (result.visits > 0)].tolist()}
+    gone = {tuple(move)
+            for move in result.moves[(result.pruned_visits == 0) & (result.visits > 0)].tolist()}
     assert gone
     played = {tuple(search.select_moves(0)[0].tolist()) for _ in range(300)}
     assert len(played) > 1 and not played & gone
@@ -260,7 +269,8 @@ def test_forced_playouts_need_a_noised_puct_root_and_pruning_needs_them():
     assert defaults.search.forced_playouts_k == 0.0 and defaults.prune_forced_playouts is False
     cpu = preset_config("cpu")
     assert cpu.selfplay.search.forced_playouts_k == 0.0 and not cpu.selfplay.prune_forced_playouts
-    arm = apply_overrides(cpu, ["selfplay.search.forced_playouts_k=2", "selfplay.prune_forced_playouts=true"])
+    arm = apply_overrides(cpu, ["selfplay.search.forced_playouts_k=2",
+                                "selfplay.prune_forced_playouts=true"])
     assert arm.selfplay.search.forced_playouts_k == 2.0 and arm.selfplay.prune_forced_playouts
     with pytest.raises(ValueError, match="prune_forced_playouts"):
         apply_overrides(cpu, ["selfplay.prune_forced_playouts=true"])
@@ -276,8 +286,10 @@ def test_forced_playouts_need_a_noised_puct_root_and_pruning_needs_them():
 def test_play_games_with_forced_playouts_and_pruning(policy_target):
     """Self-play with both switches on: games finish, every recorded label sums to 1, and the
     labels are the pruned ones (some differ from the unpruned label of the same search)."""
-    search_config = FORCED.replace(simulations=32, temperature_moves=8, edge_capacity=1 << 15, node_capacity=512)
-    config = SelfPlayConfig(search=search_config, policy_target=policy_target, prune_forced_playouts=True)
+    search_config = FORCED.replace(simulations=32, temperature_moves=8, edge_capacity=1 << 15,
+                                   node_capacity=512)
+    config = SelfPlayConfig(search=search_config, policy_target=policy_target,
+                            prune_forced_playouts=True)
     unpruned = dataclasses.replace(config, prune_forced_playouts=False)
     differ = []
 
@@ -289,9 +301,11 @@ def test_play_games_with_forced_playouts_and_pruning(policy_target):
 
     search = BatchedSearch(HashEvaluator(), search_config, num_games=2, seed=11)
     finished = []
-    stats = play_games(search, 2, lambda samples, moves, adjudication: finished.append(samples), label=label)
+    stats = play_games(search, 2, lambda samples, moves, adjudication: finished.append(samples),
+                       label=label)
     assert stats["games"] == 2 and len(finished) == 2
-    assert sum(samples.num_positions for samples in finished) == len(differ) == stats["full_searches"]
+    assert (sum(samples.num_positions for samples in finished) == len(differ)
+            == stats["full_searches"])
     for samples in finished:
         for row in range(samples.num_positions):
             block = slice(samples.label_offsets[row], samples.label_offsets[row + 1])

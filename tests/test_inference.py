@@ -43,7 +43,8 @@ def shm_exists(name: str) -> bool:
 
 def run_actors(server: InferenceServer, requests: list[int], timeout: float = 120.0) -> list[tuple]:
     results = SPAWN.Queue()
-    actors = [server.start_actor(i, echo_actor, (count, 1000 + i, results)) for i, count in enumerate(requests)]
+    actors = [server.start_actor(i, echo_actor, (count, 1000 + i, results))
+              for i, count in enumerate(requests)]
     reports = [results.get(timeout=timeout) for _ in actors]
     for actor in actors:
         actor.join(timeout)
@@ -51,7 +52,8 @@ def run_actors(server: InferenceServer, requests: list[int], timeout: float = 12
 
 
 def test_every_actor_gets_exactly_its_own_rows():
-    config = InferenceConfig(inference_batch_size=64, flush_deadline_ms=2.0, slot_rows=16, slot_moves=20000)
+    config = InferenceConfig(inference_batch_size=64, flush_deadline_ms=2.0, slot_rows=16,
+                             slot_moves=20000)
     with InferenceServer(make_echo_evaluator, num_clients=4, config=config) as server:
         reports = run_actors(server, [12, 12, 12, 12])
         stats = server.stop()
@@ -92,16 +94,19 @@ def test_many_uneven_actors_share_batches_and_get_their_own_rows(deadline_ms):
     # only full batches and "everyone is waiting" can flush) nobody waits forever.
     config = InferenceConfig(inference_batch_size=48, flush_deadline_ms=deadline_ms, slot_rows=128,
                              slot_moves=128 * engine.MAX_MOVES)
-    plans = [(6 + 2 * index, 100 if index % 3 == 0 else 12, 0.05 if index % 2 else 0.0) for index in range(10)]
+    plans = [(6 + 2 * index, 100 if index % 3 == 0 else 12, 0.05 if index % 2 else 0.0)
+             for index in range(10)]
     results = SPAWN.Queue()
     with InferenceServer(make_echo_evaluator, num_clients=len(plans), config=config) as server:
-        actors = [server.start_actor(index, uneven_actor, (requests, 500 + index, max_rows, pause_s, results))
+        actors = [server.start_actor(index, uneven_actor,
+                                     (requests, 500 + index, max_rows, pause_s, results))
                   for index, (requests, max_rows, pause_s) in enumerate(plans)]
         reports = sorted(results.get(timeout=120) for _ in actors)
         for actor in actors:
             actor.join(30)
         stats = server.stop()
-    assert [report[:2] for report in reports] == [(index, 0) for index in range(len(plans))], reports
+    assert ([report[:2] for report in reports]
+            == [(index, 0) for index in range(len(plans))]), reports
     assert stats["rows"] == sum(report[2] for report in reports)
     assert stats["max_batch_rows"] <= config.inference_batch_size
     assert stats["split_requests"] > 0
@@ -158,7 +163,8 @@ def test_shared_weights_reach_the_evaluator_and_are_never_overwritten_while_it_l
         assert server.loaded_version == 7
         priors, values = client.evaluate(positions, moves, offsets)
         assert client.weights_version == 7
-        np.testing.assert_array_equal(values, echo_outputs(positions, moves, offsets)[1] + np.float32(7.0))
+        np.testing.assert_array_equal(values,
+                                      echo_outputs(positions, moves, offsets)[1] + np.float32(7.0))
         with pytest.raises(ValueError, match="5 floats after 4"):
             server.publish_shared_weights(5, fill(9.0), version=9)
         segment = server._weights_memory.name

@@ -24,14 +24,15 @@ from amazons.neural.model import PolicyValueNet, net_config
 from amazons.neural.production import NetworkEvaluatorFactory
 
 REPO = Path(__file__).resolve().parents[1]
-COMMANDS = ["amazons.arena", "amazons.play", "amazons.botzone", "amazons.train", "amazons.web", "amazons.export"]
-NOT_IN_WORKERS = {"amazons.arena", "amazons.player_factory", "amazons.train.evaluation", "amazons.train.run",
-                  "amazons.play", "amazons.botzone.bot", "amazons.web"}
+COMMANDS = ["amazons.arena", "amazons.play", "amazons.botzone", "amazons.train", "amazons.web",
+            "amazons.export"]
+NOT_IN_WORKERS = {"amazons.arena", "amazons.player_factory", "amazons.train.evaluation",
+                  "amazons.train.run", "amazons.play", "amazons.botzone.bot", "amazons.web"}
 
 
 def run_python(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True, timeout=180,
-                          check=False)
+    return subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=180, check=False)
 
 
 @pytest.mark.parametrize("module", COMMANDS)
@@ -50,14 +51,17 @@ def test_the_root_imports_no_command_module_and_re_exports_the_arena_on_use():
     assert result.returncode == 0, result.stderr
     loaded, arena, factory, torch_loaded = result.stdout.rsplit(" ", 3)
     assert "amazons.arena" not in loaded and "amazons.player_factory" not in loaded
-    assert (arena, factory, torch_loaded.strip()) == ("amazons.arena", "amazons.player_factory", "False")
+    assert (arena, factory, torch_loaded.strip()) == ("amazons.arena", "amazons.player_factory",
+                                                      "False")
 
 
 def test_arena_and_netplay_do_not_import_each_other():
     code = ("import sys, amazons.arena, amazons.train.evaluation\n"
-            "assert 'amazons.neural.production' not in sys.modules and 'torch' not in sys.modules, 'arena'\n")
+            "assert 'amazons.neural.production' not in sys.modules"
+            " and 'torch' not in sys.modules, 'arena'\n")
     assert run_python("-c", code).returncode == 0
-    code = "import sys, amazons.neural.production\nassert 'amazons.arena' not in sys.modules, 'netplay'\n"
+    code = ("import sys, amazons.neural.production\n"
+            "assert 'amazons.arena' not in sys.modules, 'netplay'\n")
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
 
@@ -73,13 +77,15 @@ def test_actor_and_server_processes_load_neither_the_arena_nor_the_player_regist
         actor_modules = set(results.get(timeout=120))
         actor.join(30)
     server_modules = set(json.loads(report.read_text()))
-    assert "amazons.train.selfplay" in actor_modules and "amazons.neural.production" in server_modules
+    assert ("amazons.train.selfplay" in actor_modules
+            and "amazons.neural.production" in server_modules)
     assert not actor_modules & NOT_IN_WORKERS, actor_modules & NOT_IN_WORKERS
     assert not server_modules & NOT_IN_WORKERS, server_modules & NOT_IN_WORKERS
 
 
 def test_the_protocol_the_server_and_the_learner_load_no_numba():
-    code = ("import sys, amazons, amazons.evaluator, amazons.inference, amazons.neural.learner, amazons.neural.production\n"
+    code = ("import sys, amazons, amazons.evaluator, amazons.inference, amazons.neural.learner,"
+            " amazons.neural.production\n"
             "assert isinstance(amazons.Evaluator, type)\n"
             "print(sorted(m for m in ('numba', 'llvmlite', 'amazons.mcts') if m in sys.modules))\n"
             "from amazons import BatchedSearch\n"
@@ -91,7 +97,8 @@ def test_the_protocol_the_server_and_the_learner_load_no_numba():
 
 def test_the_main_job_never_imports_a_backend_beside_the_local_one():
     code = ("import sys, amazons.train, amazons.train.config\n"
-            "print(sorted(m for m in sys.modules if m.startswith('amazons.distributed') or m == 'ray'))\n")
+            "print(sorted(m for m in sys.modules"
+            " if m.startswith('amazons.distributed') or m == 'ray'))\n")
     result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "[]"

@@ -45,7 +45,8 @@ torch.set_num_threads(1)
 
 
 # The policy heads the loss tests run: (policy_head, other NetConfig fields).
-POLICY_VARIANTS = [pytest.param("joint", {}, id="joint"), pytest.param("factorized", {}, id="factorized"),
+POLICY_VARIANTS = [pytest.param("joint", {}, id="joint"),
+                   pytest.param("factorized", {}, id="factorized"),
                    pytest.param("joint", {"arrow_source": True}, id="joint-source")]
 
 
@@ -54,8 +55,10 @@ def naive_log_probs(policy: JointPolicy | JointSourcePolicy) -> torch.Tensor:
     softmax over the 4,096 pairs, then one over the 64 arrows of arrow_logits[dst] (+ the source
     logits of the amazon on src, with the source term)."""
     batch = policy.move_logits.shape[0]
-    log_move = torch.log_softmax(policy.move_logits.double().reshape(batch, -1), -1).reshape(batch, 64, 64, 1)
-    arrow_logits = policy.arrow_logits.double().reshape(batch, 1, 64, 64).repeat(1, 64, 1, 1)  # [b, src, dst, arrow]
+    log_move = torch.log_softmax(policy.move_logits.double().reshape(batch, -1), -1).reshape(
+        batch, 64, 64, 1)
+    # [b, src, dst, arrow]
+    arrow_logits = policy.arrow_logits.double().reshape(batch, 1, 64, 64).repeat(1, 64, 1, 1)
     if isinstance(policy, JointSourcePolicy):
         for row in range(batch):
             for slot, square in enumerate(policy.source_squares[row].tolist()):
@@ -92,14 +95,16 @@ def random_positions(rng: np.random.Generator, count: int, max_plies: int = 30) 
         moves, offsets = engine.legal_moves(current)
         counts = np.diff(offsets)
         picks = offsets[:-1] + rng.integers(0, np.maximum(counts, 1))
-        children = engine.apply_moves(current[counts > 0], np.ascontiguousarray(moves[picks[counts > 0]]))
+        children = engine.apply_moves(current[counts > 0],
+                                      np.ascontiguousarray(moves[picks[counts > 0]]))
         keep = ~engine.is_terminal(children)
         positions[live[counts > 0][keep]] = children[keep]
     return positions
 
 
 def random_batch(
-    rng: np.random.Generator, count: int, max_labels: int = 6, max_plies: int = 30, skew: float = 1.0
+    rng: np.random.Generator, count: int, max_labels: int = 6, max_plies: int = 30,
+    skew: float = 1.0
 ) -> SampleBatch:
     """A batch of random positions whose labels are random weights on some of their legal moves.
 
@@ -110,11 +115,13 @@ def random_batch(
     label_moves, label_weights = [], []
     for index in range(count):
         own = moves[offsets[index]:offsets[index + 1]]
-        picked = rng.choice(own.shape[0], size=min(own.shape[0], int(rng.integers(1, max_labels + 1))),
+        picked = rng.choice(own.shape[0],
+                            size=min(own.shape[0], int(rng.integers(1, max_labels + 1))),
                             replace=False)
         label_moves.append(own[picked])
         label_weights.append(rng.random(picked.shape[0]) ** skew + 1e-3)
-    return SampleBatch.from_samples(positions, label_moves, label_weights, rng.choice([-1.0, 1.0], count))
+    return SampleBatch.from_samples(positions, label_moves, label_weights,
+                                    rng.choice([-1.0, 1.0], count))
 
 
 @pytest.fixture(scope="module")
@@ -152,9 +159,11 @@ def test_select_and_concatenate(batch):
     ("field", "value", "message"),
     [
         ("label_probs", lambda b: b.label_probs * 2, "sum to"),
-        ("label_probs", lambda b: np.where(np.arange(b.label_probs.size) == 0, np.nan, b.label_probs)
+        ("label_probs",
+         lambda b: np.where(np.arange(b.label_probs.size) == 0, np.nan, b.label_probs)
          .astype(np.float32), "finite"),
-        ("label_moves", lambda b: np.where(b.label_moves == b.label_moves[0, 0], 64, b.label_moves)
+        ("label_moves",
+         lambda b: np.where(b.label_moves == b.label_moves[0, 0], 64, b.label_moves)
          .astype(np.int32), "0..63"),
         ("label_moves", lambda b: b.label_moves.astype(np.int64), "label_moves must be"),
         ("z", lambda b: np.full_like(b.z, 2.0), "z must be"),
@@ -190,7 +199,8 @@ def test_augmented_labels_are_legal_moves_of_the_augmented_positions(batch):
         moves, offsets = engine.legal_moves(augmented.positions)
         for row in range(batch.size):
             legal = {tuple(move) for move in moves[offsets[row]:offsets[row + 1]].tolist()}
-            labels = augmented.label_moves[augmented.label_offsets[row]:augmented.label_offsets[row + 1]]
+            labels = augmented.label_moves[augmented.label_offsets[row]:
+                                           augmented.label_offsets[row + 1]]
             assert {tuple(move) for move in labels.tolist()} <= legal
 
 
@@ -204,7 +214,8 @@ def test_random_augmentation_draws_every_symmetry_and_keeps_labels_legal():
         matches = {k for k in range(NUM_SYMMETRIES)
                    if np.array_equal(transform_positions(pool.positions[row:row + 1], k),
                                      augmented.positions[row:row + 1])
-                   and np.array_equal(transform_moves(pool.label_moves[own], k), augmented.label_moves[own])}
+                   and np.array_equal(transform_moves(pool.label_moves[own], k),
+                                      augmented.label_moves[own])}
         assert matches, f"sample {row} is no symmetry of its source"
         seen |= matches
     assert seen == set(range(NUM_SYMMETRIES))
@@ -279,7 +290,8 @@ def test_policy_entropy_is_the_entropy_of_the_full_move_distribution(head, overr
     with torch.no_grad():
         output = model(torch.from_numpy(engine.features(one.positions, 7)))
     metrics = policy_metrics(output.policy, label_tensors(one))
-    joint = naive_log_probs(output.policy) if head == "joint" else full_log_probs(policy_log_tables(output.policy))
+    joint = (naive_log_probs(output.policy) if head == "joint"
+             else full_log_probs(policy_log_tables(output.policy)))
     entropy = -(joint.exp() * joint).sum(dim=(1, 2, 3)).mean()
     assert float(metrics["policy_entropy"]) == pytest.approx(float(entropy), rel=1e-5)
     assert float(metrics["policy_kl"]) > 0
@@ -293,7 +305,8 @@ def without_policy(batch: SampleBatch, fast: np.ndarray) -> SampleBatch:
     np.cumsum(np.where(np.isin(np.arange(batch.size), fast), 0, counts), out=offsets[1:])
     weight = np.ones(batch.size, np.float32)
     weight[fast] = 0.0
-    return SampleBatch(batch.positions, batch.label_moves[keep], batch.label_probs[keep], offsets, batch.z, weight)
+    return SampleBatch(batch.positions, batch.label_moves[keep], batch.label_probs[keep], offsets,
+                       batch.z, weight)
 
 
 @pytest.mark.parametrize("head", ["joint", "factorized"])
@@ -318,14 +331,16 @@ def test_samples_without_a_policy_weight_add_nothing_to_the_policy_terms(batch, 
     for name in ("target_entropy", "policy_kl"):
         assert float(metrics[name]) == pytest.approx(float(alone_metrics[name]), rel=1e-4)
     naive_value = float(np.mean((output.value.numpy().astype(np.float64) - batch.z) ** 2))
-    assert float(value_loss(output.value, label_tensors(mixed).z)) == pytest.approx(naive_value, rel=1e-6)
+    assert float(value_loss(output.value, label_tensors(mixed).z)) == pytest.approx(
+        naive_value, rel=1e-6)
 
 
 def test_a_step_on_fast_samples_only_trains_the_value():
     torch.manual_seed(3)
     every = random_batch(np.random.default_rng(8), 6)
     fast = without_policy(every, np.arange(6))
-    learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(lr=1e-3, warmup_steps=0, precision="fp32"))
+    learner = Learner(PolicyValueNet(net_config("tiny")),
+                      OptimConfig(lr=1e-3, warmup_steps=0, precision="fp32"))
     metrics = learner.train_step(fast)
     assert metrics["policy_loss"] == 0.0 and metrics["value_mse"] > 0
     for param in learner.model.policy_head.parameters():
@@ -344,11 +359,11 @@ def test_policy_weights_travel_with_their_samples(batch):
     augmented = augment_batch(mixed, symmetries=np.arange(batch.size) % NUM_SYMMETRIES)
     np.testing.assert_array_equal(augmented.policy_weight, mixed.policy_weight)
     with pytest.raises(SampleError, match="label_offsets"):
-        SampleBatch(mixed.positions, mixed.label_moves, mixed.label_probs, mixed.label_offsets, mixed.z,
-                    np.ones(batch.size, np.float32))
+        SampleBatch(mixed.positions, mixed.label_moves, mixed.label_probs, mixed.label_offsets,
+                    mixed.z, np.ones(batch.size, np.float32))
     with pytest.raises(SampleError, match="policy_weight"):
-        SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets, batch.z,
-                    np.full(batch.size, 2.0, np.float32))
+        SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets,
+                    batch.z, np.full(batch.size, 2.0, np.float32))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -388,7 +403,8 @@ def test_train_step_metrics_schedule_and_clipping(batch):
     assert set(metrics) == expected
     assert all(math.isfinite(value) for value in metrics.values())
     assert metrics["lr"] == pytest.approx(1e-3 / 4)
-    assert metrics["policy_loss"] == pytest.approx(metrics["policy_move"] + metrics["policy_arrow"], rel=1e-6)
+    assert metrics["policy_loss"] == pytest.approx(
+        metrics["policy_move"] + metrics["policy_arrow"], rel=1e-6)
     assert metrics["loss"] == pytest.approx(metrics["policy_loss"] + metrics["value_mse"], rel=1e-6)
     assert metrics["policy_kl"] == pytest.approx(
         metrics["policy_loss"] - metrics["target_entropy"], rel=1e-4)
@@ -396,8 +412,8 @@ def test_train_step_metrics_schedule_and_clipping(batch):
     assert learner.step == 1
     assert learner.optimizer.param_groups[0]["lr"] == pytest.approx(2e-3 / 4)
     # AdamW's first step moves each weight by about lr, whatever the clipped gradient's size.
-    moved = max(float((p.detach() - b).abs().max()) for p, b in zip(learner.model.parameters(), before,
-                                                                      strict=True))
+    moved = max(float((p.detach() - b).abs().max())
+                for p, b in zip(learner.model.parameters(), before, strict=True))
     assert 0 < moved <= 1e-3 / 4 * 1.01 + 1e-9
     assert not learner.optimizer.param_groups[1]["weight_decay"]  # biases and norms: no decay
 
@@ -410,7 +426,8 @@ def test_mixed_precision_steps_run_on_cpu(batch, precision):
     for _ in range(6):  # fp16 starts with a loss scale that overflows, skips, and backs off
         before = [p.detach().clone() for p in learner.model.parameters()]
         metrics = learner.train_step(batch)
-        unchanged = all(torch.equal(p, b) for p, b in zip(learner.model.parameters(), before, strict=True))
+        unchanged = all(torch.equal(p, b)
+                        for p, b in zip(learner.model.parameters(), before, strict=True))
         assert unchanged == bool(metrics["skipped"])
         if not metrics["skipped"]:
             break
@@ -423,7 +440,8 @@ def test_lazy_step_metrics_and_their_sums_equal_the_float_ones(batch):
     learners = []
     for _ in range(2):
         torch.manual_seed(0)
-        learners.append(Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=3), seed=0))
+        learners.append(Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=3),
+                                seed=0))
     floats, sums = [], MetricSums()
     for _ in range(3):
         floats.append(learners[0].train_step(batch))
@@ -432,14 +450,16 @@ def test_lazy_step_metrics_and_their_sums_equal_the_float_ones(batch):
     assert set(means) == set(floats[0])
     for name in means:  # the same per-step numbers, summed in float64 as Python sums floats
         assert means[name] == sum(step[name] for step in floats) / 3, name
-    for have, want in zip(learners[1].model.parameters(), learners[0].model.parameters(), strict=True):
+    for have, want in zip(learners[1].model.parameters(), learners[0].model.parameters(),
+                          strict=True):
         assert torch.equal(have, want)
     assert MetricSums().means() == {}
 
 
 # Every device there is, each precision on a GPU; bf16 and fp16 on the CPU are
 # test_mixed_precision_steps_run_on_cpu's.
-DEVICE_PRECISIONS = [("cpu", "fp32")] + ([("cuda", precision) for precision in ("fp32", "bf16", "fp16")]
+DEVICE_PRECISIONS = [("cpu", "fp32")] + ([("cuda", precision)
+                                          for precision in ("fp32", "bf16", "fp16")]
                                          if torch.cuda.is_available() else [])
 
 
@@ -451,12 +471,15 @@ def test_step_metrics_are_scalars_on_every_device(batch, device, precision):
     assert labels.policy_samples.shape == () and labels.ownership_samples.shape == ()
     assert labels.z.shape == (batch.size,) and labels.moves.shape == (batch.label_moves.shape[0], 3)
     torch.manual_seed(0)
-    learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(precision=precision), device=device, seed=0)
+    learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(precision=precision),
+                      device=device, seed=0)
     sums = MetricSums()
     for _ in range(2):
         metrics = learner.train_step_tensors(batch)
-        assert all(value.shape == () for value in metrics.values() if isinstance(value, torch.Tensor)), {
-            name: tuple(value.shape) for name, value in metrics.items() if isinstance(value, torch.Tensor)}
+        assert all(value.shape == () for value in metrics.values()
+                   if isinstance(value, torch.Tensor)), {
+            name: tuple(value.shape) for name, value in metrics.items()
+            if isinstance(value, torch.Tensor)}
         sums.add(metrics)
     assert all(math.isfinite(value) for value in sums.means().values())
 
@@ -470,11 +493,13 @@ class DeviceSkipLearner(Learner):
 
 def test_a_non_finite_gradient_is_skipped_on_the_device(batch):
     torch.manual_seed(0)
-    learner = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=0)
+    learner = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0),
+                                seed=0)
     assert learner.optimizer.param_groups[0]["fused"]
     learner.train_step(batch)
     before = [p.detach().clone() for p in learner.model.parameters()]
-    moments = {key: value.clone() for key, value in learner.optimizer.state[next(learner.model.parameters())].items()}
+    moments = {key: value.clone()
+               for key, value in learner.optimizer.state[next(learner.model.parameters())].items()}
     poison = next(learner.model.parameters()).register_hook(lambda grad: grad * float("nan"))
     metrics = learner.train_step(batch)
     poison.remove()
@@ -483,14 +508,16 @@ def test_a_non_finite_gradient_is_skipped_on_the_device(batch):
     state = learner.optimizer.state[next(learner.model.parameters())]
     assert all(torch.equal(state[key], value) for key, value in moments.items())  # step count too
     assert learner.train_step(batch)["skipped"] == 0.0
-    assert not all(torch.equal(p, b) for p, b in zip(learner.model.parameters(), before, strict=True))
+    assert not all(torch.equal(p, b)
+                   for p, b in zip(learner.model.parameters(), before, strict=True))
 
 
 def test_learner_state_loads_across_optimizer_kernels(batch):
     torch.manual_seed(0)
     plain = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=0)
     plain.train_step(batch)
-    fused = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=1)
+    fused = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0),
+                              seed=1)
     fused.load_state_dict(plain.state_dict())
     assert fused.optimizer.param_groups[0]["fused"] and fused.step == 1
     fused.train_step(batch)
@@ -519,7 +546,8 @@ def test_tiny_net_overfits_a_fixed_batch(head, overrides):
     torch.manual_seed(0)
     fixed = random_batch(np.random.default_rng(11), 64, max_labels=3, skew=4.0)
     config = OptimConfig(lr=3e-3, warmup_steps=0, schedule="constant", weight_decay=0.0)
-    learner = Learner(PolicyValueNet(net_config("tiny", policy_head=head, **overrides)), config, seed=0)
+    learner = Learner(PolicyValueNet(net_config("tiny", policy_head=head, **overrides)), config,
+                      seed=0)
     first = learner.train_step(fixed)["loss"]
     for _ in range(100):
         last = learner.train_step(fixed)
@@ -534,6 +562,7 @@ def test_compiled_training_step_matches_eager(batch):
     losses = []
     for compile_model in (False, True):
         torch.manual_seed(0)
-        learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(compile=compile_model), seed=0)
+        learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(compile=compile_model),
+                          seed=0)
         losses.append([learner.train_step(batch)["loss"] for _ in range(2)])
     np.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)

@@ -32,9 +32,9 @@ from amazons.mcts import (
     SearchInputError,
     SearchResult,
     UniformEvaluator,
-    improved_policy,
 )
 from amazons.players import MCTSPlayer
+from amazons.search_targets import improved_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from naive_mcts import NaiveMCTS  # noqa: E402
@@ -106,9 +106,11 @@ def assert_same_tree(tree, game: int, naive_root) -> None:
         assert tree.edge_move[game, block].tolist() == [list(edge.move) for edge in naive.edges]
         assert tree.edge_visits[game, block].tolist() == [edge.visits for edge in naive.edges]
         np.testing.assert_array_equal(tree.edge_value_sum[game, block],
-                                      np.array([edge.value_sum for edge in naive.edges], np.float32))
+                                      np.array([edge.value_sum for edge in naive.edges],
+                                               np.float32))
         np.testing.assert_array_equal(tree.edge_value_sq_sum[game, block],
-                                      np.array([edge.value_sq_sum for edge in naive.edges], np.float32))
+                                      np.array([edge.value_sq_sum for edge in naive.edges],
+                                               np.float32))
         np.testing.assert_array_equal(tree.edge_prior[game, block],
                                       np.array([edge.prior for edge in naive.edges], np.float32))
         for offset, edge in enumerate(naive.edges):
@@ -281,7 +283,8 @@ def test_immediate_win_gets_most_simulations(leaves_per_game):
     the root is proven before any simulation)."""
     for text in (IMMEDIATE_WIN, _rotated(IMMEDIATE_WIN)):
         position = Board(text).canonical_position()
-        search = BatchedSearch(UniformEvaluator(), SearchConfig(leaves_per_game=leaves_per_game, solver=False))
+        search = BatchedSearch(UniformEvaluator(),
+                               SearchConfig(leaves_per_game=leaves_per_game, solver=False))
         search.set_roots(position)
         search.search(800)
         result = search.root_result(0)
@@ -292,7 +295,9 @@ def test_immediate_win_gets_most_simulations(leaves_per_game):
 
 
 def _rotated(text: str) -> str:
-    """The same position with colours swapped and the board turned 180 degrees (other side to move)."""
+    """The same position with colours swapped and the board turned 180 degrees.
+
+    The other side is to move."""
     rows, side = text.split()
     board = Board(f"{rows} {side}")
     black, white, arrows = board.bitboards()
@@ -644,7 +649,8 @@ def test_kernel_tests_pass_without_jit():
     env = dict(os.environ, NUMBA_DISABLE_JIT="1")
     completed = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", str(Path(__file__)),
-         str(Path(__file__).with_name("test_solver.py")), str(Path(__file__).with_name("test_root_selection.py")),
+         str(Path(__file__).with_name("test_solver.py")),
+         str(Path(__file__).with_name("test_root_selection.py")),
          str(Path(__file__).with_name("test_forced_playouts.py")),
          "-k", "kernel and not without_jit"],
         cwd=root, env=env, capture_output=True, text=True, timeout=600,
@@ -657,7 +663,8 @@ def _result(q: list[float], priors: list[float], visits: list[int], raw_value: f
             proofs: list[int] | None = None) -> SearchResult:
     count = len(q)
     return SearchResult(
-        moves=np.stack([np.zeros(count), np.ones(count), np.arange(2, 2 + count)], axis=1).astype(np.int32),
+        moves=np.stack([np.zeros(count), np.ones(count), np.arange(2, 2 + count)],
+                       axis=1).astype(np.int32),
         visits=np.array(visits, np.int32), q_values=np.array(q, np.float32),
         priors=np.array(priors, np.float32),
         move_proofs=np.array(proofs if proofs is not None else [0] * count, np.int8),
@@ -695,7 +702,8 @@ def test_improved_policy_completes_unvisited_moves_with_the_mixed_value():
     sigma = (50 + 3) * 0.1 * rescaled = (5.3, 0, 3.5333);
     target = p * exp(sigma) / Z = (100.168, 0.3, 6.8476) / 107.316.
     """
-    target = improved_policy(_result([0.2, -0.4, float("nan")], [0.5, 0.3, 0.2], [3, 1, 0], raw_value=0.1))
+    target = improved_policy(_result([0.2, -0.4, float("nan")], [0.5, 0.3, 0.2], [3, 1, 0],
+                                     raw_value=0.1))
     np.testing.assert_allclose(target, [0.933397, 0.0027955, 0.0638076], rtol=1e-4)
     # Only visited moves: the unvisited move's mass would vanish (the defect this replaces).
     assert target[2] > 0.05

@@ -1,7 +1,9 @@
-"""The model shipped in the package: present, small, loadable, documented, and playable."""
+"""The model shipped in the package: present, small, loadable, documented, and playable; the
+candidate model kept outside the package, where a run can still start from it."""
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
 import sys
@@ -12,6 +14,7 @@ import pytest
 from amazons.models import default_checkpoint_path, default_model_info, default_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
+CANDIDATE = ROOT / "models" / "candidates" / "issue30b-0411.pt"
 
 
 def test_the_shipped_model_is_small_loadable_and_described():
@@ -44,3 +47,32 @@ def test_the_bot_plays_the_first_move_with_the_default_model():
     move = Move.from_botzone(result.stdout.strip())
     assert move.as_tuple() in {legal.as_tuple() for legal in Board().legal_moves()}
     assert json.loads((ROOT / "amazons" / "models" / "default.json").read_text())["size_bytes"] > 0
+
+
+def test_the_package_holds_no_model_but_the_shipped_one():
+    model_files = sorted(path.relative_to(ROOT).as_posix() for pattern in ("*.pt", "*.npz")
+                         for path in (ROOT / "amazons").rglob(pattern))
+    assert model_files == ["amazons/models/default.npz", "amazons/models/default.pt"]
+
+
+def test_the_candidate_model_starts_a_run_from_outside_the_package(tmp_path, monkeypatch):
+    import torch
+
+    from amazons.config import config_from_dict
+    from amazons.neural.checkpoint import init_weights_from, load_model_for_play
+    from amazons.neural.model import NetConfig, PolicyValueNet
+    from amazons.train.run import resolve_config
+
+    torch.set_num_threads(1)
+    monkeypatch.chdir(ROOT)  # the documented command, run from the repository's root
+    record = json.loads(CANDIDATE.with_suffix(".json").read_text())
+    args = argparse.Namespace(init=str(CANDIDATE.relative_to(ROOT)), resume=False, preset="cpu",
+                              run_dir=tmp_path / "run", iterations=None, overrides=[])
+    config = resolve_config(args)
+    assert Path(config.init_model) == CANDIDATE
+    model = PolicyValueNet(config_from_dict(NetConfig, record["config"]["net"]))
+    init_weights_from(config.init_model, model)
+    stored = load_model_for_play(CANDIDATE)
+    assert model.config == stored.config
+    for name, weights in stored.state_dict().items():
+        assert torch.equal(model.state_dict()[name], weights), name

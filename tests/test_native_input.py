@@ -9,11 +9,11 @@ thread that cannot start is reported, not fatal, and one network object may be s
 threads.
 
 The facts both sides use have one definition: the C++ literals the extension keeps are checked
-against their Python definitions, the network's shape reaches both the extension and the bot
-from one mapping (`amazons.neural.numpy_net.native_shape`), every header compiles alone with the generated
-settings header, and the plies a decided adjudication implies are computed the same way by the
-search (`amazons.engine.adjudicated_plies`) and the C++ part (`adjudicate.h`) on positions from random games. The C++
-is built with g++; without it those tests are skipped.
+against their Python definitions, the network's shape reaches both the extension and the bot from
+one mapping (`amazons.neural.numpy_net.native_shape`), every header compiles alone with the
+generated settings header, and the plies a decided adjudication implies are computed the same way by
+the search (`amazons.engine.adjudicated_plies`) and the C++ part (`adjudicate.h`) on positions from
+random games. The C++ is built with g++; without it those tests are skipped.
 """
 
 from __future__ import annotations
@@ -319,14 +319,16 @@ def test_the_network_shape_is_mapped_once(source_net):
     from amazons import _native
 
     shape = numpy_net.native_shape(source_net.config, source_net.trunk_layers)
-    assert shape["trunk"] == [numpy_net.TRUNK_LAYERS.index(kind) for kind in source_net.trunk_layers]
+    assert shape["trunk"] == [numpy_net.TRUNK_LAYERS.index(kind)
+                              for kind in source_net.trunk_layers]
     assert _native.shape_error(shape) == ""
     floats = sum(array.size for _, array in source_net.layout_arrays())
     assert _native.weight_floats(shape) == floats
     with pytest.raises(ValueError, match="trunk layer 1 is of kind 'dense'"):
         numpy_net.native_shape(source_net.config, ["residual", "dense"])
     with pytest.raises(ValueError, match="policy_head 'wide'"):
-        numpy_net.native_shape({**source_net.config, "policy_head": "wide"}, source_net.trunk_layers)
+        numpy_net.native_shape({**source_net.config, "policy_head": "wide"},
+                               source_net.trunk_layers)
 
 
 @NEEDS_GXX

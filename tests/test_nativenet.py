@@ -44,7 +44,8 @@ from amazons.neural.production import (
 )
 from amazons.player_factory import PlayerSpecError, model_evaluator
 
-pytestmark = pytest.mark.skipif(not native_available(), reason="the extension amazons._native is not built")
+pytestmark = pytest.mark.skipif(not native_available(),
+                                reason="the extension amazons._native is not built")
 
 torch.set_num_threads(1)
 
@@ -56,9 +57,12 @@ MODELS = [
     pytest.param("joint", {}, id="joint"),
     pytest.param("factorized", {}, id="factorized"),
     pytest.param("joint", {"arrow_source": True}, id="joint-source"),
-    pytest.param("joint", {"num_planes": 3, "attention_placement": "spread"}, id="joint-3planes-spread"),
-    pytest.param("factorized", {"num_planes": 3, "channels": 20, "head_dim": 12}, id="factorized-3planes-c20"),
-    pytest.param("joint", {"channels": 24, "head_dim": 8, "arrow_source": True}, id="joint-source-c24"),
+    pytest.param("joint", {"num_planes": 3, "attention_placement": "spread"},
+                 id="joint-3planes-spread"),
+    pytest.param("factorized", {"num_planes": 3, "channels": 20, "head_dim": 12},
+                 id="factorized-3planes-c20"),
+    pytest.param("joint", {"channels": 24, "head_dim": 8, "arrow_source": True},
+                 id="joint-source-c24"),
 ]
 
 
@@ -94,7 +98,8 @@ def test_the_shipped_model_matches_npnet_and_torch(batch, kernels):
     got = evaluator.evaluate(*batch)
     assert_close(got, want)
     assert_meaningful(*got, batch[2])
-    torch_evaluator = load_network_evaluator(default_model_path().with_suffix(".pt"), "cpu", "fp32", backend="torch")
+    torch_evaluator = load_network_evaluator(default_model_path().with_suffix(".pt"), "cpu", "fp32",
+                                             backend="torch")
     assert isinstance(torch_evaluator, ReloadableNetworkEvaluator)
     assert_close(got, torch_evaluator.evaluate(*batch))
 
@@ -124,7 +129,8 @@ def test_threads_split_the_batch_without_changing_it(batch):
 
 @pytest.mark.parametrize("kernels", KERNELS)
 def test_new_weights_load_in_place(batch, kernels):
-    first, second = (trained_looking("tiny", "joint", seed=seed, arrow_source=True) for seed in (12, 13))
+    first, second = (trained_looking("tiny", "joint", seed=seed, arrow_source=True)
+                     for seed in (12, 13))
     evaluator = NativeEvaluator(numpy_net(first), kernels=kernels)
     before = evaluator.evaluate(*batch)
     evaluator.load_net(numpy_net(second))
@@ -139,12 +145,15 @@ def test_new_weights_load_in_place(batch, kernels):
 def test_the_production_evaluator_takes_flat_weights_and_checkpoints_in_place(tmp_path, batch):
     """The server's weight updates: the learner's flat weights (shared memory) and checkpoint
     files, folded on the CPU and written into the native network's buffer."""
-    first, second = trained_looking("small", "joint", seed=7), trained_looking("small", "joint", seed=8)
+    first, second = (trained_looking("small", "joint", seed=7),
+                     trained_looking("small", "joint", seed=8))
     evaluator = NativeReloadableEvaluator(first)
     before = evaluator.evaluate(*batch)
     evaluator.load_flat_weights(flat_weights(second))
-    assert_close(evaluator.evaluate(*batch), torch_outputs(trained_looking("small", "joint", seed=8), batch[0]))
-    evaluator.load_weights(save_model(tmp_path / "first.pt", trained_looking("small", "joint", seed=7)))
+    assert_close(evaluator.evaluate(*batch),
+                 torch_outputs(trained_looking("small", "joint", seed=8), batch[0]))
+    evaluator.load_weights(save_model(tmp_path / "first.pt",
+                                      trained_looking("small", "joint", seed=7)))
     assert_close(evaluator.evaluate(*batch), before)
 
 
@@ -180,7 +189,8 @@ def test_the_rules_part_matches_the_engine(batch):
         np.testing.assert_array_equal(_native.legal_move_array(mine, theirs, arrows),
                                       moves[offsets[index]:offsets[index + 1]])
         for count in (3, 7):
-            np.testing.assert_array_equal(_native.feature_planes(mine, theirs, arrows, count), planes[count][index])
+            np.testing.assert_array_equal(_native.feature_planes(mine, theirs, arrows, count),
+                                          planes[count][index])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -199,14 +209,16 @@ def test_the_backend_resolves_to_native_on_a_cpu_and_refuses_it_on_a_gpu():
         resolve_backend("fast", "cpu", model)
     with pytest.raises(ValueError, match="backend"):
         InferenceConfig(backend="fast")
-    assert native_support({"num_planes": 5, "channels": 8, "attention_dim": 4, "head_dim": 4, "value_channels": 1,
-                           "value_hidden": 4, "policy_head": "joint"}, ["residual"]) != ""
+    assert native_support({"num_planes": 5, "channels": 8, "attention_dim": 4, "head_dim": 4,
+                           "value_channels": 1, "value_hidden": 4, "policy_head": "joint"},
+                          ["residual"]) != ""
 
 
 def test_the_model_builders_pick_the_native_evaluator_on_a_cpu(tmp_path):
     path = save_model(tmp_path / "m.pt", trained_looking("tiny", "joint", seed=2))
     assert isinstance(load_network_evaluator(path, "cpu"), NativeReloadableEvaluator)
-    assert isinstance(model_evaluator(str(path), allow_torch=True, device="cpu")[0], NativeReloadableEvaluator)
+    assert isinstance(model_evaluator(str(path), allow_torch=True, device="cpu")[0],
+                      NativeReloadableEvaluator)
     assert isinstance(model_evaluator("default")[0], NativeEvaluator)
     assert isinstance(model_evaluator("default", backend="numpy")[0], npnet.NumpyEvaluator)
     with pytest.raises(PlayerSpecError, match="backend"):
@@ -214,18 +226,21 @@ def test_the_model_builders_pick_the_native_evaluator_on_a_cpu(tmp_path):
 
 
 def test_the_inference_server_runs_the_native_backend_and_takes_published_weights(tmp_path, batch):
-    first, second = trained_looking("tiny", "joint", seed=3), trained_looking("tiny", "joint", seed=4)
+    first, second = (trained_looking("tiny", "joint", seed=3),
+                     trained_looking("tiny", "joint", seed=4))
     path = save_model(tmp_path / "first.pt", first)
     config = InferenceConfig(inference_batch_size=64, backend="native")
     positions, moves, offsets = batch
     rows = 40
-    with InferenceServer(server_evaluator_factory(path, "cpu", "auto", config), num_clients=1, config=config) as server:
+    with InferenceServer(server_evaluator_factory(path, "cpu", "auto", config), num_clients=1,
+                         config=config) as server:
         client = InferenceClient(server.handle(0))
         block = slice(0, int(offsets[rows]))
         got = client.evaluate(positions[:rows], moves[block], offsets[:rows + 1])
         assert_close(got, torch_outputs(first, positions[:rows]))
         flat = flat_weights(second)
-        server.publish_shared_weights(flat.shape[0], lambda out: out.__setitem__(slice(None), flat), version=1)
+        server.publish_shared_weights(flat.shape[0],
+                                      lambda out: out.__setitem__(slice(None), flat), version=1)
         deadline = time.monotonic() + 60
         while not server.shared_weights_ready() and time.monotonic() < deadline:
             server.check()

@@ -1,4 +1,5 @@
-"""The network, its log tables, legal-move priors and the in-process evaluator (`amazons.neural.model`)."""
+"""The network, its log tables and legal-move priors (`amazons.neural.model`), and the in-process
+evaluator (`amazons.neural.cuda_graphs`)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from test_learn import full_log_probs, naive_log_probs, random_positions
 
 from amazons import engine
 from amazons.config import ConfigError, config_from_dict, config_to_dict
+from amazons.evaluator import EvaluatorInputError
 from amazons.mcts import BatchedSearch, SearchConfig
+from amazons.neural.cuda_graphs import NetworkEvaluator
 from amazons.neural.model import (
     PRESETS,
     FactorizedPolicy,
@@ -22,7 +25,6 @@ from amazons.neural.model import (
     NetConfig,
     NetConfigError,
     NetInputError,
-    NetworkEvaluator,
     PolicyValueNet,
     count_parameters,
     gather_legal_priors,
@@ -129,7 +131,8 @@ def test_attention_placement():
         return [i for i, layer in enumerate(model.trunk) if isinstance(layer, GlobalSelfAttention)]
 
     assert attention_slots(net_config("small")) == [6]  # after the 6 residual blocks
-    assert attention_slots(net_config("small", attention_blocks=2, attention_placement="spread")) == [3, 7]
+    assert attention_slots(net_config("small", attention_blocks=2,
+                                      attention_placement="spread")) == [3, 7]
     assert attention_slots(net_config("small", attention_blocks=0)) == []
 
 
@@ -141,7 +144,8 @@ def test_full_move_probabilities_sum_to_one(positions, head, overrides):
     assert all(table is None or table.dtype == torch.float32 for table in tables[:4])
     assert {table is None for table in tables[2:]} == {not overrides}
     if overrides:
-        assert tables.source_slot.dtype == torch.int64 and (tables.source_slot >= 0).sum(1).tolist() == [4] * 10
+        assert (tables.source_slot.dtype == torch.int64
+                and (tables.source_slot >= 0).sum(1).tolist() == [4] * 10)
     batch = positions.shape[0]
     # P(s, d, a) = P(s, d) P(a | [s,] d) over all 64**3 triples, in float64.
     joint = full_log_probs(tables).exp()
@@ -151,7 +155,8 @@ def test_full_move_probabilities_sum_to_one(positions, head, overrides):
     torch.testing.assert_close(joint.sum(-1), tables.log_move.double().exp().reshape(batch, 64, 64),
                                rtol=0, atol=1e-6)
     if head == "joint":
-        torch.testing.assert_close(full_log_probs(tables), naive_log_probs(output.policy), rtol=0, atol=2e-5)
+        torch.testing.assert_close(full_log_probs(tables), naive_log_probs(output.policy),
+                                   rtol=0, atol=2e-5)
 
 
 @pytest.mark.parametrize(("head", "overrides"), VARIANTS)
@@ -160,13 +165,15 @@ def test_gathered_priors_match_a_naive_loop(positions, head, overrides):
         output = tiny_model(head, **overrides)(features_of(positions))
     tables = policy_log_tables(output.policy)
     moves, offsets = engine.legal_moves(positions)
-    priors = gather_legal_priors(tables, torch.from_numpy(moves), torch.from_numpy(segment_ids(offsets))).numpy()
+    priors = gather_legal_priors(tables, torch.from_numpy(moves),
+                                 torch.from_numpy(segment_ids(offsets))).numpy()
     assert priors.dtype == np.float32 and priors.shape == (moves.shape[0],)
     p_full = full_log_probs(tables).exp().numpy()
     for row in range(positions.shape[0]):
         own = moves[offsets[row]:offsets[row + 1]]
         raw = np.array([p_full[row, s, d, a] for s, d, a in own.tolist()])
-        np.testing.assert_allclose(priors[offsets[row]:offsets[row + 1]], raw / raw.sum(), rtol=2e-5)
+        np.testing.assert_allclose(priors[offsets[row]:offsets[row + 1]], raw / raw.sum(),
+                                   rtol=2e-5)
         assert priors[offsets[row]:offsets[row + 1]].sum() == pytest.approx(1.0, abs=1e-5)
     assert np.all(priors > 0)
 
@@ -174,7 +181,8 @@ def test_gathered_priors_match_a_naive_loop(positions, head, overrides):
 def test_the_arrow_source_switch():
     plain = PolicyValueNet(net_config("tiny"))
     source = PolicyValueNet(net_config("tiny", arrow_source=True))
-    assert count_parameters(source) - count_parameters(plain) == 16 * (32 + 1)  # head_dim x (channels + 1)
+    # head_dim x (channels + 1)
+    assert count_parameters(source) - count_parameters(plain) == 16 * (32 + 1)
     with pytest.raises(NetConfigError, match="arrow_source needs policy_head 'joint'"):
         net_config("tiny", policy_head="factorized", arrow_source=True)
     with pytest.raises(NetConfigError, match="arrow_source must be true or false"):
@@ -192,7 +200,8 @@ def test_the_arrow_source_switch():
     assert [tuple(t.shape) for t in policy] == [(3, 64, 64), (3, 64, 64), (3, 4, 64), (3, 4)]
 
 
-def arrow_distribution_gaps(priors: np.ndarray, moves: np.ndarray, offsets: np.ndarray) -> list[float]:
+def arrow_distribution_gaps(priors: np.ndarray, moves: np.ndarray,
+                            offsets: np.ndarray) -> list[float]:
     """For each pair of (src, dst) moves with one destination and two sources, the largest
     difference between the logs of their arrow distributions, both renormalized over the arrows
     legal after either."""
@@ -200,7 +209,8 @@ def arrow_distribution_gaps(priors: np.ndarray, moves: np.ndarray, offsets: np.n
     for row in range(offsets.shape[0] - 1):
         arrows: dict[tuple[int, int], dict[int, float]] = {}
         for (src, dst, arrow), prior in zip(moves[offsets[row]:offsets[row + 1]].tolist(),
-                                            priors[offsets[row]:offsets[row + 1]].tolist(), strict=True):
+                                            priors[offsets[row]:offsets[row + 1]].tolist(),
+                                            strict=True):
             arrows.setdefault((src, dst), {})[arrow] = prior
         for (src, dst), first in arrows.items():
             for (other_src, other_dst), second in arrows.items():
@@ -218,7 +228,8 @@ def test_the_arrow_distribution_depends_on_the_source(positions):
     (a random-init net) their arrow distributions differ; without it they are one distribution."""
     moves, offsets = engine.legal_moves(positions)
     plain_priors, _ = NetworkEvaluator(tiny_model("joint"), 7).evaluate(positions, moves, offsets)
-    source_priors, _ = NetworkEvaluator(tiny_model("joint", arrow_source=True), 7).evaluate(positions, moves, offsets)
+    source_priors, _ = (NetworkEvaluator(tiny_model("joint", arrow_source=True), 7)
+                        .evaluate(positions, moves, offsets))
     plain = arrow_distribution_gaps(plain_priors, moves, offsets)
     source = arrow_distribution_gaps(source_priors, moves, offsets)
     assert len(plain) == len(source) >= 20
@@ -237,7 +248,8 @@ def test_the_joint_head_moves_with_the_board(k):
     head = JointPolicyHead(32, 16, source=True).eval()
     x = torch.randn(3, 32, 8, 8)
     sources = torch.stack([torch.randperm(64)[:4] for _ in range(3)]).sort(dim=1).values
-    turned = torch.from_numpy(transform_square_labels(x.reshape(3, 32, 64).numpy(), k)).reshape(3, 32, 8, 8)
+    turned = (torch.from_numpy(transform_square_labels(x.reshape(3, 32, 64).numpy(), k))
+              .reshape(3, 32, 8, 8))
     turned_sources = torch.from_numpy(SYMMETRIES[k][sources.numpy()]).sort(dim=1).values
     with torch.no_grad():
         full = full_log_probs(policy_log_tables(head(x, sources)))
@@ -250,7 +262,8 @@ def test_the_joint_head_moves_with_the_board(k):
 def test_mover_squares_are_the_side_to_moves_amazons(positions):
     for planes in (3, 7):
         features = features_of(positions, planes)
-        expected = [np.flatnonzero(features[row, 0].numpy().reshape(-1)) for row in range(positions.shape[0])]
+        expected = [np.flatnonzero(features[row, 0].numpy().reshape(-1))
+                    for row in range(positions.shape[0])]
         np.testing.assert_array_equal(mover_squares(features).numpy(), np.stack(expected))
         assert all(len(squares) == 4 for squares in expected)
 
@@ -261,7 +274,8 @@ def test_gather_handles_extreme_logits():
     move_logits[0, 0, 1] = 1e4
     policy = JointPolicy(move_logits, torch.zeros(1, 64, 64))
     moves = torch.tensor([[2, 3, 4], [5, 6, 7]])
-    priors = gather_legal_priors(policy_log_tables(policy), moves, torch.zeros(2, dtype=torch.int64))
+    priors = gather_legal_priors(policy_log_tables(policy), moves,
+                                 torch.zeros(2, dtype=torch.int64))
     torch.testing.assert_close(priors, torch.tensor([0.5, 0.5]))
 
 
@@ -276,7 +290,8 @@ def test_prepare_for_inference_keeps_the_outputs(positions, overrides):
         expected = model(features)
         got = prepared(features.contiguous(memory_format=torch.channels_last))
     assert isinstance(got.policy, JointSourcePolicy) == bool(overrides)
-    for want, have in zip([*expected.policy, expected.value], [*got.policy, got.value], strict=True):
+    for want, have in zip([*expected.policy, expected.value], [*got.policy, got.value],
+                          strict=True):
         torch.testing.assert_close(have, want, rtol=1e-4, atol=1e-4)
 
 
@@ -302,7 +317,8 @@ def test_network_evaluator_follows_the_protocol(positions, head, overrides):
     np.testing.assert_allclose(fast_priors, priors, rtol=1e-3, atol=1e-7)
     np.testing.assert_allclose(fast_values, values, atol=1e-4)
     # bf16 compute: close, still normalized.
-    bf16_priors, _ = NetworkEvaluator(model, 7, dtype=torch.bfloat16).evaluate(positions, moves, offsets)
+    bf16_priors, _ = (NetworkEvaluator(model, 7, dtype=torch.bfloat16)
+                      .evaluate(positions, moves, offsets))
     np.testing.assert_allclose(np.add.reduceat(bf16_priors, offsets[:-1]), 1.0, atol=1e-4)
 
 
@@ -315,14 +331,17 @@ def test_network_evaluator_restores_training_mode_and_rejects_bad_input(position
     assert model.training
     with pytest.raises(NetInputError, match="num_planes"):
         NetworkEvaluator(model, 3)
-    with pytest.raises(NetInputError, match="moves must be"):
+    with pytest.raises(EvaluatorInputError, match="moves must be"):
         evaluator.evaluate(positions, moves.astype(np.int64), offsets)
-    with pytest.raises(NetInputError, match="move_offsets must be"):
+    with pytest.raises(EvaluatorInputError, match="move_offsets must be"):
         evaluator.evaluate(positions, moves, offsets[:-1])
-    with pytest.raises(NetInputError, match="rise from 0"):
+    with pytest.raises(EvaluatorInputError, match="rise from 0"):
         evaluator.evaluate(positions, moves[:-1], offsets)
-    with pytest.raises(ValueError, match="positions"):
+    with pytest.raises(EvaluatorInputError, match="positions must be a"):
         evaluator.evaluate(positions.astype(np.int64), moves, offsets)
+    with pytest.raises(EvaluatorInputError, match="squares 0..63"):
+        evaluator.evaluate(positions, np.where(moves == moves.max(), 64, moves).astype(np.int32),
+                           offsets)
     priors, values = evaluator.evaluate(positions[:0], moves[:0], offsets[:1])
     assert priors.shape == values.shape == (0,)
 

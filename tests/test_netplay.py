@@ -1,4 +1,4 @@
-"""The production evaluator (`amazons.neural.production`): the prepared model matches the training model.
+"""The production evaluator (`amazons.neural.production`): the prepared model matches the original.
 
 The server, the arena's network players, the web board and evaluation run the model
 `prepare_for_inference` makes (batch norms folded, channels_last, autocast at the resolved
@@ -20,6 +20,7 @@ every residual block and attention block is the identity and the priors are near
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 
@@ -31,19 +32,20 @@ from torch import nn
 
 from amazons import engine
 from amazons.inference import InferenceConfig
+from amazons.neural.backends import BACKENDS, choose_backend
 from amazons.neural.checkpoint import CheckpointError, save_model
+from amazons.neural.cuda_graphs import NetworkEvaluator, batch_buckets
 from amazons.neural.model import (
     PRESETS,
     NetInputError,
-    NetworkEvaluator,
     PolicyValueNet,
-    batch_buckets,
     flatten_weights,
     gather_legal_priors,
     load_prepared_weights,
     net_config,
     policy_log_tables,
     prepare_for_inference,
+    resolve_precision,
     segment_ids,
     unflatten_weights,
     weights_elements,
@@ -119,9 +121,11 @@ def test_the_prepared_evaluator_matches_the_training_model_in_fp32(preset, head,
     # draws other weights: seed 4 gives it values that spread (the check below).
     model = trained_looking(preset, head, seed=4 if overrides else 1, **overrides)
     want = reference(model, leaves)
-    assert want[0].max() > 3 * want[0].min() and np.ptp(want[1]) > 0.02  # not a flat, silent network
+    # not a flat, silent network
+    assert want[0].max() > 3 * want[0].min() and np.ptp(want[1]) > 0.02
     evaluator = ReloadableNetworkEvaluator(model, "cpu", "fp32")
-    assert not any(isinstance(module, nn.BatchNorm2d) for module in evaluator.model.modules())  # folded
+    # folded
+    assert not any(isinstance(module, nn.BatchNorm2d) for module in evaluator.model.modules())
     assert evaluator.model.stem.conv.weight.is_contiguous(memory_format=torch.channels_last)
     assert evaluator.batch_buckets == () and not evaluator.cuda_graphs  # CPU: no padding, no graphs
     assert_close(evaluator.evaluate(*leaves), want, FP32_TOLERANCE, FP32_TOLERANCE)
@@ -147,15 +151,18 @@ def test_batch_buckets_pad_to_fixed_sizes_without_changing_outputs(rows, arrow_s
     positions = np.ascontiguousarray(leaves[0][:rows])
     moves, offsets = engine.legal_moves(positions)
     plain = ReloadableNetworkEvaluator(model, "cpu", "fp32")
-    bucketed = NetworkEvaluator(prepare_for_inference(model), 7, "cpu", batch_buckets=batch_buckets(8))
+    bucketed = NetworkEvaluator(prepare_for_inference(model), 7, "cpu",
+                                batch_buckets=batch_buckets(8))
     assert bucketed.batch_buckets == (1, 2, 4, 8)
     sizes = [size for _, _, size in bucketed._chunks(rows)]
     assert all(size in bucketed.batch_buckets for size in sizes) and sum(sizes) >= rows
-    assert_close(bucketed.evaluate(positions, moves, offsets), plain.evaluate(positions, moves, offsets), 1e-5, 1e-5)
+    assert_close(bucketed.evaluate(positions, moves, offsets),
+                 plain.evaluate(positions, moves, offsets), 1e-5, 1e-5)
 
 
 def test_bucket_sizes_and_graph_flags_are_checked():
-    assert batch_buckets(1) == (1,) and batch_buckets(256)[-1] == 256 and batch_buckets(300)[-1] == 512
+    assert batch_buckets(1) == (1,) and batch_buckets(256)[-1] == 256 \
+        and batch_buckets(300)[-1] == 512
     model = PolicyValueNet(net_config("tiny"))
     with pytest.raises(NetInputError, match="cuda_graphs needs a CUDA device"):
         NetworkEvaluator(model, 7, "cpu", batch_buckets=(1, 2), cuda_graphs=True)
@@ -164,10 +171,13 @@ def test_bucket_sizes_and_graph_flags_are_checked():
 
 
 def test_load_weights_prepares_the_new_weights(tmp_path, leaves):
-    first, second = trained_looking("tiny", "joint", seed=4), trained_looking("tiny", "joint", seed=5)
-    path = save_model(tmp_path / "second.pt", second)  # what the learner publishes: unfolded weights
+    first, second = (trained_looking("tiny", "joint", seed=4),
+                     trained_looking("tiny", "joint", seed=5))
+    # what the learner publishes: unfolded weights
+    path = save_model(tmp_path / "second.pt", second)
     evaluator = load_network_evaluator(save_model(tmp_path / "first.pt", first), "cpu", "fp32")
-    assert_close(evaluator.evaluate(*leaves), reference(first, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
+    assert_close(evaluator.evaluate(*leaves), reference(first, leaves), FP32_TOLERANCE,
+                 FP32_TOLERANCE)
     evaluator.load_weights(path)
     got = evaluator.evaluate(*leaves)
     assert_close(got, reference(second, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
@@ -184,10 +194,12 @@ def test_the_server_factory_builds_the_prepared_evaluator(tmp_path, leaves, back
     """The torch backend, and on a CPU "auto" takes the compiled evaluator where it is built
     (tests/test_nativenet.py), the torch one where it is not (the extension hidden: below)."""
     model = trained_looking("tiny", "factorized", seed=6)
-    factory = NetworkEvaluatorFactory(str(save_model(tmp_path / "m.pt", model)), "cpu", "auto", backend=backend)
+    factory = NetworkEvaluatorFactory(str(save_model(tmp_path / "m.pt", model)), "cpu", "auto",
+                                      backend=backend)
     evaluator = factory()
     assert isinstance(evaluator, kind) and evaluator.precision == "fp32"
-    assert_close(evaluator.evaluate(*leaves), reference(model, leaves), FP32_TOLERANCE, FP32_TOLERANCE)
+    assert_close(evaluator.evaluate(*leaves), reference(model, leaves), FP32_TOLERANCE,
+                 FP32_TOLERANCE)
 
 
 # Where the extension is not built, the builders fall back to torch (a checkpoint) and numpy (an
@@ -198,7 +210,8 @@ sys.modules["amazons._native"] = None  # `from amazons import _native` raises Im
 import torch
 torch.set_num_threads(1)
 from amazons.neural.native import native_available
-from amazons.neural.production import BackendError, ReloadableNetworkEvaluator, load_network_evaluator
+from amazons.neural.production import (BackendError, ReloadableNetworkEvaluator,
+                                       load_network_evaluator)
 from amazons.neural.numpy_net import NumpyEvaluator
 from amazons.player_factory import PlayerSpecError, model_evaluator
 assert not native_available()
@@ -251,6 +264,28 @@ def test_a_checkpoint_refuses_the_numpy_backend_and_names_what_to_write():
         resolve_backend("fast", "cpu", model)
 
 
+def test_resolve_backend_answers_what_the_one_chooser_answers():
+    """For a network the native evaluator runs (where the extension is built) and one it cannot
+    (a trunk layer it does not know), on a CPU and on CUDA, at every precision: the backend the
+    chooser picks for a checkpoint once the device and precision are resolved, or its refusal
+    with "inference" before it."""
+    runs = trained_looking("tiny", "joint", seed=12)
+    cannot = trained_looking("tiny", "joint", seed=12)
+    cannot.trunk[0] = nn.Identity()
+    for model, reason in ((runs, "" if native_available() else "not built"), (cannot, "unknown")):
+        for backend, device, precision in itertools.product(
+                BACKENDS, ("cpu", "cuda"), ("auto", "fp32", "bf16", "fp16")):
+            try:
+                expected = choose_backend(backend, ".pt", reason, device,
+                                          resolve_precision(precision, device))
+            except BackendError as error:
+                with pytest.raises(BackendError, match="^inference ") as refused:
+                    resolve_backend(backend, device, model, precision)
+                assert str(refused.value).split(":")[0] == f"inference {error}".split(":")[0]
+            else:
+                assert resolve_backend(backend, device, model, precision) == expected
+
+
 def flat_weights(model: PolicyValueNet) -> np.ndarray:
     """`model`'s weights as the learner publishes them (`flatten_weights`)."""
     flat = np.empty(weights_elements(model), np.float32)
@@ -263,20 +298,25 @@ def storage(evaluator: NetworkEvaluator) -> list[int]:
 
 
 def test_new_weights_go_into_the_same_prepared_model_in_place(tmp_path, leaves):
-    first, second = trained_looking("small", "joint", seed=7), trained_looking("small", "joint", seed=8)
+    first, second = (trained_looking("small", "joint", seed=7),
+                     trained_looking("small", "joint", seed=8))
     evaluator = ReloadableNetworkEvaluator(first, "cpu", "fp32")
     prepared, pointers = evaluator.model, storage(evaluator)
     before = evaluator.evaluate(*leaves)
     evaluator.load_flat_weights(flat_weights(second))
     fresh = ReloadableNetworkEvaluator(trained_looking("small", "joint", seed=8), "cpu", "fp32")
     assert_close(evaluator.evaluate(*leaves), fresh.evaluate(*leaves), 1e-6, 1e-6)
-    assert np.abs(evaluator.evaluate(*leaves)[1] - before[1]).max() > 0.01  # the old weights are gone
-    assert evaluator.model is prepared and storage(evaluator) == pointers  # same tensors, new values
+    # the old weights are gone
+    assert np.abs(evaluator.evaluate(*leaves)[1] - before[1]).max() > 0.01
+    # same tensors, new values
+    assert evaluator.model is prepared and storage(evaluator) == pointers
     assert evaluator.model.stem.conv.weight.is_contiguous(memory_format=torch.channels_last)
-    # The evaluator's CPU model is `first` itself, now holding the second weights: rebuild the first.
-    evaluator.load_weights(save_model(tmp_path / "first.pt", trained_looking("small", "joint", seed=7)))
+    # The CPU model is `first` itself, now holding the second weights: rebuild the first.
+    evaluator.load_weights(save_model(tmp_path / "first.pt",
+                                      trained_looking("small", "joint", seed=7)))
     assert_close(evaluator.evaluate(*leaves), before, 1e-6, 1e-6)
-    assert evaluator.model is prepared and storage(evaluator) == pointers and evaluator.graph_captures == 0
+    assert evaluator.model is prepared and storage(evaluator) == pointers \
+        and evaluator.graph_captures == 0
 
 
 def test_flat_weights_and_prepared_weights_refuse_another_network():
@@ -295,7 +335,8 @@ def test_flat_weights_and_prepared_weights_refuse_another_network():
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA device")
 @pytest.mark.parametrize("arrow_source", [False, True])
 def test_new_weights_replay_through_the_captured_cuda_graphs(leaves, arrow_source):
-    first, second = (trained_looking("small", "joint", seed=seed, arrow_source=arrow_source) for seed in (9, 10))
+    first, second = (trained_looking("small", "joint", seed=seed, arrow_source=arrow_source)
+                     for seed in (9, 10))
     evaluator = ReloadableNetworkEvaluator(first, "cuda", "fp32", max_batch=32)
     assert evaluator.cuda_graphs
     evaluator.evaluate(*leaves)
@@ -334,6 +375,9 @@ def test_evaluate_stages_its_transfers_without_changing_outputs(leaves, arrow_so
 
 
 def test_the_server_factory_takes_its_largest_bucket_from_the_inference_config(tmp_path):
-    factory = server_evaluator_factory(tmp_path / "m.pt", "cuda", "bf16", InferenceConfig(inference_batch_size=1024))
-    assert factory == NetworkEvaluatorFactory(str(tmp_path / "m.pt"), "cuda", "bf16", max_batch=1024, backend="auto")
-    assert batch_buckets(factory.max_batch)[-1] == 1024  # a full batch is one forward pass, never chunks
+    factory = server_evaluator_factory(tmp_path / "m.pt", "cuda", "bf16",
+                                       InferenceConfig(inference_batch_size=1024))
+    assert factory == NetworkEvaluatorFactory(str(tmp_path / "m.pt"), "cuda", "bf16",
+                                              max_batch=1024, backend="auto")
+    # a full batch is one forward pass, never chunks
+    assert batch_buckets(factory.max_batch)[-1] == 1024

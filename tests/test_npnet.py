@@ -1,4 +1,4 @@
-"""The torch-free network (`amazons.neural.numpy_net`) against the torch model, and its exported file format.
+"""The torch-free network (`amazons.neural.numpy_net`) against the torch model; its file format.
 
 Every preset and both policy heads (the joint one with and without the arrow source term) are
 exported from torch models whose batch norms have non-trivial statistics and whose attention gates
@@ -82,7 +82,8 @@ def assert_matches_torch(model: PolicyValueNet, path: Path, positions: np.ndarra
     assert np.ptp(expected_values) > 10 * TOLERANCE
 
 
-@pytest.mark.parametrize(("head", "overrides"), [("joint", {}), ("factorized", {}), ("joint", {"arrow_source": True})],
+@pytest.mark.parametrize(("head", "overrides"),
+                         [("joint", {}), ("factorized", {}), ("joint", {"arrow_source": True})],
                          ids=["joint", "factorized", "joint-source"])
 @pytest.mark.parametrize("preset", ["tiny", "small", "medium"])
 def test_numpy_forward_matches_torch(preset, head, overrides, positions, tmp_path):
@@ -100,9 +101,11 @@ def test_numpy_forward_matches_torch_resnet40(head, positions, tmp_path):
     assert_matches_torch(model, path, positions[:8])
 
 
-@pytest.mark.parametrize("overrides", [{"num_planes": 3}, {"attention_blocks": 2, "attention_placement": "spread"},
-                                       {"attention_blocks": 0},
-                                       {"arrow_source": True, "ownership_head": True, "num_planes": 3}])
+@pytest.mark.parametrize("overrides", [
+    {"num_planes": 3},
+    {"attention_blocks": 2, "attention_placement": "spread"},
+    {"attention_blocks": 0},
+    {"arrow_source": True, "ownership_head": True, "num_planes": 3}])
 def test_numpy_forward_other_shapes(overrides, positions, tmp_path):
     model = random_model("tiny", "joint", seed=3, **overrides)
     path, _ = export_model(model, tmp_path / "model.npz", check_positions=0)
@@ -155,19 +158,21 @@ def test_legal_priors_is_gather_legal_priors(positions, source):
         amazons = engine.features(rows, 3)[:, 0].reshape(batch, 64)
         slots = torch.full((batch, 64), -1, dtype=torch.int64)
         for row in range(batch):
-            squares = np.flatnonzero(amazons[row]) if row % 2 == 0 else rng.choice(64, 4, replace=False)
+            squares = (np.flatnonzero(amazons[row]) if row % 2 == 0
+                       else rng.choice(64, 4, replace=False))
             slots[row, torch.from_numpy(squares)] = torch.arange(4)
         tables = PolicyTables(log_move, log_arrow, table(2.0)[:, :256], table(1.0)[:, :256], slots)
     moves, offsets = engine.legal_moves(positions)
     offsets = np.concatenate([offsets[:3], offsets[2:3], offsets[3:]])  # position 2 owns no move
     expected = gather_legal_priors(tables, torch.from_numpy(moves),
                                    torch.from_numpy(np.repeat(np.arange(batch), np.diff(offsets))))
-    priors = numpy_net.legal_priors(numpy_net.PolicyTables(*(None if t is None else t.numpy() for t in tables)),
-                                moves, offsets)
+    priors = numpy_net.legal_priors(
+        numpy_net.PolicyTables(*(None if t is None else t.numpy() for t in tables)), moves, offsets)
     assert np.abs(priors - expected.numpy()).max() < 1e-6
     assert np.allclose(np.add.reduceat(priors, offsets[:-1][np.diff(offsets) > 0]), 1.0, atol=1e-5)
     if source:  # the term counted
-        plain = numpy_net.legal_priors(numpy_net.PolicyTables(log_move.numpy(), log_arrow.numpy()), moves, offsets)
+        plain = numpy_net.legal_priors(numpy_net.PolicyTables(log_move.numpy(), log_arrow.numpy()),
+                                       moves, offsets)
         assert np.abs(priors - plain).max() > 1e-2
 
 
@@ -222,19 +227,22 @@ def rewrite(path: Path, target: Path, header: dict | None = None, drop: str | No
 
 @pytest.fixture
 def exported(tmp_path) -> Path:
-    path, _ = export_model(random_model("tiny", "factorized"), tmp_path / "tiny.npz", check_positions=0,
-                           source={"note": "test"})
+    path, _ = export_model(random_model("tiny", "factorized"), tmp_path / "tiny.npz",
+                           check_positions=0, source={"note": "test"})
     return path
 
 
 def test_the_file_holds_a_versioned_header_and_plain_arrays(exported):
     header = header_of(exported)
-    assert (header["format"], header["version"]) == (numpy_net.FORMAT, 2)  # without the arrow source term
-    assert header["net_config"]["policy_head"] == "factorized" and header["source"] == {"note": "test"}
+    # without the arrow source term
+    assert (header["format"], header["version"]) == (numpy_net.FORMAT, 2)
+    assert (header["net_config"]["policy_head"] == "factorized"
+            and header["source"] == {"note": "test"})
     assert header["trunk"] == ["residual", "residual", "attention"]
     with zipfile.ZipFile(exported) as archive:
         names = {name.removesuffix(".npy") for name in archive.namelist()}
-    assert names == {"header"} | set(numpy_net.expected_shapes(header["net_config"], header["trunk"]))
+    assert names == {"header"} | set(numpy_net.expected_shapes(header["net_config"],
+                                                               header["trunk"]))
     assert not [path for path in exported.parent.iterdir() if path.name.endswith(".tmp")]
 
 
@@ -268,21 +276,27 @@ def test_load_refuses_changed_missing_or_foreign_content(exported, tmp_path):
 
 
 def test_the_arrow_source_term_is_version_3_and_checked(tmp_path):
-    path, _ = export_model(random_model("tiny", "joint", arrow_source=True), tmp_path / "source.npz",
-                           check_positions=0)
+    path, _ = export_model(random_model("tiny", "joint", arrow_source=True),
+                           tmp_path / "source.npz", check_positions=0)
     header = header_of(path)
-    assert header["version"] == numpy_net.VERSION == 3 and header["net_config"]["arrow_source"] is True
+    assert (header["version"] == numpy_net.VERSION == 3
+            and header["net_config"]["arrow_source"] is True)
     net = numpy_net.load_model(path)
     assert net.has_arrow_source and net.num_parameters() == sum(
-        int(np.prod(shape)) for shape in numpy_net.expected_shapes(header["net_config"], header["trunk"]).values())
+        int(np.prod(shape))
+        for shape in numpy_net.expected_shapes(header["net_config"], header["trunk"]).values())
     assert [name for name, _ in net.layout_arrays() if "arrow_source" in name] == [
         "policy_head.arrow_source.weight", "policy_head.arrow_source.bias"]
-    with pytest.raises(numpy_net.ModelFileError, match="missing \\['policy_head.arrow_source.bias'\\]"):
-        numpy_net.load_model(rewrite(path, tmp_path / "a.npz", drop="policy_head.arrow_source.bias"))
+    with pytest.raises(numpy_net.ModelFileError,
+                       match="missing \\['policy_head.arrow_source.bias'\\]"):
+        numpy_net.load_model(rewrite(path, tmp_path / "a.npz",
+                                     drop="policy_head.arrow_source.bias"))
     without = {**header, "net_config": {**header["net_config"], "arrow_source": False}}
-    with pytest.raises(numpy_net.ModelFileError, match="unknown \\['policy_head.arrow_source.bias'"):
+    with pytest.raises(numpy_net.ModelFileError,
+                       match="unknown \\['policy_head.arrow_source.bias'"):
         numpy_net.load_model(rewrite(path, tmp_path / "b.npz", header=without))
-    for value, message in ((1, "'arrow_source' must be true or false"), (None, "must be true or false")):
+    for value, message in ((1, "'arrow_source' must be true or false"),
+                           (None, "must be true or false")):
         changed = {**header, "net_config": {**header["net_config"], "arrow_source": value}}
         with pytest.raises(numpy_net.ModelFileError, match=message):
             numpy_net.load_model(rewrite(path, tmp_path / "c.npz", header=changed))

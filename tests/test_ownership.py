@@ -36,6 +36,7 @@ from amazons.neural.checkpoint import (
     restore_learner,
     save_checkpoint,
 )
+from amazons.neural.cuda_graphs import NetworkEvaluator
 from amazons.neural.learner import (
     Learner,
     OptimConfig,
@@ -48,7 +49,6 @@ from amazons.neural.model import (
     NetConfig,
     NetConfigError,
     NetInputError,
-    NetworkEvaluator,
     PolicyValueNet,
     count_parameters,
     net_config,
@@ -82,7 +82,8 @@ def final_triple(board: Board, side: int) -> tuple[frozenset, frozenset, frozens
     return tuple(oracle.map_squares(half_turn, part) for part in (white, black, arrows))
 
 
-def reference_target(mine: frozenset, theirs: frozenset, arrows: frozenset) -> tuple[np.ndarray, np.ndarray]:
+def reference_target(mine: frozenset, theirs: frozenset,
+                     arrows: frozenset) -> tuple[np.ndarray, np.ndarray]:
     """`(target (64,) int8, mask (64,) bool)` of a triple: queen-distance territory by a plain
     breadth-first search, amazons to their side, arrows masked."""
     target = territory_reference(mine, theirs, arrows)
@@ -109,7 +110,8 @@ def random_engine_game(seed: int, adjudicate: bool) -> Board:
 def self_play(count: int, seed: int, adjudicate: bool) -> list[tuple[GameSamples, Board]]:
     games = []
     search = BatchedSearch(UniformEvaluator(), SEARCH, num_games=3, seed=seed)
-    play_games(search, count, lambda samples, moves, verdict: games.append((samples, Board.from_moves(moves))),
+    play_games(search, count,
+               lambda samples, moves, verdict: games.append((samples, Board.from_moves(moves))),
                adjudicate=adjudicate)
     return games
 
@@ -135,7 +137,8 @@ def test_final_ownership_matches_a_breadth_first_search(adjudicate):
         ended_early += not board.is_game_over()
         ownership, mask = final_ownership(board)
         assert ownership.dtype == np.int8 and mask.dtype == np.bool_
-        expected, expected_mask = reference_target(*final_triple(board, BLACK))  # real frame: Black's view
+        # real frame: Black's view
+        expected, expected_mask = reference_target(*final_triple(board, BLACK))
         np.testing.assert_array_equal(ownership, expected)
         np.testing.assert_array_equal(mask, expected_mask)
         assert (ownership == 1).sum() >= 4 and (ownership == -1).sum() >= 4  # the amazons
@@ -148,7 +151,8 @@ def test_samples_carry_their_games_final_ownership(games):
         np.testing.assert_array_equal(samples.ownership, ownership[None])
         np.testing.assert_array_equal(samples.ownership_mask, mask[None])
         turns = [BLACK if ply % 2 == 0 else WHITE for ply in range(board.ply)]
-        np.testing.assert_array_equal(samples.ownership_sign, np.where(np.array(turns) == BLACK, 1, -1))
+        np.testing.assert_array_equal(samples.ownership_sign,
+                                      np.where(np.array(turns) == BLACK, 1, -1))
 
 
 def test_each_sample_sees_the_target_from_its_side_to_move_in_its_frame(games):
@@ -160,7 +164,8 @@ def test_each_sample_sees_the_target_from_its_side_to_move_in_its_frame(games):
             np.testing.assert_array_equal(targets[index], expected)
             np.testing.assert_array_equal(masks[index], expected_mask)
             # Arrows never leave: those already on the sample's own board are masked in its frame.
-            arrows = [oracle.square_index(square) for square in oracle.squares_of(samples.positions[index, 2])]
+            arrows = [oracle.square_index(square)
+                      for square in oracle.squares_of(samples.positions[index, 2])]
             assert not masks[index, arrows].any()
 
 
@@ -183,18 +188,21 @@ def test_the_loser_of_a_finished_game_owns_only_its_amazons(games):
 def test_augmentation_moves_the_map_with_the_board(games):
     for k in range(NUM_SYMMETRIES):  # the library's transform k is the oracle's k-th map
         transform = list(oracle.D4_TRANSFORMS.values())[k]
-        assert [oracle.square_index(transform(*oracle.square_at(s))) for s in range(64)] == SYMMETRIES[k].tolist()
+        assert ([oracle.square_index(transform(*oracle.square_at(s))) for s in range(64)]
+                == SYMMETRIES[k].tolist())
     samples, board = games[-1]
     count = samples.num_positions
     targets, masks = samples.ownership_targets(np.arange(count))
-    batch = SampleBatch(samples.positions, samples.label_moves, samples.label_policy, samples.label_offsets,
-                        samples.z.astype(np.float32), ownership=targets, ownership_mask=masks)
+    batch = SampleBatch(samples.positions, samples.label_moves, samples.label_policy,
+                        samples.label_offsets, samples.z.astype(np.float32), ownership=targets,
+                        ownership_mask=masks)
     symmetries = np.arange(count) % NUM_SYMMETRIES
     turned = augment_batch(batch, symmetries=symmetries)
     for index, k in enumerate(symmetries.tolist()):
         transform = list(oracle.D4_TRANSFORMS.values())[k]
         side = BLACK if index % 2 == 0 else WHITE
-        moved = [oracle.map_squares(transform, part) for part in oracle.triple_of(samples.positions[index])]
+        moved = [oracle.map_squares(transform, part)
+                 for part in oracle.triple_of(samples.positions[index])]
         assert [oracle.squares_of(bits) for bits in turned.positions[index]] == moved  # the planes
         final = [oracle.map_squares(transform, part) for part in final_triple(board, side)]
         expected, expected_mask = reference_target(*final)
@@ -212,7 +220,8 @@ def test_augmentation_moves_the_map_with_the_board(games):
 
 def test_chunks_round_trip_the_target_and_the_buffer_serves_it(tmp_path, games):
     samples = GameSamples.concatenate([game[0] for game in games])
-    assert samples.ownership.shape == (len(games), 64) and samples.ownership_sign.shape == (samples.num_positions,)
+    assert (samples.ownership.shape == (len(games), 64)
+            and samples.ownership_sign.shape == (samples.num_positions,))
     path = tmp_path / "chunk-00000000.npz"
     save_chunk(path, samples)
     assert int(np.load(path)["format_version"]) == 5
@@ -226,7 +235,8 @@ def test_chunks_round_trip_the_target_and_the_buffer_serves_it(tmp_path, games):
     by_position: dict[tuple[int, ...], list[tuple[bytes, bytes]]] = {}
     for position, target, mask in zip(samples.positions.tolist(), targets, masks, strict=True):
         by_position.setdefault(tuple(position), []).append((target.tobytes(), mask.tobytes()))
-    for position, target, mask in zip(batch.positions.tolist(), batch.ownership, batch.ownership_mask, strict=True):
+    for position, target, mask in zip(batch.positions.tolist(), batch.ownership,
+                                      batch.ownership_mask, strict=True):
         assert (target.tobytes(), mask.tobytes()) in by_position[tuple(position)]
     assert batch.ownership_mask.any(axis=1).all()
 
@@ -234,8 +244,8 @@ def test_chunks_round_trip_the_target_and_the_buffer_serves_it(tmp_path, games):
 @pytest.mark.parametrize("version", [1, 2])
 def test_chunks_of_older_formats_load_without_a_target(tmp_path, games, version):
     samples = GameSamples.concatenate([game[0] for game in games[:2]])
-    keys = ["positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z", "played_moves",
-            "game_offsets"]
+    keys = ["positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
+            "played_moves", "game_offsets"]
     arrays = {key: getattr(samples, key) for key in keys}
     if version == 2:
         arrays.update(policy_weight=samples.policy_weight, format_version=np.array(2, np.int64))
@@ -270,7 +280,8 @@ def test_the_head_is_switched_by_config_and_maps_squares_to_minus_one_to_one():
     model = PolicyValueNet(net_config("tiny", ownership_head=True))
     assert not hasattr(plain, "ownership_head")
     head = model.ownership_head
-    assert count_parameters(model) - count_parameters(plain) == count_parameters(head) == 32 * 16 + 2 * 16 + 16 + 1
+    assert (count_parameters(model) - count_parameters(plain) == count_parameters(head)
+            == 32 * 16 + 2 * 16 + 16 + 1)
     with torch.no_grad():
         head.out.weight.mul_(40.0)  # push some squares into tanh's tails
         features = torch.from_numpy(engine.features(random_positions(6, seed=2), 7))
@@ -283,7 +294,8 @@ def test_the_head_is_switched_by_config_and_maps_squares_to_minus_one_to_one():
         net_config("tiny", ownership_head="yes")
     stored = config_to_dict(net_config("tiny"))
     del stored["ownership_head"], stored["ownership_channels"]
-    assert config_from_dict(NetConfig, stored) == net_config("tiny")  # configs written before the field
+    # configs written before the field
+    assert config_from_dict(NetConfig, stored) == net_config("tiny")
 
 
 def test_the_evaluator_answers_ownership_and_keeps_the_search_path_unchanged():
@@ -302,7 +314,8 @@ def test_the_evaluator_answers_ownership_and_keeps_the_search_path_unchanged():
     plain.load_state_dict({key: value for key, value in model.state_dict().items()
                            if not key.startswith("ownership_head.")})
     for have, want in zip(evaluator.evaluate(positions, moves, offsets),
-                          NetworkEvaluator(plain, 7).evaluate(positions, moves, offsets), strict=True):
+                          NetworkEvaluator(plain, 7).evaluate(positions, moves, offsets),
+                          strict=True):
         np.testing.assert_array_equal(have, want)
     assert evaluator.has_ownership and not NetworkEvaluator(plain, 7).has_ownership
     with pytest.raises(NetInputError, match="no ownership head"):
@@ -318,22 +331,24 @@ def targets_batch(games, count: int = 24) -> SampleBatch:
     rows = np.concatenate([np.arange(start, start + length) for start, length in
                            zip(label_starts.tolist(), label_counts.tolist(), strict=True)])
     offsets = np.concatenate([[0], np.cumsum(label_counts)]).astype(np.int64)
-    return SampleBatch(samples.positions[indices], samples.label_moves[rows], samples.label_policy[rows], offsets,
-                       samples.z[indices].astype(np.float32), ownership=targets, ownership_mask=masks)
+    return SampleBatch(samples.positions[indices], samples.label_moves[rows],
+                       samples.label_policy[rows], offsets, samples.z[indices].astype(np.float32),
+                       ownership=targets, ownership_mask=masks)
 
 
 def test_the_loss_counts_masked_squares_per_sixty_four_over_samples_with_a_target(games):
     batch = targets_batch(games, 6)
     mask = batch.ownership_mask.copy()
     mask[1] = False  # a sample without a target (an old chunk's)
-    batch = SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets, batch.z,
-                        ownership=batch.ownership, ownership_mask=mask)
+    batch = SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets,
+                        batch.z, ownership=batch.ownership, ownership_mask=mask)
     predicted = torch.linspace(-0.9, 0.9, 6 * 64).reshape(6, 64)
     loss = float(ownership_loss(predicted, label_tensors(batch)))
     squared = (predicted.numpy() - batch.ownership) ** 2
     expected = sum(squared[row][mask[row]].sum() / 64 for row in (0, 2, 3, 4, 5)) / 5
     assert loss == pytest.approx(expected, rel=1e-6)
-    empty = SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets, batch.z)
+    empty = SampleBatch(batch.positions, batch.label_moves, batch.label_probs, batch.label_offsets,
+                        batch.z)
     assert float(ownership_loss(predicted, label_tensors(empty))) == 0.0
 
 
@@ -342,19 +357,23 @@ def test_the_term_is_weighted_and_trains_nothing_at_weight_zero(games, weight):
     batch = targets_batch(games)
     torch.manual_seed(0)
     learner = Learner(PolicyValueNet(net_config("tiny", ownership_head=True)),
-                      OptimConfig(lr=1e-3, warmup_steps=0, weight_decay=0.0, ownership_weight=weight), seed=0)
-    before = {name: value.clone() for name, value in learner.model.ownership_head.named_parameters()}
+                      OptimConfig(lr=1e-3, warmup_steps=0, weight_decay=0.0,
+                                  ownership_weight=weight), seed=0)
+    before = {name: value.clone()
+              for name, value in learner.model.ownership_head.named_parameters()}
     metrics = learner.train_step(batch)
     assert math.isfinite(metrics["ownership_loss"]) and metrics["ownership_loss"] > 0
     expected = metrics["policy_loss"] + metrics["value_mse"] + weight * metrics["ownership_loss"]
     assert metrics["loss"] == pytest.approx(expected, rel=1e-5)
     gradients = [parameter.grad for parameter in learner.model.ownership_head.parameters()]
-    moved = any(not torch.equal(before[name], value) for name, value in learner.model.ownership_head.named_parameters())
+    moved = any(not torch.equal(before[name], value)
+                for name, value in learner.model.ownership_head.named_parameters())
     if weight == 0:
         assert all(gradient is None or not gradient.any() for gradient in gradients) and not moved
     else:
         assert any(gradient.abs().sum() > 0 for gradient in gradients) and moved
-    plain = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(lr=1e-3, warmup_steps=0), seed=0)
+    plain = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(lr=1e-3, warmup_steps=0),
+                    seed=0)
     assert "ownership_loss" not in plain.train_step(batch)
 
 
@@ -381,7 +400,8 @@ def test_old_checkpoints_without_the_fields_load(tmp_path, games):
     torch.save(document, path)
     assert load_model_for_play(path).config == net_config("tiny")
     assert learner_from_checkpoint(path).config == OptimConfig(warmup_steps=0)
-    restore_learner(path, Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=1))
+    restore_learner(path, Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0),
+                                  seed=1))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -455,9 +475,12 @@ class _FixedOwnership:
 
 def test_predicted_territory_is_blacks_lead_over_the_squares_without_arrows():
     board = Board.from_moves(["c8-c6/d7", "c1-c3/b2", "c6-e6/e2"])  # White to move
-    arrows = [oracle.square_index(square) for square in oracle.squares_of(board.canonical_position()[2])]
-    assert predicted_territory(_FixedOwnership(arrows), board) == 0.0  # arrows, in the canonical frame
-    assert predicted_territory(_FixedOwnership(list(range(64))), board) == -(64 - 3)  # White's squares
+    arrows = [oracle.square_index(square)
+              for square in oracle.squares_of(board.canonical_position()[2])]
+    # arrows, in the canonical frame
+    assert predicted_territory(_FixedOwnership(arrows), board) == 0.0
+    # White's squares
+    assert predicted_territory(_FixedOwnership(list(range(64))), board) == -(64 - 3)
     board.push(Move.parse("f1-f2/g2"))  # Black to move
     assert predicted_territory(_FixedOwnership(list(range(64))), board) == 64 - 4
     assert predicted_territory(UniformEvaluator(), board) is None
@@ -494,12 +517,16 @@ def test_hint_and_the_bots_debug_line_show_the_balance_only_with_the_head(head_m
 def test_a_short_run_with_the_head_trains_a_falling_ownership_loss(tmp_path):
     run_dir = tmp_path / "run"
     overrides = ["games_per_iteration=8", "selfplay.num_actors=2", "selfplay.games_in_parallel=4",
-                 "selfplay.search.simulations=8", "selfplay.start_jitter_s=0", "min_steps=12", "max_steps=12",
-                 "train_batch_size=64", "optim.warmup_steps=0", "eval.every=0", "net.ownership_head=true"]
-    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2", "--no-progress", *overrides]) == 0
-    losses = [json.loads(line)["train/ownership_loss"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+                 "selfplay.search.simulations=8", "selfplay.start_jitter_s=0", "min_steps=12",
+                 "max_steps=12", "train_batch_size=64", "optim.warmup_steps=0", "eval.every=0",
+                 "net.ownership_head=true"]
+    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2",
+                 "--no-progress", *overrides]) == 0
+    losses = [json.loads(line)["train/ownership_loss"]
+              for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert len(losses) == 2 and all(math.isfinite(loss) and loss > 0 for loss in losses)
     assert losses[1] < losses[0]
     chunks = [load_chunk(path) for path in sorted((run_dir / "replay").glob("chunk-*.npz"))]
-    assert all(chunk.ownership_mask.any(axis=1).all() and (chunk.ownership_sign != 0).all() for chunk in chunks)
+    assert all(chunk.ownership_mask.any(axis=1).all() and (chunk.ownership_sign != 0).all()
+               for chunk in chunks)
     assert load_model_for_play(run_dir / "models" / "model-0002.pt").config.ownership_head

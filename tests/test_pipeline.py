@@ -30,8 +30,8 @@ from amazons.train.pipeline import (
 
 
 def budget(**changes) -> StepBudget:
-    settings = {"games_per_iteration": 4, "sample_reuse": 8.0, "samples_per_step": 32, "min_steps": 3,
-                "max_steps": 50, "slack_steps": 10}
+    settings = {"games_per_iteration": 4, "sample_reuse": 8.0, "samples_per_step": 32,
+                "min_steps": 3, "max_steps": 50, "slack_steps": 10}
     settings.update(changes)
     return StepBudget(**settings)
 
@@ -96,13 +96,15 @@ def test_games_past_an_iteration_count_for_the_next_and_actors_pause_when_the_le
 def test_training_steps_of_the_sync_mode_use_the_same_rule():
     config = TrainConfig(sample_reuse=12.0, train_batch_size=256, min_steps=20, max_steps=2000)
     for positions in (0, 100, 3000, 100_000):
-        assert training_steps(config, positions) == steps_for_positions(positions, 12.0, 256, 20, 2000)
-        assert training_steps(config, positions, 2) == steps_for_positions(positions, 12.0, 512, 20, 2000)
+        assert training_steps(config, positions) == \
+            steps_for_positions(positions, 12.0, 256, 20, 2000)
+        assert training_steps(config, positions, 2) == \
+            steps_for_positions(positions, 12.0, 512, 20, 2000)
 
 
-@pytest.mark.parametrize(("changes", "field"), [({"mode": "both"}, "mode"), ({"publish_every_steps": 0}, "publish"),
-                                                ({"publish_interval_s": -1.0}, "publish_interval_s"),
-                                                ({"slack_steps": 0}, "slack")])
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"mode": "both"}, "mode"), ({"publish_every_steps": 0}, "publish"),
+    ({"publish_interval_s": -1.0}, "publish_interval_s"), ({"slack_steps": 0}, "slack")])
 def test_pipeline_settings_are_checked(changes, field):
     with pytest.raises(ValueError, match=field):
         PipelineConfig(**changes)
@@ -113,9 +115,11 @@ def served_tiny_net(tmp_path_factory):
     """An inference server running the production evaluator (`server_evaluator_factory`) of a
     tiny net on the CPU, a client of it in this process, and 16 leaves with their moves."""
     torch.manual_seed(0)
-    path = save_model(tmp_path_factory.mktemp("served") / "model.pt", PolicyValueNet(net_config("tiny")))
+    path = save_model(tmp_path_factory.mktemp("served") / "model.pt",
+                      PolicyValueNet(net_config("tiny")))
     inference = InferenceConfig(inference_batch_size=16)
-    with InferenceServer(server_evaluator_factory(path, "cpu", "fp32", inference), 1, inference) as server:
+    with InferenceServer(server_evaluator_factory(path, "cpu", "fp32", inference), 1,
+                         inference) as server:
         client = InferenceClient(server.handle(0))
         positions = random_leaves(np.random.default_rng(5), 16)
         yield server, client, (positions, *engine.legal_moves(positions))
@@ -130,7 +134,8 @@ def wait_loaded(server: InferenceServer, version: int) -> None:
     assert server.loaded_version == version
 
 
-def test_a_publish_reaches_the_server_without_a_file_and_equals_a_freshly_prepared_model(served_tiny_net):
+def test_a_publish_reaches_the_server_without_a_file_and_equals_a_freshly_prepared_model(
+        served_tiny_net):
     server, client, leaves = served_tiny_net
     publisher = WeightsPublisher(server, every_steps=10, interval_s=0.0)
     for version, seed in ((0, 1), (10, 2)):  # the run's first publish, then a learner step's
@@ -169,12 +174,14 @@ def test_publishing_falls_due_by_steps_or_by_wall_clock(served_tiny_net):
     by_clock.publish(last + 1, model)
     assert not by_clock.due(last + 2)
     time.sleep(0.25)
-    assert by_clock.due(last + 2) and not by_clock.due(last + 1)  # the interval passed; a step is needed too
+    # the interval passed; a step is needed too
+    assert by_clock.due(last + 2) and not by_clock.due(last + 1)
     wait_loaded(server, last + 1)
     assert by_clock.maybe_publish(last + 2, model) and by_clock.versions[-1] == last + 2
     assert not by_clock.maybe_publish(last + 3, model)  # the interval restarted with that publish
     wait_loaded(server, last + 2)
-    np.testing.assert_array_equal(by_clock.lag_versions(np.array([0, last + 1, last + 2])), [2, 1, 0])
+    np.testing.assert_array_equal(by_clock.lag_versions(np.array([0, last + 1, last + 2])),
+                                  [2, 1, 0])
 
 
 def test_an_evaluation_runs_beside_and_its_failure_is_raised():

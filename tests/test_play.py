@@ -19,8 +19,8 @@ from amazons.players import MCTSPlayer
 from amazons.records import GameRecord, read_records, write_records
 
 FAST = ["--model", "none", "--simulations", "16", "--seed", "3"]
-AI_MOVE = re.compile(r"^AI \((black|white)\) plays [a-h][1-8]-[a-h][1-8]/[a-h][1-8]  \((\d ){5}\d\)$",
-                     re.MULTILINE)
+AI_MOVE = re.compile(r"^AI \((black|white)\) plays [a-h][1-8]-[a-h][1-8]/[a-h][1-8]  "
+                     r"\((\d ){5}\d\)$", re.MULTILINE)
 AI_SUMMARY = re.compile(r"^  value [+-]\d\.\d\d for (black|white), \d+ simulations, \d+\.\d s$",
                         re.MULTILINE)
 
@@ -51,10 +51,12 @@ def test_scripted_session_plays_undoes_hints_and_saves_on_quit(tmp_path):
     status, out, err = run_main(FAST + ["--side", "black", "--save", str(save)], typed)
     assert status == 0, err
     assert "Commands: moves" in out
-    assert re.search(r"^1232 legal moves, for example:\n  c8-a8/b8  \(2 0 0 0 1 0\)$", out, re.MULTILINE)
+    assert re.search(r"^1232 legal moves, for example:\n  c8-a8/b8  \(2 0 0 0 1 0\)$", out,
+                     re.MULTILINE)
     hint = out[out.index("Hint (values for black"):]
     assert re.match(r"Hint \(values for black, the side to move\):\nvalue [+-]\d\.\d{3} after "
-                    r"16 simulations\n(  [a-h][1-8]-[a-h][1-8]/[a-h][1-8] +\d+\.\d%  q [+-]\d\.\d{3}\n){5}"
+                    r"16 simulations\n(  [a-h][1-8]-[a-h][1-8]/[a-h][1-8] +\d+\.\d%  "
+                    r"q [+-]\d\.\d{3}\n){5}"
                     r"line: ", hint)
     assert "Bad move 'nonsense'" in out and "Bad square 'z9'" in out
     assert "Square (9, 9) is off the 8x8 board." in out

@@ -223,7 +223,8 @@ def test_arena_alternates_colours_and_is_reproducible_in_parallel():
     sequential = run_arena("greedy", "random", games=4, processes=1, seed=3)
     assert [r.moves for r in parallel.records] == [r.moves for r in sequential.records]
     assert [r.black for r in parallel.records] == ["greedy", "random", "greedy", "random"]
-    assert parallel.records[0].moves[:4] == parallel.records[1].moves[:4]  # a pair shares its opening
+    # a pair shares its opening
+    assert parallel.records[0].moves[:4] == parallel.records[1].moves[:4]
     assert parallel.records[0].moves[:4] != parallel.records[2].moves[:4]
     assert parallel.wins_a + parallel.wins_b == 4
     assert parallel.wins_a == sum(

@@ -26,7 +26,8 @@ from amazons.records import read_records  # noqa: E402
 from amazons.train.config import apply_overrides, preset_config  # noqa: E402
 from amazons.train.run import Run, main  # noqa: E402
 
-REPLACED = "pipeline.mode: the preset's 'async' replaced by 'sync', the mode the RayRun backend runs"
+REPLACED = ("pipeline.mode: the preset's 'async' replaced by 'sync',"
+            " the mode the RayRun backend runs")
 
 
 @pytest.mark.parametrize("preset", ["cpu", "gpu"])
@@ -34,10 +35,12 @@ def test_a_preset_runs_on_ray_in_sync_mode_and_says_so(preset, capsys):
     config = preset_config(preset)
     assert config.pipeline.mode == "async"
     fitted = RayRun.fit_config(config, [])
-    assert fitted == dataclasses.replace(config, pipeline=dataclasses.replace(config.pipeline, mode="sync"))
+    assert fitted == dataclasses.replace(config,
+                                         pipeline=dataclasses.replace(config.pipeline, mode="sync"))
     assert capsys.readouterr().out.strip() == REPLACED
     assert Run.fit_config(config, []) is config  # the local backend runs the preset's own mode
-    assert RayRun.fit_config(fitted, []) is fitted  # a resumed Ray run's config.json says sync already
+    # a resumed Ray run's config.json says sync already
+    assert RayRun.fit_config(fitted, []) is fitted
     assert capsys.readouterr().out == ""
 
 
@@ -49,7 +52,8 @@ def test_an_async_mode_named_by_an_override_is_kept_and_refused(tmp_path, capsys
     with pytest.raises(ValueError, match="pipeline.mode='async': the RayRun backend runs sync"):
         RayRun(config, tmp_path / "run", resume=False)
     with pytest.raises(SystemExit) as stopped:
-        main(["--backend", "ray", "--preset", "cpu", "--run-dir", str(tmp_path / "cli"), *overrides])
+        main(["--backend", "ray", "--preset", "cpu", "--run-dir", str(tmp_path / "cli"),
+              *overrides])
     assert stopped.value.code == 2
     assert "pipeline.mode='async': the RayRun backend runs sync" in capsys.readouterr().err
     assert not (tmp_path / "cli" / "config.json").exists()

@@ -29,7 +29,8 @@ def play_uniform_games(count: int, seed: int = 0, adjudicate: bool = False
                        ) -> list[tuple[GameSamples, list[Move], Adjudication | None]]:
     games = []
     search = BatchedSearch(UniformEvaluator(), FAST_SEARCH, num_games=3, seed=seed)
-    play_games(search, count, lambda samples, moves, verdict: games.append((samples, moves, verdict)),
+    play_games(search, count,
+               lambda samples, moves, verdict: games.append((samples, moves, verdict)),
                adjudicate=adjudicate)
     return games
 
@@ -44,7 +45,8 @@ def adjudicated_games():
     return play_uniform_games(12, seed=1, adjudicate=True)
 
 
-def test_z_is_plus_one_exactly_where_the_side_to_move_went_on_to_win(finished_games, adjudicated_games):
+def test_z_is_plus_one_exactly_where_the_side_to_move_went_on_to_win(finished_games,
+                                                                      adjudicated_games):
     assert any(verdict is not None for _, _, verdict in adjudicated_games)
     for samples, moves, verdict in finished_games + adjudicated_games:
         board = Board.from_moves(moves)
@@ -85,7 +87,8 @@ def test_policy_target_follows_the_config():
     visits_config = SelfPlayConfig(policy_target="visits")
     improved_config = SelfPlayConfig()
     result = SearchResult(
-        moves=np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3]], np.int32), visits=np.array([2, 1, 1], np.int32),
+        moves=np.array([[0, 1, 2], [0, 1, 3], [0, 2, 3]], np.int32),
+        visits=np.array([2, 1, 1], np.int32),
         q_values=np.array([-0.5, 0.5, 0.0], np.float32), priors=np.full(3, 1 / 3, np.float32),
         move_proofs=np.zeros(3, np.int8), move_proof_plies=np.zeros(3, np.int16), root_value=0.0,
         raw_value=0.0, proven=0, proof_plies=0, principal_variation=np.zeros((0, 3), np.int32),
@@ -114,9 +117,11 @@ def test_chunks_round_trip_and_corrupt_chunks_are_named(tmp_path, finished_games
         assert getattr(loaded, key).dtype == getattr(samples, key).dtype
     # Labels stored compactly: float16 probabilities, no visit counts.
     assert loaded.label_visits is None and loaded.label_policy.dtype == np.float32
-    np.testing.assert_array_equal(loaded.label_policy, samples.label_policy.astype(np.float16).astype(np.float32))
+    np.testing.assert_array_equal(loaded.label_policy,
+                                  samples.label_policy.astype(np.float16).astype(np.float32))
     with np.load(path) as archive:
-        assert archive["label_moves"].dtype == np.uint8 and archive["label_policy"].dtype == np.float16
+        assert (archive["label_moves"].dtype == np.uint8
+                and archive["label_policy"].dtype == np.float16)
     truncated = tmp_path / "chunk-00000001.npz"
     truncated.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     with pytest.raises(ReplayChunkError, match="chunk-00000001.npz"):
@@ -139,7 +144,8 @@ def test_buffer_persists_skips_corrupt_chunks_and_keeps_a_window(tmp_path, finis
     (tmp_path / "chunk-00000002.npz").write_bytes(b"not a zip file")
     with ReplayBuffer(tmp_path, window_positions=10_000) as resumed:
         assert len(resumed) == len(buffer) - finished_games[2][0].num_positions
-        assert [path for path, _ in resumed.skipped_chunks] == [str(tmp_path / "chunk-00000002.npz")]
+        assert [path for path, _ in resumed.skipped_chunks] == [
+            str(tmp_path / "chunk-00000002.npz")]
         assert "unreadable" in resumed.skipped_chunks[0][1]
         resumed.add(finished_games[0][0])
     assert (tmp_path / "chunk-00000004.npz").exists()  # numbering continues after the newest
@@ -161,7 +167,8 @@ def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finish
     counts = np.diff(batch.label_offsets)
     inverse = INVERSE[symmetries]
     np.testing.assert_array_equal(transform_positions(batch.positions, inverse), raw.positions)
-    np.testing.assert_array_equal(transform_moves(batch.label_moves, np.repeat(inverse, counts)), raw.label_moves)
+    np.testing.assert_array_equal(transform_moves(batch.label_moves, np.repeat(inverse, counts)),
+                                  raw.label_moves)
     for row in range(64):
         legal, _ = engine.legal_moves(batch.positions[row])
         label = batch.label_moves[batch.label_offsets[row] : batch.label_offsets[row + 1]]
@@ -169,7 +176,8 @@ def test_sampling_with_augmentation_keeps_labels_on_legal_moves(tmp_path, finish
 
 
 def test_records_round_trip_and_reject_illegal_moves(tmp_path, finished_games):
-    records = [GameRecord.from_game(moves, "a", "b", event="test") for _, moves, _ in finished_games]
+    records = [GameRecord.from_game(moves, "a", "b", event="test")
+               for _, moves, _ in finished_games]
     path = tmp_path / "games.txt"
     write_records(path, records[:2])
     write_records(path, records[2:], append=True)
@@ -184,7 +192,8 @@ def test_records_round_trip_and_reject_illegal_moves(tmp_path, finished_games):
 
 
 def test_selfplay_through_the_server_persists_every_game(tmp_path):
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH, start_jitter_s=0.1)
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH,
+                            start_jitter_s=0.1)
     buffer = ReplayBuffer(tmp_path / "replay", window_positions=100_000)
     records: list[GameRecord] = []
 
@@ -192,10 +201,12 @@ def test_selfplay_through_the_server_persists_every_game(tmp_path):
         buffer.add(GameSamples.concatenate(samples))
         records.extend(games)
 
-    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
         with SelfPlayWorkers(server, config) as workers, buffer:
             report = workers.play(5, on_games, iteration=0)
-            second = workers.play(3, on_games, iteration=1)  # the same actors serve a second iteration
+            # the same actors serve a second iteration
+            second = workers.play(3, on_games, iteration=1)
     assert report.games == 5 and second.games == 3 and buffer.total_games == 8
     assert report.positions + second.positions == len(buffer) and report.simulations > 0
     parsed = [parse_records(record.to_text())[0] for record in records]
@@ -215,7 +226,8 @@ def test_a_killed_selfplay_actor_stops_the_run_with_a_clear_error(tmp_path):
     import signal
     import threading
 
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH.replace(simulations=64))
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2,
+                            search=FAST_SEARCH.replace(simulations=64))
     with InferenceServer(UniformEvaluator, num_clients=2) as server:
         workers = SelfPlayWorkers(server, config)
         victim = workers._actors[1].pid
@@ -230,7 +242,8 @@ def test_a_killed_selfplay_actor_stops_the_run_with_a_clear_error(tmp_path):
 def test_adjudicated_records_carry_the_winner_and_refuse_a_contradiction():
     games = play_uniform_games(12, seed=1, adjudicate=True)
     _, moves, verdict = next(game for game in games if game[2] is not None)
-    record = GameRecord.from_game(moves, "a", "b", winner=verdict.winner, Termination=verdict.describe())
+    record = GameRecord.from_game(moves, "a", "b", winner=verdict.winner,
+                                  Termination=verdict.describe())
     assert parse_records(record.to_text())[0].winner == verdict.winner
     finished = next(game for game in games if game[2] is None)[1]
     loser = 1 - Board.from_moves(finished).winner()
@@ -246,7 +259,8 @@ def value_only_samples(count: int, share: float, seed: int = 1) -> GameSamples:
     """`count` games whose positions lose their policy target with probability `share` (weight
     0, empty label), as chunks of runs from before playout-cap positions stopped being recorded
     hold them (and a capped game without a full search keeps one, tests/test_targets.py)."""
-    search = BatchedSearch(UniformEvaluator(), FAST_SEARCH.replace(solver=False), num_games=3, seed=seed)
+    search = BatchedSearch(UniformEvaluator(), FAST_SEARCH.replace(solver=False), num_games=3,
+                           seed=seed)
     games: list[GameSamples] = []
     play_games(search, count, lambda samples, moves, verdict: games.append(samples))
     samples = GameSamples.concatenate(games)
@@ -254,7 +268,8 @@ def value_only_samples(count: int, share: float, seed: int = 1) -> GameSamples:
     entries = np.repeat(stripped, np.diff(samples.label_offsets))
     counts = np.where(stripped, 0, np.diff(samples.label_offsets))
     samples.label_moves, samples.label_visits, samples.label_policy = (
-        samples.label_moves[~entries], samples.label_visits[~entries], samples.label_policy[~entries])
+        samples.label_moves[~entries], samples.label_visits[~entries],
+        samples.label_policy[~entries])
     samples.label_offsets = np.concatenate(([0], np.cumsum(counts))).astype(np.int64)
     samples.policy_weight = np.where(stripped, 0.0, 1.0).astype(np.float32)
     samples.validate()
@@ -281,8 +296,8 @@ def test_chunks_of_format_version_1_still_load(tmp_path, finished_games):
     samples = GameSamples.concatenate([game[0] for game in finished_games])
     old = tmp_path / "chunk-00000000.npz"
     np.savez_compressed(old, **{key: getattr(samples, key) for key in (
-        "positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z", "played_moves",
-        "game_offsets")})
+        "positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
+        "played_moves", "game_offsets")})
     loaded = load_chunk(old)
     assert loaded.policy_weight.dtype == np.float32 and (loaded.policy_weight == 1).all()
     np.testing.assert_array_equal(loaded.label_moves, samples.label_moves)
@@ -304,24 +319,30 @@ def test_chunks_of_format_version_1_still_load(tmp_path, finished_games):
         save_chunk(tmp_path / "chunk-00000003.npz", unlabelled)
 
 
-@pytest.mark.parametrize("changes, field", [({"full_search_prob": 0.0}, "full_search_prob"),
-                                            ({"full_search_prob": 1.5}, "full_search_prob"),
-                                            ({"full_search_prob": 0.5, "fast_simulations": 0}, "fast_simulations"),
-                                            ({"full_search_prob": 0.5, "fast_simulations": 9}, "fast_simulations")])
+@pytest.mark.parametrize("changes, field", [
+    ({"full_search_prob": 0.0}, "full_search_prob"),
+    ({"full_search_prob": 1.5}, "full_search_prob"),
+    ({"full_search_prob": 0.5, "fast_simulations": 0}, "fast_simulations"),
+    ({"full_search_prob": 0.5, "fast_simulations": 9}, "fast_simulations")])
 def test_playout_cap_settings_are_checked(changes, field):
     with pytest.raises(ValueError, match=field):
         SelfPlayConfig(search=FAST_SEARCH, **changes)
 
 
 def test_selfplay_workers_apply_the_playout_cap(tmp_path):
-    config = SelfPlayConfig(num_actors=1, games_in_parallel=2, search=FAST_SEARCH.replace(simulations=12),
-                            start_jitter_s=0.0, full_search_prob=0.5, fast_simulations=4)
+    config = SelfPlayConfig(num_actors=1, games_in_parallel=2,
+                            search=FAST_SEARCH.replace(simulations=12), start_jitter_s=0.0,
+                            full_search_prob=0.5, fast_simulations=4)
     collected: list[GameSamples] = []
-    with InferenceServer(UniformEvaluator, num_clients=1, config=InferenceConfig(inference_batch_size=16)) as server:
+    with InferenceServer(UniformEvaluator, num_clients=1,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
         with SelfPlayWorkers(server, config) as workers:
-            report = workers.play(2, lambda samples, records: collected.extend(samples), iteration=0)
-            # The names a Ray node hands its janitor: this session's semaphores of the result queue.
-            assert len(workers.semaphore_names) == 3 and set(workers.semaphore_names) <= owned_shm_entries()
+            report = workers.play(2, lambda samples, records: collected.extend(samples),
+                                  iteration=0)
+            # The names a Ray node hands its janitor: this session's semaphores of the
+            # result queue.
+            assert (len(workers.semaphore_names) == 3
+                    and set(workers.semaphore_names) <= owned_shm_entries())
     samples = GameSamples.concatenate(collected)
     # Only full searches are recorded (tests/test_targets.py): a share of the plies.
     assert report.full_searches == int((samples.policy_weight == 1).sum()) == samples.num_positions
@@ -333,9 +354,10 @@ def test_close_does_not_wait_on_actors_holding_games_nobody_collected():
     collected; their result queue's pipe is full, so an actor can only exit once they are read.
     Before `close` read them, each actor waited out the join timeout: 12 actors on a GPU took
     over 6 minutes."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=4, search=FAST_SEARCH.replace(simulations=2),
-                            start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=4,
+                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
         workers = SelfPlayWorkers(server, config)
         try:
             workers.start(stream=0)
@@ -348,7 +370,8 @@ def test_close_does_not_wait_on_actors_holding_games_nobody_collected():
         finally:
             workers.terminate()
         assert not any(process.is_alive() for process in workers._actors)
-        assert all(process.exitcode == 0 for process in workers._actors), [p.exitcode for p in workers._actors]
+        assert all(process.exitcode == 0 for process in workers._actors), [
+            p.exitcode for p in workers._actors]
         assert seconds < 10.0, f"close took {seconds:.1f} s"
 
 
@@ -356,9 +379,10 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
     """A second Ctrl-C while `close` waits must not leave actors alive: multiprocessing joins a
     process's children when it exits, and an actor stuck flushing its results would hold the
     main job's exit for ever (seen when a stopped run was interrupted again)."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=4, search=FAST_SEARCH.replace(simulations=2),
-                            start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=4,
+                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
         workers = SelfPlayWorkers(server, config)
         workers.start(stream=0)
         workers.collect(60.0)
@@ -367,7 +391,8 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
         def interrupted(*args, **kwargs):
             raise KeyboardInterrupt
 
-        monkeypatch.setattr(_queue_reader, "wait", interrupted)  # the Ctrl-C reaches close while it waits
+        # the Ctrl-C reaches close while it waits
+        monkeypatch.setattr(_queue_reader, "wait", interrupted)
         with pytest.raises(KeyboardInterrupt):
             workers.close(timeout=20.0)
         assert not any(process.is_alive() for process in workers._actors)
@@ -377,9 +402,10 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
     """An actor killed while its queue's feeder thread writes a result (SIGTERM to the whole
     process group) leaves part of a message in the pipe; this process holds the pipe's write end
     too, so a read of it never ends. `close` must still return (it hung an ablation's arm)."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH.replace(simulations=2),
-                            start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2, config=InferenceConfig(inference_batch_size=16)) as server:
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2,
+                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
         workers = SelfPlayWorkers(server, config)
         try:
             workers.start(stream=0)
@@ -387,11 +413,19 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
             # What a writer killed mid-message leaves: a length header promising bytes that never
             # come, the actors alive but silent, as they are in their last instant (the write lock
             # taken first, so that no actor is stopped in the middle of a write of its own).
-            with workers._results._wlock:
+            # An actor's feeder holds the write lock while it waits for room in a full pipe: keep
+            # reading until the lock is free, or the test would wait on the actor waiting on it.
+            while not workers._results._wlock.acquire(timeout=0.05):
+                workers.collect(0.0)
+            try:
                 for process in workers._actors:
                     os.kill(process.pid, signal.SIGSTOP)
-                os.write(workers._results._writer.fileno(), struct.pack("!i", 1 << 20) + b"partial")
-            closer = threading.Thread(target=workers.close, kwargs={"timeout": 3.0}, daemon=True)
+                os.write(workers._results._writer.fileno(),
+                         struct.pack("!i", 1 << 20) + b"partial")
+            finally:
+                workers._results._wlock.release()
+            closer = threading.Thread(target=workers.close, kwargs={"timeout": 3.0},
+                                      daemon=True)
             started = time.monotonic()
             closer.start()
             closer.join(40.0)
@@ -403,7 +437,8 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
                 process.join(10)
 
 
-def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_size: int) -> dict[str, np.ndarray]:
+def reference_sample(chunks: list[GameSamples], rng: np.random.Generator,
+                     batch_size: int) -> dict[str, np.ndarray]:
     """`ReplayBuffer.sample` as it was before the window lived in flat arrays: one Python step
     per sample over the window's chunks. The obviously-correct reference for the gather."""
     sizes = np.array([chunk.num_positions for chunk in chunks])
@@ -417,7 +452,8 @@ def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_
     ownership = np.empty((batch_size, 64), dtype=np.int8)
     ownership_mask = np.empty((batch_size, 64), dtype=np.bool_)
     label_parts, policy_parts, counts = [], [], np.empty(batch_size, dtype=np.int64)
-    for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(), strict=True)):
+    for row, (chunk_index, index) in enumerate(zip(chunk_of.tolist(), within.tolist(),
+                                                   strict=True)):
         chunk = chunks[chunk_index]
         start, stop = chunk.label_offsets[index], chunk.label_offsets[index + 1]
         positions[row] = chunk.positions[index]
@@ -429,7 +465,8 @@ def reference_sample(chunks: list[GameSamples], rng: np.random.Generator, batch_
         counts[row] = stop - start
     policy = np.concatenate(policy_parts).astype(np.float64)
     label_offsets = np.concatenate([np.zeros(1, dtype=np.int64), np.cumsum(counts)])
-    totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy, minlength=batch_size)
+    totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy,
+                         minlength=batch_size)
     return {
         "positions": positions,
         "label_moves": np.concatenate(label_parts),
@@ -449,9 +486,10 @@ def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, fini
     parts = [samples for samples, _, _ in finished_games] + [capped]
     old_format = tmp_path / "old"  # a version 1 chunk (no policy_weight) loads into the window too
     old_format.mkdir()
-    np.savez_compressed(old_format / "chunk-00000000.npz", **{key: getattr(parts[0], key) for key in (
-        "positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z", "played_moves",
-        "game_offsets")})
+    np.savez_compressed(old_format / "chunk-00000000.npz", **{
+        key: getattr(parts[0], key) for key in (
+            "positions", "label_moves", "label_visits", "label_policy", "label_offsets", "z",
+            "played_moves", "game_offsets")})
     # A window small enough that adding chunks evicts old ones and moves the flat arrays around.
     window = 2 * max(part.num_positions for part in parts)
     buffer = ReplayBuffer(old_format, window_positions=window, seed=5)
@@ -471,8 +509,8 @@ def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, fini
             np.testing.assert_array_equal(drawn[key], value, err_msg=key)
         batch = augment_batch(SampleBatch(**drawn), learner_rng)
         reference = augment_batch(SampleBatch(**expected), reference_rng)
-        for key in ("positions", "label_moves", "label_probs", "label_offsets", "z", "policy_weight",
-                    "ownership", "ownership_mask"):
+        for key in ("positions", "label_moves", "label_probs", "label_offsets", "z",
+                    "policy_weight", "ownership", "ownership_mask"):
             np.testing.assert_array_equal(getattr(batch, key), getattr(reference, key), err_msg=key)
     assert buffer.total_games > len(buffer.window)  # old chunks were evicted on the way
     # The window's chunks come back whole (the Ray backend copies them to its training ranks),
@@ -482,9 +520,11 @@ def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, fini
         added = parts[(40 - len(held) + index) % len(parts)]
         chunk.validate()
         assert chunk.label_visits is None
-        np.testing.assert_array_equal(chunk.label_policy, added.label_policy.astype(np.float16).astype(np.float32))
-        for key in ("positions", "label_moves", "label_offsets", "z", "played_moves", "game_offsets",
-                    "policy_weight", "ownership", "ownership_mask", "ownership_sign"):
+        np.testing.assert_array_equal(chunk.label_policy,
+                                      added.label_policy.astype(np.float16).astype(np.float32))
+        for key in ("positions", "label_moves", "label_offsets", "z", "played_moves",
+                    "game_offsets", "policy_weight", "ownership", "ownership_mask",
+                    "ownership_sign"):
             np.testing.assert_array_equal(getattr(chunk, key), getattr(added, key), err_msg=key)
             assert getattr(chunk, key).dtype == getattr(added, key).dtype, key
 
@@ -492,7 +532,8 @@ def test_vectorized_sampling_draws_exactly_the_per_sample_batches(tmp_path, fini
 def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
     from inference_actors import VersionedUniformEvaluator
 
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=3, search=FAST_SEARCH, start_jitter_s=0.0)
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=3, search=FAST_SEARCH,
+                            start_jitter_s=0.0)
     collected: list = []
 
     def collect_until(workers, count: int) -> None:
@@ -548,9 +589,11 @@ def test_endless_actors_play_on_pause_resume_and_stop(tmp_path):
 # The writer thread and the compact window
 
 
-def test_the_writer_batches_games_into_chunks_and_resume_reads_old_and_new_chunks(tmp_path, finished_games):
+def test_the_writer_batches_games_into_chunks_and_resume_reads_old_and_new_chunks(
+        tmp_path, finished_games):
     games = [samples for samples, _, _ in finished_games]
-    save_chunk(tmp_path / "chunk-00000000.npz", games[0])  # a one-game chunk as older runs wrote them
+    # a one-game chunk as older runs wrote them
+    save_chunk(tmp_path / "chunk-00000000.npz", games[0])
     written: list[list] = []
     with ReplayBuffer(tmp_path, window_positions=10_000, chunk_games=3, chunk_seconds=60.0,
                       on_written=written.append) as buffer:
@@ -572,17 +615,21 @@ def test_the_writer_batches_games_into_chunks_and_resume_reads_old_and_new_chunk
         assert resumed.next_game == 8 and resumed.total_games == 8
         assert len(resumed) == len(buffer) == sum(load_chunk(path).num_positions for path in chunks)
         since = resumed.games_since(5)
-        expected = GameSamples.concatenate([games[index % len(games)] for index in (4, 5, 6)])  # serials 5 to 7
-        for key in ("positions", "label_moves", "label_offsets", "z", "game_offsets", "ownership_sign"):
+        # serials 5 to 7
+        expected = GameSamples.concatenate([games[index % len(games)] for index in (4, 5, 6)])
+        for key in ("positions", "label_moves", "label_offsets", "z", "game_offsets",
+                    "ownership_sign"):
             np.testing.assert_array_equal(getattr(since, key), getattr(expected, key), err_msg=key)
-        assert resumed.games_since(8) is None and resumed.games_since(0).num_games == 7  # the old chunk: no serial
+        # the old chunk: no serial
+        assert resumed.games_since(8) is None and resumed.games_since(0).num_games == 7
     chunks[-1].write_bytes(b"truncated")  # an unreadable chunk is skipped, as the window skips it
     with ReplayBuffer(tmp_path, window_positions=10_000) as damaged:
         assert damaged.games_since(5).num_games == 2 and len(damaged.skipped_chunks) == 1
 
 
 def test_the_writer_writes_an_old_batch_after_chunk_seconds(tmp_path, finished_games):
-    with ReplayBuffer(tmp_path, window_positions=10_000, chunk_games=100, chunk_seconds=0.3) as buffer:
+    with ReplayBuffer(tmp_path, window_positions=10_000, chunk_games=100,
+                      chunk_seconds=0.3) as buffer:
         buffer.add(finished_games[0][0])
         assert not list(tmp_path.glob("chunk-*.npz"))
         deadline = time.monotonic() + 10
@@ -591,7 +638,8 @@ def test_the_writer_writes_an_old_batch_after_chunk_seconds(tmp_path, finished_g
             time.sleep(0.05)
 
 
-def test_a_writer_failure_is_raised_in_the_callers_thread_naming_the_chunk(tmp_path, finished_games):
+def test_a_writer_failure_is_raised_in_the_callers_thread_naming_the_chunk(tmp_path,
+                                                                            finished_games):
     from amazons.train.replay import ReplayWriteError
 
     broken = GameSamples.concatenate([finished_games[0][0]])
@@ -619,7 +667,8 @@ def test_the_window_stores_labels_compactly_and_measures_its_bytes(finished_game
     # z (int8), policy weight (float32), the move played (3 x uint8), label start (int64) and
     # count (int32), ownership sign (int8), game row (int64), sample weight (float16) and the
     # running total of the weights (float64). A game: 64 int8 owners, 64 mask bytes.
-    expected = (positions * (24 + 1 + 4 + 3 + 8 + 4 + 1 + 8 + 2 + 8) + entries * (3 + 2) + len(games) * 128) / positions
+    expected = (positions * (24 + 1 + 4 + 3 + 8 + 4 + 1 + 8 + 2 + 8) + entries * (3 + 2)
+                + len(games) * 128) / positions
     assert buffer.bytes_per_position == pytest.approx(expected)
     assert buffer.nbytes >= buffer.bytes_per_position * positions
     # The learner's samples: those of the full-precision games (the per-sample reference on the

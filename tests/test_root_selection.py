@@ -26,10 +26,10 @@ from amazons.mcts import (
     SearchConfig,
     SearchConfigError,
     UniformEvaluator,
-    improved_policy,
 )
 from amazons.player_factory import PlayerSpecError, apply_search_overrides
 from amazons.players import MCTSPlayer
+from amazons.search_targets import improved_policy
 from amazons.train.selfplay import play_games
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -68,7 +68,8 @@ def root_arrays(search: BatchedSearch, game: int = 0) -> dict[str, np.ndarray]:
     }
 
 
-def sigma_by_hand(arrays: dict[str, np.ndarray], c_visit: float = 50.0, c_scale: float = 0.1) -> np.ndarray:
+def sigma_by_hand(arrays: dict[str, np.ndarray], c_visit: float = 50.0,
+                  c_scale: float = 0.1) -> np.ndarray:
     """sigma(completed Q) of every root edge, written out from the paper's formulas."""
     priors = np.maximum(arrays["priors"], TINY)
     visits, proofs = arrays["visits"], arrays["proofs"]
@@ -77,7 +78,8 @@ def sigma_by_hand(arrays: dict[str, np.ndarray], c_visit: float = 50.0, c_scale:
     total = visits.sum()
     v_mix = arrays["raw"]
     if known.any():
-        v_mix = (v_mix + total * (priors[known] * q[known]).sum() / priors[known].sum()) / (total + 1)
+        v_mix = ((v_mix + total * (priors[known] * q[known]).sum() / priors[known].sum())
+                 / (total + 1))
     completed = np.where(known, q, v_mix)
     rescaled = (completed - completed.min()) / max(completed.max() - completed.min(), 1e-8)
     return (c_visit + visits.max()) * c_scale * rescaled
@@ -103,7 +105,8 @@ def test_kernel_phase_visits_follow_the_paper():
     assert [kernels.phase_visits(16, 4, size) for size in (4, 2)] == [2, 4]
     assert [kernels.phase_visits(200, 16, size) for size in (16, 8, 4, 2)] == [3, 6, 12, 25]
     assert kernels.phase_visits(8, 16, 16) == 1  # a budget below m still visits one per phase
-    assert kernels.phase_visits(50, 5, 5) == 3 and kernels.phase_visits(50, 5, 2) == 8  # ceil(log2 5) = 3
+    # ceil(log2 5) = 3
+    assert kernels.phase_visits(50, 5, 5) == 3 and kernels.phase_visits(50, 5, 2) == 8
     assert kernels.phase_visits(30, 1, 1) == 30  # one move takes the whole budget
 
 
@@ -130,7 +133,8 @@ def test_kernel_halving_allocates_visits_by_hand(leaves_per_game):
     expected[survivors] = 6
     np.testing.assert_array_equal(arrays["visits"], expected)
     chosen = top(gumbel_keys(arrays) + sigma_by_hand(arrays), 1, among=survivors)[0]
-    assert search.select_moves(99)[0].tolist() == search.tree.edge_move[0, root_block(search).start + chosen].tolist()
+    assert (search.select_moves(99)[0].tolist()
+            == search.tree.edge_move[0, root_block(search).start + chosen].tolist())
     check_invariants(search.tree, 0)
 
 
@@ -179,7 +183,8 @@ def test_kernel_gumbel_matches_naive(plies, simulations, config):
 
 def test_kernel_completed_q_matches_a_direct_computation_and_the_policy_target():
     position = random_position(11, 24)
-    search = BatchedSearch(HashEvaluator(), SearchConfig(root="gumbel", gumbel_m=8, leaves_per_game=4), seed=3)
+    search = BatchedSearch(HashEvaluator(),
+                           SearchConfig(root="gumbel", gumbel_m=8, leaves_per_game=4), seed=3)
     search.set_roots(position)
     search.search(40)
     arrays = root_arrays(search)
@@ -235,7 +240,8 @@ def test_gumbel_prefers_a_winning_move_at_8_simulations():
 def test_gumbel_plays_a_proven_win_at_once():
     board = Board(WIN_IN_THREE[0])
     position = board.canonical_position()
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(root="gumbel", simulations=300, leaves_per_game=4),
+    search = BatchedSearch(UniformEvaluator(),
+                           SearchConfig(root="gumbel", simulations=300, leaves_per_game=4),
                            seed=0)
     search.set_roots(position)
     stats = search.search()
@@ -248,8 +254,8 @@ def test_gumbel_never_keeps_proven_losses_while_open_moves_remain():
     """A late position with 6 moves, 5 of which get proven lost while sampled: none of them gets
     another visit once proven, none is played, and the set refills from the unsampled moves."""
     position = random_position(16, 42)
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(root="gumbel", gumbel_m=4, leaves_per_game=2),
-                           seed=5)
+    search = BatchedSearch(UniformEvaluator(),
+                           SearchConfig(root="gumbel", gumbel_m=4, leaves_per_game=2), seed=5)
     search.set_roots(position)
     search.search(4, planned_simulations=200)
     block = root_block(search)
@@ -290,8 +296,9 @@ def test_kernel_halving_refills_when_every_sampled_move_is_lost():
 
 
 def test_gumbel_self_play_records_completed_q_targets():
-    config = SearchConfig(root="gumbel", simulations=8, gumbel_m=4, leaves_per_game=4, temperature_moves=4,
-                          root_noise=True, edge_capacity=1 << 15, node_capacity=64)
+    config = SearchConfig(root="gumbel", simulations=8, gumbel_m=4, leaves_per_game=4,
+                          temperature_moves=4, root_noise=True, edge_capacity=1 << 15,
+                          node_capacity=64)
     search = BatchedSearch(UniformEvaluator(), config, num_games=2, seed=0)
     games = []
     stats = play_games(search, 2, lambda samples, moves, verdict: games.append((samples, moves)))
@@ -321,18 +328,22 @@ def test_gumbel_temperature_samples_the_completed_q_policy():
 
 
 def test_gumbel_through_the_arena_overrides():
-    config = apply_search_overrides(SearchConfig(), [("root", "gumbel"), ("gumbel_m", "8"), ("lcb", "true")])
+    config = apply_search_overrides(SearchConfig(),
+                                    [("root", "gumbel"), ("gumbel_m", "8"), ("lcb", "true")])
     assert (config.root, config.gumbel_m, config.lcb) == ("gumbel", 8, True)
     with pytest.raises(PlayerSpecError, match="root"):
         apply_search_overrides(SearchConfig(), [("root", "alphabeta")])
     result = run_arena("mcts-uniform", "random", games=2, simulations=16, processes=1, seed=3,
                        search_a=[("root", "gumbel"), ("gumbel_m", "4")])
-    assert result.games == 2 and all(Board.from_moves(r.moves).is_game_over() for r in result.records)
+    assert result.games == 2 and all(Board.from_moves(r.moves).is_game_over()
+                                     for r in result.records)
 
 
 def test_time_budgeted_gumbel_player_plans_its_halving():
-    player = MCTSPlayer(UniformEvaluator(), SearchConfig(root="gumbel", simulations=64, leaves_per_game=8,
-                                                         fpu_reduction=0.0), time_budget=0.3, seed=0)
+    player = MCTSPlayer(UniformEvaluator(),
+                        SearchConfig(root="gumbel", simulations=64, leaves_per_game=8,
+                                     fpu_reduction=0.0),
+                        time_budget=0.3, seed=0)
     board = Board()
     for _ in range(2):
         started = time.perf_counter()
@@ -356,7 +367,8 @@ def test_gumbel_players_play_without_noise_unless_asked():
     moves = {MCTSPlayer(HashEvaluator(), config, seed=seed).choose_move(board) for seed in range(6)}
     assert len(moves) == 1
     exploring = config.replace(root_noise=True)
-    moves = {MCTSPlayer(HashEvaluator(), exploring, seed=seed).choose_move(board) for seed in range(6)}
+    moves = {MCTSPlayer(HashEvaluator(), exploring, seed=seed).choose_move(board)
+             for seed in range(6)}
     assert len(moves) > 1
 
 
@@ -376,7 +388,8 @@ def constructed_root(config: SearchConfig) -> tuple[BatchedSearch, slice]:
     search.search(0)
     tree, block = search.tree, root_block(search)
     tree.edge_visits[0, block] = 0
-    for offset, (visits, mean, variance) in enumerate([(100, 0.0, 0.64), (60, 0.2, 0.0025), (10, 0.9, 0.0)]):
+    for offset, (visits, mean, variance) in enumerate([(100, 0.0, 0.64), (60, 0.2, 0.0025),
+                                                       (10, 0.9, 0.0)]):
         edge = block.start + offset
         tree.edge_visits[0, edge] = visits
         tree.edge_value_sum[0, edge] = visits * mean
@@ -403,7 +416,8 @@ def test_kernel_lcb_prefers_a_well_visited_move_with_a_higher_bound():
 @pytest.mark.parametrize(("stdevs", "expected"), [(5.0, 0), (1.0, 1)])
 def test_kernel_lcb_width_follows_the_standard_deviations(stdevs, expected):
     """Edge 0: mean 0.1, standard error 0.01; edge 1: mean 0.2, standard error 0.065. At 5
-    standard deviations edge 0's bound is higher (0.05 against -0.16), at 1 edge 1's (0.09, 0.14)."""
+    standard deviations edge 0's bound is higher (0.05 against -0.16), at 1 edge 1's
+    (0.09, 0.14)."""
     search, block = constructed_root(SearchConfig(lcb=True, lcb_stdevs=stdevs))
     tree = search.tree
     tree.edge_value_sum[0, block.start] = 100 * 0.1
@@ -433,7 +447,8 @@ def test_kernel_value_squares_are_summed_along_the_path():
     tree, block = search.tree, root_block(search)
     moves = tree.edge_move[0, block].astype(np.int32)
     wins = winning_mask(Board(IMMEDIATE_WIN).canonical_position(), moves)
-    np.testing.assert_array_equal(tree.edge_value_sq_sum[0, block][wins], tree.edge_visits[0, block][wins])
+    np.testing.assert_array_equal(tree.edge_value_sq_sum[0, block][wins],
+                                  tree.edge_visits[0, block][wins])
     assert (tree.edge_value_sq_sum[0, block][~wins] == 0).all()
 
 

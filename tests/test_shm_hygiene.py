@@ -21,13 +21,16 @@ def test_the_session_owns_the_semaphores_of_its_queues_and_of_its_childrens():
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
     created = owned_shm_entries() - before
-    assert len(created) == 3  # a queue's two locks and its bounded semaphore, named for this session
+    # a queue's two locks and its bounded semaphore, named for this session
+    assert len(created) == 3
     child = context.Process(target=child_lock_name, args=(results,))
     child.start()
-    assert results.get(timeout=60).startswith(f"/{SEMAPHORE_PREFIX}-")  # a child's inherit the prefix
+    # a child's locks inherit the prefix
+    assert results.get(timeout=60).startswith(f"/{SEMAPHORE_PREFIX}-")
     child.join(60)
     results.close()
     results.join_thread()
     del results
     gc.collect()
-    assert not owned_shm_entries() & created  # a dropped queue leaves nothing (gc may free older ones too)
+    # a dropped queue leaves nothing (gc may free older ones too)
+    assert not owned_shm_entries() & created

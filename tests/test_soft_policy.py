@@ -75,15 +75,16 @@ def batch() -> SampleBatch:
     for index in range(6):
         count = 0 if index == 2 else 4
         chosen = rng.choice(np.arange(offsets[index], offsets[index + 1]), count, replace=False)
-        probs = rng.dirichlet(np.full(count, 0.3)).astype(np.float32) if count else np.zeros(0, np.float32)
+        probs = (rng.dirichlet(np.full(count, 0.3)).astype(np.float32) if count
+                 else np.zeros(0, np.float32))
         label_moves.append(moves[chosen])
         label_probs.append(probs)
         label_offsets.append(label_offsets[-1] + count)
     weight = np.ones(6, np.float32)
     weight[2] = 0.0
-    return SampleBatch(positions, np.concatenate(label_moves).astype(np.int32), np.concatenate(label_probs),
-                       np.asarray(label_offsets, np.int64), np.linspace(-1, 1, 6).astype(np.float32),
-                       policy_weight=weight)
+    return SampleBatch(positions, np.concatenate(label_moves).astype(np.int32),
+                       np.concatenate(label_probs), np.asarray(label_offsets, np.int64),
+                       np.linspace(-1, 1, 6).astype(np.float32), policy_weight=weight)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -100,7 +101,8 @@ def test_the_soft_target_is_pi_to_the_one_over_t_renormalized_per_sample(batch):
             want = pi ** 0.25 / (pi ** 0.25).sum()
             np.testing.assert_allclose(soft[start:stop], want, rtol=1e-5)
             assert soft[start:stop].max() < pi.max() or pi.max() == pi.min()  # flatter
-    np.testing.assert_allclose(soft_policy_targets(labels, 1.0).probs.numpy(), batch.label_probs, rtol=1e-5)
+    np.testing.assert_allclose(soft_policy_targets(labels, 1.0).probs.numpy(), batch.label_probs,
+                               rtol=1e-5)
     zero = labels._replace(probs=torch.zeros_like(labels.probs))
     assert torch.equal(soft_policy_targets(zero, 4.0).probs, zero.probs)
 
@@ -116,7 +118,8 @@ def reference_soft_loss(policy: JointPolicy, batch: SampleBatch, temperature: fl
             continue
         pi = batch.label_probs[start:stop].astype(np.float64) ** (1.0 / temperature)
         pi /= pi.sum()
-        for (src, dst, shot), p in zip(batch.label_moves[start:stop].tolist(), pi.tolist(), strict=True):
+        for (src, dst, shot), p in zip(batch.label_moves[start:stop].tolist(), pi.tolist(),
+                                       strict=True):
             total -= p * float(move[index, src * 64 + dst] + arrow[index, dst, shot])
     return total / float(batch.policy_weight.sum())
 
@@ -124,7 +127,8 @@ def reference_soft_loss(policy: JointPolicy, batch: SampleBatch, temperature: fl
 def test_the_learner_adds_the_weighted_soft_term_from_the_second_head(batch):
     torch.manual_seed(0)
     model = PolicyValueNet(net_config("tiny", soft_policy_head=True))
-    config = OptimConfig(precision="fp32", channels_last=False, soft_policy_weight=8.0, soft_policy_temperature=4.0)
+    config = OptimConfig(precision="fp32", channels_last=False, soft_policy_weight=8.0,
+                         soft_policy_temperature=4.0)
     learner = Learner(model, config)
     features = learner.features(batch.positions)
     with torch.no_grad():
@@ -166,29 +170,34 @@ def test_the_settings_are_checked_and_old_configs_load():
         OptimConfig(soft_policy_weight=-1.0)
     stored = config_to_dict(net_config("tiny"))
     del stored["soft_policy_head"]
-    assert config_from_dict(NetConfig, stored) == net_config("tiny")  # configs written before the field
-    assert "soft_policy_head" not in inference_config_dict(net_config("tiny", soft_policy_head=True))
+    # configs written before the field
+    assert config_from_dict(NetConfig, stored) == net_config("tiny")
+    assert "soft_policy_head" not in inference_config_dict(net_config("tiny",
+                                                                      soft_policy_head=True))
 
 
 # ------------------------------------------------------------------------------------------------
 # Readers of the weights: inference copies, the servers' in-place updates, exports
 
 
-@pytest.mark.parametrize("head, overrides", [("joint", {}), ("joint", {"arrow_source": True}), ("factorized", {})])
+@pytest.mark.parametrize("head, overrides", [("joint", {}), ("joint", {"arrow_source": True}),
+                                             ("factorized", {})])
 def test_inference_copies_and_exports_leave_the_head_out(head, overrides):
     model = trained_looking("tiny", head, seed=4, soft_policy_head=True, **overrides)
     assert model(torch.zeros(1, 7, 8, 8)).soft_policy is not None
     assert model(torch.zeros(1, 7, 8, 8), with_soft_policy=False).soft_policy is None
     prepared = prepare_for_inference(model)
     assert not hasattr(prepared, "soft_policy_head") and not prepared.config.soft_policy_head
-    assert model.config.soft_policy_head and hasattr(model, "soft_policy_head")  # the original is kept
+    # the original is kept
+    assert model.config.soft_policy_head and hasattr(model, "soft_policy_head")
     twin = plain_twin(model)
     config, trunk, arrays = model_arrays(model)
     want_config, want_trunk, want_arrays = model_arrays(twin)
     assert config == want_config and trunk == want_trunk and arrays.keys() == want_arrays.keys()
     assert all(np.array_equal(arrays[name], want_arrays[name]) for name in arrays)
     positions = random_positions(20, seed=8, max_plies=40)
-    for got, want in zip(torch_outputs(model, positions), torch_outputs(twin, positions), strict=True):
+    for got, want in zip(torch_outputs(model, positions), torch_outputs(twin, positions),
+                         strict=True):
         np.testing.assert_array_equal(got, want)
 
 
@@ -236,16 +245,19 @@ def test_a_warm_start_copies_every_shared_weight_across_the_head(tmp_path):
     with_head = trained_looking("tiny", "joint", seed=10, soft_policy_head=True)
     torch.manual_seed(11)
     target = PolicyValueNet(net_config("tiny", soft_policy_head=True))
-    fresh_head = {key: value.clone() for key, value in target.state_dict().items() if key.startswith("soft_policy_head.")}
+    fresh_head = {key: value.clone() for key, value in target.state_dict().items()
+                  if key.startswith("soft_policy_head.")}
     init_weights_from(save_model(tmp_path / "plain.pt", plain), target)
     state = target.state_dict()
     assert all(torch.equal(state[key], value) for key, value in plain.state_dict().items())
     assert all(torch.equal(state[key], value) for key, value in fresh_head.items())  # starts fresh
     target_plain = PolicyValueNet(net_config("tiny"))
     init_weights_from(save_model(tmp_path / "head.pt", with_head), target_plain)
-    assert all(torch.equal(value, with_head.state_dict()[key]) for key, value in target_plain.state_dict().items())
+    assert all(torch.equal(value, with_head.state_dict()[key])
+               for key, value in target_plain.state_dict().items())
     with pytest.raises(CheckpointError, match="net.blocks"):
-        init_weights_from(tmp_path / "plain.pt", PolicyValueNet(net_config("tiny", blocks=3, soft_policy_head=True)))
+        init_weights_from(tmp_path / "plain.pt",
+                          PolicyValueNet(net_config("tiny", blocks=3, soft_policy_head=True)))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -259,8 +271,9 @@ def test_the_main_job_trains_the_head_from_a_plain_model_and_ships_a_plain_expor
     start = save_model(tmp_path / "start.pt", trained_looking("tiny", "joint", seed=12))
     run_dir = tmp_path / "run"
     overrides = ["games_per_iteration=8", "selfplay.num_actors=2", "selfplay.games_in_parallel=4",
-                 "selfplay.search.simulations=8", "selfplay.start_jitter_s=0", "min_steps=12", "max_steps=12",
-                 "train_batch_size=64", "optim.warmup_steps=0", "eval.every=0", "net.soft_policy_head=true"]
+                 "selfplay.search.simulations=8", "selfplay.start_jitter_s=0", "min_steps=12",
+                 "max_steps=12", "train_batch_size=64", "optim.warmup_steps=0", "eval.every=0",
+                 "net.soft_policy_head=true"]
     assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2", "--no-progress",
                  "--init", str(start), *overrides]) == 0
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

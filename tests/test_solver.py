@@ -28,7 +28,8 @@ from test_mcts import IMMEDIATE_WIN, HashEvaluator, assert_same_tree, random_pos
 # White's four amazons sit in corners walled by arrows but for b7; Black's four are free in the
 # middle: 1,003 legal moves, of which the 25 that land on or shoot at b7 win at once.
 WIN_AMONG_A_THOUSAND = "Wx4xW/x5xx/2B2B2/8/8/2B2B2/xx4xx/Wx4xW b 20"
-# Late positions from random games (found by brute force) with a forced win in 3 plies and none in 1.
+# Late positions from random games (found by brute force) with a forced win in 3 plies and none
+# in 1.
 WIN_IN_THREE = (
     "xBxxx1xW/Bxx1xxWx/1xxxxBx1/BxxWxxxx/xxxxxxxx/x1xxx2x/1xx1xxxW/x3xxx1 w 43",
     "Bx2xx1x/xx1xxxBx/xxxxBxxB/2xxxxxx/xxW1xxWx/W1x2x1x/xxxxxx2/xxWxxxxx w 43",
@@ -132,7 +133,8 @@ def test_search_proves_and_plays_a_win_in_three(text):
         assert winning[index[tuple(move)]]
     # The loser's side of it: after the winning move, every reply is proven lost in 2.
     loser = engine.apply_moves(position.reshape(1, 3), chosen.reshape(1, 3).astype(np.int32))[0]
-    reply_search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=2000, adjudicate=False))
+    reply_search = BatchedSearch(UniformEvaluator(),
+                                 SearchConfig(simulations=2000, adjudicate=False))
     reply_search.set_roots(loser)
     reply_search.search()
     reply = reply_search.root_result(0)
@@ -179,7 +181,8 @@ def proofs_against_naive(config: SearchConfig, seeds: range, plies: int) -> int:
 
 
 def test_kernel_solver_matches_naive_on_late_positions():
-    """The naive oracle mirrors the solver: same trees, proofs included, on positions with proofs."""
+    """The naive oracle mirrors the solver: same trees, proofs included, on positions
+    with proofs."""
     config = SearchConfig(leaves_per_game=4, simulations=60, adjudicate=False)
     assert proofs_against_naive(config, range(4), 40) > 0
 
@@ -194,7 +197,8 @@ def assert_same_proofs(tree: kernels.TreeArrays, naive_root) -> None:
         first = tree.node_first_edge[0, node]
         for offset, edge in enumerate(naive.edges or []):
             e = first + offset
-            assert (tree.edge_proof[0, e], tree.edge_proof_plies[0, e]) == (edge.proof, edge.proof_plies)
+            assert ((tree.edge_proof[0, e], tree.edge_proof_plies[0, e])
+                    == (edge.proof, edge.proof_plies))
             if edge.child is not None:
                 stack.append((int(tree.edge_child[0, e]), edge.child))
 
@@ -228,12 +232,14 @@ def test_players_play_the_proven_win_at_once():
 
     board = Board(WIN_IN_THREE[0])
     winning = wins_in_three(board.canonical_position())
-    player = MCTSPlayer(UniformEvaluator(), SearchConfig(simulations=400, adjudicate=False), time_budget=5.0)
+    player = MCTSPlayer(UniformEvaluator(), SearchConfig(simulations=400, adjudicate=False),
+                        time_budget=5.0)
     started = time.perf_counter()
     move = player.choose_move(board)
     assert time.perf_counter() - started < 2.5  # it stopped at the proof, not at the budget
     canonical = board.real_to_canonical(np.array([move.as_tuple()], np.int32))[0]
-    index = {tuple(m): row for row, m in enumerate(children(board.canonical_position())[0].tolist())}
+    index = {tuple(m): row
+             for row, m in enumerate(children(board.canonical_position())[0].tolist())}
     assert winning[index[tuple(canonical.tolist())]]
     report = player.last_report
     assert report.proven == 1 and report.verdict() == "proven win in 3 plies"
@@ -268,7 +274,8 @@ def test_adjudicated_leaves_prove_wins_the_adjudicator_confirms(text):
 
 def test_kernel_solver_with_adjudication_matches_naive():
     """The naive oracle adjudicates the same leaves: same trees and proofs on late positions."""
-    assert proofs_against_naive(SearchConfig(leaves_per_game=4, simulations=60), range(10, 16), 44) > 0
+    assert proofs_against_naive(SearchConfig(leaves_per_game=4, simulations=60), range(10, 16),
+                                44) > 0
 
 
 @pytest.mark.parametrize("ply", [0, 99])
@@ -306,8 +313,9 @@ def separated_position(seed: int) -> np.ndarray:
         cells = [(corner + row) * 8 + corner + column for row in range(3) for column in range(3)]
         pocket = rng.choice(cells, size=int(rng.integers(3, 7)), replace=False)
         amazons = pocket[: int(rng.integers(1, 3))]
-        parts.append((int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), pocket.astype(np.uint64)))),
-                      int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), amazons.astype(np.uint64))))))
+        parts.append((
+            int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), pocket.astype(np.uint64)))),
+            int(np.bitwise_or.reduce(np.left_shift(np.uint64(1), amazons.astype(np.uint64))))))
     (mine_pocket, mine), (their_pocket, theirs) = parts
     arrows = ~(mine_pocket | their_pocket) & ((1 << 64) - 1)
     return np.array([mine, theirs, arrows], np.uint64)
@@ -342,7 +350,8 @@ def test_kernel_decided_leaves_are_as_far_from_the_end_as_a_brute_force_says():
         if engine.is_terminal(position.reshape(1, 3))[0]:
             continue
         moves, kids = children(position)
-        search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=4 * moves.shape[0], leaves_per_game=1))
+        search = BatchedSearch(UniformEvaluator(),
+                               SearchConfig(simulations=4 * moves.shape[0], leaves_per_game=1))
         search.set_roots(position)
         search.search()
         tree = search.tree
@@ -352,7 +361,8 @@ def test_kernel_decided_leaves_are_as_far_from_the_end_as_a_brute_force_says():
             if tree.edge_proof[0, edge] == kernels.PROOF_NONE:
                 continue
             result, plies = minimax(kid, memo)
-            assert (tree.edge_proof[0, edge], tree.edge_proof_plies[0, edge]) == (-result, plies + 1)
+            assert ((tree.edge_proof[0, edge], tree.edge_proof_plies[0, edge])
+                    == (-result, plies + 1))
             adjudicated += bool(engine.adjudicate(kid.reshape(1, 3))[0][0] != 0
                                 and not engine.is_terminal(kid.reshape(1, 3))[0])
         result = search.root_result(0)
@@ -377,7 +387,8 @@ def test_kernel_a_decided_leaf_that_becomes_the_root_is_evaluated_first():
         search.set_roots(position)
         search.search()
         tree = search.tree
-        block = range(int(tree.node_first_edge[0, 0]), int(tree.node_first_edge[0, 0] + tree.node_edge_count[0, 0]))
+        block = range(int(tree.node_first_edge[0, 0]),
+                      int(tree.node_first_edge[0, 0] + tree.node_edge_count[0, 0]))
         candidates = [edge for edge in block if tree.edge_child[0, edge] > 0
                       and not tree.node_evaluated[0, tree.edge_child[0, edge]]
                       and not tree.node_terminal[0, tree.edge_child[0, edge]]

@@ -36,14 +36,16 @@ def test_policy_surprise_is_the_kl_divergence_from_the_prior_to_the_target():
     assert policy_surprise(target, prior) == pytest.approx(expected)
     assert policy_surprise(prior, prior) == pytest.approx(0.0, abs=1e-12)
     # A move the network gave nothing: a bounded surprise, not infinity.
-    assert policy_surprise(np.array([0.0, 1.0]), np.array([1.0, 0.0])) == pytest.approx(-np.log(1e-8))
+    assert policy_surprise(np.array([0.0, 1.0]),
+                           np.array([1.0, 0.0])) == pytest.approx(-np.log(1e-8))
 
 
 def test_a_games_weights_split_its_total_between_uniform_and_surprise():
     surprise = np.array([0.0, 1.0, 3.0, 0.7, 0.0])
     counted = np.array([True, True, True, False, True])  # position 3 is a value-only sample
     weights = surprise_weights(surprise, counted, 0.5)
-    np.testing.assert_allclose(weights, [0.5, 0.5 + 0.5 * 4 * 1 / 4, 0.5 + 0.5 * 4 * 3 / 4, 1.0, 0.5])
+    np.testing.assert_allclose(weights,
+                               [0.5, 0.5 + 0.5 * 4 * 1 / 4, 0.5 + 0.5 * 4 * 3 / 4, 1.0, 0.5])
     assert weights[counted].sum() == pytest.approx(counted.sum())
     assert weights.dtype == np.float32
     np.testing.assert_array_equal(surprise_weights(surprise, counted, 0.0), np.ones(5))
@@ -70,7 +72,8 @@ def test_the_setting_is_checked():
         SelfPlayConfig(policy_surprise_weight=-0.1)
 
 
-def test_sample_weights_round_trip_through_chunks_and_old_chunks_load_with_weight_one(tmp_path, weighted_games):
+def test_sample_weights_round_trip_through_chunks_and_old_chunks_load_with_weight_one(
+        tmp_path, weighted_games):
     samples = GameSamples.concatenate(weighted_games)
     path = tmp_path / "chunk-00000000.npz"
     save_chunk(path, samples)
@@ -84,16 +87,19 @@ def test_sample_weights_round_trip_through_chunks_and_old_chunks_load_with_weigh
     arrays["format_version"] = np.array(5)  # a version 5 chunk must have them
     missing = tmp_path / "chunk-00000002.npz"
     np.savez_compressed(missing, **arrays)
-    with pytest.raises(ReplayChunkError, match=r"chunk-00000002\.npz: missing arrays \['sample_weight'\]"):
+    with pytest.raises(ReplayChunkError,
+                       match=r"chunk-00000002\.npz: missing arrays \['sample_weight'\]"):
         load_chunk(missing)
 
 
-@pytest.mark.parametrize("bad, message", [(-1.0, "negative or non-finite"), (np.nan, "negative or non-finite")])
+@pytest.mark.parametrize("bad, message", [(-1.0, "negative or non-finite"),
+                                          (np.nan, "negative or non-finite")])
 def test_a_bad_sample_weight_is_refused_by_name(tmp_path, weighted_games, bad, message):
     samples = GameSamples.concatenate(weighted_games)
     samples.sample_weight = samples.sample_weight.copy()
     samples.sample_weight[1] = bad
-    with pytest.raises(ReplayChunkError, match=f"chunk-00000000.npz: sample_weight holds {message}"):
+    with pytest.raises(ReplayChunkError,
+                       match=f"chunk-00000000.npz: sample_weight holds {message}"):
         save_chunk(tmp_path / "chunk-00000000.npz", samples)
 
 
@@ -122,7 +128,8 @@ def test_the_window_draws_in_proportion_to_the_weights_and_forgets_evicted_ones(
     drawn = buffer.sample(2000)["positions"]
     assert not (drawn[:, None, :] == first.positions[None, [a, b], :]).all(axis=2).any()
     counts = np.unique(drawn, axis=0, return_counts=True)[1]
-    assert counts.shape[0] == np.unique(second.positions, axis=0).shape[0]  # every row of weight 1 is drawn
+    # every row of weight 1 is drawn
+    assert counts.shape[0] == np.unique(second.positions, axis=0).shape[0]
     np.testing.assert_array_equal(buffer.window[0].sample_weight, 1.0)
 
 

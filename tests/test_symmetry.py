@@ -52,7 +52,9 @@ def naive_transform(k: int):
 
 def naive_position(position: np.ndarray, k: int) -> np.ndarray:
     transform = naive_transform(k)
-    return oracle.triple_array(*(oracle.map_squares(transform, part) for part in oracle.triple_of(position)))
+    return oracle.triple_array(
+        *(oracle.map_squares(transform, part) for part in oracle.triple_of(position))
+    )
 
 
 def moves_array(draw, count: int) -> np.ndarray:
@@ -96,7 +98,9 @@ def test_canonical_to_real_is_an_involution(data, turn: int) -> None:
     np.testing.assert_array_equal(real_to_canonical(real, turn), moves)
     np.testing.assert_array_equal(canonical_to_real(real, turn), moves)
     expected = [
-        oracle.move_indices(oracle.map_move(oracle.D4_TRANSFORMS["rotate_half"], oracle.move_from_indices(row)))
+        oracle.move_indices(
+            oracle.map_move(oracle.D4_TRANSFORMS["rotate_half"], oracle.move_from_indices(row))
+        )
         if turn == WHITE
         else tuple(row)
         for row in moves.tolist()
@@ -115,14 +119,18 @@ def test_canonical_moves_are_the_real_legal_moves_mapped(position: oracle.Positi
     assert oracle.rows_as_set(real_moves) == expected_real
     assert oracle.rows_as_set(canonical_to_real(canonical_moves, position.turn)) == expected_real
     assert oracle.rows_as_set(board.canonical_to_real(canonical_moves)) == expected_real
-    assert oracle.rows_as_set(board.real_to_canonical(real_moves)) == oracle.rows_as_set(canonical_moves)
-    assert oracle.rows_as_set(real_to_canonical(real_moves, position.turn)) == oracle.move_index_set(
-        position.canonical_legal_moves()
+    assert oracle.rows_as_set(board.real_to_canonical(real_moves)) == oracle.rows_as_set(
+        canonical_moves
+    )
+    assert oracle.rows_as_set(real_to_canonical(real_moves, position.turn)) == (
+        oracle.move_index_set(position.canonical_legal_moves())
     )
 
 
 def test_canonical_frame_of_white_is_the_half_turn(positions_sample) -> None:
-    half_turn = next(k for k in range(8) if naive_transform(k) is oracle.D4_TRANSFORMS["rotate_half"])
+    half_turn = next(
+        k for k in range(8) if naive_transform(k) is oracle.D4_TRANSFORMS["rotate_half"]
+    )
     for position in positions_sample[:40]:
         board = Board(position.position_string(0))
         black, white, arrows = board.bitboards()
@@ -159,14 +167,17 @@ def test_symmetry_maps_legal_move_sets_onto_legal_move_sets(some_positions, k: i
             oracle_image_moves = oracle.move_index_set(oracle.legal_moves(*image))
             assert oracle_image_moves == actual
             assert {
-                oracle.move_indices(oracle.map_move(transform, move)) for move in oracle.legal_moves(*triple)
+                oracle.move_indices(oracle.map_move(transform, move))
+                for move in oracle.legal_moves(*triple)
             } == actual
 
 
 @pytest.mark.parametrize("k", range(NUM_SYMMETRIES))
 def test_features_are_equivariant(some_positions, k: int) -> None:
     planes = engine.features(some_positions).reshape(len(some_positions), 7, 64)
-    image_planes = engine.features(transform_positions(some_positions, k)).reshape(len(some_positions), 7, 64)
+    image_planes = engine.features(transform_positions(some_positions, k)).reshape(
+        len(some_positions), 7, 64
+    )
     np.testing.assert_array_equal(transform_square_labels(planes, k), image_planes)
 
 
@@ -174,7 +185,10 @@ def test_features_are_equivariant(some_positions, k: int) -> None:
 def test_transform_moves_matches_naive_map(data, k: int) -> None:
     moves = moves_array(data.draw, data.draw(st.integers(0, 10)))
     transform = naive_transform(k)
-    expected = [oracle.move_indices(oracle.map_move(transform, oracle.move_from_indices(row))) for row in moves.tolist()]
+    expected = [
+        oracle.move_indices(oracle.map_move(transform, oracle.move_from_indices(row)))
+        for row in moves.tolist()
+    ]
     assert [tuple(row) for row in transform_moves(moves, k).tolist()] == expected
 
 
@@ -206,7 +220,9 @@ def test_pair_labels_move_with_the_board(data, k: int) -> None:
 @given(st.data(), symmetry_indices)
 def test_one_hot_labels_follow_their_moves(data, k: int) -> None:
     (src, dst, arrow), = moves_array(data.draw, 1).tolist()
-    mapped_src, mapped_dst, mapped_arrow = transform_moves(np.array([[src, dst, arrow]], np.int32), k)[0]
+    mapped_src, mapped_dst, mapped_arrow = transform_moves(
+        np.array([[src, dst, arrow]], np.int32), k
+    )[0]
     source_map = np.zeros(64, np.float32)
     source_map[src] = 1
     assert int(np.argmax(transform_square_labels(source_map, k))) == mapped_src
@@ -214,7 +230,10 @@ def test_one_hot_labels_follow_their_moves(data, k: int) -> None:
     joint[src, dst] = 1
     conditional = np.zeros((64, 64), np.float32)
     conditional[dst, arrow] = 1
-    assert np.unravel_index(np.argmax(transform_pair_labels(joint, k)), (64, 64)) == (mapped_src, mapped_dst)
+    assert np.unravel_index(np.argmax(transform_pair_labels(joint, k)), (64, 64)) == (
+        mapped_src,
+        mapped_dst,
+    )
     assert np.unravel_index(np.argmax(transform_pair_labels(conditional, k)), (64, 64)) == (
         mapped_dst,
         mapped_arrow,
@@ -228,16 +247,24 @@ def test_one_hot_labels_follow_their_moves(data, k: int) -> None:
 @given(st.data(), batch_sizes, st.booleans())
 def test_inverse_composition_is_the_identity(data, batch: int, per_row: bool) -> None:
     if per_row:
-        k = np.array(data.draw(st.lists(symmetry_indices, min_size=batch, max_size=batch)), dtype=np.int64)
+        k = np.array(
+            data.draw(st.lists(symmetry_indices, min_size=batch, max_size=batch)), dtype=np.int64
+        )
         k_inverse = INVERSE[k]
     else:
         k = data.draw(symmetry_indices)
         k_inverse = int(INVERSE[k])
     positions = data.draw(hnp.arrays(np.uint64, (batch, 3)))
     moves = moves_array(data.draw, batch)
-    square_labels = data.draw(hnp.arrays(np.float32, (batch, 3, 64), elements=st.floats(-1, 1, width=32)))
-    pair_labels = data.draw(hnp.arrays(np.float32, (batch, 64, 64), elements=st.floats(-1, 1, width=32)))
-    np.testing.assert_array_equal(transform_positions(transform_positions(positions, k), k_inverse), positions)
+    square_labels = data.draw(
+        hnp.arrays(np.float32, (batch, 3, 64), elements=st.floats(-1, 1, width=32))
+    )
+    pair_labels = data.draw(
+        hnp.arrays(np.float32, (batch, 64, 64), elements=st.floats(-1, 1, width=32))
+    )
+    np.testing.assert_array_equal(
+        transform_positions(transform_positions(positions, k), k_inverse), positions
+    )
     np.testing.assert_array_equal(transform_moves(transform_moves(moves, k), k_inverse), moves)
     np.testing.assert_array_equal(
         transform_square_labels(transform_square_labels(square_labels, k), k_inverse), square_labels
@@ -249,12 +276,20 @@ def test_inverse_composition_is_the_identity(data, batch: int, per_row: bool) ->
 
 @given(st.data(), batch_sizes)
 def test_per_row_indices_equal_a_per_sample_loop(data, batch: int) -> None:
-    k = np.array(data.draw(st.lists(symmetry_indices, min_size=batch, max_size=batch)), dtype=np.int64)
+    k = np.array(
+        data.draw(st.lists(symmetry_indices, min_size=batch, max_size=batch)), dtype=np.int64
+    )
     positions = data.draw(hnp.arrays(np.uint64, (batch, 3)))
     moves = moves_array(data.draw, batch)
-    flat_labels = data.draw(hnp.arrays(np.float32, (batch, 64), elements=st.floats(-1, 1, width=32)))
-    plane_labels = data.draw(hnp.arrays(np.float32, (batch, 2, 64), elements=st.floats(-1, 1, width=32)))
-    pair_labels = data.draw(hnp.arrays(np.float32, (batch, 64, 64), elements=st.floats(-1, 1, width=32)))
+    flat_labels = data.draw(
+        hnp.arrays(np.float32, (batch, 64), elements=st.floats(-1, 1, width=32))
+    )
+    plane_labels = data.draw(
+        hnp.arrays(np.float32, (batch, 2, 64), elements=st.floats(-1, 1, width=32))
+    )
+    pair_labels = data.draw(
+        hnp.arrays(np.float32, (batch, 64, 64), elements=st.floats(-1, 1, width=32))
+    )
     vectorized = (
         transform_positions(positions, k),
         transform_moves(moves, k),
@@ -264,12 +299,22 @@ def test_per_row_indices_equal_a_per_sample_loop(data, batch: int) -> None:
     )
     for row in range(batch):
         kk = int(k[row])
-        np.testing.assert_array_equal(vectorized[0][row], transform_positions(positions[row : row + 1], kk)[0])
+        np.testing.assert_array_equal(
+            vectorized[0][row], transform_positions(positions[row : row + 1], kk)[0]
+        )
         np.testing.assert_array_equal(vectorized[0][row], naive_position(positions[row], kk))
-        np.testing.assert_array_equal(vectorized[1][row], transform_moves(moves[row : row + 1], kk)[0])
-        np.testing.assert_array_equal(vectorized[2][row], transform_square_labels(flat_labels[row], kk))
-        np.testing.assert_array_equal(vectorized[3][row], transform_square_labels(plane_labels[row], kk))
-        np.testing.assert_array_equal(vectorized[4][row], transform_pair_labels(pair_labels[row], kk))
+        np.testing.assert_array_equal(
+            vectorized[1][row], transform_moves(moves[row : row + 1], kk)[0]
+        )
+        np.testing.assert_array_equal(
+            vectorized[2][row], transform_square_labels(flat_labels[row], kk)
+        )
+        np.testing.assert_array_equal(
+            vectorized[3][row], transform_square_labels(plane_labels[row], kk)
+        )
+        np.testing.assert_array_equal(
+            vectorized[4][row], transform_pair_labels(pair_labels[row], kk)
+        )
 
 
 # ---------------------------------------------------------------------------------------------

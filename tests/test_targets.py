@@ -16,13 +16,8 @@ import pytest
 
 from amazons import engine
 from amazons.board import Board
-from amazons.mcts import (
-    BatchedSearch,
-    SearchConfig,
-    SearchResult,
-    UniformEvaluator,
-    improved_policy,
-)
+from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
+from amazons.search_targets import improved_policy
 from amazons.train.config import apply_overrides, preset_config
 from amazons.train.replay import GameSamples, save_chunk
 from amazons.train.selfplay import SelfPlayConfig, play_games
@@ -40,20 +35,24 @@ def test_a_gumbel_run_trains_toward_the_sigma_it_searches_with():
         with pytest.raises(ValueError, match=field):
             SelfPlayConfig(search=gumbel, **{field: value})
     # PUCT does not use sigma: the target's constants are the run's only ones.
-    assert SelfPlayConfig(search=SearchConfig(root="puct"), target_c_scale=0.3).target_c_scale == 0.3
+    assert SelfPlayConfig(search=SearchConfig(root="puct"),
+                          target_c_scale=0.3).target_c_scale == 0.3
     cpu = preset_config("cpu")
     for preset in (cpu, preset_config("gpu")):
         selfplay = preset.selfplay
-        assert (selfplay.target_c_visit, selfplay.target_c_scale) == (selfplay.search.c_visit, selfplay.search.c_scale)
+        assert ((selfplay.target_c_visit, selfplay.target_c_scale)
+                == (selfplay.search.c_visit, selfplay.search.c_scale))
     switched = apply_overrides(cpu, ["selfplay.search.root=gumbel"]).selfplay
-    assert (switched.target_c_visit, switched.target_c_scale) == (switched.search.c_visit, switched.search.c_scale)
+    assert ((switched.target_c_visit, switched.target_c_scale)
+            == (switched.search.c_visit, switched.search.c_scale))
     paper = apply_overrides(cpu, ["selfplay.target_c_scale=0.1", "selfplay.search.root=gumbel",
                                   "selfplay.search.c_scale=0.1"]).selfplay
     assert paper.search.c_scale == paper.target_c_scale == 0.1
     with pytest.raises(ValueError, match="target_c_scale"):
         apply_overrides(cpu, ["selfplay.search.root=gumbel", "selfplay.search.c_scale=0.1"])
     # The label of a Gumbel root is the completed-Q policy its halving ranks moves by.
-    search = BatchedSearch(HashEvaluator(), switched.search.replace(simulations=16, leaves_per_game=4), seed=0)
+    search = BatchedSearch(HashEvaluator(),
+                           switched.search.replace(simulations=16, leaves_per_game=4), seed=0)
     search.set_roots(random_position(3, 16))
     search.search()
     result = search.root_result(0)
@@ -75,7 +74,8 @@ def play_labelled_games(policy_target: str, count: int = 3) -> tuple[list, list[
     on; returns every labelled root as (search result, canonical position, label) and the games'
     samples."""
     config = SelfPlayConfig(search=SearchConfig(simulations=16, leaves_per_game=4, root_noise=True,
-                                                temperature_moves=56, edge_capacity=1 << 15, node_capacity=256),
+                                                temperature_moves=56, edge_capacity=1 << 15,
+                                                node_capacity=256),
                             policy_target=policy_target)
     # Seed 4 plays a game whose amazons separate while the side to move loses with more moves
     # than 16 simulations prove (most games are decided before their amazons separate).
@@ -88,7 +88,8 @@ def play_labelled_games(policy_target: str, count: int = 3) -> tuple[list, list[
         return target
 
     games: list[GameSamples] = []
-    play_games(search, count, lambda samples, moves, verdict: games.append(samples), label, adjudicate=False)
+    play_games(search, count, lambda samples, moves, verdict: games.append(samples), label,
+               adjudicate=False)
     return roots, games
 
 
@@ -105,7 +106,8 @@ def test_proven_roots_are_labelled_with_their_proof(policy_target, tmp_path):
         if result.proven > 0:
             wins += 1
             winning = result.move_proofs == 1
-            np.testing.assert_allclose(target, uniform_over(winning & (plies == plies[winning].min())))
+            np.testing.assert_allclose(target,
+                                       uniform_over(winning & (plies == plies[winning].min())))
         elif result.proven < 0:
             losses += 1
             np.testing.assert_allclose(target, uniform_over(plies == plies.max()))
@@ -148,7 +150,8 @@ def recorded_plies(samples: GameSamples, moves: list, winner: int) -> list[int]:
     board, plies = Board(), []
     for ply, move in enumerate(moves):
         row = len(plies)
-        if row < samples.num_positions and np.array_equal(samples.positions[row], board.canonical_position()) \
+        if row < samples.num_positions \
+                and np.array_equal(samples.positions[row], board.canonical_position()) \
                 and samples.played_moves[row].tolist() == list(move.as_tuple()):
             assert samples.z[row] == (1 if board.turn == winner else -1)
             plies.append(ply)
@@ -170,7 +173,8 @@ def test_playout_cap_records_only_full_searches():
     assert stats["plies"] == plies
     assert abs(stats["full_searches"] / plies - 0.25) < 4 * np.sqrt(0.25 * 0.75 / plies)
     # Full and fast searches ran their own counts in the same batches.
-    assert stats["simulations"] == 12 * stats["full_searches"] + 4 * (plies - stats["full_searches"])
+    assert stats["simulations"] == (12 * stats["full_searches"]
+                                    + 4 * (plies - stats["full_searches"]))
     for game in games:
         recorded_plies(*game)
     everyone, stats = play_capped(2, 1.0)
@@ -201,9 +205,12 @@ def root_result(visits: list[int], q: list[float], proofs: list[int] | None = No
     count = len(visits)
     return SearchResult(
         moves=np.array([[0, 1, square] for square in range(2, 2 + count)], np.int32),
-        visits=np.array(visits, np.int32), q_values=np.array(q, np.float32), priors=np.full(count, 1 / count, np.float32),
-        move_proofs=np.array(proofs or [0] * count, np.int8), move_proof_plies=np.zeros(count, np.int16),
-        root_value=0.0, raw_value=0.0, proven=0, proof_plies=0, principal_variation=np.zeros((0, 3), np.int32),
+        visits=np.array(visits, np.int32), q_values=np.array(q, np.float32),
+        priors=np.full(count, 1 / count, np.float32),
+        move_proofs=np.array(proofs or [0] * count, np.int8),
+        move_proof_plies=np.zeros(count, np.int16),
+        root_value=0.0, raw_value=0.0, proven=0, proof_plies=0,
+        principal_variation=np.zeros((0, 3), np.int32),
         num_legal_moves=count)
 
 
@@ -225,9 +232,11 @@ def test_completed_q_switches_distrust_the_q_of_moves_with_few_visits():
     assert paper.argmax() == 0
     # min_visits 2: known moves 1 and 2, v_mix = (0 + 9 * (0.2 + 0.0) / 2) / 10 = 0.09.
     floor = SelfPlayConfig(target_min_visits=2).policy_label(result)
-    np.testing.assert_allclose(floor, softmax_target(priors, np.array([0.09, 0.2, 0.0, 0.09]), 4), rtol=1e-5)
+    np.testing.assert_allclose(floor, softmax_target(priors, np.array([0.09, 0.2, 0.0, 0.09]), 4),
+                               rtol=1e-5)
     assert floor.argmax() == 1
-    # q_prior_visits 2: v_mix = (0 + 9 * (1 + 0.2 + 0) / 3) / 10 = 0.36, q' = (n q + 2 v_mix) / (n + 2).
+    # q_prior_visits 2: v_mix = (0 + 9 * (1 + 0.2 + 0) / 3) / 10 = 0.36,
+    # q' = (n q + 2 v_mix) / (n + 2).
     shrunk = SelfPlayConfig(target_q_prior_visits=2.0).policy_label(result)
     expected = np.array([(1.0 + 0.72) / 3, (0.8 + 0.72) / 6, 0.72 / 6, 0.36])
     np.testing.assert_allclose(shrunk, softmax_target(priors, expected, 4), rtol=1e-5)

@@ -66,9 +66,9 @@ SMOKE = [
 
 
 def test_config_round_trips_through_json_and_overrides_follow_types():
-    config = apply_overrides(preset_config("cpu"), ["net.blocks=3", "selfplay.search.simulations=12",
-                                                    "optim.lr=0.01", "selfplay.search.root_noise=false",
-                                                    "eval.opponents=random,greedy"])
+    config = apply_overrides(preset_config("cpu"), [
+        "net.blocks=3", "selfplay.search.simulations=12", "optim.lr=0.01",
+        "selfplay.search.root_noise=false", "eval.opponents=random,greedy"])
     assert config.net.blocks == 3 and config.selfplay.search.simulations == 12
     assert config.optim.lr == 0.01 and config.selfplay.search.root_noise is False
     assert config.eval.opponents == ("random", "greedy")
@@ -99,16 +99,18 @@ def test_an_older_config_json_loads_with_defaults_and_unknown_fields_are_named()
     assert "ray" not in stored and "search" not in stored["eval"]
     config = config_from_dict(TrainConfig, stored)
     assert config.selfplay.search.simulations == stored["selfplay"]["search"]["simulations"]
-    assert config.eval.simulations == stored["eval"]["simulations"] and config.eval.search == EvalConfig().search
+    assert (config.eval.simulations == stored["eval"]["simulations"]
+            and config.eval.search == EvalConfig().search)
     assert config.optim.betas == (0.9, 0.999)
-    with pytest.raises(ConfigError, match=r"TrainConfig\.selfplay\.search: unknown fields \['simulation'\]"):
+    with pytest.raises(ConfigError,
+                       match=r"TrainConfig\.selfplay\.search: unknown fields \['simulation'\]"):
         config_from_dict(TrainConfig, {"selfplay": {"search": {"simulation": 3}}})
 
 
 @pytest.mark.parametrize(
     ("override", "message"),
-    [("net.depth=3", "no field 'depth'"), ("net.blocks=three", "expected a int"), ("iterations", "KEY=VALUE"),
-     ("selfplay=3", "is a group")],
+    [("net.depth=3", "no field 'depth'"), ("net.blocks=three", "expected a int"),
+     ("iterations", "KEY=VALUE"), ("selfplay=3", "is a group")],
 )
 def test_bad_overrides_name_the_problem(override, message):
     with pytest.raises(ValueError, match=message):
@@ -140,7 +142,8 @@ def _saved_learner(tmp_path, net_config, optim_config):
 def play_uniform_samples(seed: int) -> SampleBatch:
     """One short uniform-search game as training samples."""
     games = []
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, leaves_per_game=4), seed=seed)
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=8, leaves_per_game=4),
+                           seed=seed)
     play_games(search, 1, lambda samples, moves, adjudication: games.append(samples))
     samples = games[0]
     return SampleBatch(samples.positions, samples.label_moves, samples.label_policy,
@@ -151,10 +154,12 @@ def test_resume_applies_optimizer_and_schedule_overrides(tmp_path):
     net = net_config("tiny")
     old = OptimConfig(lr=1e-3, warmup_steps=0, schedule="constant", weight_decay=1e-4)
     learner, path = _saved_learner(tmp_path, net, old)
-    new = dataclasses.replace(old, lr=5e-4, weight_decay=3e-4, schedule="cosine", total_steps=10, min_lr_ratio=0.5)
+    new = dataclasses.replace(old, lr=5e-4, weight_decay=3e-4, schedule="cosine", total_steps=10,
+                              min_lr_ratio=0.5)
     resumed = resume_learner(path, net, new)
     assert resumed.step == learner.step == 3 and resumed.config == new
-    for have, want in zip(resumed.model.state_dict().values(), learner.model.state_dict().values(), strict=True):
+    for have, want in zip(resumed.model.state_dict().values(), learner.model.state_dict().values(),
+                          strict=True):
         assert torch.equal(have, want)
     decay, no_decay = resumed.optimizer.param_groups
     assert decay["weight_decay"] == 3e-4 and no_decay["weight_decay"] == 0.0
@@ -192,15 +197,15 @@ def test_init_starts_a_new_run_from_a_models_weights_with_a_fresh_optimizer(tmp_
     learner, checkpoint = _saved_learner(tmp_path, net, OptimConfig())
     model_file = save_model(tmp_path / "model.pt", learner.model)
     for source in (checkpoint, model_file):  # a learner checkpoint or a model file
-        args = argparse.Namespace(run_dir=tmp_path / f"run-{source.stem}", resume=False, preset="cpu",
-                                  overrides=[], iterations=1, init=str(source))
+        args = argparse.Namespace(run_dir=tmp_path / f"run-{source.stem}", resume=False,
+                                  preset="cpu", overrides=[], iterations=1, init=str(source))
         config = resolve_config(args)
         assert config.init_model == str(source.resolve())
         run = Run(config, args.run_dir, resume=False)
         try:
             assert run.learner.step == 0 and not run.learner.optimizer.state_dict()["state"]
-            for have, want in zip(run.learner.model.state_dict().values(), learner.model.state_dict().values(),
-                                  strict=True):
+            for have, want in zip(run.learner.model.state_dict().values(),
+                                  learner.model.state_dict().values(), strict=True):
                 assert torch.equal(have.cpu(), want)
         finally:
             run.close()
@@ -215,8 +220,8 @@ def test_init_refuses_another_network_a_missing_file_and_resume(tmp_path, capsys
     with pytest.raises(SystemExit, match="no such model file"):
         main(["--run-dir", str(tmp_path / "a"), "--init", str(tmp_path / "missing.pt")])
     with pytest.raises(SystemExit, match="--init starts a new run"):
-        resolve_config(argparse.Namespace(run_dir=tmp_path / "b", resume=True, preset=None, overrides=[],
-                                          iterations=None, init=str(model_file)))
+        resolve_config(argparse.Namespace(run_dir=tmp_path / "b", resume=True, preset=None,
+                                          overrides=[], iterations=None, init=str(model_file)))
     assert not (tmp_path / "a").exists()
 
 
@@ -246,7 +251,8 @@ def test_training_batches_show_each_position_in_many_orientations(tmp_path):
         for _ in range(60):  # the draws of `Run.train`
             drawn = SampleBatch(**run.replay.sample(64))
             turned = augment_batch(drawn, run.learner.rng)
-            for original, shown in zip(drawn.positions.tolist(), turned.positions.tolist(), strict=True):
+            for original, shown in zip(drawn.positions.tolist(), turned.positions.tolist(),
+                                       strict=True):
                 orientations.setdefault(tuple(original), set()).add(tuple(shown))
     finally:
         run.close()
@@ -275,16 +281,17 @@ def shm_segments(pid: int | None = None) -> set[str]:
 def test_two_iterations_end_to_end_then_resume(tmp_path, mode):
     run_dir = tmp_path / "run"
     before = shm_segments()
-    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2", "--no-progress", *SMOKE,
-                 f"pipeline.mode={mode}"]) == 0
+    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "2",
+                 "--no-progress", *SMOKE, f"pipeline.mode={mode}"]) == 0
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == [1, 2]
     first = json.loads(lines[0])
     assert first["selfplay/games"] == 4 and first["train/steps"] == 3
     if mode == "async":
-        assert first["pipeline/samples_per_position"] == pytest.approx(3 * 32 / first["selfplay/positions"])
-        for key in ("pipeline/learner_wait_s", "pipeline/actor_throttle_s", "pipeline/weights_lag_versions",
-                    "pipeline/weights_lag_steps"):
+        assert first["pipeline/samples_per_position"] == pytest.approx(
+            3 * 32 / first["selfplay/positions"])
+        for key in ("pipeline/learner_wait_s", "pipeline/actor_throttle_s",
+                    "pipeline/weights_lag_versions", "pipeline/weights_lag_steps"):
             assert key in first
         # The evaluation of iteration 2 ran beside the last iteration's work and joined its line.
         assert json.loads(lines[1])["eval/iteration"] == 2
@@ -319,12 +326,13 @@ def test_one_iteration_with_the_arrow_source_term(tmp_path):
     runs it): self-play on its priors with weights published to the actors, training on its loss,
     evaluation, checkpoints with the term's weights."""
     run_dir = tmp_path / "run"
-    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "1", "--no-progress", *SMOKE,
-                 "net.arrow_source=true"]) == 0
+    assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "1",
+                 "--no-progress", *SMOKE, "net.arrow_source=true"]) == 0
     assert json.loads((run_dir / "config.json").read_text())["net"]["arrow_source"] is True
     first = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
     assert first["selfplay/games"] == 4 and first["train/steps"] == 3
-    assert all(np.isfinite(first[f"train/{name}"]) for name in ("policy_move", "policy_arrow", "policy_entropy"))
+    assert all(np.isfinite(first[f"train/{name}"])
+               for name in ("policy_move", "policy_arrow", "policy_entropy"))
     model = load_model_for_play(run_dir / "models" / "model-0001.pt")
     assert model.config.arrow_source and "policy_head.arrow_source.weight" in model.state_dict()
 
@@ -346,8 +354,8 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
     # evaluation (every iteration here) is running beside self-play when the signal comes.
     run_dir = tmp_path / "run"
     command = [sys.executable, "-m", "amazons.train", "--preset", "cpu", "--run-dir", str(run_dir),
-               "--iterations", "50", "--no-progress", *SMOKE, f"pipeline.mode={mode}", "eval.every=1",
-               "eval.processes=2"]
+               "--iterations", "50", "--no-progress", *SMOKE, f"pipeline.mode={mode}",
+               "eval.every=1", "eval.processes=2"]
     process = subprocess.Popen(command, cwd=Path(__file__).resolve().parents[1],
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                start_new_session=True, preexec_fn=_default_sigint)
@@ -372,7 +380,8 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
     assert leftovers == "", f"orphan processes: {leftovers}"
     assert shm_segments(process.pid) == set()
     finished = len((run_dir / "metrics.jsonl").read_text().splitlines())
-    assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume", "--no-progress"]) == 0
+    assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume",
+                 "--no-progress"]) == 0
     assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == finished + 1
 
 
@@ -384,8 +393,8 @@ def test_a_failing_evaluation_beside_self_play_stops_the_run_with_its_error(tmp_
     monkeypatch.setattr(Run, "evaluate", broken)
     before = shm_segments()
     with pytest.raises(EvaluationError, match="evaluation of iteration 1 failed") as caught:
-        main(["--preset", "cpu", "--run-dir", str(tmp_path / "run"), "--iterations", "3", "--no-progress",
-              *SMOKE, "eval.every=1"])
+        main(["--preset", "cpu", "--run-dir", str(tmp_path / "run"), "--iterations", "3",
+              "--no-progress", *SMOKE, "eval.every=1"])
     assert isinstance(caught.value.__cause__, FileNotFoundError)
     assert shm_segments() <= before
 
@@ -393,15 +402,18 @@ def test_a_failing_evaluation_beside_self_play_stops_the_run_with_its_error(tmp_
 def uniform_games(count: int, seed: int = 0) -> list[tuple[GameSamples, GameRecord]]:
     """`count` short uniform-search games with their records."""
     games: list[tuple[GameSamples, GameRecord]] = []
-    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=4, node_capacity=64, edge_capacity=1 << 15),
+    search = BatchedSearch(UniformEvaluator(),
+                           SearchConfig(simulations=4, node_capacity=64, edge_capacity=1 << 15),
                            num_games=2, seed=seed)
     play_games(search, count, lambda samples, moves, adjudication: games.append(
-        (samples, GameRecord.from_game(moves, "a", "b", winner=None if adjudication is None else adjudication.winner))))
+        (samples, GameRecord.from_game(
+            moves, "a", "b", winner=None if adjudication is None else adjudication.winner))))
     return games
 
 
 def test_games_a_stopped_run_left_in_the_replay_are_owed_steps_after_resume(tmp_path):
-    config = apply_overrides(preset_config("cpu"), [*SMOKE, "replay_chunk_games=100", "replay_chunk_seconds=600"])
+    config = apply_overrides(preset_config("cpu"), [*SMOKE, "replay_chunk_games=100",
+                                                    "replay_chunk_seconds=600"])
     run_dir = tmp_path / "run"
     (first, first_record), (second, second_record), (third, third_record) = uniform_games(3)
     run = Run(config, run_dir, resume=False)
@@ -420,8 +432,8 @@ def test_games_a_stopped_run_left_in_the_replay_are_owed_steps_after_resume(tmp_
         budget = resumed.step_budget()
         debt = second.num_positions + third.num_positions
         assert budget.current.games == 2 and budget.current.positions == debt
-        assert budget.owed() == steps_for_positions(debt, config.sample_reuse, config.train_batch_size,
-                                                    0, config.max_steps)
+        assert budget.owed() == steps_for_positions(debt, config.sample_reuse,
+                                                    config.train_batch_size, 0, config.max_steps)
         assert resumed.take_debt() is None  # counted once
     finally:
         resumed.close()
@@ -436,7 +448,8 @@ def test_games_a_stopped_run_left_in_the_replay_are_owed_steps_after_resume(tmp_
         legacy.close()
 
 
-def test_an_evaluation_hands_over_all_its_matches_at_once_beside_the_checkpoint(tmp_path, monkeypatch):
+def test_an_evaluation_hands_over_all_its_matches_at_once_beside_the_checkpoint(tmp_path,
+                                                                                monkeypatch):
     blocked, release = threading.Event(), threading.Event()
 
     def result(wins: int, hold: bool) -> ArenaResult:
@@ -484,7 +497,8 @@ def test_an_evaluation_hands_over_all_its_matches_at_once_beside_the_checkpoint(
         release.set()
         run.close()
     state = json.loads((tmp_path / "run" / "state.json").read_text())
-    assert [(match["b"], match["wins_a"]) for match in state["matches"]] == [("iter-0000", 1), ("random", 2)]
+    assert [(match["b"], match["wins_a"]) for match in state["matches"]] == [
+        ("iter-0000", 1), ("random", 2)]
     ladder = json.loads((tmp_path / "run" / "elo.json").read_text())
     assert ladder["matches"] == state["matches"] and ladder["ratings"]["random"] == 0
     assert not list((tmp_path / "run").glob(".*.tmp"))  # written through a temporary file, renamed

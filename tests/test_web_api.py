@@ -71,7 +71,8 @@ def legal_set(state: dict) -> set[tuple[int, int, int]]:
 def test_a_game_against_the_ai_with_live_updates_and_a_saved_record(client, tmp_path):
     state = client.post("/api/games", json={"side": "black", **FAST}).json()
     game_id = state["id"]
-    assert (state["ply"], state["turn"], state["busy"], state["human"]) == (0, "black", None, ["black"])
+    assert (state["ply"], state["turn"], state["busy"], state["human"]) == \
+           (0, "black", None, ["black"])
     assert state["squares"] == board_squares(Board())
     assert legal_set(state) == {tuple(row) for row in Board().legal_move_array().tolist()}
     with client.websocket_connect(f"/api/games/{game_id}/ws") as socket:
@@ -116,7 +117,8 @@ def test_a_game_against_the_ai_with_live_updates_and_a_saved_record(client, tmp_
 def test_a_game_against_the_shipped_network(client):
     state = client.post("/api/games", json={"side": "white", "model": "default", "simulations": 32,
                                             "seed": 0}).json()
-    assert state["ai"] == {"name": "mcts-net:default", "model": "default", "search": "32 simulations"}
+    assert state["ai"] == {"name": "mcts-net:default", "model": "default",
+                           "search": "32 simulations"}
     state = wait_idle(client, state["id"])
     assert state["ply"] == 1 and state["error"] is None
     Board.from_moves([state["moves"][0]["algebraic"]])
@@ -127,7 +129,8 @@ def test_a_game_against_a_torch_checkpoint_runs_the_prepared_model(client):
     from amazons.models import default_checkpoint_path
 
     model = str(default_checkpoint_path())
-    state = client.post("/api/games", json={"side": "white", "model": model, "simulations": 16, "seed": 0}).json()
+    state = client.post("/api/games", json={"side": "white", "model": model, "simulations": 16,
+                                            "seed": 0}).json()
     assert state["ai"]["name"] == f"mcts-net:{model}"
     state = wait_idle(client, state["id"])
     assert state["ply"] == 1 and state["error"] is None
@@ -204,17 +207,21 @@ def test_unknown_games_and_routes_are_404_with_a_message(client):
         assert answer.json()["error"] in ("unknown game 'nope'", "Not Found")
     assert client.get("/api/games/x/move").status_code == 405
     with client.websocket_connect("/api/games/nope/ws") as socket:
-        assert socket.receive_json() == {"type": "error", "error": "unknown game 'nope'", "status": 404}
+        assert socket.receive_json() == {"type": "error", "error": "unknown game 'nope'",
+                                         "status": 404}
 
 
 def test_other_sites_cannot_drive_the_board(client, tmp_path):
     answer = client.post("/api/games", json=FAST, headers={"Origin": "http://evil.example"})
-    assert answer.status_code == 403 and "cross-site request from http://evil.example" in answer.json()["error"]
+    assert answer.status_code == 403 \
+        and "cross-site request from http://evil.example" in answer.json()["error"]
     assert client.get("/api/games").json() == []
     game = client.post("/api/games", json=FAST, headers={"Origin": "http://testserver"}).json()
-    assert client.get(f"/api/games/{game['id']}", headers={"Origin": "http://evil.example"}).status_code == 200
+    assert client.get(f"/api/games/{game['id']}",
+                      headers={"Origin": "http://evil.example"}).status_code == 200
     with pytest.raises(WebSocketDisconnect) as closed:
-        with client.websocket_connect(f"/api/games/{game['id']}/ws", headers={"Origin": "http://evil.example"}):
+        with client.websocket_connect(f"/api/games/{game['id']}/ws",
+                                      headers={"Origin": "http://evil.example"}):
             pass
     assert closed.value.code == 4403
     loopback = create_app(WebConfig(model="none", games_dir=None, warm_up=False,
@@ -273,7 +280,8 @@ def test_analysis_of_the_current_position(client):
     assert analysis["simulations"] >= 200 and analysis["legal_moves"] == Board().count_legal_moves()
     legal = {tuple(row) for row in Board().legal_move_array().tolist()}
     assert all(tuple(entry["squares"]) in legal for entry in analysis["top"])
-    assert analysis["pv"][0] == {key: analysis["top"][0][key] for key in ("algebraic", "botzone", "squares")}
+    assert analysis["pv"][0] == {key: analysis["top"][0][key]
+                                 for key in ("algebraic", "botzone", "squares")}
     board = Board()
     for move in analysis["pv"]:  # the line alternates sides and stays legal
         board.push(Move.parse(move["algebraic"]))
@@ -300,7 +308,8 @@ def test_a_proven_position_is_shown_as_decided(client):
         "winner": "black", "by": "search", "plies": plies,
         "text": f"decided: Black wins (proven by the search: {plies} more plies with best play)"}
     assert Board.from_moves(moves).adjudicate() is None  # proven, but not separated yet
-    state = client.post(f"/api/games/{board_id}/move", json={"move": analysis["top"][0]["algebraic"]}).json()
+    state = client.post(f"/api/games/{board_id}/move",
+                        json={"move": analysis["top"][0]["algebraic"]}).json()
     assert state["decided"] is None  # the analysis was of the position before; nothing claimed
 
     game = client.post("/api/games", json={"side": "white", **body}).json()  # the AI is Black
@@ -323,7 +332,8 @@ def test_a_separated_position_is_decided_by_adjudication(client):
                 "margin": adjudication.margin, "plies_bound": adjudication.plies_bound,
                 "text": adjudication.describe()}
     assert state["decided"] == expected
-    assert expected["text"].startswith(f"decided: {expected['winner'].capitalize()} wins by at least ")
+    assert expected["text"].startswith(
+        f"decided: {expected['winner'].capitalize()} wins by at least ")
     client.post(f"/api/games/{game_id}/analyse", json={"simulations": 100})
     assert client.get(f"/api/games/{game_id}").json()["decided"] == expected  # it comes first
     state = client.post(f"/api/games/{game_id}/undo").json()
@@ -340,7 +350,8 @@ def test_the_state_carries_the_territory_of_the_position(client):
     for plies in (24, 25):  # Black to move, then White (the engine works in the mover's frame)
         moves = random_game(14)[:plies]
         board = Board.from_moves(moves)
-        state = client.post("/api/games", json={"side": "both", "moves": [str(move) for move in moves],
+        state = client.post("/api/games", json={"side": "both",
+                                                "moves": [str(move) for move in moves],
                                                 **FAST}).json()
         territory = board.territory()
         black, white = int((territory == 1).sum()), int((territory == -1).sum())
@@ -359,7 +370,8 @@ def test_continuing_a_recorded_game_to_its_end(client):
     state = client.post("/api/games", json={"side": "both", "moves": opening, **FAST}).json()
     assert state["ply"] == len(opening) and state["opening"] == len(opening)
     for move in moves[-3:]:
-        state = client.post(f"/api/games/{state['id']}/move", json={"move": move.to_botzone()}).json()
+        state = client.post(f"/api/games/{state['id']}/move",
+                            json={"move": move.to_botzone()}).json()
     assert state["over"] and state["legal"] is None
     assert state["winner"] == ("black", "white")[(len(moves) - 1) % 2]
     answer = client.post(f"/api/games/{state['id']}/move", json={"move": "c8-c6/d7"})
@@ -375,10 +387,12 @@ def test_continuing_a_recorded_game_to_its_end(client):
 def test_record_files_for_replay(client, tmp_path):
     games = [random_game(5), random_game(6)]
     path = tmp_path / "two.txt"
-    write_records(path, [GameRecord.from_game(moves, "random", "random", event="test") for moves in games])
+    write_records(path, [GameRecord.from_game(moves, "random", "random", event="test")
+                         for moves in games])
     listing = client.post("/api/records", json={"path": str(path)}).json()
     assert listing["count"] == 2
-    assert [(game["game"], game["plies"]) for game in listing["games"]] == [(1, len(games[0])), (2, len(games[1]))]
+    assert [(game["game"], game["plies"]) for game in listing["games"]] == \
+           [(1, len(games[0])), (2, len(games[1]))]
     view = client.post("/api/records", json={"path": str(path), "game": 2}).json()["game"]
     board = Board()
     assert view["boards"][0] == board_squares(board)
@@ -396,7 +410,8 @@ def test_record_files_for_replay(client, tmp_path):
     for body, status, message in [
         ({"path": str(tmp_path / "missing.txt")}, 404, "does not exist"),
         ({"path": str(tmp_path)}, 400, "is not a file"),
-        ({"path": str(corrupt)}, 400, "corrupt.txt:3: '2 0 2 2 3 1' (game 1): move 2: illegal move"),
+        ({"path": str(corrupt)}, 400,
+         "corrupt.txt:3: '2 0 2 2 3 1' (game 1): move 2: illegal move"),
         ({"path": str(path), "game": 3}, 400, "game 3 is not in"),
         ({"path": str(path), "text": "x"}, 400, "either 'path'"),
         ({}, 400, "either 'path'"),
@@ -424,8 +439,10 @@ def test_watching_a_run_directory_pushes_new_games_and_metrics(client, tmp_path)
     games = [random_game(seed) for seed in range(10, 20)]
     _write_run(run_dir, games[:9], iterations=1)
     snapshot = client.get("/api/runs", params={"dir": str(run_dir)}).json()
-    assert snapshot["games_total"] == 9 and snapshot["preset"] == "cpu" and snapshot["iteration"] == 1
-    assert [game["game"] for game in snapshot["games"]] == [9, 8, 7, 6, 5, 4, 3, 2]  # newest first
+    assert snapshot["games_total"] == 9 and snapshot["preset"] == "cpu" \
+        and snapshot["iteration"] == 1
+    # newest first
+    assert [game["game"] for game in snapshot["games"]] == [9, 8, 7, 6, 5, 4, 3, 2]
     assert snapshot["games"][0]["moves"][0]["botzone"] == games[8][0].to_botzone()
     assert snapshot["metrics"] == [{"iteration": 1.0, "train/loss": 9.0, "eval/elo": 50.0}]
     with client.websocket_connect(f"/api/runs/ws?dir={run_dir}") as socket:
@@ -525,8 +542,10 @@ def test_the_oldest_idle_game_makes_room(tmp_path):
                  for _ in range(2)]
         client.post(f"/api/games/{games[0]}/move", json={"move": "c8-c6/d7"})  # used last
         newest = client.post("/api/games", json={"side": "both", **FAST}).json()["id"]
-        assert sorted(game["id"] for game in client.get("/api/games").json()) == sorted([games[0], newest])
-        assert client.get(f"/api/games/{games[1]}").json() == {"error": f"unknown game {games[1]!r}"}
+        assert sorted(game["id"] for game in client.get("/api/games").json()) == \
+               sorted([games[0], newest])
+        assert client.get(f"/api/games/{games[1]}").json() == \
+               {"error": f"unknown game {games[1]!r}"}
 
 
 @pytest.mark.parametrize(("argv", "message"), [

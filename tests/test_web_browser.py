@@ -114,7 +114,8 @@ def tinted_squares(page: Page, board: str) -> tuple[list[int], list[int]]:
 def owned_squares(board: Board) -> tuple[list[int], list[int]]:
     """The squares `Board.territory()` gives Black and White."""
     territory = board.territory()
-    return sorted(np.flatnonzero(territory > 0).tolist()), sorted(np.flatnonzero(territory < 0).tolist())
+    return (sorted(np.flatnonzero(territory > 0).tolist()),
+            sorted(np.flatnonzero(territory < 0).tolist()))
 
 
 def load_record(page: Page, url: str, path: Path) -> None:
@@ -190,7 +191,8 @@ def test_analysis_territory_and_decided_positions(server, page, tmp_path):
     split = next(ply for ply in range(len(separated))
                  if Board.from_moves(separated[:ply]).adjudicate() is not None)
     separated_source = tmp_path / "separated.txt"
-    write_records(separated_source, [GameRecord.from_game(separated, "random", "random", event="test")])
+    write_records(separated_source,
+                  [GameRecord.from_game(separated, "random", "random", event="test")])
     page.goto(f"{url}/#play")
     page.wait_for_selector("body[data-ready=true]")
     page.fill("#new-game input[name=time]", "1")  # time enough for the proof on a busy machine
@@ -238,7 +240,8 @@ def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):
     url, _ = server
     games = [random_game(31), random_game(32)]
     path = tmp_path / "games.txt"
-    write_records(path, [GameRecord.from_game(moves, "random", "random", event="test") for moves in games])
+    write_records(path, [GameRecord.from_game(moves, "random", "random", event="test")
+                         for moves in games])
     moves = games[1]
     boards = [Board()]
     for move in moves:
@@ -264,20 +267,24 @@ def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):
     page.keyboard.press("ArrowLeft")
     expect(2)
     page.eval_on_selector(f"{viewer} .ply-slider",
-                          "(slider) => { slider.value = 17; slider.dispatchEvent(new Event('input')); }")
+                          "(slider) => { slider.value = 17;"
+                          " slider.dispatchEvent(new Event('input')); }")
     expect(17)
     page.click(f"{viewer} .move-list li >> nth=9")
     expect(10)
     page.click(f"{viewer} button:text('End')")
     expect(len(moves))
-    assert f"has no move: {('1-0', '0-1')[(len(moves) - 1) % 2]}" in page.inner_text(f"{viewer} .ply-label")
+    assert (f"has no move: {('1-0', '0-1')[(len(moves) - 1) % 2]}"
+            in page.inner_text(f"{viewer} .ply-label"))
     page.click(f"{viewer} button:text('Start')")
     expect(0)
     page.select_option(f"{viewer} select.speed", "0.1")
-    page.eval_on_selector(f"{viewer} .ply-slider", f"(slider) => {{ slider.value = {len(moves) - 6};"
+    page.eval_on_selector(f"{viewer} .ply-slider",
+                          f"(slider) => {{ slider.value = {len(moves) - 6};"
                           " slider.dispatchEvent(new Event('input')); }")
     page.click(f"{viewer} button:text-is('Play')")
-    page.wait_for_selector(f"{viewer}[data-playing='false'][data-ply='{len(moves)}']", timeout=10_000)
+    page.wait_for_selector(f"{viewer}[data-playing='false'][data-ply='{len(moves)}']",
+                           timeout=10_000)
     expect(len(moves))
     assert page.locator(f"{viewer} .move-list li").count() == len(moves)
 
@@ -297,7 +304,8 @@ def test_watching_a_run_shows_new_games_and_plots(server, page, tmp_path):
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
     games = [random_game(41), random_game(42)]
     games_file = run_dir / "games" / "selfplay.txt"
-    write_records(games_file, [GameRecord.from_game(games[0], "selfplay", "selfplay", event="selfplay")])
+    write_records(games_file,
+                  [GameRecord.from_game(games[0], "selfplay", "selfplay", event="selfplay")])
     page.goto(f"{url}/#watch")
     page.fill("#watch-source input[name=dir]", str(run_dir))
     page.click("#watch-source button[type=submit]")
@@ -306,7 +314,8 @@ def test_watching_a_run_shows_new_games_and_plots(server, page, tmp_path):
     assert page.get_attribute("#plot-loss svg", "data-series") == "loss:1,policy_loss:1,value_mse:1"
     assert page.locator("#watch-ladder td").all_inner_texts() == ["iter-0001", "121", "random", "0"]
     page.wait_for_selector("#watch-controls .viewer[data-game='1']")
-    write_records(games_file, [GameRecord.from_game(games[1], "selfplay", "selfplay", event="selfplay")],
+    write_records(games_file,
+                  [GameRecord.from_game(games[1], "selfplay", "selfplay", event="selfplay")],
                   append=True)
     with (run_dir / "metrics.jsonl").open("a") as stream:
         stream.write(json.dumps({"iteration": 2, "train/loss": 6.0, "eval/elo": 150.0}) + "\n")

@@ -29,20 +29,22 @@ END = "<!-- import-graph: end -->"
 # (`amazons.board`) or, ending in `.*`, every module under a package (`amazons.web.*`). The first
 # pattern that matches a module decides its layer.
 LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
-    ("base", "standard library and numpy only: configs, the Evaluator protocol, file and memory helpers",
+    ("base", "standard library and numpy only: configs, the Evaluator protocol, "
+     "file and memory helpers",
      ("amazons._atomic", "amazons._memory", "amazons._moved", "amazons._queue_reader",
       "amazons.config", "amazons.evaluator", "amazons.models", "amazons.botzone.limits",
       "amazons.neural.backends")),
     ("game", "the rules and their Python face",
      ("amazons._engine", "amazons.engine", "amazons.board", "amazons.symmetry", "amazons")),
     ("search", "MCTS over flat tree arrays and the targets it yields",
-     ("amazons.mcts_numba", "amazons.mcts", "amazons.search_targets")),
+     ("amazons.mcts_numba", "amazons._root_targets", "amazons.mcts", "amazons.search_targets")),
     ("serving", "the N-to-1 shared-memory inference server (numpy only)",
      ("amazons.inference",)),
     ("neural", "the network: numpy and native evaluators, the torch model, learner, checkpoints, "
      "the production evaluator and the one backend chooser",
      ("amazons.neural", "amazons.neural.*", "amazons._native")),
-    ("players", "players, Botzone and OpenSpiel programs as players, the one player builder, records",
+    ("players", "players, Botzone and OpenSpiel programs as players, "
+     "the one player builder, records",
      ("amazons.players", "amazons.openspiel_player", "amazons.botzone.program",
       "amazons.botzone.watchdog", "amazons.botzone.cpp_export", "amazons.player_factory",
       "amazons.records")),
@@ -70,12 +72,15 @@ def source_files() -> Iterator[Path]:
         yield from sorted(PACKAGE.rglob(pattern))
 
 
-def imports_of(path: Path, modules: set[str], root: Path = REPO) -> set[str]:
+def imports_of(path: Path, modules: set[str], root: Path = REPO,
+               unknown: set[str] | None = None) -> set[str]:
     """The package's modules that `path` imports, at any depth of its code.
 
     `from X import name` counts as importing `X.name` where that is a module, else `X`.
-    Cython sources are scanned for their Python-level imports only.
+    Cython sources are scanned for their Python-level imports only. Imports of `amazons...`
+    names that are no module of the package are added to `unknown` when it is given.
     """
+    unknown = set() if unknown is None else unknown
     name = module_name(path, root)
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     if path.suffix == ".pyx":
@@ -97,7 +102,12 @@ def imports_of(path: Path, modules: set[str], root: Path = REPO) -> set[str]:
                        for alias in node.names]
         else:
             continue
+        if isinstance(node, ast.ImportFrom) and base.startswith("amazons") and base not in modules:
+            unknown.add(base)  # `from X import ...` where X is no module of the package
         for target in targets:
+            if (isinstance(node, ast.Import) and target.startswith("amazons")
+                    and target not in modules):
+                unknown.add(target)
             while target and target not in modules:
                 target = target.rpartition(".")[0]
             if target and target != name:
@@ -112,11 +122,18 @@ def _parse_line(line: str) -> list[ast.stmt]:
         return []
 
 
-def import_graph() -> dict[str, set[str]]:
-    """Module -> the package's modules it imports."""
+def import_graph(unknown: dict[str, set[str]] | None = None) -> dict[str, set[str]]:
+    """Module -> the package's modules it imports; `unknown`, when given, gets module -> the
+    imported names that are no module of the package (a module moved or removed)."""
     files = {module_name(path): path for path in source_files()}
     modules = set(files)
-    return {name: imports_of(path, modules) for name, path in sorted(files.items())}
+    graph = {}
+    for name, path in sorted(files.items()):
+        missing: set[str] = set()
+        graph[name] = imports_of(path, modules, unknown=missing)
+        if missing and unknown is not None:
+            unknown[name] = missing
+    return graph
 
 
 def layer_of(module: str) -> int | None:
@@ -185,7 +202,8 @@ def layer_mermaid(graph: dict[str, set[str]]) -> str:
                 counts[here, there] = counts.get((here, there), 0) + 1
     lines = ["```mermaid", "flowchart TD"]
     lines.extend(f"  L{index}[\"{index}. {layer}\"]" for index, (layer, _, _) in enumerate(LAYERS))
-    lines.extend(f"  L{here} -->|{count}| L{there}" for (here, there), count in sorted(counts.items()))
+    lines.extend(f"  L{here} -->|{count}| L{there}"
+                 for (here, there), count in sorted(counts.items()))
     lines.append("```")
     return "\n".join(lines)
 
@@ -233,10 +251,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     action = parser.add_mutually_exclusive_group()
     action.add_argument("--write", action="store_true", help="rewrite the picture in the docs")
-    action.add_argument("--check", action="store_true", help="exit 1 on any breach or stale picture")
+    action.add_argument("--check", action="store_true",
+                        help="exit 1 on any breach or stale picture")
     args = parser.parse_args(argv)
-    graph = import_graph()
-    problems = violations(graph)
+    unknown: dict[str, set[str]] = {}
+    graph = import_graph(unknown)
+    problems = violations(graph) + [f"{module} imports {', '.join(sorted(names))}: no such module"
+                                    for module, names in unknown.items()]
     block = generated_block(graph)
     text = DOC.read_text()
     if args.write:
@@ -247,7 +268,8 @@ def main(argv: list[str] | None = None) -> int:
     elif not args.check:
         print(block)
     elif current_block(text) != block:
-        problems.append(f"{DOC.relative_to(REPO)}'s picture is stale: run tools/architecture.py --write")
+        problems.append(f"{DOC.relative_to(REPO)}'s picture is stale: "
+                        "run tools/architecture.py --write")
     for problem in problems:
         print(problem, file=sys.stderr)
     return 1 if problems and (args.check or args.write) else 0

@@ -22,8 +22,8 @@ written to stdout for that turn. The protocol parsing (`parse_simple`, `parse_js
 `parse_update`), the turn logic (`Bot`) and the clock (`TimeControl`) are plain functions and
 classes; `main` wires them to the streams.
 
-Memory: the network runs in numpy from an exported model (`amazons.neural.numpy_net`), never torch; the
-search trees are allocated once at `--tree-mb` MiB (`SearchConfig.with_tree_memory`) and a full
+Memory: the network runs in numpy from an exported model (`amazons.neural.numpy_net`), never torch;
+the search trees are allocated once at `--tree-mb` MiB (`SearchConfig.with_tree_memory`) and a full
 tree ends the turn's search early; after loading Numba's kernels the bot gives back LLVM's code
 pages (`amazons._memory`). See docs/botzone.md for the measured peak.
 
@@ -76,13 +76,13 @@ __all__ = [
 
 EXIT_OK, EXIT_BAD_INPUT = 0, 2
 MIN_SEARCH_SECONDS = 1e-3  # a turn whose time is already spent still searches one round
-# The search tree's share of memory. Besides it the process holds about 100 MiB resident (the
-# interpreter, numpy, Numba's runtime and kernels, the engine, the model), and Numba's start-up
-# peaks near 185 MiB before the bot gives LLVM's code pages back; with 64 MiB of tree a whole
-# game stays under that start-up peak (docs/botzone.md), inside Botzone's 256 MB. The default
-# network's search fills this in one to three seconds in the opening (about 1,000 to 2,000
-# legal moves per node, every one an edge), so there memory, not the time budget, ends a turn;
-# later positions have fewer moves and the turn's time runs out first.
+# The search tree's share of memory. Besides it the process holds the interpreter, numpy,
+# Numba's runtime and kernels, the engine and the model; with 64 MiB of tree a whole game's peak
+# stays inside Botzone's 256 MB (docs/botzone.md says why; the measured peak is in
+# docs/BENCHMARKS.md, "Botzone bot"). The default network's search fills this early in an
+# opening turn (about 1,000 to 2,000 legal moves per node, every one an edge), so there memory,
+# not the time budget, ends a turn; later positions have fewer moves and the turn's time runs
+# out first.
 TREE_MEMORY_MB = 64.0
 LLVM_LIBRARY = "libllvmlite"  # Numba's LLVM, whose code pages the bot gives back after loading
 
@@ -145,7 +145,8 @@ def parse_simple(lines: Sequence[str]) -> list[Move]:
         move_lines = move_lines[:-1]
     if len(move_lines) != expected:
         raise ProtocolError(
-            f"turn {turn} needs 2n-1 = {expected} move lines after the turn number, got {len(move_lines)}")
+            f"turn {turn} needs 2n-1 = {expected} move lines after the turn number, "
+            f"got {len(move_lines)}")
     moves = []
     for index, text in enumerate(move_lines):
         move = parse_move_line(text, f"line {index + 2}", allow_no_move=index == 0)
@@ -159,7 +160,8 @@ def _parse_turn_number(text: str, where: str) -> int:
     try:
         turn = int(token)
     except ValueError:
-        raise ProtocolError(f"{where}: {token!r} is not a turn number (a positive integer)") from None
+        raise ProtocolError(f"{where}: {token!r} is not a turn number "
+                            "(a positive integer)") from None
     if turn < 1:
         raise ProtocolError(f"{where}: turn number {turn} must be >= 1")
     return turn
@@ -189,7 +191,8 @@ class BotzoneInput:
 
 def _move_from_object(value: Any, where: str, allow_no_move: bool) -> Move | None:
     if not isinstance(value, dict):
-        raise ProtocolError(f"{where}: expected a move object {{\"x0\": .., ..., \"y2\": ..}}, got {value!r}")
+        raise ProtocolError(f"{where}: expected a move object {{\"x0\": .., ..., \"y2\": ..}}, "
+                            f"got {value!r}")
     missing = [key for key in MOVE_KEYS if key not in value]
     if missing:
         raise ProtocolError(f"{where}: move object {value!r} lacks {', '.join(missing)}")
@@ -217,7 +220,8 @@ def parse_json(text: str) -> BotzoneInput:
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
-        raise ProtocolError(f"bad JSON input: {error.msg} at column {error.colno}: {text.strip()[:80]!r}") from None
+        raise ProtocolError(f"bad JSON input: {error.msg} at column {error.colno}: "
+                            f"{text.strip()[:80]!r}") from None
     if not isinstance(value, dict):
         raise ProtocolError(f"JSON input must be an object, got {type(value).__name__}")
     if "requests" not in value:
@@ -298,7 +302,8 @@ class TimeControl:
         if not self.reply_margin >= 0:
             raise ValueError(f"reply_margin must be >= 0 seconds, got {self.reply_margin!r}")
 
-    def deadline(self, clock_start: float, first_turn: bool, time_limit: float | None = None) -> float:
+    def deadline(self, clock_start: float, first_turn: bool,
+                 time_limit: float | None = None) -> float:
         """The `time.perf_counter()` reading at which the search must stop.
 
         Args:
@@ -310,7 +315,8 @@ class TimeControl:
         """
         allowance = self.first_turn_seconds if first_turn else self.turn_seconds
         if time_limit is not None:
-            allowance = min(allowance, botzone_limits.turn_seconds_from_time_limit(time_limit, first_turn))
+            allowance = min(allowance,
+                            botzone_limits.turn_seconds_from_time_limit(time_limit, first_turn))
         return clock_start + allowance - self.reply_margin
 
 
@@ -500,7 +506,8 @@ def _read_update(stream: TextIO, history: list[Move]) -> _Turn:
         if line.lstrip().startswith("{"):
             request = parse_json(line)
             if not request.history:
-                raise ProtocolError("a later turn's JSON input holds no move (only Black's first request)")
+                raise ProtocolError("a later turn's JSON input holds no move "
+                                    "(only Black's first request)")
             return _Turn(history + request.history[-1:], request.time_limit, json=True,
                          notes=request.notes)
         lines.append(line)
@@ -523,15 +530,15 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m amazons.botzone",
         description="Game of the Amazons bot for Botzone (simple or JSON interaction).")
     parser.add_argument("--model", default="default",
-                        help="'default' (the shipped model), 'none' (random playouts) or an exported "
-                             ".npz model (python -m amazons.export CKPT OUT.npz)")
+                        help="'default' (the shipped model), 'none' (random playouts) or an "
+                             "exported .npz model (python -m amazons.export CKPT OUT.npz)")
     parser.add_argument("--time", type=float, default=TimeControl.turn_seconds,
                         help="seconds per reply, from reading the input (from process start for a "
                              f"process's first input; default {TimeControl.turn_seconds})")
     parser.add_argument("--first-time", type=float, default=None,
                         help="seconds from process start to the bot's first reply (default: "
-                             f"{botzone_limits.FIRST_TURN_FACTOR:g} times --time, as Botzone gives the first "
-                             f"turn: {TimeControl.first_turn_seconds})")
+                             f"{botzone_limits.FIRST_TURN_FACTOR:g} times --time, as Botzone gives "
+                             f"the first turn: {TimeControl.first_turn_seconds})")
     parser.add_argument("--simulations", type=int, default=None,
                         help="search this many simulations per move instead of a time budget")
     mode = parser.add_mutually_exclusive_group()
@@ -546,8 +553,9 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout: TextIO | None = None,
-         stderr: TextIO | None = None, started: float | None = None) -> int:
+def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
+         stdout: TextIO | None = None, stderr: TextIO | None = None,
+         started: float | None = None) -> int:
     """Run the bot until its turn is answered (or, keep-running, until the input ends).
 
     Args:
@@ -571,7 +579,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
                               ("--simulations", args.simulations), ("--tree-mb", args.tree_mb)):
             if value is not None and not (value > 0 and math.isfinite(value)):
                 raise _UsageError(f"{option} must be > 0, got {value}")
-        first_time = botzone_limits.first_turn_seconds(args.time) if args.first_time is None else args.first_time
+        first_time = (botzone_limits.first_turn_seconds(args.time) if args.first_time is None
+                      else args.first_time)
         clock = TimeControl(turn_seconds=args.time, first_turn_seconds=first_time)
     except _UsageError as error:
         print(f"{parser.prog}: error: {error}", file=stderr)
@@ -583,8 +592,9 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
         try:
             player = build_model_player(
                 args.model, simulations=args.simulations,
-                time_budget=None if args.simulations is not None else clock.turn_seconds, seed=args.seed,
-                tree_memory_mb=args.tree_mb, name=f"botzone:{args.model}", stop_when_full=True)
+                time_budget=None if args.simulations is not None else clock.turn_seconds,
+                seed=args.seed, tree_memory_mb=args.tree_mb, name=f"botzone:{args.model}",
+                stop_when_full=True)
         except SearchConfigError as error:
             print(f"{parser.prog}: error: --tree-mb: {error}", file=stderr)
             return EXIT_BAD_INPUT
@@ -602,7 +612,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None, stdout:
                 noted = True
             first_turn = len(turn.history) <= 1
             move = bot.reply(turn.history, clock.deadline(clock_start, first_turn, turn.time_limit))
-            reply = format_json_reply(move, bot.debug_text()) if turn.json else format_simple_reply(move)
+            reply = (format_json_reply(move, bot.debug_text()) if turn.json
+                     else format_simple_reply(move))
             print(reply, file=stdout, flush=True)
             if not args.keep_running:
                 return EXIT_OK

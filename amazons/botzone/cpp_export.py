@@ -3,15 +3,16 @@
 Botzone runs Python 3.6 without Numba, so the project's Python bot cannot be uploaded there; one
 C++ source compiled with g++ can. `join_sources` joins the native core's parts
 (`amazons/native/`, `PARTS`: the rules on bitboards, adjudication, the kernels, the forward pass of
-`amazons.neural.numpy_net`, the search of the Python bot, and `bot.cpp` with Botzone's simple and JSON
-interaction and the CPU clock) into one file: the parts in order, their local `#include` lines
-dropped, the settings block (`settings_block`: the search's constants from `NET_SEARCH`, the
-adjudication's budgets from `amazons.engine`, Botzone's limits from `amazons.botzone.limits`,
-written from the Python definitions, never typed twice) where the first part includes
-`settings.h` (`settings_header` writes the same block as that header, so that each part also
-compiles alone; `amazons/native/common.h` says how the parts are joined), and the model block
-where `bot.cpp` has its marker: the network's shape (`model_shape()`, from the one mapping
-`amazons.neural.numpy_net.native_shape`) and its weights, which are
+`amazons.neural.numpy_net`, the search of the Python bot with the CPU clock, Botzone's simple and
+JSON interaction in `protocol.h`, and `bot.cpp`: the weights, the command line and the main loop)
+into one file: the parts in order, their local `#include` lines dropped, the settings block
+(`settings_block`: the search's constants from `NET_SEARCH`, the adjudication's budgets from
+`amazons.engine`, Botzone's limits from `amazons.botzone.limits`, written from the Python
+definitions, never typed twice) where the first part includes `settings.h` (`settings_header` writes
+the same block as that header, so that each part also compiles alone; `amazons/native/common.h` says
+how the parts are joined), and the model block where `bot.cpp` has its marker: the network's shape
+(`model_shape()`, from the one mapping `amazons.neural.numpy_net.native_shape`) and its weights,
+which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
   base64 text in string literals, so the bot's outputs are npnet's to float32 rounding (the
@@ -22,8 +23,9 @@ where `bot.cpp` has its marker: the network's shape (`model_shape()`, from the o
   SHA-256 and the FNV-1a digest of the floats and refuses a file that does not match.
 
 `compile_command` is the g++ line the docs and the tests use. Imports numpy, `amazons.engine`,
-`amazons.botzone.limits` and `amazons.neural.numpy_net`, and the search's defaults (`amazons.player_factory`) when a bot is written (the
-exporter, `amazons.export`, turns torch checkpoints into a `NumpyNet` first).
+`amazons.botzone.limits` and `amazons.neural.numpy_net`, and the search's defaults
+(`amazons.player_factory`) when a bot is written (the exporter, `amazons.export`, turns torch
+checkpoints into a `NumpyNet` first).
 """
 
 from __future__ import annotations
@@ -60,9 +62,10 @@ __all__ = [
 ]
 
 SOURCE_NAME = "bot.cpp"
-NATIVE_DIR = Path(__file__).resolve().parent / "native"
+NATIVE_DIR = Path(__file__).resolve().parent.parent / "native"
 # The native core's parts in the order the joined source holds them; each includes those before it.
-PARTS = ("common.h", "rules.h", "adjudicate.h", "kernels.h", "network.h", "search.h", "bot.cpp")
+PARTS = ("common.h", "rules.h", "adjudicate.h", "kernels.h", "network.h", "search.h",
+         "protocol.h", "bot.cpp")
 # The header the parts include for the settings block: no file of the project (settings_header).
 SETTINGS_HEADER = "settings.h"
 MODEL_MARKER = "//@MODEL@"
@@ -111,7 +114,8 @@ def comment_text(text: str) -> str:
 
 def _describe_source(source: dict) -> str:
     """`key=value, ...` of where the weights came from (one comment line in the source)."""
-    return comment_text(", ".join(f"{key}={value}" for key, value in sorted(source.items())) or "unknown")
+    return comment_text(", ".join(f"{key}={value}" for key, value in sorted(source.items()))
+                        or "unknown")
 
 
 def _cpp_double(value: float) -> str:
@@ -139,19 +143,30 @@ def settings_block(search: Any = None) -> str:
 
         search = player_factory.NET_SEARCH
     lines = [
-        "// Settings written by the exporter from the Python definitions (amazons.botzone.cpp_export.settings_block).",
+        "// Settings written by the exporter from the Python definitions"
+        " (amazons.botzone.cpp_export.settings_block).",
         f"static const double C_PUCT = {_cpp_double(search.c_puct)};  // SearchConfig.c_puct",
-        f"static const double C_PUCT_BASE = {_cpp_double(search.c_puct_base)};  // SearchConfig.c_puct_base",
-        f"static const double FPU_REDUCTION = {_cpp_double(search.fpu_reduction)};  // SearchConfig.fpu_reduction",
-        f"static const double LCB_MIN_VISITS_FRACTION = {_cpp_double(search.lcb_min_visits_fraction)};"
+        f"static const double C_PUCT_BASE = {_cpp_double(search.c_puct_base)};"
+        "  // SearchConfig.c_puct_base",
+        f"static const double FPU_REDUCTION = {_cpp_double(search.fpu_reduction)};"
+        "  // SearchConfig.fpu_reduction",
+        "static const double LCB_MIN_VISITS_FRACTION = "
+        f"{_cpp_double(search.lcb_min_visits_fraction)};"
         "  // SearchConfig.lcb_min_visits_fraction",
-        f"static const double LCB_STDEVS = {_cpp_double(search.lcb_stdevs)};  // SearchConfig.lcb_stdevs",
-        f"static const bool LCB_DEFAULT = {'true' if search.lcb else 'false'};  // SearchConfig.lcb",
-        f"static const int EXACT_FILL_MAX_SQUARES = {int(engine.EXACT_FILL_SQUARES)};  // engine.EXACT_FILL_SQUARES",
-        f"static const int EXACT_FILL_NODE_BUDGET = {int(engine.EXACT_FILL_NODES)};  // engine.EXACT_FILL_NODES",
-        f"static const int FILL_TABLE_SIZE = {int(engine.FILL_TABLE_ENTRIES)};  // engine.FILL_TABLE_ENTRIES",
-        f"static const int MAX_EXACT_FILL_MOVES = {int(engine.EXACT_FILL_MOVES)};  // engine.EXACT_FILL_MOVES",
-        f"static const double TURN_SECONDS = {_cpp_double(botzone_limits.LANGUAGE_TURN_SECONDS['cpp'])};"
+        f"static const double LCB_STDEVS = {_cpp_double(search.lcb_stdevs)};"
+        "  // SearchConfig.lcb_stdevs",
+        f"static const bool LCB_DEFAULT = {'true' if search.lcb else 'false'};"
+        "  // SearchConfig.lcb",
+        f"static const int EXACT_FILL_MAX_SQUARES = {int(engine.EXACT_FILL_SQUARES)};"
+        "  // engine.EXACT_FILL_SQUARES",
+        f"static const int EXACT_FILL_NODE_BUDGET = {int(engine.EXACT_FILL_NODES)};"
+        "  // engine.EXACT_FILL_NODES",
+        f"static const int FILL_TABLE_SIZE = {int(engine.FILL_TABLE_ENTRIES)};"
+        "  // engine.FILL_TABLE_ENTRIES",
+        f"static const int MAX_EXACT_FILL_MOVES = {int(engine.EXACT_FILL_MOVES)};"
+        "  // engine.EXACT_FILL_MOVES",
+        "static const double TURN_SECONDS = "
+        f"{_cpp_double(botzone_limits.LANGUAGE_TURN_SECONDS['cpp'])};"
         "  // botzone_limits: Botzone's CPU seconds a C++ turn, and a JSON time_limit's meaning",
         f"static const double FIRST_TURN_FACTOR = {_cpp_double(botzone_limits.FIRST_TURN_FACTOR)};"
         "  // botzone_limits: the first turn of a game gets this many turns' time",
@@ -209,18 +224,21 @@ def join_sources(model_block: str, settings: str, native_dir: Path = NATIVE_DIR)
         for line in texts[name].split("\n"):
             included = _include_name(line)
             if included is None:
-                out.append(line.replace(MODEL_MARKER, model_block) if line.strip() == MODEL_MARKER else line)
+                out.append(line.replace(MODEL_MARKER, model_block) if line.strip() == MODEL_MARKER
+                           else line)
             elif included == SETTINGS_HEADER:
                 if not settings_written:
                     out.append(settings)
                     settings_written = True
             elif included not in PARTS[:index]:
-                raise BotzoneExportError(f"amazons/native/{name} includes {included}, which is not a part before it")
+                raise BotzoneExportError(f"amazons/native/{name} includes {included}, "
+                                         "which is not a part before it")
     return "\n".join(out).rstrip("\n") + "\n"
 
 
 def _model_shape_function(net: NumpyNet) -> list[str]:
-    """`model_shape()`, the network's `NetShape` in C++: `amazons.neural.numpy_net.native_shape`'s fields."""
+    """`model_shape()`, the network's `NetShape` in C++: the fields of
+    `amazons.neural.numpy_net.native_shape`."""
     try:
         shape = native_shape(net.config, net.trunk_layers)
     except ValueError as error:
@@ -237,7 +255,8 @@ def _model_shape_function(net: NumpyNet) -> list[str]:
 def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str:
     """The C++ definitions that replace `MODEL_MARKER` in the template."""
     lines = [
-        f"// {net.policy_head} policy head{' with the arrow source term' if net.has_arrow_source else ''}, "
+        f"// {net.policy_head} policy head"
+        f"{' with the arrow source term' if net.has_arrow_source else ''}, "
         f"trunk {' '.join(net.trunk_layers)}; "
         f"source: {_describe_source(net.source)}",
         *_model_shape_function(net),
@@ -265,8 +284,10 @@ def _model_block(net: NumpyNet, payload: bytes, weights_file: str | None) -> str
 
 
 def _check_weights_name(name: str) -> str:
-    if not name or name in (".", "..") or any(c in name for c in '/\\"\n\r') or not name.isprintable():
-        raise BotzoneExportError(f"--weights-file {name!r}: expected a plain file name, like amazons.bin")
+    if (not name or name in (".", "..") or any(c in name for c in '/\\"\n\r')
+            or not name.isprintable()):
+        raise BotzoneExportError(f"--weights-file {name!r}: expected a plain file name, "
+                                 "like amazons.bin")
     if name == SOURCE_NAME:
         raise BotzoneExportError(f"--weights-file {name!r}: that is the source's own name")
     return name
@@ -277,7 +298,8 @@ def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | N
     """Write `DIR/bot.cpp` for `net` (and `DIR/<weights_file>` when given); returns the paths.
 
     Args:
-        net: the network (`amazons.neural.numpy_net.load_model`, or a `NumpyNet` built from a checkpoint).
+        net: the network (`amazons.neural.numpy_net.load_model`, or a `NumpyNet` built from a
+            checkpoint).
         directory: where to write (created if missing).
         weights_file: None embeds the weights in the source; a plain file name writes them to
             that file beside it instead (upload it to Botzone's storage; the bot reads
@@ -295,7 +317,8 @@ def write_bot(net: NumpyNet, directory: str | os.PathLike, weights_file: str | N
     source = join_sources(_model_block(net, payload, weights_file), settings_block(search))
     directory = Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    written = [atomic_write(directory / SOURCE_NAME, lambda stream: stream.write(source.encode("utf-8")))]
+    written = [atomic_write(directory / SOURCE_NAME,
+                            lambda stream: stream.write(source.encode("utf-8")))]
     if weights_file is not None:
         blob = weights_file_bytes(net)
         written.append(atomic_write(directory / weights_file, lambda stream: stream.write(blob)))

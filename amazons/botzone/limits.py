@@ -1,9 +1,9 @@
 """Botzone's limits, and what the project's bots keep back from them: one definition for all.
 
-Read by the arena's `botzone:` player (`amazons.botzone.program`: the CPU limits it charges and
-the `time_limit` / `memory_limit` it tells JSON programs), the Python bot (`amazons.botzone`:
-how it reads a JSON `time_limit`) and the C++ bot (`amazons.botzone.cpp_export.settings_block` writes
-these numbers into its source). Imports nothing of the project.
+Read by the arena's `botzone:` player (`amazons.botzone.program`: the CPU limits it charges and the
+`time_limit` / `memory_limit` it tells JSON programs), the Python bot (`amazons.botzone`: how it
+reads a JSON `time_limit`) and the C++ bot (`amazons.botzone.cpp_export.settings_block` writes these
+numbers into its source). Imports nothing of the project.
 
 What Botzone documents (the wiki's pages "Bot" and "Amazons"; docs/botzone.md quotes them):
 
@@ -13,11 +13,12 @@ What Botzone documents (the wiki's pages "Bot" and "Amazons"; docs/botzone.md qu
   its `memory_limit` the memory limit in MB; the wiki's example input shows both as strings, empty
   (`"time_limit":"","memory_limit":""`).
 
-How the bots read a JSON limit (`read_limit`; the C++ bot's `read_limit` in bot.cpp mirrors it):
-a number, or a string holding one (`_NUMBER_TEXT`, surrounding blanks ignored), that is finite
-and positive is the limit; anything else (`""`, `null`, a missing field, other text, 0, a negative
-or non-finite value, true/false, a list or object) is no limit, and the bot's own allowance
-applies. A limit never refuses an input: it can only lower the allowance, never raise it.
+How the bots read a JSON limit (`read_limit`; the C++ bot's `read_limit` in
+amazons/native/protocol.h mirrors it): a number, or a string holding one (`_NUMBER_TEXT`,
+surrounding blanks ignored), that is finite and positive is the limit; anything else (`""`, `null`,
+a missing field, other text, 0, a negative or non-finite value, true/false, a list or object) is no
+limit, and the bot's own allowance applies. A limit never refuses an input: it can only lower the
+allowance, never raise it.
 
 What is assumed here (Botzone does not say): the first turn's double applies to a JSON
 `time_limit` too (so the first turn may use `FIRST_TURN_FACTOR * time_limit`); the first turn is
@@ -78,7 +79,7 @@ def turn_seconds_from_time_limit(time_limit: float, first_turn: bool) -> float:
 
 
 # A string that holds a limit: an optional sign, digits with an optional fraction (or a fraction
-# alone), an optional exponent; ASCII only. bot.cpp's `limit_number_text` accepts the same.
+# alone), an optional exponent; ASCII only. protocol.h's `limit_number_text` accepts the same.
 _NUMBER_TEXT = re.compile(r"[+-]?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _BLANKS = " \t\r\n"
 

@@ -8,9 +8,10 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
   program's own earlier responses, the newest request last, then the `data` line the program
   saved last turn and an empty `globaldata` line. JSON interaction (option `json`): one line
   `{"requests": [...], "responses": [...], "data": ..., "globaldata": "", "time_limit": S,
-  "memory_limit": 256}`, `S` the per-turn limit `time` (the first turn may use twice it: Botzone's
-  limits and what `time_limit` means are in `amazons.botzone.limits`). Moves a random opening played count as the program's responses or
-  requests by colour, as if it had played them.
+  "memory_limit": 256}`, `S` the per-turn limit `time` (the first turn may use twice it:
+  Botzone's limits and what `time_limit` means are in `amazons.botzone.limits`). Moves a random
+  opening played count as the program's responses or requests by colour, as if it had played
+  them.
 * **Output.** The first line is the reply: `x0 y0 x1 y1 x2 y2`, or in JSON
   `{"response": {"x0": .., ..., "y2": ..}, "debug": .., "data": .., "globaldata": ..}`; in simple
   interaction the third line, if any, is the `data` handed back next turn.
@@ -38,10 +39,11 @@ quotes the last lines of the program's stderr, which is read as the program runs
 
 Every process runs in its own session, is killed with its whole process group when the player
 is closed or reset, when it faults, and when the player is garbage-collected or the interpreter
-exits, and is reaped. A watchdog process kills the groups still running when the process that
-started them dies, however it dies (SIGKILL included), so a killed arena worker leaves none
-behind. Programs are started without a `preexec_fn` (which Python calls unsafe in a process with
-threads, as the arena's workers are): `start_new_session` is done by `subprocess` itself.
+exits, and is reaped. A watchdog process (`amazons.botzone.watchdog`) kills the groups still
+running when the process that started them dies, however it dies (SIGKILL included), so a
+killed arena worker leaves none behind. Programs are started without a `preexec_fn` (which
+Python calls unsafe in a process with threads, as the arena's workers are):
+`start_new_session` is done by `subprocess` itself.
 
 Spec options (`botzone:OPTIONS:COMMAND`, comma-separated; without them the spec is
 `botzone:COMMAND`): `simple` / `json` (the interaction), `cpp` / `python` (Botzone's limits for
@@ -49,8 +51,9 @@ the language: C++ 1 s a turn and 2 s for the first, Python 6 s and 12 s; the def
 `python` when the program's name starts with `python`, else `cpp`), `time=S`, `first-time=S`
 (default: twice `time`), `wall=X` (the wall guard as a multiple of the CPU limit, default 3).
 
-Imports `amazons.board`, `amazons.botzone.limits` and `amazons.players`; `amazons.player_factory` registers the spec and
-`amazons.botzone` (the project's own bot) takes the protocol's constants from here.
+Imports `amazons.board`, `amazons.botzone.limits`, `amazons.botzone.watchdog` and
+`amazons.players`; `amazons.player_factory` registers the spec and `amazons.botzone` (the
+project's own bot) takes the protocol's constants from here.
 """
 
 from __future__ import annotations
@@ -64,7 +67,6 @@ import shlex
 import shutil
 import signal
 import subprocess
-import sys
 import threading
 import time
 import weakref
@@ -75,6 +77,7 @@ from typing import Any
 
 from amazons.board import BLACK, Board, IllegalMoveError, Move, NotationError
 from amazons.botzone import limits as botzone_limits
+from amazons.botzone import watchdog
 from amazons.players import BasePlayer, PlayerError, PlayerFault
 
 __all__ = [
@@ -97,7 +100,8 @@ INTERACTIONS = ("simple", "json")
 # CPU seconds per language (amazons.botzone.limits): (a turn, the first turn)
 LANGUAGE_LIMITS = {language: (seconds, botzone_limits.first_turn_seconds(seconds))
                    for language, seconds in botzone_limits.LANGUAGE_TURN_SECONDS.items()}
-MEMORY_LIMIT_MB = botzone_limits.MEMORY_LIMIT_MB  # told to JSON programs as `memory_limit` (not enforced here)
+# told to JSON programs as `memory_limit` (not enforced here)
+MEMORY_LIMIT_MB = botzone_limits.MEMORY_LIMIT_MB
 MAX_OUTPUT_BYTES = 1 << 20  # more stdout than this in one turn is malformed
 STDERR_TAIL_BYTES = 8192  # the end of the program's stderr kept for fault messages
 STDERR_QUOTED_LINES = 5
@@ -122,8 +126,10 @@ class BotzoneSettings:
 
     command: tuple[str, ...]  # the program and its arguments
     interaction: str = "simple"  # "simple" or "json"
-    turn_seconds: float = LANGUAGE_LIMITS["cpp"][0]  # CPU seconds a turn may use (Botzone: C++ 1 s, Python 6 s)
-    first_turn_seconds: float = LANGUAGE_LIMITS["cpp"][1]  # CPU seconds of the program's first turn of a game
+    # CPU seconds a turn may use (Botzone: C++ 1 s, Python 6 s)
+    turn_seconds: float = LANGUAGE_LIMITS["cpp"][0]
+    # CPU seconds of the program's first turn of a game
+    first_turn_seconds: float = LANGUAGE_LIMITS["cpp"][1]
     wall_factor: float = 3.0  # a turn's wall-clock guard, as a multiple of its CPU limit
 
     def __post_init__(self) -> None:
@@ -136,7 +142,8 @@ class BotzoneSettings:
             if not (value > 0 and value < float("inf")):
                 raise PlayerError(f"botzone: {name} must be a positive number, got {value!r}")
         if self.wall_factor < 1:
-            raise PlayerError(f"botzone: wall={self.wall_factor:g} would stop turns before their CPU limit")
+            raise PlayerError(f"botzone: wall={self.wall_factor:g} would stop turns before their "
+                              f"CPU limit")
 
 
 def _number_option(name: str, text: str) -> float:
@@ -166,7 +173,8 @@ def parse_botzone_spec(argument: str | None) -> BotzoneSettings:
             cannot split, or a program that is not found or not executable.
     """
     if not argument or not argument.strip():
-        raise PlayerError("botzone needs a command, e.g. botzone:./bot or botzone:json:python3 bot.py")
+        raise PlayerError("botzone needs a command, e.g. botzone:./bot or "
+                          "botzone:json:python3 bot.py")
     prefix, colon, rest = argument.partition(":")
     options: list[str] = []
     command_text = argument
@@ -190,8 +198,8 @@ def parse_botzone_spec(argument: str | None) -> BotzoneSettings:
         elif name == "wall":
             wall = _number_option(name, value)
         else:
-            raise PlayerError(f"unknown botzone option {option!r}; known: simple, json, cpp, python, "
-                              "time=S, first-time=S, wall=X")
+            raise PlayerError(f"unknown botzone option {option!r}; known: simple, json, cpp, "
+                              "python, time=S, first-time=S, wall=X")
     if language is None:
         language = "python" if Path(command[0]).name.startswith("python") else "cpp"
     turn, first = LANGUAGE_LIMITS[language]
@@ -221,7 +229,8 @@ def process_cpu_seconds(pid: int) -> float:
     return sum(int(value) for value in fields[11:15]) / os.sysconf("SC_CLK_TCK")
 
 
-_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible wait", "T": "stopped", "Z": "exited"}
+_STATES = {"R": "running", "S": "sleeping", "D": "in uninterruptible wait", "T": "stopped",
+           "Z": "exited"}
 
 
 def _process_state(pid: int) -> str:
@@ -246,39 +255,15 @@ def _peak_rss_mb(pid: int) -> float:
     return 0.0
 
 
-# The watchdog's program: it reads `+GROUP` (a program's process group to kill if this process
-# dies) and `-GROUP` (a group that has ended) lines until its input ends, which happens when the
-# process that started it has exited or died (the kernel closes the pipe's write end either way),
-# then kills every group it still holds. Its first line names it in `ps`.
-_WATCHDOG_CODE = """# amazons.botzone.program watchdog
-import os, signal, sys
-groups = set()
-for line in sys.stdin.buffer:
-    try:
-        group = int(line[1:])
-    except ValueError:
-        continue
-    if line[:1] == b"+":
-        groups.add(group)
-    else:
-        groups.discard(group)
-for group in groups:
-    try:
-        os.killpg(group, signal.SIGKILL)
-    except OSError:
-        pass
-"""
-
-
 class _Watchdog:
     """This process's watchdog: kills the programs' process groups when this process dies.
 
-    One per process, started with the first program (`python -I -S`, in its own session, so a
-    Ctrl-C at the terminal does not end it before the process it guards). A process forked from
-    this one closes its copy of the pipe (the watchdog would otherwise wait for the fork too) and
-    starts its own watchdog if it starts programs. `forget` also runs in a program's finalizer,
-    which the garbage collector may call inside `watch`: the lock is re-entrant, the pipe
-    unbuffered, and every line is written whole.
+    One per process, started with the first program (`amazons.botzone.watchdog`, run by its
+    path under `python -I -S`, in its own session, so a Ctrl-C at the terminal does not end it
+    before the process it guards). A process forked from this one closes its copy of the pipe
+    (the watchdog would otherwise wait for the fork too) and starts its own watchdog if it starts
+    programs. `forget` also runs in a program's finalizer, which the garbage collector may call
+    inside `watch`: the lock is re-entrant, the pipe unbuffered, and every line is written whole.
     """
 
     def __init__(self) -> None:
@@ -305,8 +290,8 @@ class _Watchdog:
                 return
             # None yet, or it was killed: a new one takes every group.
             self._process = subprocess.Popen(
-                [sys.executable, "-I", "-S", "-c", _WATCHDOG_CODE], stdin=subprocess.PIPE,
-                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, bufsize=0, start_new_session=True)
+                watchdog.command(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL, bufsize=0, start_new_session=True)
             groups = list(self._groups)
             if not self._write("".join(f"+{group}\n" for group in groups)):
                 raise OSError("the watchdog exited at its start")
@@ -403,8 +388,8 @@ class _Program:
     def __init__(self, command: Sequence[str]) -> None:
         try:
             self.process = subprocess.Popen(
-                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                bufsize=0, start_new_session=True)
+                list(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, bufsize=0, start_new_session=True)
         except OSError as error:
             raise PlayerFault("crash", f"cannot start {shlex.join(command)}: {error}") from None
         self._finalizer = weakref.finalize(self, _end_process, self.process)
@@ -414,7 +399,8 @@ class _Program:
             _WATCHDOG.watch(self.process.pid)
         except OSError as error:
             self.close()
-            raise PlayerFault("crash", f"cannot start the watchdog of {shlex.join(command)}: {error}") from None
+            raise PlayerFault("crash", f"cannot start the watchdog of {shlex.join(command)}: "
+                                       f"{error}") from None
         for stream in (self.process.stdout, self.process.stderr):
             os.set_blocking(stream.fileno(), False)
         self.charged = 0.0  # CPU seconds charged to earlier turns
@@ -453,10 +439,12 @@ class _Program:
     def stderr_tail(self) -> str:
         """The last lines of stderr, quoted on one line, or '' when it wrote none."""
         self._drain(self.process.stderr, self._stderr)
-        lines = [line.strip() for line in self._stderr.decode("utf-8", "replace").splitlines() if line.strip()]
+        lines = [line.strip() for line in self._stderr.decode("utf-8", "replace").splitlines()
+                 if line.strip()]
         if not lines:
             return ""
-        return "; stderr ends: " + " | ".join(repr(line[:200]) for line in lines[-STDERR_QUOTED_LINES:])
+        return "; stderr ends: " + " | ".join(repr(line[:200])
+                                              for line in lines[-STDERR_QUOTED_LINES:])
 
     def _drain(self, stream: Any, buffer: bytearray) -> bool:
         """Read what `stream` holds now into `buffer`; False at its end."""
@@ -492,7 +480,8 @@ class _Program:
             self._exited(status, usage)
 
     def _exited(self, status: int, usage: Any) -> None:
-        _WATCHDOG.forget(self.process.pid)  # the program exited by itself (else it is forgotten already)
+        # the program exited by itself (else it is forgotten already)
+        _WATCHDOG.forget(self.process.pid)
         self.process.returncode = os.waitstatus_to_exitcode(status)
         self._exit_cpu = usage.ru_utime + usage.ru_stime
         self._exit_rss_mb = usage.ru_maxrss / 1024  # KiB on Linux
@@ -524,7 +513,7 @@ class _Program:
                 for stream in select.select(list(open_streams), [], [], wait)[0]:
                     if not self._drain(stream, open_streams[stream]):
                         del open_streams[stream]
-            else:  # both pipes are at their end: the process is exiting, or holds no output to wait on
+            else:  # both pipes are at their end: the process is exiting, or holds no output
                 time.sleep(POLL_SECONDS)
             exited = self._reap()
             if exited:
@@ -535,37 +524,43 @@ class _Program:
                 text_line = line.decode("utf-8", "replace").rstrip("\r")
                 if text_line.strip() == KEEP_RUNNING_MARKER:
                     if not lines:
-                        raise self.fault("malformed", f"turn {turn}: {KEEP_RUNNING_MARKER} before any reply")
+                        raise self.fault("malformed", f"turn {turn}: {KEEP_RUNNING_MARKER} "
+                                                      f"before any reply")
                     cpu = self.cpu_seconds()
                     used, self.charged = cpu - self.charged, cpu
                     if used > cpu_limit:
-                        raise self.fault("timeout", f"turn {turn}: used {used:.2f} s of CPU time, over its "
-                                                    f"limit of {cpu_limit:g} s")
+                        raise self.fault("timeout", f"turn {turn}: used {used:.2f} s of CPU "
+                                                    f"time, over its limit of {cpu_limit:g} s")
                     self._signal_group(signal.SIGSTOP)
                     self._stopped = True
-                    return _Output(lines, True, used, time.monotonic() - started, self.peak_rss_mb())
+                    return _Output(lines, True, used, time.monotonic() - started,
+                                   self.peak_rss_mb())
                 lines.append(text_line)
             if len(self._stdout) + sum(len(line) for line in lines) > MAX_OUTPUT_BYTES:
-                raise self.fault("malformed", f"turn {turn}: more than {MAX_OUTPUT_BYTES} bytes of output")
+                raise self.fault("malformed", f"turn {turn}: more than {MAX_OUTPUT_BYTES} bytes "
+                                              f"of output")
             used = self.cpu_seconds() - self.charged
             if exited:
                 status = self.process.returncode
                 if status != 0 or not lines:
-                    raise self.fault("crash", f"turn {turn}: the program {_describe_status(status)} "
-                                              f"{'after its reply' if lines else 'without a reply'}")
+                    raise self.fault(
+                        "crash", f"turn {turn}: the program {_describe_status(status)} "
+                                 f"{'after its reply' if lines else 'without a reply'}")
                 if used > cpu_limit:
-                    raise self.fault("timeout", f"turn {turn}: used {used:.2f} s of CPU time, over its "
-                                                f"limit of {cpu_limit:g} s")
+                    raise self.fault("timeout", f"turn {turn}: used {used:.2f} s of CPU time, "
+                                                f"over its limit of {cpu_limit:g} s")
                 return _Output(lines, False, used, time.monotonic() - started, self.peak_rss_mb())
             if used > cpu_limit:
-                raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} within its limit of "
-                                            f"{cpu_limit:g} s of CPU time (used {used:.2f} s)")
+                raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} within its "
+                                            f"limit of {cpu_limit:g} s of CPU time "
+                                            f"(used {used:.2f} s)")
             wall = time.monotonic() - started
             if wall > wall_limit:
                 state = _process_state(self.process.pid)
-                raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} after {wall:.1f} s of "
-                                            f"wall time (the guard; {used:.2f} s of CPU time used, limit "
-                                            f"{cpu_limit:g} s; the process was {state})")
+                raise self.fault("timeout", f"turn {turn}: {self._waiting_for(lines)} after "
+                                            f"{wall:.1f} s of wall time (the guard; {used:.2f} s "
+                                            f"of CPU time used, limit {cpu_limit:g} s; the "
+                                            f"process was {state})")
             wait = max(POLL_SECONDS, min(cpu_limit - used, wall_limit - wall) / 2)
 
     @staticmethod
@@ -671,8 +666,8 @@ class BotzonePlayer(BasePlayer):
         except PlayerFault:
             self.close()
             raise
-        self.turns.append(BotzoneTurn(turn, output.cpu_seconds, limit, output.wall_seconds, output.peak_rss_mb,
-                                      output.kept, debug))
+        self.turns.append(BotzoneTurn(turn, output.cpu_seconds, limit, output.wall_seconds,
+                                      output.peak_rss_mb, output.kept, debug))
         if output.kept:
             self._known = [*history, move]
         else:
@@ -712,8 +707,10 @@ class BotzonePlayer(BasePlayer):
                 raise PlayerFault("malformed", f"{where} is not JSON ({error.msg})") from None
             response = value.get("response") if isinstance(value, dict) else None
             if not isinstance(response, dict) or any(
-                    not isinstance(response.get(key), int) or isinstance(response.get(key), bool) for key in MOVE_KEYS):
-                raise PlayerFault("malformed", f"{where}: expected {{\"response\": {{\"x0\": int, ..., \"y2\": int}}}}")
+                    not isinstance(response.get(key), int) or isinstance(response.get(key), bool)
+                    for key in MOVE_KEYS):
+                raise PlayerFault("malformed", f"{where}: expected {{\"response\": "
+                                               f"{{\"x0\": int, ..., \"y2\": int}}}}")
             text = " ".join(str(response[key]) for key in MOVE_KEYS)
             debug, data = str(value.get("debug", "")), value.get("data", "")
             self._data = data if isinstance(data, str) else json.dumps(data)
@@ -723,7 +720,8 @@ class BotzonePlayer(BasePlayer):
             self._data = lines[2] if len(lines) > 2 else ""
             tokens = text.split()
             if len(tokens) != 6 or not all(re.fullmatch(r"-?\d+", token) for token in tokens):
-                raise PlayerFault("malformed", f"{where}: expected six integers 'x0 y0 x1 y1 x2 y2'")
+                raise PlayerFault("malformed", f"{where}: expected six integers "
+                                               f"'x0 y0 x1 y1 x2 y2'")
         try:
             move = Move.from_botzone(text)
             board.copy().push(move)

@@ -8,9 +8,10 @@
   actors (`TrainingRank`), each sampling its own copy of the replay window.
 * `ray_backend`: `RayRun`, the main job's `Run` on top of these, and `connect`.
 
-`RayConfig`, the `ray` group of `TrainConfig`, lives in `amazons.train.config`, so the main job never
-imports this package: `--backend ray` loads `ray_backend` through the `amazons.backends` entry point.
-These modules import Ray. Per-leaf evaluations never cross Ray: only whole games, weights and metrics do.
+`RayConfig`, the `ray` group of `TrainConfig`, lives in `amazons.train.config`, so the main job
+never imports this package: `--backend ray` loads `ray_backend` through the `amazons.backends` entry
+point. These modules import Ray. Per-leaf evaluations never cross Ray: only whole games, weights and
+metrics do.
 """
 
 

@@ -5,10 +5,10 @@ input a pipe from the actor: `python _janitor.py`. It detaches at once (its firs
 the second is adopted by init), so that Ray, which kills a worker's children and process group
 when the worker ends, does not take it along. It then reads lines until the pipe closes: when
 the actor closes it after a clean stop, or when the actor process dies (`ray.shutdown()`, a crash,
-SIGKILL). Each line names a shared-memory segment or a named semaphore (`sem.mp-...`) (a bare
-name: removed from /dev/shm, where Linux keeps POSIX shared memory and named semaphores) or the actor's scratch folder (an absolute path whose last part starts with
-`amazons-node`: removed with everything in it). Whatever the actor removed itself is simply gone
-already.
+SIGKILL). Each line names a shared-memory segment or a named semaphore (`sem.mp-...`) (a bare name:
+removed from /dev/shm, where Linux keeps POSIX shared memory and named semaphores) or the actor's
+scratch folder (an absolute path whose last part starts with `amazons-node`: removed with everything
+in it). Whatever the actor removed itself is simply gone already.
 """
 
 import os

@@ -61,7 +61,8 @@ def rendezvous_address() -> str:
     return f"tcp://{ray.util.get_node_ip_address()}:{port}"
 
 
-def join_process_group(learner: Learner, address: str, rank: int, world_size: int, timeout_s: float) -> None:
+def join_process_group(learner: Learner, address: str, rank: int, world_size: int,
+                       timeout_s: float) -> None:
     """Join the default process group as `rank` and train `learner` through DistributedDataParallel.
 
     Blocks until all `world_size` ranks have joined (at most `timeout_s`); building the wrapper is
@@ -70,7 +71,8 @@ def join_process_group(learner: Learner, address: str, rank: int, world_size: in
     dist.init_process_group(process_group_backend(learner.device), init_method=address, rank=rank,
                             world_size=world_size, timeout=datetime.timedelta(seconds=timeout_s))
     if learner.device.type == "cuda":
-        device_index = learner.device.index if learner.device.index is not None else torch.cuda.current_device()
+        device_index = (learner.device.index if learner.device.index is not None
+                        else torch.cuda.current_device())
         learner.wrap_model(lambda model: DistributedDataParallel(model, device_ids=[device_index]))
     else:
         learner.wrap_model(DistributedDataParallel)
@@ -83,7 +85,8 @@ def leave_process_group() -> None:
 
 
 def cpu_state(value: Any) -> Any:
-    """`value` (nested dicts, lists, tuples of tensors and plain values) with every tensor on the CPU."""
+    """`value` (nested dicts, lists, tuples of tensors and plain values) with every tensor
+    on the CPU."""
     if isinstance(value, torch.Tensor):
         return value.detach().cpu()
     if isinstance(value, dict):
@@ -95,7 +98,8 @@ def cpu_state(value: Any) -> Any:
 
 def rank_seed(config: TrainConfig, iteration: int, rank: int) -> int:
     """The seed of rank `rank`'s sampling and symmetry streams in a group started at `iteration`."""
-    return int(np.random.SeedSequence([config.seed, iteration, rank, RANK_STREAM]).generate_state(1)[0])
+    return int(np.random.SeedSequence([config.seed, iteration, rank, RANK_STREAM])
+               .generate_state(1)[0])
 
 
 def average_metrics(per_step: list[dict[str, float]]) -> dict[str, float]:
@@ -120,8 +124,8 @@ class TrainingRank:
         iteration: the run's iteration when the group started (seeds the rank's streams).
     """
 
-    def __init__(self, config: TrainConfig, rank: int, device: str, learner_state: list[ray.ObjectRef],
-                 iteration: int) -> None:
+    def __init__(self, config: TrainConfig, rank: int, device: str,
+                 learner_state: list[ray.ObjectRef], iteration: int) -> None:
         torch.set_num_threads(config.torch_threads)
         self.config = config
         self.rank = rank
@@ -137,7 +141,8 @@ class TrainingRank:
 
     def join(self, address: str, world_size: int) -> None:
         """Join the process group (see `join_process_group`)."""
-        join_process_group(self.learner, address, self.rank, world_size, self.config.ray.train_timeout_s)
+        join_process_group(self.learner, address, self.rank, world_size,
+                           self.config.ray.train_timeout_s)
 
     def add_games(self, samples: GameSamples) -> None:
         """Add delivered games to this rank's replay window."""
@@ -151,7 +156,8 @@ class TrainingRank:
         """`steps` steps on batches drawn from this rank's window; the mean of their metrics."""
         per_step = []
         for _ in range(steps):
-            batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)), self.learner.rng)
+            batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)),
+                                  self.learner.rng)
             per_step.append(self.step(batch))
         return average_metrics(per_step) if per_step else {}
 
@@ -186,8 +192,8 @@ class TrainingGroup:
         gpus = 1 if learner.device.type == "cuda" else 0
         state = ray.put(cpu_state(learner.state_dict()))
         self.ranks = [
-            TrainingRank.options(num_cpus=config.ray.rank_cpus, num_gpus=gpus, max_restarts=0).remote(
-                config, rank, learner.device.type, [state], iteration)
+            TrainingRank.options(num_cpus=config.ray.rank_cpus, num_gpus=gpus, max_restarts=0)
+            .remote(config, rank, learner.device.type, [state], iteration)
             for rank in range(1, self.world_size)
         ]
         try:
@@ -207,9 +213,10 @@ class TrainingGroup:
             return ray.get(refs, timeout=self.timeout_s)
         except GetTimeoutError:
             raise RayBackendError(
-                f"the {self.world_size - 1} training rank actors did not {what} within {self.timeout_s:.0f} s "
-                f"(ray.train_timeout_s): does the cluster have {self.config.ray.rank_cpus} free CPUs "
-                f"(and a GPU when training on CUDA) for each?") from None
+                f"the {self.world_size - 1} training rank actors did not {what} within "
+                f"{self.timeout_s:.0f} s (ray.train_timeout_s): does the cluster have "
+                f"{self.config.ray.rank_cpus} free CPUs (and a GPU when training on CUDA) "
+                f"for each?") from None
         except RayError as error:
             raise RayBackendError(f"a training rank failed to {what}: {error}") from None
 

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from amazons.train.config import TrainConfig
 
 
-STREAMS_PER_ITERATION = 1 << 16  # requests one iteration may hand out (each gets its own seed stream)
+# Requests one iteration may hand out (each gets its own seed stream).
+STREAMS_PER_ITERATION = 1 << 16
 
 
 def request_stream(iteration: int, serial: int) -> int:
@@ -70,7 +71,8 @@ class NodeResult:
     """What a node returns with the samples of a request."""
 
     records: list[GameRecord]  # one per game, with a `Node` header naming the node actor
-    stats: dict[str, float]  # games, positions, simulations, leaves_evaluated, seconds, weights_version, pid
+    # games, positions, simulations, leaves_evaluated, seconds, weights_version, pid
+    stats: dict[str, float]
 
 
 def owned_samples(samples: GameSamples) -> GameSamples:
@@ -92,9 +94,11 @@ def node_device(config: TrainConfig) -> str:
 
 
 def node_evaluator_factory(config: TrainConfig, model_path: str | Path) -> NetworkEvaluatorFactory:
-    """The node's inference server evaluator: `amazons.neural.production.server_evaluator_factory` (the
-    main job's) on the node's device (`node_device`)."""
-    return server_evaluator_factory(model_path, node_device(config), config.inference_dtype, config.inference)
+    """The node's inference server evaluator:
+    `amazons.neural.production.server_evaluator_factory` (the main job's) on the node's device
+    (`node_device`)."""
+    return server_evaluator_factory(model_path, node_device(config), config.inference_dtype,
+                                    config.inference)
 
 
 @ray.remote
@@ -128,7 +132,8 @@ class SelfPlayNode:
                 "node_id": ray.get_runtime_context().get_node_id()}
 
     @ray.method(num_returns=2)
-    def play(self, request: GameRequest, weights: list[ray.ObjectRef]) -> tuple[GameSamples, NodeResult]:
+    def play(self, request: GameRequest,
+             weights: list[ray.ObjectRef]) -> tuple[GameSamples, NodeResult]:
         """Play `request.games` games with the weights `weights[0]` (model file bytes, version
         `request.weights_version`; fetched only when the version changes).
 
@@ -136,8 +141,8 @@ class SelfPlayNode:
             The games' samples, concatenated, and their `NodeResult`.
 
         Raises:
-            amazons.train.selfplay.SelfPlayError, amazons.inference.InferenceError: the pipeline failed
-                (it is stopped, and started again by the next request).
+            amazons.train.selfplay.SelfPlayError, amazons.inference.InferenceError: the pipeline
+                failed (it is stopped, and started again by the next request).
         """
         try:
             self._use_weights(weights[0], request.weights_version)
@@ -154,9 +159,10 @@ class SelfPlayNode:
             raise
         for record in records:
             record.headers["Node"] = str(self.index)
-        stats = {"games": float(report.games), "plies": float(report.plies), "positions": float(report.positions),
-                 "simulations": float(report.simulations), "leaves_evaluated": float(report.leaves_evaluated),
-                 "seconds": report.seconds, "weights_version": float(self.version), "pid": float(os.getpid())}
+        stats = {"games": float(report.games), "plies": float(report.plies),
+                 "positions": float(report.positions), "simulations": float(report.simulations),
+                 "leaves_evaluated": float(report.leaves_evaluated), "seconds": report.seconds,
+                 "weights_version": float(self.version), "pid": float(os.getpid())}
         return GameSamples.concatenate(samples), NodeResult(records, stats)
 
     def _use_weights(self, reference: ray.ObjectRef, version: int) -> None:
@@ -165,15 +171,16 @@ class SelfPlayNode:
         path = self.directory / f"weights-{version:08d}.pt"
         path.write_bytes(ray.get(reference))
         if self.server is None:
-            self.server = InferenceServer(node_evaluator_factory(self.config, path), self.config.selfplay.num_actors,
-                                          self.config.inference)
+            self.server = InferenceServer(node_evaluator_factory(self.config, path),
+                                          self.config.selfplay.num_actors, self.config.inference)
             self.server.start()
             self.workers = SelfPlayWorkers(self.server, self.config.selfplay)
             names = [*self.server.slot_names, *self.workers.semaphore_names]
             self.janitor.stdin.write("".join(f"{name}\n" for name in names))
             self.janitor.stdin.flush()
         self.server.publish_weights(str(path), version)
-        keep = {path.name} | ({f"weights-{self.version:08d}.pt"} if self.version is not None else set())
+        keep = {path.name} | ({f"weights-{self.version:08d}.pt"} if self.version is not None
+                              else set())
         self.version = version
         for old in self.directory.glob("weights-*.pt"):
             if old.name not in keep:

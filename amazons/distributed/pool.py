@@ -8,14 +8,14 @@ every node within `max_weights_lag` weights versions of the latest: with a lag o
 the next L iterations are handed out ahead (they play during training), and before version v is
 published every request played with weights older than v - L has come back.
 
-Faults: a request that fails (the node actor died, or its pipeline raised) loses only its own
-games, which are asked of the other nodes again. The pool logs the failure, stops sending to that
-node and asks it for a sign of life (asking again when no answer comes within `PROBE_RETRY_S`:
-a call made while Ray was replacing the actor may never be answered); when Ray provides a replacement (it restarts the actor up to
-`node_max_restarts` times, on a live node) the node takes requests again. A node is given up
-after `node_max_failures` failures without a finished request in between, or when Ray reports it
-dead for good. The run stops with `RayBackendError` only when no node can play for
-`node_timeout_s`.
+Faults: a request that fails (the node actor died, or its pipeline raised) loses only its own games,
+which are asked of the other nodes again. The pool logs the failure, stops sending to that node and
+asks it for a sign of life (asking again when no answer comes within `PROBE_RETRY_S`: a call made
+while Ray was replacing the actor may never be answered); when Ray provides a replacement (it
+restarts the actor up to `node_max_restarts` times, on a live node) the node takes requests again.
+A node is given up after `node_max_failures` failures without a finished request in between, or
+when Ray reports it dead for good. The run stops with `RayBackendError` only when no node can play
+for `node_timeout_s`.
 
 Imports Ray, the node actor, replay, records and self-play's report.
 """
@@ -64,7 +64,8 @@ class _Node:
     failures: int = 0  # failures since its last finished request
     probe: ray.ObjectRef | None = None  # a pending `ready()` call
     probe_sent: float = 0.0  # when `probe` was sent
-    probe_at: float | None = None  # when to send the next `ready()` call (Ray is restarting the actor)
+    # when to send the next `ready()` call (Ray is restarting the actor)
+    probe_at: float | None = None
     unavailable_since: float = 0.0
 
 
@@ -135,12 +136,13 @@ class NodePool:
         RayBackendError: no node of the cluster fits a node actor, or none starts in time.
     """
 
-    def __init__(self, config: TrainConfig, last_iteration: int, log: Callable[[str], None] | None = None,
-                 poll_s: float = 0.2) -> None:
+    def __init__(self, config: TrainConfig, last_iteration: int,
+                 log: Callable[[str], None] | None = None, poll_s: float = 0.2) -> None:
         self.config = config
         ray_config = config.ray
         selfplay = config.selfplay
-        self.games_per_request = ray_config.games_per_request or 2 * selfplay.num_actors * selfplay.games_in_parallel
+        self.games_per_request = (ray_config.games_per_request
+                                  or 2 * selfplay.num_actors * selfplay.games_in_parallel)
         self.max_games_in_flight = ray_config.max_games_in_flight or 2 * self.games_per_request
         self.last_iteration = last_iteration
         self.log = log or _stderr
@@ -158,8 +160,9 @@ class NodePool:
         placements = node_placements(config)
         if not placements:
             raise RayBackendError(
-                f"no live Ray node offers the {ray_config.node_cpus} CPUs and {ray_config.node_gpus} GPUs a "
-                f"self-play node actor asks for (ray.node_cpus, ray.node_gpus); nodes: "
+                f"no live Ray node offers the {ray_config.node_cpus} CPUs and "
+                f"{ray_config.node_gpus} GPUs a self-play node actor asks for "
+                f"(ray.node_cpus, ray.node_gpus); nodes: "
                 f"{[node.get('Resources') for node in ray.nodes() if node.get('Alive')]}")
         self.nodes: list[_Node] = []
         for index, node_id in enumerate(placements):
@@ -176,14 +179,16 @@ class NodePool:
         warned = False
         try:
             while any(node.state == "starting" for node in self.nodes) and (
-                    not self.active_nodes or time.monotonic() - started < ray_config.node_timeout_s):
+                    not self.active_nodes
+                    or time.monotonic() - started < ray_config.node_timeout_s):
                 self._wait_once()
                 self._check_nodes()
                 if not warned and time.monotonic() - started > 30:
                     warned = True
-                    self.log(f"ray: waiting for {sum(node.state == 'starting' for node in self.nodes)} self-play "
-                             f"node actors to start (up to ray.node_timeout_s): has the cluster the CPUs and GPUs "
-                             f"they ask for free?")
+                    self.log(f"ray: waiting for "
+                             f"{sum(node.state == 'starting' for node in self.nodes)} self-play "
+                             f"node actors to start (up to ray.node_timeout_s): has the cluster "
+                             f"the CPUs and GPUs they ask for free?")
         except BaseException:
             self.close()
             raise
@@ -192,7 +197,8 @@ class NodePool:
         late = sum(node.state == "starting" for node in self.nodes)
         self.log(f"ray: {self.active_nodes} self-play node actors on {len(hosts)} host(s) "
                  f"({', '.join(hosts)}){f', {late} more not started yet' if late else ''}; "
-                 f"{self.games_per_request} games per request, at most {self.max_games_in_flight} in flight per node")
+                 f"{self.games_per_request} games per request, at most "
+                 f"{self.max_games_in_flight} in flight per node")
 
     # -- the SelfPlayWorkers / InferenceServer face ------------------------------------------------
 
@@ -212,7 +218,8 @@ class NodePool:
             RayBackendError: no node could play for `ray.node_timeout_s`.
         """
         if self._weights is None:
-            raise RayBackendError("NodePool.play before publish_weights: the nodes have no weights to play")
+            raise RayBackendError("NodePool.play before publish_weights: the nodes have no weights "
+                                  "to play")
         lag = self.config.ray.max_weights_lag
         for ahead in range(iteration + 1, min(iteration + lag, self.last_iteration) + 1):
             self._wanted.setdefault(ahead, num_games)
@@ -300,12 +307,14 @@ class NodePool:
             remaining = self._wanted[target] - self._requested.get(target, 0)
             while remaining > 0:
                 free = sorted((node for node in self.nodes if node.state == "active"
-                               and node.in_flight < self.max_games_in_flight), key=lambda node: node.in_flight)
+                               and node.in_flight < self.max_games_in_flight),
+                              key=lambda node: node.in_flight)
                 if not free:
                     return
                 share = -(-remaining // len(free))
                 for node in free:
-                    games = min(self.games_per_request, share, remaining, self.max_games_in_flight - node.in_flight)
+                    games = min(self.games_per_request, share, remaining,
+                                self.max_games_in_flight - node.in_flight)
                     if games > 0:
                         self._submit(node, target, games)
                         remaining -= games
@@ -355,7 +364,8 @@ class NodePool:
         finished = _Finished(pending, owned_samples(received), result, size)
         self._finished.setdefault(pending.request.iteration, []).append(finished)
 
-    def _deliver(self, finished: _Finished, on_games: Callable[[list[GameSamples], list[GameRecord]], None],
+    def _deliver(self, finished: _Finished,
+                 on_games: Callable[[list[GameSamples], list[GameRecord]], None],
                  report: SelfPlayReport) -> None:
         on_games([finished.samples], finished.result.records)
         if self.on_delivery is not None:
@@ -396,7 +406,8 @@ class NodePool:
     @staticmethod
     def _send_probe(node: _Node) -> None:
         """Ask the node actor for a sign of life (`ready()`), replacing any call still pending."""
-        node.probe, node.probe_at, node.probe_sent = node.handle.ready.remote(), None, time.monotonic()
+        node.probe, node.probe_at, node.probe_sent = (node.handle.ready.remote(), None,
+                                                      time.monotonic())
 
     def _on_probe(self, node: _Node, probe: ray.ObjectRef) -> None:
         node.probe = None
@@ -413,11 +424,13 @@ class NodePool:
         node.state, node.pid, node.host = "active", int(info["pid"]), str(info["host"])
         if replaced:
             self._counters["node_replacements"] += 1
-            self.log(f"ray: node actor {node.index} replaced (pid {node.pid} on {node.host}); it plays again")
+            self.log(f"ray: node actor {node.index} replaced (pid {node.pid} on {node.host}); "
+                     "it plays again")
         elif not starting:
             self.log(f"ray: node actor {node.index} (pid {node.pid}) plays again")
         elif self._started_up:
-            self.log(f"ray: node actor {node.index} started late (pid {node.pid} on {node.host}); it plays now")
+            self.log(f"ray: node actor {node.index} started late (pid {node.pid} on {node.host}); "
+                     "it plays now")
 
     def _give_up(self, node: _Node, reason: str) -> None:
         node.state = "gone"
@@ -431,13 +444,15 @@ class NodePool:
     def _check_nodes(self) -> None:
         if self.active_nodes:
             return
-        waiting = [node for node in self.nodes if node.probe is not None or node.probe_at is not None]
+        waiting = [node for node in self.nodes
+                   if node.probe is not None or node.probe_at is not None]
         if not waiting:
-            raise RayBackendError("no self-play node actor is left: every one failed or was given up (see the log)")
+            raise RayBackendError("no self-play node actor is left: every one failed or was given "
+                                  "up (see the log)")
         since = min(node.unavailable_since for node in waiting)
         if time.monotonic() - since > self.config.ray.node_timeout_s:
-            raise RayBackendError(f"no self-play node actor could play for {self.config.ray.node_timeout_s:.0f} s "
-                                  f"(ray.node_timeout_s)")
+            raise RayBackendError(f"no self-play node actor could play for "
+                                  f"{self.config.ray.node_timeout_s:.0f} s (ray.node_timeout_s)")
 
     # -- shutdown ----------------------------------------------------------------------------------
 
@@ -447,7 +462,8 @@ class NodePool:
         Busy ones (games still in flight, after an interruption) are ended at once: their
         actor processes and server follow them, and their janitor unlinks the shared memory.
         """
-        closing = [node.handle.close.remote() for node in self.nodes if node.state != "gone" and not node.in_flight]
+        closing = [node.handle.close.remote() for node in self.nodes
+                   if node.state != "gone" and not node.in_flight]
         if closing:
             ray.wait(closing, num_returns=len(closing), timeout=timeout)
         for node in self.nodes:

@@ -3,14 +3,14 @@
 `RayRun` is `amazons.train.Run` with two parts swapped: self-play goes to a `NodePool` (one
 `SelfPlayNode` actor per node, each running the local pipeline) instead of this machine's
 `SelfPlayWorkers`, and with `ray.train_world_size > 1` training runs data-parallel over a
-`TrainingGroup`. Everything else is the local run's: the same config, run directory, replay
-chunks (written by the learner alone, so their names are unique whatever the number of nodes),
-game records, evaluation, checkpoints, logs and `--resume`. Each iteration's metrics gain the
-`ray/*` counters of `NodePool.take_metrics`. It runs the synchronous pipeline (`Run.run_iteration`):
-the presets run as written, their async `pipeline.mode` replaced by sync (`Run.fit_config`: a line
-in the log, and `config.json` records sync), while an async mode named by an override is refused;
-`ray.max_weights_lag` lets nodes play ahead while the learner trains. It is the `ray` entry point
-of the `amazons.backends` group (pyproject.toml), which `python -m amazons.train --backend ray` loads.
+`TrainingGroup`. Everything else is the local run's: the same config, run directory, replay chunks
+(written by the learner alone, so their names are unique whatever the number of nodes), game
+records, evaluation, checkpoints, logs and `--resume`. Each iteration's metrics gain the `ray/*`
+counters of `NodePool.take_metrics`. It runs the synchronous pipeline (`Run.run_iteration`): the
+presets run as written, their async `pipeline.mode` replaced by sync (`Run.fit_config`: a line in
+the log, and `config.json` records sync), while an async mode named by an override is refused;
+`ray.max_weights_lag` lets nodes play ahead while the learner trains. It is the `ray` entry point of
+the `amazons.backends` group (pyproject.toml), which `python -m amazons.train --backend ray` loads.
 
 Imports Ray (through the pool and the group) and the main job.
 """
@@ -64,9 +64,11 @@ class RayRun(Run):
         address: see `connect`.
     """
 
-    pipeline_modes = ("sync",)  # a preset's async becomes sync (`Run.fit_config`); an overridden async is refused
+    # a preset's async becomes sync (`Run.fit_config`); an overridden async is refused
+    pipeline_modes = ("sync",)
 
-    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> None:
+    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool,
+                 address: str | None = None) -> None:
         super().__init__(config, run_dir, resume)
         try:
             self.owns_connection = connect(address, config.ray)
@@ -83,16 +85,19 @@ class RayRun(Run):
         if not path.exists():
             save_model(path, self.learner.model, {"iteration": self.iteration})
         try:
-            if self.world_size > 1:  # before the node actors, so that the ranks get their CPUs and GPUs first
+            # before the node actors, so that the ranks get their CPUs and GPUs first
+            if self.world_size > 1:
                 self.group = TrainingGroup(config, self.learner, self.replay.window, self.iteration)
             with NodePool(config, last_iteration=config.iterations) as nodes:
                 self.nodes = nodes
                 if self.group is not None:
                     nodes.on_delivery = self.group.add_games
-                print(f"run {self.run_dir}: backend ray (sync pipeline), preset {config.preset}, net "
-                      f"{count_parameters(self.learner.model):,} parameters, learner on {self.device}, "
-                      f"{nodes.active_nodes} self-play node actors, {self.world_size} training rank(s), "
-                      f"iteration {self.iteration}/{config.iterations}, replay {len(self.replay):,} positions",
+                print(f"run {self.run_dir}: backend ray (sync pipeline), preset {config.preset}, "
+                      f"net {count_parameters(self.learner.model):,} parameters, "
+                      f"learner on {self.device}, {nodes.active_nodes} self-play node actors, "
+                      f"{self.world_size} training rank(s), "
+                      f"iteration {self.iteration}/{config.iterations}, "
+                      f"replay {len(self.replay):,} positions",
                       flush=True)
                 nodes.publish_weights(str(path), self.iteration)
                 while self.iteration < config.iterations:
@@ -107,7 +112,8 @@ class RayRun(Run):
         """The local training phase on the learner, with the remote ranks stepping alongside."""
         if self.group is None:
             return super().train(new_positions, progress)
-        started = self.group.start_training(training_steps(self.config, new_positions, self.world_size))
+        started = self.group.start_training(training_steps(self.config, new_positions,
+                                                           self.world_size))
         metrics = super().train(new_positions, progress)
         remote = self.group.finish_training(started)
         losses = [metrics[key] for key in ("train/loss",) if key in metrics]

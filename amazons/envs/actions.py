@@ -89,12 +89,14 @@ def encode_moves(moves: np.ndarray) -> np.ndarray:
     off_board = ((moves < 0) | (moves >= 64)).any(axis=1)
     if off_board.any():
         row = int(np.flatnonzero(off_board)[0])
-        raise ActionError(f"moves[{row}] = {moves[row].tolist()} has a square off the board (0..63)")
+        raise ActionError(f"moves[{row}] = {moves[row].tolist()} "
+                          "has a square off the board (0..63)")
     actions = ACTION_INDEX[moves[:, 0], moves[:, 1], moves[:, 2]].astype(ACTION_DTYPE)
     if (actions == NO_ACTION).any():
         row = int(np.flatnonzero(actions == NO_ACTION)[0])
         src, dst, arrow = (square_name(int(square)) for square in moves[row])
-        raise ActionError(f"moves[{row}] = {src}-{dst}/{arrow} is not two queen lines: it has no action")
+        raise ActionError(f"moves[{row}] = {src}-{dst}/{arrow} "
+                          "is not two queen lines: it has no action")
     return actions
 
 
@@ -106,7 +108,8 @@ def decode_actions(actions: np.ndarray) -> np.ndarray:
     """
     actions = np.asarray(actions)
     if actions.ndim != 1 or not np.issubdtype(actions.dtype, np.integer):
-        raise ActionError(f"actions must be a (K,) integer array, got {actions.shape} {actions.dtype}")
+        raise ActionError(f"actions must be a (K,) integer array, "
+                          f"got {actions.shape} {actions.dtype}")
     bad = (actions < 0) | (actions >= NUM_ACTIONS)
     if bad.any():
         raise ActionError(f"action {int(actions[bad][0])} is outside 0..{NUM_ACTIONS - 1}")

@@ -65,9 +65,9 @@ class AmazonsEnv(gymnasium.Env):
     """Amazons (Botzone 8x8 rules) for one agent against an `amazons` player.
 
     Args:
-        opponent: a player spec for `amazons.player_factory.make_player` (built again with a seed from
-            the environment's generator at the first reset and at seeded resets) or a `Player`
-            object (only `reset()` between episodes).
+        opponent: a player spec for `amazons.player_factory.make_player` (built again with a seed
+            from the environment's generator at the first reset and at seeded resets) or a
+            `Player` object (only `reset()` between episodes).
         agent_color: `"black"` (moves first), `"white"`, or `"random"` (drawn on every reset).
         num_planes: feature planes per observation, 3 or 7.
         illegal_action: `"lose"` (an illegal action ends the episode with reward -1) or
@@ -90,7 +90,8 @@ class AmazonsEnv(gymnasium.Env):
                  opponent_time_budget: float | None = None,
                  render_mode: str | None = None) -> None:
         if agent_color not in AGENT_COLORS:
-            raise ValueError(f"agent_color must be 'black', 'white' or 'random', got {agent_color!r}")
+            raise ValueError(f"agent_color must be 'black', 'white' or 'random', "
+                             f"got {agent_color!r}")
         if num_planes not in FEATURE_PLANES:
             raise ValueError(f"num_planes must be 3 or 7, got {num_planes!r}")
         if illegal_action not in ILLEGAL_ACTIONS:
@@ -98,7 +99,8 @@ class AmazonsEnv(gymnasium.Env):
         if render_mode is not None and render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be None, 'ansi' or 'human', got {render_mode!r}")
         if not isinstance(opponent, (str, Player)):
-            raise ValueError(f"opponent must be a player spec or a Player, got {type(opponent).__name__}")
+            raise ValueError(f"opponent must be a player spec or a Player, "
+                             f"got {type(opponent).__name__}")
         self.opponent_spec = opponent if isinstance(opponent, str) else None
         self.opponent_simulations = opponent_simulations
         self.opponent_time_budget = opponent_time_budget
@@ -127,8 +129,8 @@ class AmazonsEnv(gymnasium.Env):
         """A copy of the game so far (real frame, with its move history)."""
         return self._board.copy()
 
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
         """Start a game from Botzone's start; if the agent plays White, the opponent moves first.
 
         Returns:
@@ -165,7 +167,8 @@ class AmazonsEnv(gymnasium.Env):
             gymnasium.error.ResetNeeded: before the first reset, or once the episode has ended.
         """
         if self._episode_over:
-            raise gymnasium.error.ResetNeeded("the episode is over (or not started): call reset() first")
+            raise gymnasium.error.ResetNeeded("the episode is over (or not started): "
+                                              "call reset() first")
         if isinstance(action, np.ndarray) and action.shape == ():
             action = action.item()
         try:
@@ -174,7 +177,8 @@ class AmazonsEnv(gymnasium.Env):
                 self._board.copy().push(move)  # raises IllegalMoveError saying why
         except (ActionError, IllegalMoveError) as error:
             if self.illegal_action == "raise":
-                raise IllegalActionError(f"action {action!r} is not a legal move here: {error}") from None
+                raise IllegalActionError(f"action {action!r} is not a legal move here: "
+                                         f"{error}") from None
             info = self._info(None)
             info["illegal_action"] = action
             self._episode_over = True

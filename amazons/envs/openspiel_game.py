@@ -189,7 +189,8 @@ class AmazonsState(pyspiel.State):
 
 
 class AmazonsObserver:
-    """OpenSpiel observer: a player's feature planes, `tensor` `(C * 64,)`, `dict["observation"]` `(C, 8, 8)`."""
+    """OpenSpiel observer: a player's feature planes, `tensor` `(C * 64,)`,
+    `dict["observation"]` `(C, 8, 8)`."""
 
     def __init__(self, num_planes: int, params: Any = None) -> None:
         if params:
@@ -227,7 +228,8 @@ def _require_history(board: Board) -> None:
     try:
         replayed = Board.from_moves(board.move_stack)
     except IllegalMoveError as error:
-        raise ConversionError(f"the board's move history does not replay from the start: {error}") from None
+        raise ConversionError(
+            f"the board's move history does not replay from the start: {error}") from None
     if replayed != board or replayed.ply != board.ply:
         raise ConversionError(
             f"the board ({board.position_string()}) is not its move history played from the start "
@@ -235,7 +237,8 @@ def _require_history(board: Board) -> None:
         )
 
 
-def to_openspiel_amazons(state: AmazonsState | Board, game: pyspiel.Game | None = None) -> pyspiel.State:
+def to_openspiel_amazons(state: AmazonsState | Board,
+                         game: pyspiel.Game | None = None) -> pyspiel.State:
     """The C++ `amazons` state of a `python_amazons` state or a `Board` (its moves, replayed).
 
     Args:
@@ -256,7 +259,8 @@ def to_openspiel_amazons(state: AmazonsState | Board, game: pyspiel.Game | None 
     return cpp_state
 
 
-def from_openspiel_amazons(cpp_state: pyspiel.State, game: AmazonsGame | None = None) -> AmazonsState:
+def from_openspiel_amazons(cpp_state: pyspiel.State,
+                           game: AmazonsGame | None = None) -> AmazonsState:
     """The `python_amazons` state of a C++ `amazons` state (its moves, replayed on the engine).
 
     Args:
@@ -288,7 +292,8 @@ def _require_cpp_game(game: pyspiel.Game) -> None:
     name = game.get_type().short_name
     size = game.get_parameters().get("board_size")
     if name != "amazons" or size != CPP_GAME_PARAMETERS["board_size"]:
-        raise ConversionError(f"expected OpenSpiel's amazons with board_size 8, got {name} {game.get_parameters()}")
+        raise ConversionError(f"expected OpenSpiel's amazons with board_size 8, "
+                              f"got {name} {game.get_parameters()}")
 
 
 if GAME_NAME not in pyspiel.registered_names():

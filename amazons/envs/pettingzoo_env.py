@@ -20,7 +20,8 @@ make it a loss instead. The rules are the engine's (`amazons.board.Board`).
     game.reset(seed=0)
     for agent in game.agent_iter():
         observation, reward, termination, truncation, info = game.last()
-        action = None if termination else game.action_space(agent).sample(observation["action_mask"])
+        action = (None if termination
+                  else game.action_space(agent).sample(observation["action_mask"]))
         game.step(action)
 """
 
@@ -70,7 +71,8 @@ class AmazonsAECEnv(AECEnv):
         ValueError: on a bad `num_planes` or `render_mode`.
     """
 
-    metadata = {"name": "amazons_v0", "render_modes": list(RENDER_MODES), "is_parallelizable": False}
+    metadata = {"name": "amazons_v0", "render_modes": list(RENDER_MODES),
+                "is_parallelizable": False}
 
     def __init__(self, num_planes: int = 7, render_mode: str | None = None) -> None:
         super().__init__()
@@ -148,7 +150,8 @@ class AmazonsAECEnv(AECEnv):
         try:
             self._board.push(move)
         except IllegalMoveError as error:
-            raise IllegalActionError(f"{agent}: action {action} is not legal here: {error}") from None
+            raise IllegalActionError(f"{agent}: action {action} is not legal here: "
+                                     f"{error}") from None
         self._cumulative_rewards[agent] = 0
         if self._board.is_game_over():
             winner = AGENTS[self._board.winner()]

@@ -4,9 +4,9 @@
 `python -m amazons.train`; `default.json` next to it records how: the training config, the
 wall-clock training time, the hardware, and the measured strength. `default.npz` is the same
 network exported for torch-free play (`python -m amazons.export amazons/models/default.pt
-amazons/models/default.npz`, format `amazons.neural.numpy_net`): `--model default` in `amazons.botzone` and
-`amazons.play` loads it; the checkpoint stays for training and torch-side tools. This module
-never imports torch.
+amazons/models/default.npz`, format `amazons.neural.numpy_net`): `--model default` in
+`amazons.botzone` and `amazons.play` loads it; the checkpoint stays for training and torch-side
+tools. This module never imports torch.
 """
 
 from __future__ import annotations

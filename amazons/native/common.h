@@ -3,10 +3,11 @@
 // The native core (amazons/native/) is the project's C++, written as parts that each own one
 // thing, each including the parts it uses: common.h, rules.h (the rules on bitboards),
 // adjudicate.h (separated positions), kernels.h (the network's arithmetic), network.h (its
-// forward pass), search.h (the bot's search), bot.cpp (the Botzone bot) and evaluator.h (the
-// extension's batch evaluator). How they are joined, in this one place:
+// forward pass), search.h (the bot's search), protocol.h (Botzone's protocol: its input, JSON
+// included, and the replies), bot.cpp (the Botzone bot) and evaluator.h (the extension's batch
+// evaluator). How they are joined, in this one place:
 //   * the Botzone export (`python -m amazons.export MODEL --botzone DIR`, amazons/botzone/cpp_export.py)
-//     writes the parts of botzone_cpp.PARTS in that order into one source without their local
+//     writes the parts of cpp_export.PARTS in that order into one source without their local
 //     #include lines, the settings block where the first part includes "settings.h", and the
 //     model block (the network's shape and weights) at bot.cpp's //@MODEL@ line;
 //   * setup.py compiles evaluator.h, with common.h, rules.h, kernels.h and network.h, into the

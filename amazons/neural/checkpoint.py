@@ -74,7 +74,10 @@ KINDS = ("learner", "model")
 
 
 class CheckpointError(ValueError):
-    """A checkpoint cannot be written, read or applied; the message names the file and the reason."""
+    """A checkpoint cannot be written, read or applied.
+
+    The message names the file and the reason.
+    """
 
 
 # ------------------------------------------------------------------------------------------------
@@ -125,7 +128,8 @@ def _write(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
         CheckpointError: the payload holds something other than plain values, or the write failed.
     """
     payload = {**payload, "torch_version": str(torch.__version__)}
-    document = {"format": FORMAT, "version": VERSION, "sha256": content_digest(payload), "payload": payload}
+    document = {"format": FORMAT, "version": VERSION, "sha256": content_digest(payload),
+                "payload": payload}
     try:
         return atomic_write(path, lambda stream: torch.save(document, stream))
     except OSError as error:
@@ -144,7 +148,8 @@ def _rng_states(learner: Learner) -> dict[str, Any]:
     }
 
 
-def save_checkpoint(path: str | os.PathLike, learner: Learner, extra: dict[str, Any] | None = None) -> Path:
+def save_checkpoint(path: str | os.PathLike, learner: Learner,
+                    extra: dict[str, Any] | None = None) -> Path:
     """Write everything a restart needs, atomically.
 
     Stores the model, optimizer, scheduler, grad scaler, step, the RNG states (python, numpy
@@ -170,8 +175,12 @@ def save_checkpoint(path: str | os.PathLike, learner: Learner, extra: dict[str, 
     })
 
 
-def save_model(path: str | os.PathLike, model: PolicyValueNet, extra: dict[str, Any] | None = None) -> Path:
-    """Write a model-only checkpoint (config + weights), atomically; `load_model_for_play` reads it."""
+def save_model(path: str | os.PathLike, model: PolicyValueNet,
+               extra: dict[str, Any] | None = None) -> Path:
+    """Write a model-only checkpoint (config + weights), atomically.
+
+    `load_model_for_play` reads it.
+    """
     return _write(path, {
         "kind": "model",
         "net_config": config_to_dict(model.config),
@@ -215,7 +224,8 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: not an amazons checkpoint (no '{FORMAT}' header)")
     if document.get("version") != VERSION:
         raise CheckpointError(
-            f"{path}: checkpoint format version {document.get('version')!r}; this code reads {VERSION}")
+            f"{path}: checkpoint format version {document.get('version')!r}; "
+            f"this code reads {VERSION}")
     payload = document.get("payload")
     if not isinstance(payload, dict):
         raise CheckpointError(f"{path}: the checkpoint has no payload")
@@ -225,8 +235,9 @@ def load_checkpoint(path: str | os.PathLike) -> dict[str, Any]:
         raise CheckpointError(f"{path}: {error}") from None
     if actual != document.get("sha256"):
         raise CheckpointError(
-            f"{path}: content does not match its SHA-256 digest (stored {document.get('sha256')!r}, "
-            f"computed {actual!r}): the file was modified or corrupted")
+            f"{path}: content does not match its SHA-256 digest "
+            f"(stored {document.get('sha256')!r}, computed {actual!r}): "
+            "the file was modified or corrupted")
     if payload.get("kind") not in KINDS:
         raise CheckpointError(f"{path}: unknown checkpoint kind {payload.get('kind')!r}")
     return payload
@@ -253,7 +264,8 @@ def _load_weights(path: Path, model: PolicyValueNet, weights: dict[str, Any]) ->
         raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
 
 
-def load_model_for_play(path: str | os.PathLike, device: str | torch.device = "cpu") -> PolicyValueNet:
+def load_model_for_play(path: str | os.PathLike,
+                        device: str | torch.device = "cpu") -> PolicyValueNet:
     """The network of a learner or model checkpoint, on `device`, in eval mode.
 
     Raises:
@@ -268,25 +280,31 @@ def load_model_for_play(path: str | os.PathLike, device: str | torch.device = "c
 
 def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list[str]:
     names = sorted(set(stored) | set(current))
-    return [f"{name}: checkpoint {stored.get(name, '<missing>')!r}, learner {current.get(name, '<missing>')!r}"
+    return [f"{name}: checkpoint {stored.get(name, '<missing>')!r}, "
+            f"learner {current.get(name, '<missing>')!r}"
             for name in names if stored.get(name, "<missing>") != current.get(name, "<missing>")]
 
 
-def _refuse_another_net(path: Path, stored: NetConfig, net: NetConfig, refusal: str, wanted: str) -> None:
+def _refuse_another_net(path: Path, stored: NetConfig, net: NetConfig, refusal: str,
+                        wanted: str) -> None:
     """Raise `CheckpointError` ("{path}: {refusal}: net.FIELD: checkpoint A, {wanted} B; ...") when
     the checkpoint's network `stored` differs from `net`."""
     differences = _config_differences(config_to_dict(stored), config_to_dict(net))
     if differences:
         raise CheckpointError(f"{path}: {refusal}: " + "; ".join(
-            f"net.{difference}".replace(", learner ", f", {wanted} ") for difference in differences))
+            f"net.{difference}".replace(", learner ", f", {wanted} ")
+            for difference in differences))
 
 
-def _restore(path: Path, payload: dict[str, Any], learner: Learner, same_optim: bool = True) -> dict[str, Any]:
+def _restore(path: Path, payload: dict[str, Any], learner: Learner,
+             same_optim: bool = True) -> dict[str, Any]:
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    checks = [("net config", config_to_dict(_net_config(path, payload)), config_to_dict(learner.model.config))]
+    checks = [("net config", config_to_dict(_net_config(path, payload)),
+               config_to_dict(learner.model.config))]
     if same_optim:
-        checks.append(("optim config", config_to_dict(_optim_config(path, payload)), config_to_dict(learner.config)))
+        checks.append(("optim config", config_to_dict(_optim_config(path, payload)),
+                       config_to_dict(learner.config)))
     for name, stored, current in checks:
         differences = _config_differences(stored, current)
         if differences:
@@ -342,8 +360,8 @@ def resume_learner(
     payload = load_checkpoint(path)
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    _refuse_another_net(path, _net_config(path, payload), net, "a resumed run cannot change its network's shape or head",
-                        "requested")
+    _refuse_another_net(path, _net_config(path, payload), net,
+                        "a resumed run cannot change its network's shape or head", "requested")
     learner = Learner(PolicyValueNet(net), optim, device=device)
     _restore(path, payload, learner, same_optim=False)
     learner.apply_optim_config()
@@ -371,15 +389,16 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[st
     if stored == model.config:
         _load_weights(path, model, payload["model"])
         return payload["extra"]
-    shared = {key: value for key, value in payload["model"].items() if not key.startswith(TRAINING_ONLY_PREFIXES)}
+    shared = {key: value for key, value in payload["model"].items()
+              if not key.startswith(TRAINING_ONLY_PREFIXES)}
     try:
         missing, unexpected = model.load_state_dict(shared, strict=False)
     except RuntimeError as error:
         raise CheckpointError(f"{path}: the weights do not fit the network: {error}") from None
     missing = [key for key in missing if not key.startswith(TRAINING_ONLY_PREFIXES)]
     if missing or unexpected:
-        raise CheckpointError(f"{path}: the weights do not fit the network: missing {sorted(missing)}, "
-                              f"unexpected {sorted(unexpected)}")
+        raise CheckpointError(f"{path}: the weights do not fit the network: "
+                              f"missing {sorted(missing)}, unexpected {sorted(unexpected)}")
     return payload["extra"]
 
 
@@ -390,6 +409,7 @@ def learner_from_checkpoint(path: str | os.PathLike, device: str | torch.device 
     payload = load_checkpoint(path)
     if payload["kind"] != "learner":
         raise CheckpointError(f"{path}: a {payload['kind']} checkpoint cannot restore a learner")
-    learner = Learner(PolicyValueNet(_net_config(path, payload)), _optim_config(path, payload), device=device)
+    learner = Learner(PolicyValueNet(_net_config(path, payload)), _optim_config(path, payload),
+                      device=device)
     _restore(path, payload, learner)
     return learner

@@ -30,8 +30,8 @@ What this module owns:
   clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
   optional `torch.compile`, and a metrics dict per step.
 
-Checkpoints of a `Learner` live in `amazons.neural.checkpoint`. Imports torch, numpy, `amazons.engine`,
-`amazons.symmetry` and `amazons.neural.model`.
+Checkpoints of a `Learner` live in `amazons.neural.checkpoint`. Imports torch, numpy,
+`amazons.engine`, `amazons.symmetry` and `amazons.neural.model`.
 """
 
 from __future__ import annotations
@@ -119,14 +119,17 @@ class SampleBatch:
 
     positions: np.ndarray  # (B, 3) uint64, canonical [MINE, THEIRS, ARROWS] bitboards
     label_moves: np.ndarray  # (N, 3) int32, canonical (src, dst, arrow) moves the search visited
-    label_probs: np.ndarray  # (N,) float32, visit shares; >= 0, summing to 1 over each non-empty label
+    # (N,) float32, visit shares; >= 0, summing to 1 over each non-empty label
+    label_probs: np.ndarray
     label_offsets: np.ndarray  # (B + 1,) int64, CSR offsets of each sample's labels
     z: np.ndarray  # (B,) float32, the game's outcome for the side to move, in [-1, 1]
-    policy_weight: np.ndarray | None = None  # (B,) float32 in [0, 1]; 0 = no policy target (empty label)
-    # (B, 64) int8 in {-1, 0, 1}: each square's owner at the end of the game, canonical frame, +1 the
-    # side to move's; default 0
+    # (B,) float32 in [0, 1]; 0 = no policy target (empty label)
+    policy_weight: np.ndarray | None = None
+    # (B, 64) int8 in {-1, 0, 1}: each square's owner at the end of the game, canonical frame, +1
+    # the side to move's; default 0
     ownership: np.ndarray | None = None
-    # (B, 64) bool: the squares the ownership loss counts (not arrows at the end); all False = no target
+    # (B, 64) bool: the squares the ownership loss counts (not arrows at the end);
+    # all False = no target
     ownership_mask: np.ndarray | None = None
 
     def __post_init__(self) -> None:
@@ -170,16 +173,19 @@ class SampleBatch:
         """
         count = len(label_moves)
         if len(label_weights) != count:
-            raise SampleError(f"label_moves has {count} samples but label_weights has {len(label_weights)}")
+            raise SampleError(f"label_moves has {count} samples but label_weights has "
+                              f"{len(label_weights)}")
         moves = [np.asarray(m, dtype=np.int64).reshape(-1, 3) for m in label_moves]
         weights = [np.asarray(w, dtype=np.float64).reshape(-1) for w in label_weights]
         probs = []
         for index, (move_block, weight_block) in enumerate(zip(moves, weights, strict=True)):
             total = weight_block.sum()
-            if weight_block.shape[0] != move_block.shape[0] or not total > 0 or np.any(weight_block < 0):
+            if (weight_block.shape[0] != move_block.shape[0] or not total > 0
+                    or np.any(weight_block < 0)):
                 raise SampleError(
-                    f"sample {index}: {move_block.shape[0]} moves with {weight_block.shape[0]} weights "
-                    f"summing to {total}; weights must be >= 0, one per move, with a positive sum")
+                    f"sample {index}: {move_block.shape[0]} moves with {weight_block.shape[0]} "
+                    f"weights summing to {total}; weights must be >= 0, one per move, with a "
+                    f"positive sum")
             probs.append(weight_block / total)
         offsets = np.zeros(count + 1, np.int64)
         np.cumsum([m.shape[0] for m in moves], out=offsets[1:])
@@ -187,7 +193,8 @@ class SampleBatch:
             positions=np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 3),
             label_moves=np.ascontiguousarray(np.concatenate(moves) if count else np.zeros((0, 3)),
                                              dtype=np.int32),
-            label_probs=np.concatenate(probs).astype(np.float32) if count else np.zeros(0, np.float32),
+            label_probs=(np.concatenate(probs).astype(np.float32) if count
+                         else np.zeros(0, np.float32)),
             label_offsets=offsets,
             z=np.ascontiguousarray(z, dtype=np.float32).reshape(-1),
         )
@@ -196,7 +203,8 @@ class SampleBatch:
         """The samples at `indices` (repeats allowed), in that order; one vectorized gather."""
         indices = np.asarray(indices, dtype=np.int64).reshape(-1)
         if indices.size and (indices.min() < 0 or indices.max() >= self.size):
-            raise SampleError(f"indices must be in 0..{self.size - 1}, got {indices.min()}..{indices.max()}")
+            raise SampleError(f"indices must be in 0..{self.size - 1}, "
+                              f"got {indices.min()}..{indices.max()}")
         starts = self.label_offsets[indices]
         counts = self.label_offsets[indices + 1] - starts
         offsets = np.zeros(indices.shape[0] + 1, np.int64)
@@ -204,7 +212,8 @@ class SampleBatch:
         rows = np.repeat(starts - offsets[:-1], counts) + np.arange(offsets[-1])
         return SampleBatch(self.positions[indices], self.label_moves[rows], self.label_probs[rows],
                            offsets, self.z[indices], self.policy_weight[indices],
-                           ownership=self.ownership[indices], ownership_mask=self.ownership_mask[indices])
+                           ownership=self.ownership[indices],
+                           ownership_mask=self.ownership_mask[indices])
 
     @classmethod
     def concatenate(cls, batches: Sequence[SampleBatch]) -> SampleBatch:
@@ -237,13 +246,15 @@ def _validate_batch(batch: SampleBatch) -> None:
     for name, dtype, ndim in expected:
         array = getattr(batch, name)
         if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != ndim:
-            got = f"{array.dtype} with shape {array.shape}" if isinstance(array, np.ndarray) else type(array).__name__
+            got = (f"{array.dtype} with shape {array.shape}" if isinstance(array, np.ndarray)
+                   else type(array).__name__)
             raise SampleError(f"{name} must be a {ndim}-d {np.dtype(dtype).name} array, got {got}")
     count = batch.positions.shape[0]
     labels = batch.label_moves.shape[0]
     if batch.positions.shape[1] != 3 or batch.label_moves.shape[1] != 3:
         raise SampleError(
-            f"positions and label_moves need 3 columns, got {batch.positions.shape} and {batch.label_moves.shape}")
+            f"positions and label_moves need 3 columns, got {batch.positions.shape} and "
+            f"{batch.label_moves.shape}")
     if batch.label_probs.shape != (labels,):
         raise SampleError(f"label_probs has shape {batch.label_probs.shape}, expected ({labels},)")
     if batch.label_offsets.shape != (count + 1,) or batch.z.shape != (count,) or (
@@ -271,7 +282,8 @@ def _validate_batch(batch: SampleBatch) -> None:
             raise SampleError(f"labels of sample {bad[0]} sum to {sums[bad[0]]:.6f}, not 1")
     if not np.all(np.abs(batch.z) <= 1.0):
         raise SampleError("z must be finite and in [-1, 1]")
-    if batch.ownership.shape != (count, NUM_SQUARES) or batch.ownership_mask.shape != (count, NUM_SQUARES):
+    if (batch.ownership.shape != (count, NUM_SQUARES)
+            or batch.ownership_mask.shape != (count, NUM_SQUARES)):
         raise SampleError(f"{count} positions need ownership and ownership_mask ({count}, 64), "
                           f"got {batch.ownership.shape} and {batch.ownership_mask.shape}")
     if batch.ownership.size and np.abs(batch.ownership).max() > 1:
@@ -339,10 +351,13 @@ class LabelTensors(NamedTuple):
     sample_index: torch.Tensor  # [N] int64, the sample each label belongs to
     z: torch.Tensor  # [B] float32 outcome for the side to move
     label_weight: torch.Tensor  # [N] float32, the policy weight of each label's sample
-    policy_samples: torch.Tensor  # [] float32, the batch's total policy weight (the policy terms' denominator)
-    ownership: torch.Tensor  # [B, 64] float32 in {-1, 0, 1}, each square's final owner, +1 the side to move's
+    # [] float32, the batch's total policy weight (the policy terms' denominator)
+    policy_samples: torch.Tensor
+    # [B, 64] float32 in {-1, 0, 1}, each square's final owner, +1 the side to move's
+    ownership: torch.Tensor
     ownership_mask: torch.Tensor  # [B, 64] float32, 1 where the square counts in the ownership loss
-    ownership_samples: torch.Tensor  # [] float32, samples with an ownership target (the loss's denominator)
+    # [] float32, samples with an ownership target (the loss's denominator)
+    ownership_samples: torch.Tensor
 
 
 def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> LabelTensors:
@@ -354,12 +369,15 @@ def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> Lab
     device = torch.device(device)
     owners = segment_ids(batch.label_offsets)
     if device.type == "cuda":
-        arrays = (batch.label_moves, batch.label_probs, owners, batch.z, batch.policy_weight[owners],
+        arrays = (batch.label_moves, batch.label_probs, owners, batch.z,
+                  batch.policy_weight[owners],
                   np.asarray(batch.policy_weight.sum(), dtype=np.float32), batch.ownership,
-                  batch.ownership_mask, np.asarray(batch.ownership_mask.any(axis=1).sum(), dtype=np.float32))
+                  batch.ownership_mask,
+                  np.asarray(batch.ownership_mask.any(axis=1).sum(), dtype=np.float32))
         moves, probs, index, z, weight, total, ownership, mask, counted = (
             _to_device(array, device) for array in arrays)
-        return LabelTensors(moves.long(), probs, index, z, weight, total, ownership.float(), mask.float(), counted)
+        return LabelTensors(moves.long(), probs, index, z, weight, total, ownership.float(),
+                            mask.float(), counted)
     return LabelTensors(
         torch.from_numpy(batch.label_moves).to(device).long(),
         torch.from_numpy(batch.label_probs).to(device),
@@ -369,7 +387,8 @@ def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> Lab
         torch.tensor(float(batch.policy_weight.sum()), dtype=torch.float32, device=device),
         torch.from_numpy(batch.ownership).to(device).float(),
         torch.from_numpy(batch.ownership_mask).to(device).float(),
-        torch.tensor(float(batch.ownership_mask.any(axis=1).sum()), dtype=torch.float32, device=device),
+        torch.tensor(float(batch.ownership_mask.any(axis=1).sum()), dtype=torch.float32,
+                     device=device),
     )
 
 
@@ -384,7 +403,8 @@ def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
     return staged.pin_memory().to(device, non_blocking=True)
 
 
-def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor,
+                     index: torch.Tensor) -> torch.Tensor:
     """`table[sample_index, index]` for a `[B, K]` table, as one flat gather."""
     return table.reshape(-1)[sample_index * table.shape[1] + index]
 
@@ -411,8 +431,10 @@ def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
         }
     elif isinstance(policy, FactorizedPolicy):
         log_p = {
-            f"policy_{name}": _label_log_probs(torch.log_softmax(logits.float(), dim=-1), rows, squares)
-            for name, logits, squares in (("src", policy.src_logits, src), ("dst", policy.dst_logits, dst),
+            f"policy_{name}": _label_log_probs(torch.log_softmax(logits.float(), dim=-1), rows,
+                                               squares)
+            for name, logits, squares in (("src", policy.src_logits, src),
+                                          ("dst", policy.dst_logits, dst),
                                           ("arrow", policy.arrow_logits, arrow))
         }
     else:
@@ -467,8 +489,10 @@ def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.
                     + torch.bmm(weights * source, p_arrow.transpose(1, 2)))
         with_source = norm - torch.exp(peak - norm) * expected  # [b, slot, dst]
     p_move = tables.log_move.exp().reshape(batch_size, NUM_SQUARES, NUM_SQUARES)
-    p_moved = torch.gather(p_move, 1, squares[:, :, None].expand(-1, -1, NUM_SQUARES))  # [b, slot, dst]
-    return (p_move.sum(dim=1) * plain).sum(-1) + (p_moved * (with_source - plain[:, None, :])).sum(dim=(1, 2))
+    p_moved = torch.gather(p_move, 1,
+                           squares[:, :, None].expand(-1, -1, NUM_SQUARES))  # [b, slot, dst]
+    return ((p_move.sum(dim=1) * plain).sum(-1)
+            + (p_moved * (with_source - plain[:, None, :])).sum(dim=(1, 2)))
 
 
 @torch.no_grad()
@@ -491,14 +515,16 @@ def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
     p_move = log_move.exp()
     if tables.source_arrow is None:
         p_dst = p_move.reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(dim=1)
-        arrow_entropy = -(log_arrow.exp() * log_arrow).reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1)
+        arrow_entropy = -((log_arrow.exp() * log_arrow)
+                          .reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1))
         mean_arrow_entropy = (p_dst * arrow_entropy).sum(-1)
     else:
         mean_arrow_entropy = _source_arrow_entropy(tables, policy.source_squares)
     model_entropy = -(p_move * log_move).sum(-1) + mean_arrow_entropy
     log_q = move_log_probs(tables, labels.moves, labels.sample_index)
     cross_entropy = -(labels.probs * labels.label_weight * log_q).sum() / weight
-    target_entropy = -(labels.label_weight * torch.special.xlogy(labels.probs, labels.probs)).sum() / weight
+    target_entropy = -(labels.label_weight
+                       * torch.special.xlogy(labels.probs, labels.probs)).sum() / weight
     return {
         "policy_entropy": model_entropy.mean(),
         "target_entropy": target_entropy,
@@ -518,7 +544,8 @@ class OptimConfig:
     weight_decay: float = 1e-4  # AdamW's decoupled weight decay, on conv and linear weights only
     betas: tuple[float, float] = (0.9, 0.999)  # AdamW's moment decay rates
     eps: float = 1e-8  # AdamW's denominator epsilon
-    schedule: str = "cosine"  # "constant" or "cosine": after warmup, cosine from lr to min_lr_ratio * lr
+    # "constant" or "cosine": after warmup, cosine from lr to min_lr_ratio * lr
+    schedule: str = "cosine"
     warmup_steps: int = 500  # steps of linear warmup from lr / warmup_steps to lr (0 = none)
     total_steps: int = 200_000  # the cosine schedule reaches its floor here and stays there
     min_lr_ratio: float = 0.05  # floor of the cosine schedule, as a fraction of lr
@@ -533,21 +560,23 @@ class OptimConfig:
     ownership_weight: float = 1.5
     # weight of the soft policy head's terms (networks with the head). KataGo trains it at 8; here,
     # with the gradient clipped to norm 1, 8 made the soft term most of the clipped step and lost
-    # 108 Elo at equal learner steps where 1 was level (docs/training.md)
+    # at equal learner steps where 1 was level (docs/training.md, docs/BENCHMARKS.md)
     soft_policy_weight: float = 1.0
     soft_policy_temperature: float = 4.0  # T of the soft policy target pi^(1 / T); > 0
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "eps", "grad_clip_norm", "policy_weight", "value_weight",
-                     "min_lr_ratio", "ownership_weight", "soft_policy_weight", "soft_policy_temperature"):
+                     "min_lr_ratio", "ownership_weight", "soft_policy_weight",
+                     "soft_policy_temperature"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
-                    or value < 0:
+            if (isinstance(value, bool) or not isinstance(value, (int, float))
+                    or not math.isfinite(value) or value < 0):
                 raise OptimConfigError(f"{name} must be a finite number >= 0, got {value!r}")
         if not self.lr > 0 or not self.eps > 0:
             raise OptimConfigError(f"lr and eps must be > 0, got {self.lr!r} and {self.eps!r}")
         if not self.soft_policy_temperature > 0:
-            raise OptimConfigError(f"soft_policy_temperature must be > 0, got {self.soft_policy_temperature!r}")
+            raise OptimConfigError(f"soft_policy_temperature must be > 0, "
+                                   f"got {self.soft_policy_temperature!r}")
         if self.min_lr_ratio > 1:
             raise OptimConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
@@ -574,7 +603,8 @@ def learning_rate_factor(step: int, config: OptimConfig) -> float:
         return 1.0
     span = max(config.total_steps - config.warmup_steps, 1)
     progress = min((step - config.warmup_steps) / span, 1.0)
-    return config.min_lr_ratio + (1.0 - config.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+    return (config.min_lr_ratio
+            + (1.0 - config.min_lr_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress)))
 
 
 class Learner:
@@ -650,7 +680,8 @@ class Learner:
         return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision != "fp32")
 
     def features(self, positions: np.ndarray) -> torch.Tensor:
-        """Feature planes of `(B, 3) uint64` positions, on the device, in the model's memory format."""
+        """Feature planes of `(B, 3) uint64` positions, on the device, in the model's
+        memory format."""
         rows = positions.shape[0]
         if self.device.type == "cuda":
             # A fresh pinned buffer per call (from torch's caching host allocator): the previous
@@ -672,17 +703,20 @@ class Learner:
             features = features.clone()  # the host buffer is reused by the next call
         return features
 
-    def _losses(self, output: NetOutput, labels: LabelTensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    def _losses(self, output: NetOutput,
+                labels: LabelTensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         terms = policy_loss_terms(output.policy, labels)
         policy_loss = sum(terms.values())
         terms["value_mse"] = value_loss(output.value, labels.z)
-        total = self.config.policy_weight * policy_loss + self.config.value_weight * terms["value_mse"]
+        total = (self.config.policy_weight * policy_loss
+                 + self.config.value_weight * terms["value_mse"])
         if output.ownership is not None:
             terms["ownership_loss"] = ownership_loss(output.ownership, labels)
             total = total + self.config.ownership_weight * terms["ownership_loss"]
         if output.soft_policy is not None:
             soft_labels = soft_policy_targets(labels, self.config.soft_policy_temperature)
-            terms["soft_policy_loss"] = sum(policy_loss_terms(output.soft_policy, soft_labels).values())
+            terms["soft_policy_loss"] = sum(policy_loss_terms(output.soft_policy,
+                                                              soft_labels).values())
             total = total + self.config.soft_policy_weight * terms["soft_policy_loss"]
         terms["policy_loss"] = policy_loss
         terms["loss"] = total
@@ -692,21 +726,21 @@ class Learner:
         """One optimizer step on `batch` (augment it before, e.g. with `sample_batch`).
 
         Returns:
-            Metrics as floats: `loss` (weighted total), `policy_loss` and its terms
-            (`policy_move`, `policy_arrow` for the joint head; `policy_src`, `policy_dst`,
-            `policy_arrow` for the factorized one), `value_mse`, `policy_entropy`,
-            `target_entropy`, `policy_kl`, `grad_norm` (before clipping), `lr` (used for this
-            step), `skipped` (1 when a non-finite gradient made the step a no-op),
-            `ownership_loss` with the ownership head, `soft_policy_loss` (its policy terms against
-            the soft target, summed) with the soft policy head, and `loss_scale` with fp16. Reading them
-            waits for the step; a training loop that should not wait uses `train_step_tensors`
-            and `MetricSums`.
+            Metrics as floats: `loss` (weighted total), `policy_loss` and its terms (`policy_move`,
+            `policy_arrow` for the joint head; `policy_src`, `policy_dst`, `policy_arrow` for the
+            factorized one), `value_mse`, `policy_entropy`, `target_entropy`, `policy_kl`,
+            `grad_norm` (before clipping), `lr` (used for this step), `skipped` (1 when a non-finite
+            gradient made the step a no-op), `ownership_loss` with the ownership head,
+            `soft_policy_loss` (its policy terms against the soft target, summed) with the soft
+            policy head, and `loss_scale` with fp16. Reading them waits for the step; a training
+            loop that should not wait uses `train_step_tensors` and `MetricSums`.
         """
         metrics = self.train_step_tensors(batch)
         names = [name for name, value in metrics.items() if isinstance(value, torch.Tensor)]
         values = torch.stack([metrics[name] for name in names]).tolist()
         floats = dict(zip(names, values, strict=True))
-        floats.update({name: value for name, value in metrics.items() if not isinstance(value, torch.Tensor)})
+        floats.update({name: value for name, value in metrics.items()
+                       if not isinstance(value, torch.Tensor)})
         return floats
 
     def train_step_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor | float]:
@@ -744,11 +778,13 @@ class Learner:
         with warnings.catch_warnings():
             # A skipped first step makes torch warn that the schedule ran ahead of the optimizer;
             # the schedule counts steps taken, skipped or not, so that is intended.
-            warnings.filterwarnings("ignore", message=re.escape("Detected call of `lr_scheduler.step()`"))
+            warnings.filterwarnings("ignore",
+                                    message=re.escape("Detected call of `lr_scheduler.step()`"))
             self.scheduler.step()
         self.step += 1
         terms.update(policy_metrics(output.policy, labels))
-        metrics: dict[str, torch.Tensor | float] = {name: value.detach().float() for name, value in terms.items()}
+        metrics: dict[str, torch.Tensor | float] = {name: value.detach().float()
+                                                    for name, value in terms.items()}
         metrics.update(grad_norm=grad_norm.detach().float(), lr=lr, skipped=(~finite).float())
         if self.scaler.is_enabled():
             # get_scale() would wait; the async scale is a [1] tensor
@@ -828,7 +864,8 @@ class MetricSums:
         for name, value in metrics.items():
             if isinstance(value, torch.Tensor):
                 value = value.detach().double()
-                self._tensors[name] = self._tensors[name] + value if name in self._tensors else value
+                self._tensors[name] = (self._tensors[name] + value if name in self._tensors
+                                       else value)
             else:
                 self._floats[name] = self._floats.get(name, 0.0) + float(value)
         self.steps += 1

@@ -12,27 +12,26 @@ What this module owns:
     joint P(src, dst); then a latent simulation: the destination keys are written into the
     features through an update gate, `x_next = x + relu(conv1x1(concat(x, keys)))`, and the
     arrow logits `[B, 64, 64]` = P(arrow | dst) come from `x_next`'s arrow queries (at the
-    shooter's square, the destination) x arrow keys (at the target square). One forward pass, the causal chain
-    src -> dst -> arrow kept (seeds 001 and 003). With `NetConfig.arrow_source` the arrow query
-    also adds a projection of the source square's features, so the arrow distribution is
-    P(arrow | src, dst): the shooter knows which square it left. The term is computed for the
-    four squares a move can leave, those of the side to move's amazons (feature plane 0).
+    shooter's square, the destination) x arrow keys (at the target square). One forward pass,
+    the causal chain src -> dst -> arrow kept (seeds 001 and 003). With `NetConfig.arrow_source`
+    the arrow query also adds a projection of the source square's features, so the arrow
+    distribution is P(arrow | src, dst): the shooter knows which square it left. The term is
+    computed for the four squares a move can leave, those of the side to move's amazons
+    (feature plane 0).
   - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
-  predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the
-  side to move, -1 the opponent (`amazons.train.replay` documents the target). The soft policy head
-  (`NetConfig.soft_policy_head`, KataGo's auxiliary soft policy target) is a second policy head
-  of the same kind, trained on the policy target flattened by a temperature
-  (`amazons.neural.learner.soft_policy_targets`); it is for training only: `prepare_for_inference` drops
-  it, so the servers, the exports and the C++ bot never see it (`TRAINING_ONLY_PREFIXES`).
+  predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the side
+  to move, -1 the opponent (`amazons.train.replay` documents the target). The soft policy head
+  (`NetConfig.soft_policy_head`, KataGo's auxiliary soft policy target) is a second policy head of
+  the same kind, trained on the policy target flattened by a temperature
+  (`amazons.neural.learner.soft_policy_targets`); it is for training only: `prepare_for_inference`
+  drops it, so the servers, the exports and the C++ bot never see it (`TRAINING_ONLY_PREFIXES`).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
   restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
   `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus the source term's tables with
   `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst), renormalized
   over the position's legal moves.
-* `NetworkEvaluator`: the search's Evaluator protocol (`amazons.mcts`) in process, optionally
-  over fixed batch buckets with a CUDA graph per bucket.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
   chosen dtype and memory format (what production evaluates: `amazons.neural.production`);
   `load_prepared_weights` copies new weights, folded where they live (`folded_state_dict`), into
@@ -40,6 +39,9 @@ What this module owns:
 * `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
   (state-dict order), the form weights are published in through shared memory.
 * `resolve_precision`: what `"auto"` precision means on a device, for training and inference.
+
+The search's `Evaluator` on this model, over batch buckets and CUDA graphs, is
+`amazons.neural.cuda_graphs.NetworkEvaluator`.
 
 Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
 `(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy and `amazons.engine`.
@@ -50,8 +52,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import sys
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -80,7 +80,6 @@ __all__ = [
     "NetConfigError",
     "NetInputError",
     "NetOutput",
-    "NetworkEvaluator",
     "OwnershipHead",
     "PolicyTables",
     "PolicyValueNet",
@@ -95,7 +94,6 @@ __all__ = [
     "mover_squares",
     "net_config",
     "policy_log_tables",
-    "batch_buckets",
     "prepare_for_inference",
     "resolve_precision",
     "segment_ids",
@@ -108,10 +106,12 @@ NUM_SQUARES = 64
 # `PolicyValueNet`: an inference copy (`prepare_for_inference`), its folded weights and every
 # export leave the heads out, and an exported network's config the flags.
 TRAINING_ONLY_FIELDS = ("soft_policy_head",)
-TRAINING_ONLY_PREFIXES = tuple(f"{name}." for name in TRAINING_ONLY_FIELDS)  # their state-dict prefixes
+# their state-dict prefixes
+TRAINING_ONLY_PREFIXES = tuple(f"{name}." for name in TRAINING_ONLY_FIELDS)
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")  # how training and inference compute (see `resolve_precision`)
+# how training and inference compute (see `resolve_precision`)
+PRECISIONS = ("auto", "bf16", "fp16", "fp32")
 PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 
 
@@ -127,20 +127,24 @@ class NetInputError(ValueError):
 class NetConfig:
     """Shape of a `PolicyValueNet`; frozen, plain values only, so it pickles and serializes."""
 
-    num_planes: int = 7  # input feature planes from `engine.features`: 3 (mine, theirs, arrows) or 7
+    # input feature planes from `engine.features`: 3 (mine, theirs, arrows) or 7
+    num_planes: int = 7
     blocks: int = 20  # residual blocks in the trunk, each conv3x3-BN-ReLU-conv3x3-BN + skip, ReLU
     channels: int = 256  # channels of the stem and of every residual block
     attention_blocks: int = 1  # global self-attention blocks over the 64 squares (0 = none)
-    attention_placement: str = "end"  # "end": all after the trunk; "spread": evenly among the blocks
+    # "end": all after the trunk; "spread": evenly among the blocks
+    attention_placement: str = "end"
     attention_dim: int = 32  # query/key width of each attention block (values keep all channels)
     policy_head: str = "joint"  # "joint" (P(src, dst) and P(arrow | dst)) or "factorized" (3 x 64)
     # joint head only: the arrow query adds a projection of the source square's features, so the
     # arrow distribution is P(arrow | src, dst) (head_dim x (channels + 1) more weights)
     arrow_source: bool = False
-    head_dim: int = 64  # query/key width of the joint head's bilinear maps; hidden width (factorized)
+    # query/key width of the joint head's bilinear maps; hidden width (factorized)
+    head_dim: int = 64
     value_channels: int = 4  # channels of the value head's 1x1 convolution before its MLP
     value_hidden: int = 256  # hidden units of the value head's MLP
-    ownership_head: bool = False  # add the ownership head: each square's final owner, [B, 64] in [-1, 1]
+    # add the ownership head: each square's final owner, [B, 64] in [-1, 1]
+    ownership_head: bool = False
     ownership_channels: int = 16  # channels of the ownership head's 1x1 convolution
     # add the soft policy head: a second policy head of `policy_head`'s kind (and `arrow_source`),
     # trained on the flattened policy target (KataGo's auxiliary soft policy target); the
@@ -148,23 +152,26 @@ class NetConfig:
     soft_policy_head: bool = False
 
     def __post_init__(self) -> None:
-        positive = ("blocks", "channels", "attention_dim", "head_dim", "value_channels", "value_hidden",
-                    "ownership_channels")
+        positive = ("blocks", "channels", "attention_dim", "head_dim", "value_channels",
+                    "value_hidden", "ownership_channels")
         for name in positive + ("attention_blocks",):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool):
                 raise NetConfigError(f"{name} must be an int, got {value!r}")
             if value < (1 if name in positive else 0):
-                raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, got {value}")
+                raise NetConfigError(f"{name} must be >= {1 if name in positive else 0}, "
+                                     f"got {value}")
         for name in ("ownership_head", "arrow_source", "soft_policy_head"):
             if not isinstance(getattr(self, name), bool):
                 raise NetConfigError(f"{name} must be true or false, got {getattr(self, name)!r}")
         if self.num_planes not in engine.FEATURE_PLANES:
             raise NetConfigError(f"num_planes must be 3 or 7, got {self.num_planes!r}")
         if self.policy_head not in POLICY_HEADS:
-            raise NetConfigError(f"policy_head must be one of {POLICY_HEADS}, got {self.policy_head!r}")
+            raise NetConfigError(f"policy_head must be one of {POLICY_HEADS}, "
+                                 f"got {self.policy_head!r}")
         if self.arrow_source and self.policy_head != "joint":
-            raise NetConfigError(f"arrow_source needs policy_head 'joint', got {self.policy_head!r}")
+            raise NetConfigError(f"arrow_source needs policy_head 'joint', "
+                                 f"got {self.policy_head!r}")
         if self.attention_placement not in ATTENTION_PLACEMENTS:
             raise NetConfigError(
                 f"attention_placement must be one of {ATTENTION_PLACEMENTS}, "
@@ -172,7 +179,8 @@ class NetConfig:
             )
         if self.attention_placement == "spread" and self.attention_blocks > self.blocks:
             raise NetConfigError(
-                f"attention_blocks ({self.attention_blocks}) cannot be spread over {self.blocks} blocks"
+                f"attention_blocks ({self.attention_blocks}) cannot be spread over "
+                f"{self.blocks} blocks"
             )
 
     def replace(self, **changes: Any) -> NetConfig:
@@ -233,7 +241,8 @@ class JointPolicy(NamedTuple):
     """Logits of the `joint` head."""
 
     move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
-    arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
+    # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
+    arrow_logits: torch.Tensor
 
 
 class JointSourcePolicy(NamedTuple):
@@ -245,8 +254,10 @@ class JointSourcePolicy(NamedTuple):
 
     move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
     arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: the destination's arrow logits
-    source_logits: torch.Tensor  # [B, 4, 64] float, [b, slot, arrow]: added when the slot's amazon moves
-    source_squares: torch.Tensor  # [B, 4] int64, the square of each slot (the side to move's amazons), increasing
+    # [B, 4, 64] float, [b, slot, arrow]: added when the slot's amazon moves
+    source_logits: torch.Tensor
+    # [B, 4] int64, the square of each slot (the side to move's amazons), increasing
+    source_squares: torch.Tensor
 
 
 class FactorizedPolicy(NamedTuple):
@@ -262,7 +273,8 @@ class NetOutput(NamedTuple):
 
     policy: JointPolicy | JointSourcePolicy | FactorizedPolicy  # logits only
     value: torch.Tensor  # [B] float in [-1, 1], for the side to move
-    ownership: torch.Tensor | None = None  # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
+    # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
+    ownership: torch.Tensor | None = None
     # the soft policy head's logits (same kind as `policy`); None without the head or when skipped
     soft_policy: JointPolicy | JointSourcePolicy | FactorizedPolicy | None = None
 
@@ -396,7 +408,8 @@ class JointPolicyHead(nn.Module):
                 self.arrow_source.weight.mul_(1.0 / math.sqrt(head_dim))
                 self.arrow_source.bias.mul_(1.0 / math.sqrt(head_dim))
 
-    def forward(self, x: torch.Tensor, sources: torch.Tensor | None = None) -> JointPolicy | JointSourcePolicy:
+    def forward(self, x: torch.Tensor,
+                sources: torch.Tensor | None = None) -> JointPolicy | JointSourcePolicy:
         """The logits; `sources` `[B, 4] int64`, the side to move's amazon squares, goes with the
         source term (`mover_squares`).
 
@@ -412,22 +425,26 @@ class JointPolicyHead(nn.Module):
         if self.arrow_source is None:
             return JointPolicy(move_logits, arrow_logits)
         if sources is None:
-            raise NetInputError("the joint head's source term needs the side to move's amazon squares")
+            raise NetInputError("the joint head's source term needs the side to move's amazon "
+                                "squares")
         features = _squares(x_next)
-        at_sources = torch.gather(features, 1, sources[:, :, None].expand(-1, -1, features.shape[2]))
+        at_sources = torch.gather(features, 1,
+                                  sources[:, :, None].expand(-1, -1, features.shape[2]))
         source_logits = torch.bmm(self.arrow_source(at_sources), arrow_keys)  # [B, 4, 64]
         return JointSourcePolicy(move_logits, arrow_logits, source_logits, sources)
 
 
 def mover_squares(features: torch.Tensor) -> torch.Tensor:
     """The side to move's amazon squares, `[B, 4] int64` increasing, from feature planes
-    `[B, P, 8, 8]` (plane 0 of either set marks them; an empty padding board gives 4 squares too)."""
+    `[B, P, 8, 8]` (plane 0 of either set marks them; an empty padding board gives 4
+    squares too)."""
     marks = features[:, 0].reshape(features.shape[0], NUM_SQUARES)
     return marks.topk(AMAZONS_PER_SIDE, dim=1).indices.sort(dim=1).values
 
 
 class FactorizedPolicyHead(nn.Module):
-    """Three independent per-square heatmaps: src, dst, arrow logits (the design's first version)."""
+    """Three independent per-square heatmaps: src, dst, arrow logits (the design's
+    first version)."""
 
     def __init__(self, channels: int, hidden: int) -> None:
         super().__init__()
@@ -507,7 +524,8 @@ class PolicyValueNet(nn.Module):
         if config.ownership_head:
             self.ownership_head = OwnershipHead(channels, config.ownership_channels)
 
-    def forward(self, features: torch.Tensor, with_ownership: bool = True, with_soft_policy: bool = True) -> NetOutput:
+    def forward(self, features: torch.Tensor, with_ownership: bool = True,
+                with_soft_policy: bool = True) -> NetOutput:
         """Logits and value of a batch of feature planes `[B, num_planes, 8, 8]`.
 
         `with_ownership=False` skips the ownership head (the search's evaluations do not use it);
@@ -523,12 +541,14 @@ class PolicyValueNet(nn.Module):
                 f"got {list(features.shape)}"
             )
         x = self.trunk(F.relu(self.stem(features)))
-        ownership = self.ownership_head(x) if with_ownership and self.config.ownership_head else None
+        ownership = (self.ownership_head(x) if with_ownership and self.config.ownership_head
+                     else None)
         sources = mover_squares(features) if self.config.arrow_source else None
         policy = self.policy_head(x, sources) if sources is not None else self.policy_head(x)
         soft_policy = None
         if with_soft_policy and self.config.soft_policy_head:
-            soft_policy = self.soft_policy_head(x, sources) if sources is not None else self.soft_policy_head(x)
+            soft_policy = (self.soft_policy_head(x, sources) if sources is not None
+                           else self.soft_policy_head(x))
         return NetOutput(policy, self.value_head(x), ownership, soft_policy)
 
 
@@ -585,7 +605,8 @@ def folded_state_dict(model: PolicyValueNet) -> dict[str, torch.Tensor]:
     Entries outside the folded convolutions are `model`'s own tensors (not copies); the
     training-only heads' entries (`TRAINING_ONLY_PREFIXES`) are left out, as the copy has none.
     """
-    state = {key: tensor for key, tensor in model.state_dict().items() if not key.startswith(TRAINING_ONLY_PREFIXES)}
+    state = {key: tensor for key, tensor in model.state_dict().items()
+             if not key.startswith(TRAINING_ONLY_PREFIXES)}
     folded: dict[str, torch.Tensor] = {}
     for name, module in model.named_modules():
         if isinstance(module, ConvBN) and isinstance(module.bn, nn.BatchNorm2d) \
@@ -593,7 +614,8 @@ def folded_state_dict(model: PolicyValueNet) -> dict[str, torch.Tensor]:
             prefix = f"{name}." if name else ""
             for key in [key for key in state if key.startswith(f"{prefix}bn.")]:
                 del state[key]
-            folded[f"{prefix}conv.weight"], folded[f"{prefix}conv.bias"] = _fold_conv_bn(module.conv.weight, module.bn)
+            folded[f"{prefix}conv.weight"], folded[f"{prefix}conv.bias"] = _fold_conv_bn(
+                module.conv.weight, module.bn)
     state.update(folded)
     return state
 
@@ -613,12 +635,13 @@ def load_prepared_weights(prepared: PolicyValueNet, model: PolicyValueNet) -> No
     target = prepared.state_dict()
     if source.keys() != target.keys():
         unmatched = sorted(source.keys() ^ target.keys())
-        raise NetInputError(f"the weights do not fit the prepared model: {unmatched[0]!r} is in one only "
-                            f"({len(unmatched)} names differ)")
+        raise NetInputError(f"the weights do not fit the prepared model: {unmatched[0]!r} is in "
+                            f"one only ({len(unmatched)} names differ)")
     for key, tensor in target.items():
         if tensor.shape != source[key].shape:
             raise NetInputError(f"the weights do not fit the prepared model: {key!r} has shape "
-                                f"{list(source[key].shape)}, the prepared model's {list(tensor.shape)}")
+                                f"{list(source[key].shape)}, the prepared model's "
+                                f"{list(tensor.shape)}")
         tensor.copy_(source[key])
 
 
@@ -644,7 +667,8 @@ def flatten_weights(model: nn.Module, out: torch.Tensor) -> None:
     """
     elements = weights_elements(model)
     if out.dtype != torch.float32 or out.shape != (elements,):
-        raise NetInputError(f"out must be a ({elements},) float32 tensor, got {list(out.shape)} {out.dtype}")
+        raise NetInputError(f"out must be a ({elements},) float32 tensor, got {list(out.shape)} "
+                            f"{out.dtype}")
     offset = 0
     for tensor in _float_entries(model):
         out[offset:offset + tensor.numel()].copy_(tensor.reshape(-1))
@@ -685,11 +709,14 @@ class PolicyTables(NamedTuple):
     """
 
     log_move: torch.Tensor  # [B, 4096], [b, src * 64 + dst]: log P(src, dst)
-    log_arrow: torch.Tensor  # [B, 4096], [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
+    # [B, 4096], [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
+    log_arrow: torch.Tensor
     # The source term's tables (None without it), per slot i of the side to move's amazons:
     source_arrow: torch.Tensor | None = None  # [B, 256], [b, i * 64 + arrow]: the term's logits
-    source_norm: torch.Tensor | None = None  # [B, 256], [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
-    source_slot: torch.Tensor | None = None  # [B, 64] int64, [b, square]: its amazon's slot, -1 where none stands
+    # [B, 256], [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_norm: torch.Tensor | None = None
+    # [B, 64] int64, [b, square]: its amazon's slot, -1 where none stands
+    source_slot: torch.Tensor | None = None
 
 
 def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy) -> PolicyTables:
@@ -727,14 +754,17 @@ def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
         source = policy.source_logits.float()  # [B, 4, 64]
         with torch.autocast(source.device.type, enabled=False):
             peak = source.amax(dim=-1, keepdim=True)  # [B, 4, 1]
-            # In place where autograd allows it: on a CPU fresh buffers cost more than the arithmetic.
-            weights = torch.bmm((source - peak).exp_(), log_arrow.exp().transpose(1, 2))  # [B, 4, dst]
+            # In place where autograd allows it: on a CPU fresh buffers cost more than
+            # the arithmetic.
+            weights = torch.bmm((source - peak).exp_(),
+                                log_arrow.exp().transpose(1, 2))  # [B, 4, dst]
             # Each sum is at least exp(-(its source row's logit range)): below float32's range only
             # past a range of ~87, where the clamp keeps the norm finite.
             norm = torch.log(weights.clamp_min_(torch.finfo(torch.float32).tiny)).add_(peak)
         squares = policy.source_squares
         slots = torch.full((batch, NUM_SQUARES), -1, dtype=torch.int64, device=squares.device)
-        slots.scatter_(1, squares, torch.arange(AMAZONS_PER_SIDE, device=squares.device).expand_as(squares))
+        slots.scatter_(1, squares,
+                       torch.arange(AMAZONS_PER_SIDE, device=squares.device).expand_as(squares))
         return PolicyTables(log_move, log_arrow.reshape(batch, -1), source.reshape(batch, -1),
                             norm.reshape(batch, -1), slots)
     if isinstance(policy, FactorizedPolicy):
@@ -744,9 +774,11 @@ def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
         return PolicyTables(log_move,
-                            log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES).reshape(batch, -1))
+                            log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES)
+                            .reshape(batch, -1))
     raise NetInputError(
-        f"policy must be a JointPolicy, JointSourcePolicy or FactorizedPolicy, got {type(policy).__name__}")
+        f"policy must be a JointPolicy, JointSourcePolicy or FactorizedPolicy, "
+        f"got {type(policy).__name__}")
 
 
 def segment_ids(offsets: np.ndarray) -> np.ndarray:
@@ -764,7 +796,8 @@ def _gather(table: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     return table.reshape(-1)[index]
 
 
-def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor,
+                    batch_index: torch.Tensor) -> torch.Tensor:
     """log P(arrow | dst), or log P(arrow | src, dst) with the source term, of full moves.
 
     Args:
@@ -777,7 +810,8 @@ def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torc
     """
     moves = moves.long()
     src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
-    log_p = _gather(tables.log_arrow, batch_index * (NUM_SQUARES * NUM_SQUARES) + dst * NUM_SQUARES + arrow)
+    log_p = _gather(tables.log_arrow,
+                    batch_index * (NUM_SQUARES * NUM_SQUARES) + dst * NUM_SQUARES + arrow)
     if tables.source_arrow is None:
         return log_p
     slot = _gather(tables.source_slot, batch_index * NUM_SQUARES + src)
@@ -786,7 +820,8 @@ def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torc
     return log_p + torch.where(slot >= 0, term, 0.0)
 
 
-def move_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+def move_log_probs(tables: PolicyTables, moves: torch.Tensor,
+                   batch_index: torch.Tensor) -> torch.Tensor:
     """log P(src, dst) + log P(arrow | [src,] dst) of full moves, one table row per move.
 
     Args:
@@ -802,7 +837,8 @@ def move_log_probs(tables: PolicyTables, moves: torch.Tensor, batch_index: torch
     return _gather(tables.log_move, pair) + arrow_log_probs(tables, moves, batch_index)
 
 
-def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor, batch_index: torch.Tensor) -> torch.Tensor:
+def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor,
+                        batch_index: torch.Tensor) -> torch.Tensor:
     """Priors of the legal moves: P(src, dst) * P(arrow | [src,] dst), renormalized per position.
 
     This is the one place where the network's distribution is restricted to legal moves: one
@@ -826,297 +862,3 @@ def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor, batch_index: 
     totals = torch.zeros(positions, dtype=weights.dtype, device=weights.device)
     totals = totals.index_add(0, batch_index, weights)
     return weights / totals[batch_index]
-
-
-# ------------------------------------------------------------------------------------------------
-# The search's Evaluator, in process.
-
-
-def _check_move_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray) -> None:
-    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
-            or moves.shape[1] != 3:
-        raise NetInputError(f"moves must be an (M, 3) int32 array, got {_describe(moves)}")
-    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
-            or move_offsets.shape != (positions.shape[0] + 1,):
-        raise NetInputError(
-            f"move_offsets must be a ({positions.shape[0] + 1},) int64 array, got {_describe(move_offsets)}")
-    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] or np.any(np.diff(move_offsets) < 0):
-        raise NetInputError(
-            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
-            f"got {move_offsets[0]}..{move_offsets[-1]}")
-    if moves.size and (moves.min() < 0 or moves.max() >= NUM_SQUARES):
-        raise NetInputError(f"moves must hold squares 0..63, got {moves.min()}..{moves.max()}")
-
-
-def _describe(array: object) -> str:
-    if isinstance(array, np.ndarray):
-        return f"shape {array.shape} dtype {array.dtype}"
-    return type(array).__name__
-
-
-def batch_buckets(max_batch: int) -> tuple[int, ...]:
-    """Powers of two from 1 up to the first one >= `max_batch`: the fixed batch sizes a
-    `NetworkEvaluator` with buckets pads its batches to (`(1, 2, 4, ..., 256)` for 256).
-
-    Raises:
-        NetInputError: max_batch < 1.
-    """
-    if max_batch < 1:
-        raise NetInputError(f"max_batch must be >= 1, got {max_batch}")
-    return tuple(1 << power for power in range((max_batch - 1).bit_length() + 1))
-
-
-class NetworkEvaluator:
-    """The search's Evaluator protocol on a `PolicyValueNet`, in this process.
-
-    `evaluate` computes the feature planes with `amazons.engine.features`, runs the network (eval
-    mode, no autograd, autocast to `dtype` unless float32) and turns its logits into priors over
-    the legal moves with `gather_legal_priors`. The model is used as given (not copied): weights
-    changed by a learner are seen by the next call. Production passes the model
-    `prepare_for_inference` makes (`amazons.neural.production.load_network_evaluator`).
-
-    Fixed batch sizes: with `batch_buckets`, a batch of B positions runs padded (with empty
-    boards, whose outputs are dropped) to the smallest bucket >= B, and batches above the largest
-    bucket run in chunks of it. Eval-mode rows are independent, so padding changes no output; it
-    gives the network a few shapes only, which `cuda_graphs` captures, one CUDA graph per bucket
-    on its first use (forward and log-probability tables; the priors of the legal moves are
-    gathered after the replay). On a CPU buckets only add padded rows: production leaves them off
-    there, and the tests run them with graphs off. New weights copied into the model's own
-    tensors (`load_prepared_weights`) are replayed by the captured graphs: `graph_captures`
-    counts captures.
-
-    Host<->device traffic per call, on a GPU: two uploads from reused pinned host buffers
-    (`non_blocking`): the feature planes, and the moves with the offsets in one int32 buffer;
-    the segment ids (the position of each move) are built on the device; priors and values come
-    back in one float32 buffer, one copy into pinned memory and one stream synchronization.
-
-    Args:
-        model: the network.
-        num_planes: feature planes to compute; must equal `model.config.num_planes`.
-        device: where the network runs.
-        dtype: compute dtype: `torch.float32`, `torch.bfloat16` or `torch.float16`.
-        batch_buckets: increasing batch sizes to pad to (`batch_buckets(max_batch)`); empty: each
-            batch runs at its own size.
-        cuda_graphs: replay a captured CUDA graph per bucket (CUDA only, needs `batch_buckets`).
-            A capture that fails is reported on stderr once and the evaluator runs eagerly.
-
-    Raises:
-        NetInputError: `num_planes` does not match the model, an unsupported `dtype`, buckets
-            that do not increase, or `cuda_graphs` without buckets or off CUDA.
-    """
-
-    def __init__(
-        self,
-        model: PolicyValueNet,
-        num_planes: int,
-        device: str | torch.device = "cpu",
-        dtype: torch.dtype = torch.float32,
-        batch_buckets: Sequence[int] = (),
-        cuda_graphs: bool = False,
-    ) -> None:
-        if num_planes != model.config.num_planes:
-            raise NetInputError(
-                f"num_planes={num_planes} but the model takes {model.config.num_planes} planes")
-        if dtype not in (torch.float32, torch.bfloat16, torch.float16):
-            raise NetInputError(f"dtype must be float32, bfloat16 or float16, got {dtype}")
-        buckets = tuple(int(size) for size in batch_buckets)
-        if any(size < 1 for size in buckets) or list(buckets) != sorted(set(buckets)):
-            raise NetInputError(f"batch_buckets must be increasing positive sizes, got {buckets}")
-        self.device = torch.device(device)
-        if cuda_graphs and (self.device.type != "cuda" or not buckets):
-            raise NetInputError(f"cuda_graphs needs a CUDA device and batch_buckets, got {self.device} "
-                                f"and {buckets}")
-        self.num_planes = num_planes
-        self.dtype = dtype
-        self.batch_buckets = buckets
-        self.cuda_graphs = cuda_graphs
-        self.graph_captures = 0  # CUDA graphs captured so far (one per bucket unless weights change shape)
-        self._pinned = self.device.type == "cuda"  # host staging buffers are page-locked for a GPU
-        self._features = torch.empty(0)
-        self._move_staging = torch.empty(0, dtype=torch.int32)
-        self._result_staging = torch.empty(0, dtype=torch.float32)
-        self._graphs: dict[int, tuple[torch.Tensor, Any, tuple[torch.Tensor, ...]]] = {}
-        self.model = model.to(self.device)
-
-    def _feature_buffer(self, rows: int) -> torch.Tensor:
-        """A reusable `[rows, planes, 8, 8] float32` host buffer (pinned when feeding a GPU)."""
-        if self._features.shape[0] < rows:
-            capacity = max(rows, 2 * self._features.shape[0])
-            self._features = torch.empty((capacity, self.num_planes, 8, 8), dtype=torch.float32,
-                                         pin_memory=self._pinned)
-        return self._features[:rows]
-
-    def _staging(self, name: str, length: int) -> torch.Tensor:
-        """The first `length` elements of the reusable flat host buffer `name` (pinned when
-        feeding a GPU), grown to at least twice its size when too short."""
-        buffer = getattr(self, name)
-        if buffer.shape[0] < length:
-            buffer = torch.empty(max(length, 2 * buffer.shape[0]), dtype=buffer.dtype, pin_memory=self._pinned)
-            setattr(self, name, buffer)
-        return buffer[:length]
-
-    def _chunks(self, rows: int) -> list[tuple[int, int, int]]:
-        """`(first row, rows, padded size)` of each forward pass over `rows` positions."""
-        if not self.batch_buckets:
-            return [(0, rows, rows)]
-        largest = self.batch_buckets[-1]
-        chunks = []
-        for first in range(0, rows, largest):
-            count = min(largest, rows - first)
-            chunks.append((first, count, next(size for size in self.batch_buckets if size >= count)))
-        return chunks
-
-    def _tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`(values [B] float32, *tables)` of a device batch: the values, then the present
-        `PolicyTables` fields in order (the ownership head, if any, is skipped: the search does
-        not use it)."""
-        output = self.model(features, with_ownership=False)
-        tables = policy_log_tables(output.policy)
-        return (output.value.float(), *(table for table in tables if table is not None))
-
-    def _graphed_tables(self, features: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """`_tables` of a bucket-sized batch through that bucket's CUDA graph (captured now if new)."""
-        size = features.shape[0]
-        if size not in self._graphs:
-            self.graph_captures += 1
-            static_input = features.clone()
-            stream = torch.cuda.Stream(device=self.device)
-            stream.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(stream):
-                for _ in range(3):  # warm-up outside the capture: cuDNN's choices, allocations
-                    self._tables(static_input)
-            torch.cuda.current_stream(self.device).wait_stream(stream)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                static_outputs = self._tables(static_input)
-            self._graphs[size] = (static_input, graph, static_outputs)
-        static_input, graph, static_outputs = self._graphs[size]
-        static_input.copy_(features)
-        graph.replay()
-        return tuple(output.clone() for output in static_outputs)  # the next replay overwrites them
-
-    def _forward(self, features: torch.Tensor, chunks: list[tuple[int, int, int]]) -> list[torch.Tensor]:
-        """`_tables` of the real rows of padded device `features`, chunk by chunk (`_chunks`)."""
-        parts = []
-        for first, count, size in chunks:
-            chunk = features[first:first + size]
-            tables = None
-            if self.cuda_graphs:
-                try:
-                    tables = self._graphed_tables(chunk)
-                except RuntimeError as error:  # a capture the device or a kernel refuses: run eagerly
-                    print(f"NetworkEvaluator: CUDA graph capture failed ({error}); running without graphs",
-                          file=sys.stderr)
-                    self.cuda_graphs = False
-                    self._graphs = {}
-            if tables is None:
-                tables = self._tables(chunk)
-            parts.append([table[:count] for table in tables])
-        if len(parts) == 1:
-            return parts[0]
-        return [torch.cat([part[index] for part in parts]) for index in range(len(parts[0]))]
-
-    def evaluate(
-        self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Priors over each position's legal moves and a value for its side to move.
-
-        Args:
-            positions: `(B, 3) uint64` canonical positions, none terminal.
-            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
-            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
-
-        Returns:
-            `(priors (M,) float32, values (B,) float32)`: priors sum to 1 over each position's
-            moves; values in [-1, 1] for the side to move.
-
-        Raises:
-            NetInputError / amazons.engine.EngineInputError (both ValueError): malformed input.
-        """
-        if not isinstance(positions, np.ndarray) or positions.ndim != 2:
-            raise NetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
-        _check_move_batch(positions, moves, move_offsets)
-        rows = positions.shape[0]
-        if rows == 0:
-            return np.zeros(0, np.float32), np.zeros(0, np.float32)
-        chunks = self._chunks(rows)
-        host = self._feature_buffer(chunks[-1][0] + chunks[-1][2])
-        engine.features(positions, self.num_planes, out=host[:rows].numpy())
-        host[rows:].zero_()  # padding rows: empty boards
-        count = moves.shape[0]
-        # Moves and offsets travel up together in one int32 buffer (offsets <= M fit int32).
-        staged = self._staging("_move_staging", 3 * count + rows + 1)
-        staged_array = staged.numpy()
-        staged_array[:3 * count] = moves.reshape(-1)
-        staged_array[3 * count:] = move_offsets
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            # Autocast's cache of cast weights cannot live inside a captured graph.
-            with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
-                                                        enabled=self.dtype != torch.float32,
-                                                        cache_enabled=not self.cuda_graphs):
-                values, *tables = self._forward(self._upload(host), chunks)
-                staged = staged.to(self.device, non_blocking=self._pinned)
-                offsets = staged[3 * count:].long()
-                # Segment ids built on the device; `output_size` spares a sync on the total.
-                batch_index = torch.repeat_interleave(torch.arange(rows, device=self.device),
-                                                      offsets[1:] - offsets[:-1], output_size=count)
-                priors = gather_legal_priors(PolicyTables(*tables), staged[:3 * count].view(count, 3), batch_index)
-                packed = torch.cat([priors, values])  # [M + B] float32: one copy back
-        finally:
-            model.train(was_training)
-        if not self._pinned:
-            packed_array = packed.numpy()  # a CPU device: the result tensor is already on the host
-            return packed_array[:count], packed_array[count:]
-        result = self._staging("_result_staging", count + rows)
-        result.copy_(packed, non_blocking=True)
-        torch.cuda.current_stream(self.device).synchronize()
-        result_array = result.numpy()
-        return result_array[:count].copy(), result_array[count:].copy()  # the staging buffer is reused
-
-    def _upload(self, host: torch.Tensor) -> torch.Tensor:
-        """Feature planes from the host buffer on the device, in the stem's dtype and memory format."""
-        stem_weight = self.model.stem.conv.weight
-        features = host.to(self.device, non_blocking=True).to(dtype=stem_weight.dtype)
-        if stem_weight.is_contiguous(memory_format=torch.channels_last):
-            features = features.contiguous(memory_format=torch.channels_last)
-        return features
-
-    @property
-    def has_ownership(self) -> bool:
-        """Whether the model has the ownership head (`ownership` answers)."""
-        return bool(self.model.config.ownership_head)
-
-    def ownership(self, positions: np.ndarray) -> np.ndarray:
-        """The ownership head's prediction for each position: `(B, 64) float32` in [-1, 1], in
-        the position's canonical frame, +1 where the side to move is expected to own the square at
-        the end of the game, -1 the opponent. The search never asks for it (`evaluate` skips the
-        head); one eager forward pass, without buckets or graphs.
-
-        Args:
-            positions: `(B, 3) uint64` canonical positions.
-
-        Raises:
-            NetInputError: the model has no ownership head, or `positions` is not `(B, 3)`.
-        """
-        if not self.has_ownership:
-            raise NetInputError("the model has no ownership head (NetConfig.ownership_head is false)")
-        if not isinstance(positions, np.ndarray) or positions.ndim != 2:
-            raise NetInputError(f"positions must be a (B, 3) uint64 array, got {_describe(positions)}")
-        rows = positions.shape[0]
-        if rows == 0:
-            return np.zeros((0, NUM_SQUARES), np.float32)
-        host = self._feature_buffer(rows)
-        engine.features(positions, self.num_planes, out=host.numpy())
-        model = self.model
-        was_training = model.training
-        model.eval()
-        try:
-            with torch.inference_mode(), torch.autocast(self.device.type, dtype=self.dtype,
-                                                        enabled=self.dtype != torch.float32):
-                ownership = model(self._upload(host)).ownership.float()
-        finally:
-            model.train(was_training)
-        return ownership.cpu().numpy()

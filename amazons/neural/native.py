@@ -4,10 +4,11 @@
 bot runs, with its AVX2/FMA Winograd kernels where the CPU has them), compiled by `setup.py` as
 the extension `amazons._native`: a batch of canonical positions and their legal moves in, each
 move's prior and each position's value out, the GIL released while it computes. It runs every
-network `amazons.neural.numpy_net` runs (both policy heads, the arrow source term, 3 or 7 planes), from the
-same folded float32 arrays (`NumpyNet.layout_arrays`), and agrees with npnet and torch within
-1e-4 (tests/test_nativenet.py). `load_net` takes new weights of the same shape (the inference
-server's weight updates); a load the native core refuses leaves the old weights in use.
+network `amazons.neural.numpy_net` runs (both policy heads, the arrow source term, 3 or 7
+planes), from the same folded float32 arrays (`NumpyNet.layout_arrays`), and agrees with npnet
+and torch within 1e-4 (tests/test_nativenet.py). `load_net` takes new weights of the same shape
+(the inference server's weight updates); a load the native core refuses leaves the old weights
+in use.
 
 Input: `evaluate` checks the batch's contract (`amazons.evaluator.check_batch`) and the native
 core refuses, by position and move, what it cannot hold (overlapping bitboards, more than four
@@ -17,10 +18,10 @@ Threads: one by default, as the inference server's torch runs; `threads=N` split
 threads (docs/network.md says what more buys). One evaluator may be shared between threads: its
 native network runs one call at a time (a mutex held across evaluate and load_net).
 
-`amazons.neural.numpy_net` stays the reference that needs no compiler: where the extension is not built,
-`native_available()` is False and the builders (`amazons.player_factory`, `amazons.neural.production`)
-fall back to npnet or torch. Imports numpy, `amazons.evaluator`, `amazons.neural.numpy_net` and the
-extension; never torch.
+`amazons.neural.numpy_net` stays the reference that needs no compiler: where the extension is not
+built, `native_available()` is False and the builders (`amazons.player_factory`,
+`amazons.neural.production`) fall back to npnet or torch. Imports numpy, `amazons.evaluator`,
+`amazons.neural.numpy_net` and the extension; never torch.
 """
 
 from __future__ import annotations
@@ -103,8 +104,10 @@ class NativeEvaluator:
         self.load_net(net)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, threads: int = 1, kernels: str = "auto") -> NativeEvaluator:
-        """An evaluator on an exported `.npz` model (see `amazons.neural.numpy_net.load_model` for what it raises)."""
+    def from_file(cls, path: str | os.PathLike, threads: int = 1,
+                  kernels: str = "auto") -> NativeEvaluator:
+        """An evaluator on an exported `.npz` model (see `amazons.neural.numpy_net.load_model` for
+        what it raises)."""
         return cls(load_model(path), threads, kernels)
 
     @property
@@ -119,8 +122,10 @@ class NativeEvaluator:
             NativeUnavailableError: `net` has another shape than the network loaded first.
         """
         if hasattr(self, "_shape") and (net.config, net.trunk_layers) != self._shape:
-            raise NativeUnavailableError("load_net takes a network of the shape loaded first; build a new evaluator")
-        weights = np.concatenate([array.reshape(-1) for _, array in net.layout_arrays()]).astype(np.float32)
+            raise NativeUnavailableError("load_net takes a network of the shape loaded first; "
+                                         "build a new evaluator")
+        weights = np.concatenate([array.reshape(-1)
+                                  for _, array in net.layout_arrays()]).astype(np.float32)
         self._core.load(native_shape(net.config, net.trunk_layers), weights)
         self._shape = (dict(net.config), list(net.trunk_layers))
         self.net = net
@@ -128,16 +133,8 @@ class NativeEvaluator:
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Priors over each position's legal moves and a value for its side to move.
-
-        Args:
-            positions: `(B, 3) uint64` canonical positions, none terminal.
-            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
-            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
-
-        Returns:
-            `(priors (M,) float32, values (B,) float32)`: priors sum to 1 over each position's
-            moves; values in [-1, 1] for the side to move.
+        """`amazons.evaluator.Evaluator.evaluate`: priors over each position's legal moves,
+        `(M,) float32`, and a value for its side to move, `(B,) float32`.
 
         Raises:
             amazons.evaluator.EvaluatorInputError: a batch that breaks the contract
@@ -160,8 +157,8 @@ class NativeEvaluator:
         return self.net.has_ownership
 
     def ownership(self, positions: np.ndarray) -> np.ndarray:
-        """The ownership head's map (`amazons.neural.numpy_net.NumpyEvaluator.ownership`; the native core
-        runs the search's outputs only).
+        """The ownership head's map (`amazons.neural.numpy_net.NumpyEvaluator.ownership`; the
+        native core runs the search's outputs only).
 
         Raises:
             NpNetInputError: no ownership head.

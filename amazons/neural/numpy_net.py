@@ -11,8 +11,8 @@ What this module owns:
     trunk's layers in order, `sha256` digests every array (name, dtype, shape, bytes) and
     `source` says where the weights came from (checkpoint file, its digest, step, torch version);
   - every weight as a `float32` array named like the inference-prepared torch model's state dict
-    (`amazons.neural.model.prepare_for_inference`: batch norms folded into the convolutions), in torch's
-    layouts: convolutions `(out, in, k, k)` with a bias `(out,)`, linear layers `(out, in)`.
+    (`amazons.neural.model.prepare_for_inference`: batch norms folded into the convolutions), in
+    torch's layouts: convolutions `(out, in, k, k)` with a bias `(out,)`, linear layers `(out, in)`.
   Version 2 added the ownership head's arrays (present when `net_config["ownership_head"]`);
   version 1 files, whose configs predate the field, load as networks without it. Version 3 added
   the joint head's arrow source term (`policy_head.arrow_source`, present when
@@ -21,18 +21,18 @@ What this module owns:
   `write_model` writes it atomically (`amazons._atomic`); `load_model` checks the header, the
   names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
   the file and what is wrong.
-* `NumpyNet`: the forward pass of `amazons.neural.model.PolicyValueNet` in float32 numpy, every preset,
-  both policy heads (with the arrow source term) and the global self-attention blocks: feature
-  planes `(B, P, 8, 8)` in, the log-probability tables of `amazons.neural.model.policy_log_tables`
-  (`PolicyTables`) and the value out; the ownership
-  head's map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a
-  board is `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix
-  product and 3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in
-  order (`NumpyNet.layout_arrays`), and the network's shape (`native_shape`) are what the native
-  core reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes both into its source, the
+* `NumpyNet`: the forward pass of `amazons.neural.model.PolicyValueNet` in float32 numpy, every
+  preset, both policy heads (with the arrow source term) and the global self-attention blocks:
+  feature planes `(B, P, 8, 8)` in, the log-probability tables of
+  `amazons.neural.model.policy_log_tables` (`PolicyTables`) and the value out; the ownership head's
+  map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a board is
+  `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix product and
+  3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in order
+  (`NumpyNet.layout_arrays`), and the network's shape (`native_shape`) are what the native core
+  reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes both into its source, the
   extension (`amazons.neural.native`) loads them.
-* `legal_priors`: `amazons.neural.model.gather_legal_priors` in numpy (P(src, dst) * P(arrow | [src,] dst),
-  renormalized over each position's legal moves).
+* `legal_priors`: `amazons.neural.model.gather_legal_priors` in numpy
+  (P(src, dst) * P(arrow | [src,] dst), renormalized over each position's legal moves).
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
 
 The exported file is written by `amazons.export` from a torch checkpoint; the Botzone bot and
@@ -75,7 +75,7 @@ __all__ = [
 
 FORMAT = "amazons-npnet"
 VERSION = 3  # 3: the arrow source term's arrays; written only for networks with the term
-READABLE_VERSIONS = (1, 2, 3)  # version 1 files have no ownership head, 1 and 2 no arrow source term
+READABLE_VERSIONS = (1, 2, 3)  # version 1 has no ownership head, 1 and 2 no arrow source term
 HEADER_KEY = "header"
 NUM_SQUARES = 64
 TRUNK_LAYERS = ("residual", "attention")
@@ -85,7 +85,8 @@ _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_ch
 
 
 class ModelFileError(ValueError):
-    """An exported model file cannot be written or read; the message names the file and the reason."""
+    """An exported model file cannot be written or read; the message names the file and the
+    reason."""
 
 
 class NpNetInputError(EvaluatorInputError):
@@ -115,7 +116,8 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
         if not isinstance(value, int) or isinstance(value, bool) or value < 1:
             raise ModelFileError(f"net_config field {name!r} must be a positive int, got {value!r}")
     if net_config["num_planes"] not in engine.FEATURE_PLANES:
-        raise ModelFileError(f"net_config num_planes must be 3 or 7, got {net_config['num_planes']!r}")
+        raise ModelFileError(f"net_config num_planes must be 3 or 7, "
+                             f"got {net_config['num_planes']!r}")
     head = net_config.get("policy_head")
     if head not in POLICY_HEADS:
         raise ModelFileError(f"net_config policy_head must be one of {POLICY_HEADS}, got {head!r}")
@@ -162,7 +164,8 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
     if _config_flag(net_config, "ownership_head"):
         hidden = net_config.get("ownership_channels")
         if not isinstance(hidden, int) or isinstance(hidden, bool) or hidden < 1:
-            raise ModelFileError(f"net_config field 'ownership_channels' must be a positive int, got {hidden!r}")
+            raise ModelFileError(f"net_config field 'ownership_channels' must be a positive int, "
+                                 f"got {hidden!r}")
         shapes["ownership_head.hidden.conv.weight"] = (hidden, channels, 1, 1)
         shapes["ownership_head.hidden.conv.bias"] = (hidden,)
         shapes["ownership_head.out.weight"] = (1, hidden, 1, 1)
@@ -236,11 +239,13 @@ def array_digest(arrays: dict[str, np.ndarray]) -> str:
     return digest.hexdigest()
 
 
-def _check_arrays(where: str, arrays: dict[str, np.ndarray], shapes: dict[str, tuple[int, ...]]) -> None:
+def _check_arrays(where: str, arrays: dict[str, np.ndarray],
+                  shapes: dict[str, tuple[int, ...]]) -> None:
     missing = sorted(set(shapes) - set(arrays))
     unknown = sorted(set(arrays) - set(shapes))
     if missing or unknown:
-        raise ModelFileError(f"{where}: arrays do not fit the config: missing {missing}, unknown {unknown}")
+        raise ModelFileError(f"{where}: arrays do not fit the config: missing {missing}, "
+                             f"unknown {unknown}")
     for name, shape in shapes.items():
         array = arrays[name]
         if array.dtype != np.float32 or array.shape != shape:
@@ -272,7 +277,8 @@ def write_model(
     path = Path(path)
     arrays = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in arrays.items()}
     _check_arrays(str(path), arrays, expected_shapes(net_config, list(trunk)))
-    version = VERSION if _config_flag(net_config, "arrow_source") else 2  # the oldest version that holds the file
+    # the oldest version that holds the file
+    version = VERSION if _config_flag(net_config, "arrow_source") else 2
     header = {"format": FORMAT, "version": version, "net_config": dict(net_config),
               "trunk": list(trunk), "sha256": array_digest(arrays), "source": dict(source or {})}
     try:
@@ -280,7 +286,8 @@ def write_model(
     except (TypeError, ValueError) as error:
         raise ModelFileError(f"{path}: the header must hold plain JSON values: {error}") from None
     try:
-        return atomic_write(path, lambda stream: np.savez(stream, **{HEADER_KEY: encoded}, **arrays))
+        return atomic_write(path,
+                            lambda stream: np.savez(stream, **{HEADER_KEY: encoded}, **arrays))
     except OSError as error:
         raise ModelFileError(f"{path}: cannot write the model file: {error}") from error
 
@@ -394,12 +401,15 @@ class PolicyTables(NamedTuple):
     log_arrow: np.ndarray  # (B, 4096), [b, dst * 64 + arrow]: log P(arrow | dst)
     # The source term's tables (None without it), per slot i of the side to move's amazons:
     source_arrow: np.ndarray | None = None  # (B, 256), [b, i * 64 + arrow]: the term's logits
-    source_norm: np.ndarray | None = None  # (B, 256), [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
-    source_slot: np.ndarray | None = None  # (B, 64) int64, [b, square]: its amazon's slot, -1 where none stands
+    # (B, 256), [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_norm: np.ndarray | None = None
+    # (B, 64) int64, [b, square]: its amazon's slot, -1 where none stands
+    source_slot: np.ndarray | None = None
 
 
 class NumpyNet:
-    """The forward pass of `amazons.neural.model.PolicyValueNet` (eval mode, batch norms folded), in numpy.
+    """The forward pass of `amazons.neural.model.PolicyValueNet` (eval mode, batch norms folded),
+    in numpy.
 
     Build it with `load_model`; the weights are converted once into matrix layouts.
 
@@ -432,8 +442,10 @@ class NumpyNet:
             prefix = f"trunk.{index}"
             if kind == "residual":
                 self._trunk.append((kind, (
-                    _neighbourhood(arrays[f"{prefix}.conv1.conv.weight"]), bias(f"{prefix}.conv1.conv.bias"),
-                    _neighbourhood(arrays[f"{prefix}.conv2.conv.weight"]), bias(f"{prefix}.conv2.conv.bias"))))
+                    _neighbourhood(arrays[f"{prefix}.conv1.conv.weight"]),
+                    bias(f"{prefix}.conv1.conv.bias"),
+                    _neighbourhood(arrays[f"{prefix}.conv2.conv.weight"]),
+                    bias(f"{prefix}.conv2.conv.bias"))))
             else:
                 self._trunk.append((kind, (
                     _pointwise(arrays[f"{prefix}.qkv.weight"]), bias(f"{prefix}.qkv.bias"),
@@ -449,7 +461,8 @@ class NumpyNet:
         else:
             self._policy = (_pointwise(arrays["policy_head.hidden.conv.weight"]),
                             bias("policy_head.hidden.conv.bias"),
-                            _pointwise(arrays["policy_head.maps.weight"]), bias("policy_head.maps.bias"))
+                            _pointwise(arrays["policy_head.maps.weight"]),
+                            bias("policy_head.maps.bias"))
         self._value = (_pointwise(arrays["value_head.reduce.conv.weight"]),
                        bias("value_head.reduce.conv.bias"),
                        np.ascontiguousarray(arrays["value_head.hidden.weight"].T),
@@ -460,7 +473,8 @@ class NumpyNet:
         if self.has_ownership:
             self._ownership = (_pointwise(arrays["ownership_head.hidden.conv.weight"]),
                                bias("ownership_head.hidden.conv.bias"),
-                               _pointwise(arrays["ownership_head.out.weight"]), bias("ownership_head.out.bias"))
+                               _pointwise(arrays["ownership_head.out.weight"]),
+                               bias("ownership_head.out.bias"))
 
     def num_parameters(self) -> int:
         """Number of weights (after batch-norm folding)."""
@@ -477,24 +491,28 @@ class NumpyNet:
         query/key, update gate, arrow query/key, and the arrow source projection when the
         network has it; factorized: hidden, maps); the value head (reduce, hidden
         `(value_channels * 64, value_hidden)`, out). The ownership head is left out. This is what
-        the native core reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes them into its
-        source and `amazons.neural.native` loads them (with `native_shape`).
+        the native core reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes them
+        into its source and `amazons.neural.native` loads them (with `native_shape`).
         """
         named = [("stem.weight", self._stem[0]), ("stem.bias", self._stem[1])]
         for index, (kind, layer) in enumerate(self._trunk):
-            parts = ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias") if kind == "residual" \
-                else ("qkv.weight", "qkv.bias", "gate")
-            named += [(f"trunk.{index}.{part}", array) for part, array in zip(parts, layer, strict=True)]
+            parts = ("conv1.weight", "conv1.bias", "conv2.weight", "conv2.bias") \
+                if kind == "residual" else ("qkv.weight", "qkv.bias", "gate")
+            named += [(f"trunk.{index}.{part}", array)
+                      for part, array in zip(parts, layer, strict=True)]
         if self.policy_head == "joint":
-            parts = ("move_qk.weight", "move_qk.bias", "update_gate.weight", "update_gate.bias", "arrow_qk.weight",
-                     "arrow_qk.bias")
+            parts = ("move_qk.weight", "move_qk.bias", "update_gate.weight", "update_gate.bias",
+                     "arrow_qk.weight", "arrow_qk.bias")
             if self.has_arrow_source:
                 parts += ("arrow_source.weight", "arrow_source.bias")
         else:
             parts = ("hidden.weight", "hidden.bias", "maps.weight", "maps.bias")
-        named += [(f"policy_head.{part}", array) for part, array in zip(parts, self._policy, strict=True)]
-        parts = ("reduce.weight", "reduce.bias", "hidden.weight", "hidden.bias", "out.weight", "out.bias")
-        named += [(f"value_head.{part}", array) for part, array in zip(parts, self._value, strict=True)]
+        named += [(f"policy_head.{part}", array)
+                  for part, array in zip(parts, self._policy, strict=True)]
+        parts = ("reduce.weight", "reduce.bias", "hidden.weight", "hidden.bias", "out.weight",
+                 "out.bias")
+        named += [(f"value_head.{part}", array)
+                  for part, array in zip(parts, self._value, strict=True)]
         return [(name, np.ascontiguousarray(array, dtype=np.float32)) for name, array in named]
 
     def forward(self, features: np.ndarray) -> tuple[PolicyTables, np.ndarray]:
@@ -506,15 +524,16 @@ class NumpyNet:
         Returns:
             `(tables, values)`: `PolicyTables` (`log_move` = log P(src, dst) at `src * 64 + dst`,
             `log_arrow` = log P(arrow | dst) at `dst * 64 + arrow`, each `(B, 4096) float32`,
-            and the source term's tables when the network has it); `values (B,) float32` in
-            [-1, 1] for the side to move (the tables of `amazons.neural.model.policy_log_tables` and the
+            and the source term's tables when the network has it); `values (B,) float32` in [-1, 1]
+            for the side to move (the tables of `amazons.neural.model.policy_log_tables` and the
             value of `PolicyValueNet`).
 
         Raises:
             NpNetInputError: `features` is not a `(B, num_planes, 8, 8)` float32 array.
         """
         x = self._trunk_output(features)
-        tables = self._joint_policy(x, features) if self.policy_head == "joint" else self._factorized_policy(x)
+        tables = (self._joint_policy(x, features) if self.policy_head == "joint"
+                  else self._factorized_policy(x))
         return tables, self._value_head(x)
 
     def ownership(self, features: np.ndarray) -> np.ndarray:
@@ -588,12 +607,14 @@ class NumpyNet:
         if not source:
             return PolicyTables(log_move, log_arrow.reshape(flat))
         source_w, source_b = source
-        # The side to move's amazon squares (feature plane 0), increasing: `amazons.neural.model.mover_squares`.
-        squares = np.sort(np.argsort(-features[:, 0].reshape(batch, NUM_SQUARES), axis=1, kind="stable")
-                          [:, :AMAZONS_PER_SIDE], axis=1)
+        # The side to move's amazon squares (feature plane 0), increasing:
+        # `amazons.neural.model.mover_squares`.
+        squares = np.sort(np.argsort(-features[:, 0].reshape(batch, NUM_SQUARES), axis=1,
+                                     kind="stable")[:, :AMAZONS_PER_SIDE], axis=1)
         at_sources = np.take_along_axis(x_next, squares[:, :, None], axis=1)  # [b, slot, C]
         source_logits = (at_sources @ source_w + source_b) @ arrow_keys  # [b, slot, arrow]
-        # log sum_a P(a | dst) exp(S[slot, a]) as one product, as `amazons.neural.model.policy_log_tables`
+        # log sum_a P(a | dst) exp(S[slot, a]) as one product, as
+        # `amazons.neural.model.policy_log_tables`
         peak = source_logits.max(axis=-1, keepdims=True)
         shifted = source_logits - peak
         norm = np.exp(shifted, out=shifted) @ np.exp(log_arrow).transpose(0, 2, 1)  # [b, slot, dst]
@@ -609,7 +630,8 @@ class NumpyNet:
         hidden_w, hidden_b, maps_w, maps_b = self._policy
         batch = x.shape[0]
         maps = _relu(x @ hidden_w + hidden_b) @ maps_w + maps_b  # (B, 64, 3)
-        log_src, log_dst, log_arrow = (_log_softmax(np.ascontiguousarray(maps[:, :, k])) for k in range(3))
+        log_src, log_dst, log_arrow = (_log_softmax(np.ascontiguousarray(maps[:, :, k]))
+                                       for k in range(3))
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
         log_arrow = np.broadcast_to(log_arrow[:, None, :], (batch, NUM_SQUARES, NUM_SQUARES))
         return PolicyTables(log_move, np.ascontiguousarray(log_arrow).reshape(batch, -1))
@@ -636,7 +658,8 @@ def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarr
     Args:
         tables: `NumpyNet.forward`'s.
         moves: `(M, 3) int32` legal moves (canonical), grouped by position.
-        move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
+        move_offsets: `(B + 1,) int64`; position i owns
+            `moves[move_offsets[i]:move_offsets[i + 1]]`.
 
     Returns:
         `(M,) float32` priors; each position's priors sum to 1.
@@ -653,7 +676,8 @@ def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarr
     if tables.source_arrow is not None:
         slot = tables.source_slot[batch_index, src]
         row = np.maximum(slot, 0) * NUM_SQUARES
-        term = tables.source_arrow[batch_index, row + arrow] - tables.source_norm[batch_index, row + dst]
+        term = (tables.source_arrow[batch_index, row + arrow]
+                - tables.source_norm[batch_index, row + dst])
         log_prior += np.where(slot >= 0, term, np.float32(0.0))
     owners = counts > 0
     starts = move_offsets[:-1][owners]
@@ -681,16 +705,8 @@ class NumpyEvaluator:
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Priors over each position's legal moves and a value for its side to move.
-
-        Args:
-            positions: `(B, 3) uint64` canonical positions, none terminal.
-            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
-            move_offsets: `(B + 1,) int64`; position i owns `moves[move_offsets[i]:move_offsets[i + 1]]`.
-
-        Returns:
-            `(priors (M,) float32, values (B,) float32)`: priors sum to 1 over each position's
-            moves; values in [-1, 1] for the side to move.
+        """`amazons.evaluator.Evaluator.evaluate`: priors over each position's legal moves,
+        `(M,) float32`, and a value for its side to move, `(B,) float32`.
 
         Raises:
             EvaluatorInputError: a batch that breaks the contract (`amazons.evaluator.check_batch`).

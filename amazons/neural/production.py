@@ -1,31 +1,33 @@
-"""The network as production evaluates it: the prepared model, in process or in the inference server.
+"""The network as production runs it: the prepared model, in process or in the inference server.
 
 * `ReloadableNetworkEvaluator`: the Evaluator that the inference server, the arena's network
   players, the web board and evaluation run. It evaluates the model that
-  `amazons.neural.model.prepare_for_inference` makes from a checkpoint's weights (batch norms folded into
-  the convolutions, channels_last), under autocast at the resolved precision (bf16 on a GPU that
-  has it, fp32 on a CPU: `amazons.neural.model.resolve_precision`), and on CUDA over fixed batch buckets
-  with one captured CUDA graph each (`amazons.neural.model.NetworkEvaluator`). It keeps the checkpoint's
-  own (unfolded) model on the CPU beside the prepared one: new weights (`load_weights(path)` from
-  a file, `load_flat_weights(flat)` from the learner's shared memory) go into that CPU model,
-  their batch norms are folded there, and the result is copied into the prepared model's own
-  tensors in place, so the evaluator, its model and its captured CUDA graphs are kept.
+  `amazons.neural.model.prepare_for_inference` makes from a checkpoint's weights (batch norms
+  folded into the convolutions, channels_last), under autocast at the resolved precision (bf16
+  on a GPU that has it, fp32 on a CPU: `amazons.neural.model.resolve_precision`), and on CUDA
+  over fixed batch buckets with one captured CUDA graph each
+  (`amazons.neural.cuda_graphs.NetworkEvaluator`). It keeps the checkpoint's own (unfolded)
+  model on the CPU beside the prepared one: new weights (`load_weights(path)` from a file,
+  `load_flat_weights(flat)` from the learner's shared memory) go into that CPU model, their
+  batch norms are folded there, and the result is copied into the prepared model's own tensors
+  in place, so the evaluator, its model and its captured CUDA graphs are kept.
 * `NativeReloadableEvaluator`: the same model on the compiled CPU evaluator
   (`amazons.neural.native.NativeEvaluator`, the native core's forward pass): the checkpoint's model
   kept on the CPU as the source, its batch norms folded there (`prepare_for_inference`), the
   folded arrays loaded into the native network's buffer in place on every weight update.
   `resolve_backend` chooses between the two (`InferenceConfig.backend`: "auto" takes the native
   one on a CPU where the extension is built and runs the network at fp32, torch on a GPU or at an
-  explicit bf16 or fp16; the names: `amazons._network_backends`).
+  explicit bf16 or fp16): it resolves the device and the precision and asks the one chooser,
+  `amazons.neural.backends.choose_backend`.
 * `load_network_evaluator`: a checkpoint as that evaluator, in this process.
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
   build the same evaluator; `server_evaluator_factory` is the one builder of it from a run's
   settings (device, precision, `InferenceConfig`: the backend, and the largest batch bucket is
   the server's `inference_batch_size`), called by the main job, the Ray node and the benchmarks.
 
-The bot and terminal play never come here: they run exported numpy models (`amazons.neural.numpy_net`),
-whose batch norms were folded at export. Players are built by `amazons.player_factory`, which
-imports this module when a `.pt` model is asked for.
+The bot and terminal play never come here: they run exported numpy models
+(`amazons.neural.numpy_net`), whose batch norms were folded at export. Players are built by
+`amazons.player_factory`, which imports this module when a `.pt` model is asked for.
 
 Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`).
 """
@@ -39,17 +41,16 @@ from typing import Any
 import numpy as np
 import torch
 
-from amazons._network_backends import backend_error
 from amazons.inference import InferenceConfig
 from amazons.neural import native
+from amazons.neural.backends import BackendError, choose_backend
 from amazons.neural.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.neural.cuda_graphs import NetworkEvaluator, batch_buckets
 from amazons.neural.model import (
     PRECISION_DTYPES,
     GlobalSelfAttention,
-    NetworkEvaluator,
     PolicyValueNet,
     ResidualBlock,
-    batch_buckets,
     inference_config_dict,
     load_prepared_weights,
     prepare_for_inference,
@@ -71,7 +72,8 @@ __all__ = [
     "server_evaluator_factory",
 ]
 
-DEFAULT_MAX_BATCH = InferenceConfig().inference_batch_size  # the largest batch bucket unless told otherwise
+# the largest batch bucket unless told otherwise
+DEFAULT_MAX_BATCH = InferenceConfig().inference_batch_size
 
 
 def resolve_device(device: str) -> str:
@@ -101,9 +103,9 @@ class _SourceWeights:
         self._refresh()
 
     def load_flat_weights(self, flat: np.ndarray) -> None:
-        """Take the learner's weights as `amazons.neural.model.flatten_weights` laid them out (e.g. a view
-        of the shared memory `InferenceServer.publish_shared_weights` wrote) in place (`_refresh`);
-        `flat` is copied before this returns and may be overwritten afterwards.
+        """Take the learner's weights as `amazons.neural.model.flatten_weights` laid them out (e.g.
+        a view of the shared memory `InferenceServer.publish_shared_weights` wrote) in place
+        (`_refresh`); `flat` is copied before this returns and may be overwritten afterwards.
 
         Raises:
             amazons.neural.model.NetInputError: `flat` does not have this network's length.
@@ -128,8 +130,8 @@ class ReloadableNetworkEvaluator(_SourceWeights, NetworkEvaluator):
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
 
     Raises:
-        amazons.neural.model.NetInputError, amazons.neural.model.NetConfigError: a bad precision, or `cuda_graphs`
-            off CUDA.
+        amazons.neural.model.NetInputError, amazons.neural.model.NetConfigError: a bad precision,
+            or `cuda_graphs` off CUDA.
     """
 
     def __init__(self, model: PolicyValueNet, device: str = "auto", precision: str = "auto",
@@ -139,16 +141,13 @@ class ReloadableNetworkEvaluator(_SourceWeights, NetworkEvaluator):
         self.source = model.cpu().eval()
         self.precision = resolve_precision(precision, resolved)
         super().__init__(prepare_for_inference(self.source), model.config.num_planes, resolved,
-                         PRECISION_DTYPES[self.precision], batch_buckets(max_batch) if graphs else (), graphs)
+                         PRECISION_DTYPES[self.precision],
+                         batch_buckets(max_batch) if graphs else (), graphs)
 
     def _refresh(self) -> None:
         """Fold the CPU model's batch norms on the CPU and copy the result into the prepared
         model's tensors on the device (its storage, so its captured CUDA graphs, kept)."""
         load_prepared_weights(self.model, self.source)
-
-
-class BackendError(ValueError):
-    """An inference backend that cannot run here: the message names it and why."""
 
 
 def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict[str, np.ndarray]]:
@@ -169,8 +168,8 @@ def model_arrays(model: PolicyValueNet) -> tuple[dict[str, Any], list[str], dict
 
 
 def numpy_net(model: PolicyValueNet, source: dict[str, Any] | None = None) -> NumpyNet:
-    """`model` with its batch norms folded, as `amazons.neural.numpy_net.NumpyNet` (what the native and
-    numpy evaluators and the Botzone export run)."""
+    """`model` with its batch norms folded, as `amazons.neural.numpy_net.NumpyNet` (what the native
+    and numpy evaluators and the Botzone export run)."""
     return NumpyNet(*model_arrays(model), source)
 
 
@@ -178,40 +177,35 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet,
                     precision: str = "auto") -> str:
     """The backend that runs `model` on `device` at `precision`: "torch" or "native".
 
-    The native evaluator computes fp32 only. "auto" takes it on a CPU where the extension is
-    built and runs the network (every network npnet runs) and the precision is "auto" or
-    "fp32"; torch on a GPU, at an explicit "bf16" or "fp16" (never dropped for fp32), or where
-    the native evaluator cannot run. "native" is refused on a GPU, at another precision than
-    fp32, or where it cannot run; "numpy" (exported models only) is refused with the names to
-    write (`amazons._network_backends`).
+    Resolves `device` and `precision` ("auto": `resolve_device`,
+    `amazons.neural.model.resolve_precision`), asks whether the native evaluator runs the
+    network, and returns what the one chooser picks for a checkpoint
+    (`amazons.neural.backends.choose_backend`): "auto" takes the native evaluator on a CPU where
+    the extension is built and runs the network (every network npnet runs) at fp32, torch on a
+    GPU, at an explicit "bf16" or "fp16" (never dropped for fp32), or where the native evaluator
+    cannot run. "native" is refused on a GPU, at another precision than fp32, or where it cannot
+    run; "numpy" (exported models only) is refused with the names to write.
 
     Raises:
         BackendError: an unknown backend, one that does not run checkpoints, or "native" where
-            it cannot run (the reason named).
+            it cannot run (the reason named, and what to write instead).
         amazons.neural.model.NetConfigError: an unknown precision.
     """
-    why = backend_error(backend, ".pt")
-    if why:
-        raise BackendError(f"inference {why}")
-    if backend == "torch":
-        return "torch"
     resolved = torch.device(resolve_device(device))
     computes = resolve_precision(precision, resolved)
     try:
-        why = native.native_support(inference_config_dict(model.config), _trunk_kinds(model))
+        return choose_backend(backend, ".pt", _native_support(model), str(resolved), computes)
     except BackendError as error:
-        why = str(error)
-    if backend == "native":
-        if resolved.type != "cpu":
-            raise BackendError(f"inference backend 'native' runs on the CPU; the device is {device!r}")
-        if computes != "fp32":
-            raise BackendError(f"inference backend 'native' computes fp32 only, not precision "
-                               f"{precision!r}: write backend 'torch' (or 'auto'), or precision "
-                               f"'fp32'")
-        if why:
-            raise BackendError(f"inference backend 'native' cannot run this network: {why}")
-        return "native"
-    return "native" if resolved.type == "cpu" and computes == "fp32" and not why else "torch"
+        raise BackendError(f"inference {error}") from None
+
+
+def _native_support(model: PolicyValueNet) -> str:
+    """Why the native evaluator cannot run `model` here, "" where it can
+    (`amazons.neural.native.native_support`, or the trunk layer it does not know)."""
+    try:
+        return native.native_support(inference_config_dict(model.config), _trunk_kinds(model))
+    except BackendError as error:
+        return str(error)
 
 
 def _trunk_kinds(model: PolicyValueNet) -> list[str]:
@@ -273,7 +267,8 @@ class NativeReloadableEvaluator(_SourceWeights):
 def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precision: str = "auto",
                            max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None,
                            torch_threads: int | None = None, backend: str = "auto",
-                           native_threads: int = 1) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
+                           native_threads: int = 1
+                           ) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
     """The network of a learner or model checkpoint as the production evaluator, in this process.
 
     Args:
@@ -304,7 +299,8 @@ class NetworkEvaluatorFactory:
     Attributes:
         model_path: a learner or model checkpoint.
         device: "auto", "cpu", "cuda", "cuda:1", ...
-        dtype: the precision: "auto", "fp32", "bf16" or "fp16" (`amazons.neural.model.resolve_precision`).
+        dtype: the precision: "auto", "fp32", "bf16" or "fp16"
+            (`amazons.neural.model.resolve_precision`).
         max_batch: the largest batch bucket of the CUDA graphs (the server's inference batch).
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
         backend: "auto", "torch" or "native" (`resolve_backend`).
@@ -320,8 +316,9 @@ class NetworkEvaluatorFactory:
     native_threads: int = 1
 
     def __call__(self) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
-        return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch, self.cuda_graphs,
-                                      backend=self.backend, native_threads=self.native_threads)
+        return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch,
+                                      self.cuda_graphs, backend=self.backend,
+                                      native_threads=self.native_threads)
 
 
 def server_evaluator_factory(model_path: str | os.PathLike, device: str, precision: str,
@@ -339,5 +336,7 @@ def server_evaluator_factory(model_path: str | os.PathLike, device: str, precisi
         precision: "auto", "fp32", "bf16" or "fp16" (`amazons.neural.model.resolve_precision`).
         inference: the server's batching settings.
     """
-    return NetworkEvaluatorFactory(str(model_path), device, precision, max_batch=inference.inference_batch_size,
-                                   backend=inference.backend, native_threads=inference.native_threads)
+    return NetworkEvaluatorFactory(str(model_path), device, precision,
+                                   max_batch=inference.inference_batch_size,
+                                   backend=inference.backend,
+                                   native_threads=inference.native_threads)

@@ -6,10 +6,11 @@ run directory's `config.json`, applies the command line's overrides, writes it t
 directory and passes it explicitly to every process entry point. `training_steps` turns a number
 of new positions into the optimizer steps they are owed.
 
-Imports the config dataclasses of the modules it groups (`amazons.neural.model`, `amazons.neural.learner`,
-`amazons.mcts`, `amazons.train.selfplay`, `amazons.inference`, `amazons.train.evaluation`, `amazons.train.pipeline`)
-and `amazons.config`; never a backend: `RayConfig`, the Ray backend's group, lives here as plain
-values so that `amazons.distributed` depends on this module and not the other way round.
+Imports the config dataclasses of the modules it groups (`amazons.neural.model`,
+`amazons.neural.learner`, `amazons.mcts`, `amazons.train.selfplay`, `amazons.inference`,
+`amazons.train.evaluation`, `amazons.train.pipeline`) and `amazons.config`; never a backend:
+`RayConfig`, the Ray backend's group, lives here as plain values so that `amazons.distributed`
+depends on this module and not the other way round.
 """
 
 from __future__ import annotations
@@ -27,7 +28,8 @@ from amazons.train.evaluation import EvalConfig
 from amazons.train.pipeline import PipelineConfig, steps_for_positions
 from amazons.train.selfplay import SelfPlayConfig
 
-__all__ = ["RayConfig", "TrainConfig", "apply_overrides", "cpu_has_native_bf16", "preset_config", "training_steps"]
+__all__ = ["RayConfig", "TrainConfig", "apply_overrides", "cpu_has_native_bf16", "preset_config",
+           "training_steps"]
 
 
 @dataclass(frozen=True)
@@ -37,19 +39,33 @@ class RayConfig:
     (`ray.max_weights_lag=0`); the local backend ignores it."""
 
     node_cpus: float = 1.0  # logical CPUs each self-play node actor asks Ray for
-    node_gpus: float = 0.0  # GPUs each node actor asks for (its inference server uses them); > 0: one actor per that many GPUs of a node
-    max_nodes: int = 0  # self-play node actors to start, at most (0 = one per node that fits one, or per GPU share)
-    games_per_request: int = 0  # games one request asks a node for (0 = 2 x selfplay.num_actors x selfplay.games_in_parallel)
-    max_games_in_flight: int = 0  # games requested from one node and not yet returned, at most (0 = 2 x games_per_request)
-    max_weights_lag: int = 1  # a node never plays with weights more than this many versions older than the latest (0 = self-play and training alternate, as in the local backend)
-    node_max_restarts: int = 3  # times Ray replaces a node actor that died (a new process on a live node)
+    # GPUs each node actor asks for (its inference server uses them); > 0: one actor per that many
+    # GPUs of a node
+    node_gpus: float = 0.0
+    # self-play node actors to start, at most (0 = one per node that fits one, or per GPU share)
+    max_nodes: int = 0
+    # games one request asks a node for (0 = 2 x selfplay.num_actors x selfplay.games_in_parallel)
+    games_per_request: int = 0
+    # games requested from one node and not yet returned, at most (0 = 2 x games_per_request)
+    max_games_in_flight: int = 0
+    # a node never plays with weights more than this many versions older than the latest
+    # (0 = self-play and training alternate, as in the local backend)
+    max_weights_lag: int = 1
+    # times Ray replaces a node actor that died (a new process on a live node)
+    node_max_restarts: int = 3
     node_max_failures: int = 3  # consecutive failed requests after which a node actor is given up
-    node_timeout_s: float = 600.0  # with no node actor able to play, wait this long for one before stopping the run
-    train_world_size: int = 1  # DDP ranks: the learner (the driver process) is rank 0, the others are Ray actors
-    rank_cpus: float = 1.0  # logical CPUs each remote training rank asks for (plus one GPU when the learner trains on CUDA)
-    train_timeout_s: float = 600.0  # a DDP rendezvous or collective waits this long for the other ranks
-    num_cpus: int = 0  # only when the backend starts Ray itself (no --address): logical CPUs (0 = os.cpu_count())
-    object_store_mb: int = 0  # only when the backend starts Ray itself: object store size in MiB (0 = Ray's default)
+    # with no node actor able to play, wait this long for one before stopping the run
+    node_timeout_s: float = 600.0
+    # DDP ranks: the learner (the driver process) is rank 0, the others are Ray actors
+    train_world_size: int = 1
+    # logical CPUs each remote training rank asks for (plus one GPU when the learner trains on CUDA)
+    rank_cpus: float = 1.0
+    # a DDP rendezvous or collective waits this long for the other ranks
+    train_timeout_s: float = 600.0
+    # only when the backend starts Ray itself (no --address): logical CPUs (0 = os.cpu_count())
+    num_cpus: int = 0
+    # only when the backend starts Ray itself: object store size in MiB (0 = Ray's default)
+    object_store_mb: int = 0
     log_to_driver: bool = False  # show the Ray actors' own output in the driver's console
 
     def __post_init__(self) -> None:
@@ -66,7 +82,8 @@ class RayConfig:
         for name in ("node_timeout_s", "train_timeout_s"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"ray.{name} must be > 0, got {getattr(self, name)!r}")
-        if self.games_per_request and self.max_games_in_flight and self.max_games_in_flight < self.games_per_request:
+        if (self.games_per_request and self.max_games_in_flight
+                and self.max_games_in_flight < self.games_per_request):
             raise ValueError(f"ray.max_games_in_flight ({self.max_games_in_flight}) must be >= "
                              f"ray.games_per_request ({self.games_per_request})")
 
@@ -78,9 +95,11 @@ class TrainConfig:
     preset: str = "cpu"  # the preset this config started from
     iterations: int = 30  # iterations to run (a resumed run continues up to this number)
     seed: int = 0  # seeds self-play, sampling and the initial weights
-    init_model: str = ""  # a warm start: a model or learner checkpoint whose weights the run starts from ("" = random)
+    # a warm start: a model or learner checkpoint whose weights the run starts from ("" = random)
+    init_model: str = ""
     device: str = "auto"  # learner and inference device: "auto", "cpu", "cuda"
-    inference_dtype: str = "auto"  # inference server dtype: "auto" (bf16 on GPU, fp32 on CPU), "fp32", ...
+    # inference server dtype: "auto" (bf16 on GPU, fp32 on CPU), "fp32", ...
+    inference_dtype: str = "auto"
     torch_threads: int = 1  # intra-op threads of the learner process
     games_per_iteration: int = 64  # self-play games per iteration
     train_batch_size: int = 256  # samples per optimizer step
@@ -88,22 +107,28 @@ class TrainConfig:
     min_steps: int = 20  # training steps per iteration, at least
     max_steps: int = 2000  # training steps per iteration, at most
     replay_window_positions: int = 200_000  # the newest positions kept for sampling
-    replay_chunk_games: int = 1  # the replay writer thread writes a chunk once this many games wait...
-    replay_chunk_seconds: float = 0.0  # ...or once the oldest has waited this many seconds (a crash loses those)
+    # the replay writer thread writes a chunk once this many games wait...
+    replay_chunk_games: int = 1
+    # ...or once the oldest has waited this many seconds (a crash loses those)
+    replay_chunk_seconds: float = 0.0
     net: NetConfig = field(default_factory=lambda: net_config("tiny"))
     optim: OptimConfig = field(default_factory=OptimConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     inference: InferenceConfig = field(default_factory=InferenceConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
-    pipeline: PipelineConfig = field(default_factory=PipelineConfig)  # async or sync phases, ratio, publishing
-    ray: RayConfig = field(default_factory=RayConfig)  # the Ray backend's settings (`--backend ray`)
+    # async or sync phases, ratio, publishing
+    pipeline: PipelineConfig = field(default_factory=PipelineConfig)
+    # the Ray backend's settings (`--backend ray`)
+    ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
-        for name in ("iterations", "games_per_iteration", "train_batch_size", "replay_window_positions"):
+        for name in ("iterations", "games_per_iteration", "train_batch_size",
+                     "replay_window_positions"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.min_steps <= self.max_steps:
-            raise ValueError(f"need 0 <= min_steps <= max_steps, got {self.min_steps}, {self.max_steps}")
+            raise ValueError(f"need 0 <= min_steps <= max_steps, got {self.min_steps}, "
+                             f"{self.max_steps}")
         if self.sample_reuse <= 0:
             raise ValueError(f"sample_reuse must be > 0, got {self.sample_reuse}")
         if self.replay_chunk_games < 1 or self.replay_chunk_seconds < 0:
@@ -116,7 +141,8 @@ def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     `cpuinfo` (Linux); False where it cannot be read."""
     try:
         with open(cpuinfo, encoding="utf-8", errors="replace") as handle:
-            flags = next((line.split(":", 1)[1].split() for line in handle if line.startswith("flags")), [])
+            flags = next((line.split(":", 1)[1].split() for line in handle
+                          if line.startswith("flags")), [])
     except OSError:
         return False
     return "avx512_bf16" in flags or "amx_bf16" in flags
@@ -135,16 +161,16 @@ def preset_config(name: str) -> TrainConfig:
         return TrainConfig(
             preset="cpu",
             net=net_config("tiny"),
-            # bf16 autocast in the learner where the CPU has it: 1.6x faster steps, and at equal
-            # wall clock it won 55 of 80 against fp32 (+137 Elo, +56 .. +218; docs/BENCHMARKS.md).
+            # bf16 autocast in the learner where the CPU has it: faster steps, and stronger than
+            # fp32 at equal wall clock (docs/BENCHMARKS.md, issue 30 ablations).
             optim=OptimConfig(lr=2e-3, weight_decay=1e-4, schedule="constant", warmup_steps=50,
                               precision="bf16" if cpu_has_native_bf16() else "auto"),
             selfplay=SelfPlayConfig(
                 num_actors=2,
                 games_in_parallel=16,
-                search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True, fpu_reduction=0.0,
-                                    temperature_moves=10, node_capacity=1024, edge_capacity=1 << 17,
-                                    c_scale=0.3),
+                search=SearchConfig(simulations=48, leaves_per_game=4, root_noise=True,
+                                    fpu_reduction=0.0, temperature_moves=10, node_capacity=1024,
+                                    edge_capacity=1 << 17, c_scale=0.3),
                 # A sharper completed-Q target than the paper's 0.1: with 48 PUCT simulations most
                 # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md). The
                 # search's c_scale matches it, so that root=gumbel searches with the same sigma.
@@ -225,7 +251,8 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
     for override in overrides:
         path, equals, text = override.partition("=")
         if not equals or not path:
-            raise ValueError(f"bad override {override!r}: expected KEY=VALUE, e.g. selfplay.num_actors=2")
+            raise ValueError(f"bad override {override!r}: expected KEY=VALUE, "
+                             "e.g. selfplay.num_actors=2")
         _set_path(config, data, path.split("."), text, path)
     return config_from_dict(type(config), data)
 
@@ -234,7 +261,8 @@ def _set_path(node: Any, data: dict[str, Any], keys: list[str], text: str, path:
     """Parse `text` against the field `keys` of the dataclass `node` and store it into `data`."""
     names = {item.name for item in dataclasses.fields(node)}
     if keys[0] not in names:
-        raise ValueError(f"override {path}: {type(node).__name__} has no field {keys[0]!r}; fields: {sorted(names)}")
+        raise ValueError(f"override {path}: {type(node).__name__} has no field {keys[0]!r}; "
+                         f"fields: {sorted(names)}")
     current = getattr(node, keys[0])
     if len(keys) == 1:
         if dataclasses.is_dataclass(current):
@@ -253,5 +281,6 @@ def training_steps(config: TrainConfig, new_positions: int, world_size: int = 1)
     samples drawn per new position stay `sample_reuse` and the steps shrink as ranks are added;
     the result is bounded by `min_steps` and `max_steps`.
     """
-    return steps_for_positions(new_positions, config.sample_reuse, config.train_batch_size * world_size,
-                               config.min_steps, config.max_steps)
+    return steps_for_positions(new_positions, config.sample_reuse,
+                               config.train_batch_size * world_size, config.min_steps,
+                               config.max_steps)

@@ -2,12 +2,12 @@
 
 `Evaluation` plays the new model against the previous one and the baseline players on
 `amazons.arena.ArenaWorkers`: two inference servers, `"new"` and `"previous"`, each holding one
-model (the prepared network of `amazons.neural.production`, on the GPU when there is one, batching the
-leaves of every arena worker) and one slot per worker. Nothing loads a model in the arena's
-worker processes. It can be started once and reused: every `run` publishes the two models'
-weights to the servers (`InferenceServer.publish_weights`) before the matches, so a training loop
-may keep one `Evaluation` for the whole run (and run it beside self-play on a thread of its own),
-or open one per evaluation (`amazons.train.Run.evaluate`).
+model (the prepared network of `amazons.neural.production`, on the GPU when there is one, batching
+the leaves of every arena worker) and one slot per worker. Nothing loads a model in the arena's
+worker processes. It can be started once and reused: every `run` publishes the two models' weights
+to the servers (`InferenceServer.publish_weights`) before the matches, so a training loop may keep
+one `Evaluation` for the whole run (and run it beside self-play on a thread of its own), or open
+one per evaluation (`amazons.train.Run.evaluate`).
 
 `fit_elo` turns the matches of a whole run into one Elo ladder (Bradley-Terry, `random` at 0).
 
@@ -45,20 +45,24 @@ class EvalConfig:
 
     every: int = 1  # evaluate every this many iterations (0 = never)
     games: int = 10  # games against each opponent (colours alternate)
-    simulations: int = 64  # MCTS simulations per move of every MCTS player (overrides the searches' own `simulations`)
-    opponents: tuple[str, ...] = ("previous", "random", "greedy")  # "previous" = last iteration's model; else player specs
+    # MCTS simulations per move of every MCTS player (overrides the searches' own `simulations`)
+    simulations: int = 64
+    # "previous" = last iteration's model; else player specs
+    opponents: tuple[str, ...] = ("previous", "random", "greedy")
     processes: int = 2  # arena worker processes (each holds a slot on both model servers)
     # The network players' search (new and previous model): play's, but the most visited move: at
-    # the ladder's 64 simulations LCB measured no gain (17 of 40, docs/search.md), and the ladder's
-    # figures stay comparable with earlier runs'.
+    # the ladder's 64 simulations LCB measured no gain (docs/BENCHMARKS.md, issue 22's play-time
+    # matches), and the ladder's figures stay comparable with earlier runs'.
     search: SearchConfig = field(default_factory=lambda: NET_SEARCH.replace(lcb=False))
-    rollout_search: SearchConfig = field(default_factory=lambda: ROLLOUT_SEARCH)  # an `mcts-rollout` opponent's search
+    # an `mcts-rollout` opponent's search
+    rollout_search: SearchConfig = field(default_factory=lambda: ROLLOUT_SEARCH)
 
     def __post_init__(self) -> None:
         for name in ("every", "games", "simulations", "processes"):
             value = getattr(self, name)
             if value < (0 if name == "every" else 1):
-                raise ValueError(f"eval.{name} must be >= {0 if name == 'every' else 1}, got {value!r}")
+                raise ValueError(f"eval.{name} must be >= {0 if name == 'every' else 1}, "
+                                 f"got {value!r}")
 
 
 class Evaluation:
@@ -67,7 +71,8 @@ class Evaluation:
 
     Example:
         >>> with Evaluation(EvalConfig(games=2, simulations=16)) as evaluation:  # doctest: +SKIP
-        ...     results = evaluation.run("models/model-0002.pt", "models/model-0001.pt", version=2, seed=2)
+        ...     results = evaluation.run("models/model-0002.pt", "models/model-0001.pt",
+        ...                              version=2, seed=2)
         >>> results["random"].win_rate
 
     Args:
@@ -90,9 +95,11 @@ class Evaluation:
         self.device = device
         self.precision = precision
         rows = config.processes * config.search.leaves_per_game
-        self.inference = inference or InferenceConfig(inference_batch_size=rows, flush_deadline_ms=1.0)
+        self.inference = inference or InferenceConfig(inference_batch_size=rows,
+                                                      flush_deadline_ms=1.0)
         self._factory = evaluator_factory or (lambda path: served_evaluator_factory(
-            path, device, precision, max_batch=self.inference.inference_batch_size, backend=self.inference.backend))
+            path, device, precision, max_batch=self.inference.inference_batch_size,
+            backend=self.inference.backend))
         self._workers: ArenaWorkers | None = None
         self.stats: dict[str, dict[str, float]] = {}
 
@@ -158,7 +165,8 @@ class Evaluation:
         self.close()
 
 
-def fit_elo(matches: list[dict[str, Any]], anchor: str = "random", prior_games: float = 1.0) -> dict[str, float]:
+def fit_elo(matches: list[dict[str, Any]], anchor: str = "random",
+            prior_games: float = 1.0) -> dict[str, float]:
     """Ratings from match results (Bradley-Terry on the Elo scale), `anchor` fixed at 0.
 
     Args:
@@ -167,10 +175,13 @@ def fit_elo(matches: list[dict[str, Any]], anchor: str = "random", prior_games: 
         prior_games: each player also scores half of this many games against the anchor, which
             keeps ratings finite after a clean sweep.
     """
-    players = sorted({match["a"] for match in matches} | {match["b"] for match in matches} | {anchor})
+    players = sorted({match["a"] for match in matches} | {match["b"] for match in matches}
+                     | {anchor})
     index = {name: i for i, name in enumerate(players)}
-    rows = [(index[m["a"]], index[m["b"]], float(m["wins_a"]), float(m["games"])) for m in matches]
-    rows += [(index[name], index[anchor], prior_games / 2, prior_games) for name in players if name != anchor]
+    rows = [(index[m["a"]], index[m["b"]], float(m["wins_a"]), float(m["games"]))
+            for m in matches]
+    rows += [(index[name], index[anchor], prior_games / 2, prior_games)
+             for name in players if name != anchor]
     ratings = np.zeros(len(players))
     scale = math.log(10) / 400
     for _ in range(2000):

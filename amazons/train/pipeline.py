@@ -46,18 +46,24 @@ PIPELINE_MODES = ("async", "sync")
 class PipelineConfig:
     """How self-play, training and evaluation share the machine."""
 
-    mode: str = "async"  # "async": all three at once; "sync": self-play, then training, then evaluation
-    publish_every_steps: int = 10  # async: new weights to the inference server every this many learner steps
-    publish_interval_s: float = 30.0  # async: also when this many seconds passed and the learner stepped (0: off)
-    slack_steps: int = 40  # async: actors pause when the learner owes more steps than this (resume at half)
+    mode: str = "async"  # "async": all three at once; "sync": self-play, then training,
+    #                      then evaluation
+    publish_every_steps: int = 10  # async: new weights to the inference server every this many
+    #                                learner steps
+    publish_interval_s: float = 30.0  # async: also when this many seconds passed and the learner
+    #                                   stepped (0: off)
+    slack_steps: int = 40  # async: actors pause when the learner owes more steps than this
+    #                        (resume at half)
 
     def __post_init__(self) -> None:
         if self.mode not in PIPELINE_MODES:
             raise ValueError(f"pipeline.mode must be one of {PIPELINE_MODES}, got {self.mode!r}")
         if self.publish_every_steps < 1:
-            raise ValueError(f"pipeline.publish_every_steps must be >= 1, got {self.publish_every_steps}")
+            raise ValueError(f"pipeline.publish_every_steps must be >= 1, "
+                             f"got {self.publish_every_steps}")
         if not self.publish_interval_s >= 0:
-            raise ValueError(f"pipeline.publish_interval_s must be >= 0, got {self.publish_interval_s}")
+            raise ValueError(f"pipeline.publish_interval_s must be >= 0, "
+                             f"got {self.publish_interval_s}")
         if self.slack_steps < 1:
             raise ValueError(f"pipeline.slack_steps must be >= 1, got {self.slack_steps}")
 
@@ -98,8 +104,8 @@ class StepBudget:
         slack_steps: how many steps the learner may owe before the actors are paused.
     """
 
-    def __init__(self, games_per_iteration: int, sample_reuse: float, samples_per_step: int, min_steps: int,
-                 max_steps: int, slack_steps: int) -> None:
+    def __init__(self, games_per_iteration: int, sample_reuse: float, samples_per_step: int,
+                 min_steps: int, max_steps: int, slack_steps: int) -> None:
         self.games_per_iteration = games_per_iteration
         self.sample_reuse = sample_reuse
         self.samples_per_step = samples_per_step
@@ -114,7 +120,7 @@ class StepBudget:
         return self.ledgers[0]
 
     def ledger_for_game(self) -> IterationLedger:
-        """The iteration a game that just finished belongs to: the oldest one still short of games."""
+        """The iteration a finished game belongs to: the oldest one still short of games."""
         for ledger in self.ledgers:
             if ledger.games < self.games_per_iteration:
                 return ledger
@@ -123,7 +129,8 @@ class StepBudget:
 
     def count_game(self, positions: int, full_searches: int) -> IterationLedger:
         """Count a finished game of `positions` positions (`full_searches` of them with a policy
-        target) in the iteration it belongs to (`ledger_for_game`); returns that iteration's ledger."""
+        target) in the iteration it belongs to (`ledger_for_game`); returns that iteration's
+        ledger."""
         ledger = self.ledger_for_game()
         ledger.games += 1
         ledger.positions += positions
@@ -136,7 +143,8 @@ class StepBudget:
         if ledger.games >= self.games_per_iteration:
             return steps_for_positions(ledger.positions, self.sample_reuse, self.samples_per_step,
                                        self.min_steps, self.max_steps)
-        return min(math.ceil(ledger.positions * self.sample_reuse / self.samples_per_step), self.max_steps)
+        return min(math.ceil(ledger.positions * self.sample_reuse / self.samples_per_step),
+                   self.max_steps)
 
     def may_step(self) -> bool:
         """Whether the learner may take a step now (else it is ahead of self-play and waits)."""
@@ -152,7 +160,7 @@ class StepBudget:
         return current.games >= self.games_per_iteration and current.steps >= self.target(current)
 
     def finish_iteration(self) -> IterationLedger:
-        """Close the current iteration; the next one (perhaps with games already) becomes current."""
+        """Close the current iteration; the next (perhaps with games already) becomes current."""
         done = self.ledgers.popleft()
         if not self.ledgers:
             self.ledgers.append(IterationLedger())
@@ -168,9 +176,9 @@ class WeightsPublisher:
     """Hands the learner's weights to the inference server through shared memory, by steps and
     by wall clock.
 
-    A publish writes the model's flat float32 weights (`amazons.neural.model.flatten_weights`: one copy
-    from the learner's device into the server's weights segment) and sends the version; nothing
-    touches the disk (checkpoints keep their own schedule, for `--resume`). The versions
+    A publish writes the model's flat float32 weights (`amazons.neural.model.flatten_weights`: one
+    copy from the learner's device into the server's weights segment) and sends the version;
+    nothing touches the disk (checkpoints keep their own schedule, for `--resume`). The versions
     published so far measure how stale a game's weights were (`lag_versions`).
 
     Args:
@@ -182,7 +190,8 @@ class WeightsPublisher:
 
     def __init__(self, server: InferenceServer, every_steps: int, interval_s: float) -> None:
         if every_steps < 1 or not interval_s >= 0:
-            raise ValueError(f"need every_steps >= 1 and interval_s >= 0, got {every_steps} and {interval_s}")
+            raise ValueError(f"need every_steps >= 1 and interval_s >= 0, "
+                             f"got {every_steps} and {interval_s}")
         self.server = server
         self.every_steps = every_steps
         self.interval_s = interval_s
@@ -200,7 +209,8 @@ class WeightsPublisher:
         if self.versions and version <= self.versions[-1]:
             raise ValueError(f"weights version {version} after version {self.versions[-1]}")
         self.server.publish_shared_weights(
-            weights_elements(model), lambda weights: flatten_weights(model, torch.from_numpy(weights)), version)
+            weights_elements(model),
+            lambda weights: flatten_weights(model, torch.from_numpy(weights)), version)
         self.versions.append(version)
         self._published_at = time.monotonic()
 
@@ -214,7 +224,8 @@ class WeightsPublisher:
         if step <= last:
             return False
         return (step - last >= self.every_steps
-                or (self.interval_s > 0 and time.monotonic() - self._published_at >= self.interval_s))
+                or (self.interval_s > 0
+                    and time.monotonic() - self._published_at >= self.interval_s))
 
     def maybe_publish(self, step: int, model: nn.Module) -> bool:
         """Publish `model` as version `step` if it is due and the server has loaded the last
@@ -279,7 +290,8 @@ class BackgroundEvaluation:
         self._iteration, self._result, self._error = iteration, None, None
         # A daemon: a run stopped by a signal exits without waiting for its evaluation (whose
         # worker processes are daemons too).
-        self._thread = threading.Thread(target=self._work, name=f"evaluate-{iteration}", daemon=True)
+        self._thread = threading.Thread(target=self._work, name=f"evaluate-{iteration}",
+                                        daemon=True)
         self._thread.start()
 
     def _work(self) -> None:
@@ -298,7 +310,8 @@ class BackgroundEvaluation:
         """
         if self._thread is not None and not self._thread.is_alive() and self._error is not None:
             error, self._error, self._thread = self._error, None, None
-            raise EvaluationError(f"evaluation of iteration {self._iteration} failed: {error!r}") from error
+            raise EvaluationError(f"evaluation of iteration {self._iteration} failed: "
+                                  f"{error!r}") from error
 
     def poll(self) -> EvaluationResult | None:
         """The evaluation that has finished since the last call, or None.

@@ -1,17 +1,17 @@
 """Self-play data: finished games as samples, compressed chunks on disk, and the replay window.
 
 A sample is one position of a finished game: the compact canonical position `(3,) uint64`, the
-policy target of the search at that position (canonical moves with their target probabilities,
-and the search's raw visit counts where they were kept) and the outcome `z` in {-1, +1} for the
-side to move there. Labels are never decoded by the
-engine: they are square triples from the search, in the same canonical frame as the position.
-A sample's `policy_weight` says how much its policy target counts in training: 1 for a full
-search, 0 for a value-only sample, whose label is empty (its value target still counts): self-play
-records only full searches (a playout cap's fast searches are played, not recorded), and keeps the
-last position of a game that had none as such a sample. A sample's `sample_weight` says how often
-the window draws it relative to the others (1 for every sample unless self-play weights them by
-policy surprise, `amazons.train.selfplay.surprise_weights`: a game's surprising positions are drawn more
-often, its unsurprising ones less, the game's total unchanged).
+policy target of the search at that position (canonical moves with their target probabilities, and
+the search's raw visit counts where they were kept) and the outcome `z` in {-1, +1} for the side to
+move there. Labels are never decoded by the engine: they are square triples from the search, in the
+same canonical frame as the position. A sample's `policy_weight` says how much its policy target
+counts in training: 1 for a full search, 0 for a value-only sample, whose label is empty (its value
+target still counts): self-play records only full searches (a playout cap's fast searches are
+played, not recorded), and keeps the last position of a game that had none as such a sample. A
+sample's `sample_weight` says how often the window draws it relative to the others (1 for every
+sample unless self-play weights them by policy surprise, `amazons.train.selfplay.surprise_weights`:
+a game's surprising positions are drawn more often, its unsurprising ones less, the game's total
+unchanged).
 
 The ownership target (an auxiliary target after KataGo's) is stored sparsely: one map per game of
 each square's owner at the game's final (or adjudicated) position, in the real frame with Black
@@ -33,16 +33,16 @@ first game in the run (`ReplayBuffer.games_since`), and store labels as the wind
 they load with int32 squares, float32 probabilities and no visit counts. Version 5 adds
 `sample_weight`; older chunks load with every sample weight 1.
 
-The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays,
-one row per position and one per label entry, and samples from it with vectorized gathers (the
-labels through their CSR offsets: no Python step per sample), uniformly, or in proportion to
+The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays, one
+row per position and one per label entry, and samples from it with vectorized gathers (the labels
+through their CSR offsets: no Python step per sample), uniformly, or in proportion to
 `sample_weight` once a sample of another weight has entered the window;
-`amazons.neural.learner.augment_batch` then gives each sample a random one of the 8 symmetries. The window
-stores labels compactly: a label entry is its three squares as uint8 and its probability as
+`amazons.neural.learner.augment_batch` then gives each sample a random one of the 8 symmetries. The
+window stores labels compactly: a label entry is its three squares as uint8 and its probability as
 float16 (5 bytes), without visit counts, which no training target uses
 (`ReplayBuffer.bytes_per_position` measures it); `sample` hands the learner int32 squares and
-float32 probabilities renormalized over each position, so the window changes the targets by
-float16 rounding only (a relative 2**-11 at most; 3e-8 absolute below float16's normal range, 6e-5).
+float32 probabilities renormalized over each position, so the window changes the targets by float16
+rounding only (a relative 2**-11 at most; 3e-8 absolute below float16's normal range, 6e-5).
 
 Imports numpy and the standard library only.
 """
@@ -64,7 +64,8 @@ from amazons._atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 # 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target;
-# 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts; 5: sample_weight
+# 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts;
+# 5: sample_weight
 CHUNK_FORMAT_VERSION = 5
 _CHUNK_KEYS_V1 = (
     "positions",
@@ -78,7 +79,8 @@ _CHUNK_KEYS_V1 = (
 )
 _CHUNK_KEYS_V2 = _CHUNK_KEYS_V1 + ("policy_weight",)
 _CHUNK_KEYS_V3 = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sign")
-_CHUNK_KEYS_V4 = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")  # version 4: no visit counts
+# version 4: no visit counts
+_CHUNK_KEYS_V4 = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")
 _CHUNK_KEYS = _CHUNK_KEYS_V4 + ("sample_weight",)
 NUM_SQUARES = 64
 # The window's label entry: three uint8 squares and a float16 probability.
@@ -99,9 +101,9 @@ class GameSamples:
         label_visits: `(N,) int32` the search's raw visit counts of those moves, or None where
             they were not kept (the replay window keeps none: no training target uses them).
         label_policy: `(N,) float32` the policy target over those moves (sums to 1 per position):
-            visit shares, or the improved policy of `amazons.mcts.improved_policy`.
-        label_offsets: `(T + 1,) int64`; position t's label is rows `label_offsets[t]:label_offsets[t+1]`
-            (empty only where its policy weight is 0).
+            visit shares, or the improved policy of `amazons.search_targets.improved_policy`.
+        label_offsets: `(T + 1,) int64`; position t's label is rows
+            `label_offsets[t]:label_offsets[t+1]` (empty only where its policy weight is 0).
         z: `(T,) int8` outcome for the side to move at each position (+1 win, -1 loss).
         played_moves: `(T, 3) int32` the moves actually played, real (Botzone) frame.
         game_offsets: `(G + 1,) int64`; game g is positions `game_offsets[g]:game_offsets[g+1]`.
@@ -181,7 +183,8 @@ class GameSamples:
         for name, (dtype, ndim) in expected.items():
             array = getattr(self, name)
             if not isinstance(array, np.ndarray) or array.dtype != dtype or array.ndim != ndim:
-                raise ReplayChunkError(f"{source}: {name} must be a {ndim}-d {np.dtype(dtype).name} array")
+                raise ReplayChunkError(
+                    f"{source}: {name} must be a {ndim}-d {np.dtype(dtype).name} array")
         count = self.num_positions
         problems = []
         if self.positions.shape[1:] != (3,) or self.played_moves.shape != (count, 3):
@@ -203,19 +206,20 @@ class GameSamples:
             problems.append("policy_weight holds values outside [0, 1]")
         elif ((np.diff(self.label_offsets) == 0) & (self.policy_weight > 0)).any():
             problems.append("a position with a policy weight has an empty label")
-        if self.game_offsets.shape[0] < 1 or self.game_offsets[0] != 0 or self.game_offsets[-1] != count or (
-            np.diff(self.game_offsets) <= 0
-        ).any():
+        if self.game_offsets.shape[0] < 1 or self.game_offsets[0] != 0 or (
+                self.game_offsets[-1] != count) or (np.diff(self.game_offsets) <= 0).any():
             problems.append("game_offsets must rise strictly from 0 to T")
         if self.label_moves.size and (self.label_moves.min() < 0 or self.label_moves.max() > 63):
             problems.append("label_moves hold squares outside 0..63")
         if self.label_visits is not None and self.label_visits.size and self.label_visits.min() < 0:
             problems.append("label_visits hold negative counts")
-        if self.label_policy.size and not (np.isfinite(self.label_policy).all() and self.label_policy.min() >= 0):
+        if self.label_policy.size and not (np.isfinite(self.label_policy).all()
+                                           and self.label_policy.min() >= 0):
             problems.append("label_policy holds negative or non-finite probabilities")
         elif not problems and self.label_policy.size:
             counts = np.diff(self.label_offsets)
-            sums = np.bincount(np.repeat(np.arange(count), counts), weights=self.label_policy, minlength=count)
+            sums = np.bincount(np.repeat(np.arange(count), counts), weights=self.label_policy,
+                               minlength=count)
             if np.abs(sums[counts > 0] - 1.0).max() > 1e-3:
                 problems.append("label_policy does not sum to 1 over each position's moves")
         if not np.isin(self.z, (-1, 1)).all():
@@ -225,10 +229,12 @@ class GameSamples:
         elif not (np.isfinite(self.sample_weight).all() and (self.sample_weight >= 0).all()):
             problems.append("sample_weight holds negative or non-finite values")
         games = self.num_games
-        if self.ownership.shape != (games, NUM_SQUARES) or self.ownership_mask.shape != (games, NUM_SQUARES) \
+        if self.ownership.shape != (games, NUM_SQUARES) \
+                or self.ownership_mask.shape != (games, NUM_SQUARES) \
                 or self.ownership_sign.shape != (count,):
             problems.append("ownership and ownership_mask must be (G, 64), ownership_sign (T,)")
-        elif not (np.isin(self.ownership, (-1, 0, 1)).all() and np.isin(self.ownership_sign, (-1, 0, 1)).all()):
+        elif not (np.isin(self.ownership, (-1, 0, 1)).all()
+                  and np.isin(self.ownership_sign, (-1, 0, 1)).all()):
             problems.append("ownership and ownership_sign hold values other than -1, 0 and +1")
         if problems:
             raise ReplayChunkError(f"{source}: {problems[0]}")
@@ -245,17 +251,20 @@ class GameSamples:
         return GameSamples(
             positions=np.concatenate([part.positions for part in parts]),
             label_moves=np.concatenate([part.label_moves for part in parts]),
-            label_visits=np.concatenate([part.label_visits for part in parts]) if with_visits else None,
+            label_visits=(np.concatenate([part.label_visits for part in parts]) if with_visits
+                          else None),
             label_policy=np.concatenate([part.label_policy for part in parts]),
             label_offsets=np.concatenate(
                 [np.zeros(1, dtype=np.int64)]
-                + [part.label_offsets[1:] + base for part, base in zip(parts, label_base, strict=True)]
+                + [part.label_offsets[1:] + base
+                   for part, base in zip(parts, label_base, strict=True)]
             ),
             z=np.concatenate([part.z for part in parts]),
             played_moves=np.concatenate([part.played_moves for part in parts]),
             game_offsets=np.concatenate(
                 [np.zeros(1, dtype=np.int64)]
-                + [part.game_offsets[1:] + base for part, base in zip(parts, position_base, strict=True)]
+                + [part.game_offsets[1:] + base
+                   for part, base in zip(parts, position_base, strict=True)]
             ),
             policy_weight=np.concatenate([part.policy_weight for part in parts]),
             ownership=np.concatenate([part.ownership for part in parts]),
@@ -280,14 +289,16 @@ class GameSamples:
         indices = np.asarray(indices, dtype=np.int64)
         games = np.searchsorted(self.game_offsets, indices, side="right") - 1
         sign = self.ownership_sign[indices]
-        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES), np.arange(NUM_SQUARES))
+        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES),
+                           np.arange(NUM_SQUARES))
         rows = games[:, None]
         ownership = (self.ownership[rows, squares] * sign[:, None]).astype(np.int8)
         mask = self.ownership_mask[rows, squares] & (sign != 0)[:, None]
         return ownership, mask
 
 
-def save_chunk(path: str | os.PathLike, samples: GameSamples, first_game: int | None = None) -> None:
+def save_chunk(path: str | os.PathLike, samples: GameSamples,
+               first_game: int | None = None) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename), in
     format version 5: labels as uint8 squares and float16 probabilities, no visit counts.
 
@@ -327,14 +338,16 @@ def _load_chunk(path: str | os.PathLike) -> tuple[GameSamples, int | None]:
             version = int(archive["format_version"]) if "format_version" in archive.files else 1
             if not 1 <= version <= CHUNK_FORMAT_VERSION:
                 raise ReplayChunkError(
-                    f"{path}: format_version {version}; this code reads 1 to {CHUNK_FORMAT_VERSION}")
-            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2, 3: _CHUNK_KEYS_V3, 4: _CHUNK_KEYS_V4}.get(version,
-                                                                                             _CHUNK_KEYS)
+                    f"{path}: format_version {version}; "
+                    f"this code reads 1 to {CHUNK_FORMAT_VERSION}")
+            keys = {1: _CHUNK_KEYS_V1, 2: _CHUNK_KEYS_V2, 3: _CHUNK_KEYS_V3,
+                    4: _CHUNK_KEYS_V4}.get(version, _CHUNK_KEYS)
             missing = [key for key in keys if key not in archive.files]
             if missing:
                 raise ReplayChunkError(f"{path}: missing arrays {missing}")
             arrays = {key: archive[key] for key in keys}
-            arrays.setdefault("label_visits", archive["label_visits"] if "label_visits" in archive.files else None)
+            arrays.setdefault("label_visits", archive["label_visits"]
+                              if "label_visits" in archive.files else None)
             if version >= 4:  # compact labels
                 arrays["label_moves"] = arrays["label_moves"].astype(np.int32)
                 arrays["label_policy"] = arrays["label_policy"].astype(np.float32)
@@ -375,7 +388,8 @@ class ChunkWriter:
     """
 
     def __init__(self, directory: Path, first_index: int, first_game: int, chunk_games: int = 1,
-                 chunk_seconds: float = 0.0, on_written: Callable[[list[object]], None] | None = None) -> None:
+                 chunk_seconds: float = 0.0,
+                 on_written: Callable[[list[object]], None] | None = None) -> None:
         if chunk_games < 1:
             raise ValueError(f"chunk_games must be >= 1, got {chunk_games}")
         if chunk_seconds < 0:
@@ -386,7 +400,8 @@ class ChunkWriter:
         self.chunk_seconds = chunk_seconds
         self.on_written = on_written
         self._next_game = first_game  # serial of the next game written
-        self._pending: list[tuple[GameSamples, Sequence[object], float]] = []  # games, records, when added
+        # games, records, when added
+        self._pending: list[tuple[GameSamples, Sequence[object], float]] = []
         self._pending_games = 0
         self._added = 0  # batches added so far
         self._written = 0  # batches written so far
@@ -452,7 +467,8 @@ class ChunkWriter:
 
     def _raise_failure(self) -> None:
         if self._error is not None:
-            raise ReplayWriteError(f"writing replay chunk {self._failed_chunk} failed: {self._error!r}") \
+            raise ReplayWriteError(
+                f"writing replay chunk {self._failed_chunk} failed: {self._error!r}") \
                 from self._error
 
     def _due(self) -> bool:
@@ -469,7 +485,8 @@ class ChunkWriter:
                 while not self._due() and not (self._closing and not self._pending):
                     timeout = None
                     if self._pending:
-                        timeout = max(self.chunk_seconds - (time.monotonic() - self._pending[0][2]), 0.0)
+                        timeout = max(self.chunk_seconds
+                                      - (time.monotonic() - self._pending[0][2]), 0.0)
                     self._condition.wait(timeout)
                 if not self._pending:  # closing, nothing left
                     return
@@ -514,7 +531,8 @@ class _Columns:
     """
 
     def __init__(self, fields: dict[str, tuple[tuple[int, ...], type]]) -> None:
-        self.arrays = {name: np.empty((0, *shape), dtype) for name, (shape, dtype) in fields.items()}
+        self.arrays = {name: np.empty((0, *shape), dtype)
+                       for name, (shape, dtype) in fields.items()}
         self.base = 0  # logical index of physical row 0
         self.first = 0
         self.stop = 0
@@ -576,9 +594,11 @@ def _games_from(samples: GameSamples, first: int) -> GameSamples:
     return GameSamples(
         positions=samples.positions[start:], label_moves=samples.label_moves[label_start:],
         label_visits=None if samples.label_visits is None else samples.label_visits[label_start:],
-        label_policy=samples.label_policy[label_start:], label_offsets=samples.label_offsets[start:] - label_start,
+        label_policy=samples.label_policy[label_start:],
+        label_offsets=samples.label_offsets[start:] - label_start,
         z=samples.z[start:], played_moves=samples.played_moves[start:],
-        game_offsets=samples.game_offsets[first:] - start, policy_weight=samples.policy_weight[start:],
+        game_offsets=samples.game_offsets[first:] - start,
+        policy_weight=samples.policy_weight[start:],
         ownership=samples.ownership[first:], ownership_mask=samples.ownership_mask[first:],
         ownership_sign=samples.ownership_sign[start:], sample_weight=samples.sample_weight[start:])
 
@@ -625,7 +645,8 @@ class ReplayBuffer:
 
     def __init__(self, directory: str | os.PathLike | None, window_positions: int, seed: int = 0,
                  chunk_games: int = 1, chunk_seconds: float = 0.0,
-                 on_written: Callable[[list[object]], None] | None = None, first_game: int = 0) -> None:
+                 on_written: Callable[[list[object]], None] | None = None,
+                 first_game: int = 0) -> None:
         if window_positions < 1:
             raise ValueError(f"window_positions must be >= 1, got {window_positions}")
         self.directory = Path(directory) if directory is not None else None
@@ -644,7 +665,8 @@ class ReplayBuffer:
             "ownership_sign": ((), np.int8),
             "game_row": ((), np.int64),  # logical row of the position's game in `_games`
             "sample_weight": ((), np.float16),  # how often `sample` draws the row (1: uniform)
-            "weight_through": ((), np.float64),  # the sample weights of every row added up to this one
+            # the sample weights of every row added up to this one
+            "weight_through": ((), np.float64),
         })
         self._weighted = False  # a row of another weight than 1 entered the window
         self._weight_total = 0.0  # the sample weights of every row added so far
@@ -658,7 +680,8 @@ class ReplayBuffer:
         self._writer_settings = (chunk_games, chunk_seconds, on_written)
         self._next_chunk = 0
         if chunk_games < 1 or chunk_seconds < 0:
-            raise ValueError(f"need chunk_games >= 1 and chunk_seconds >= 0, got {chunk_games}, {chunk_seconds}")
+            raise ValueError(f"need chunk_games >= 1 and chunk_seconds >= 0, "
+                             f"got {chunk_games}, {chunk_seconds}")
         if self.directory is not None:
             self._next_chunk = self._load_existing()
         self.next_game = max(self.next_game, first_game)
@@ -732,9 +755,11 @@ class ReplayBuffer:
             ReplayWriteError: the writer thread failed earlier (names the chunk).
         """
         if self.directory is None:
-            raise ValueError("this replay buffer keeps no chunks on disk (directory None): use add_to_window")
+            raise ValueError("this replay buffer keeps no chunks on disk (directory None): "
+                             "use add_to_window")
         if self._writer is None:
-            self._writer = ChunkWriter(self.directory, self._next_chunk, self.next_game, *self._writer_settings)
+            self._writer = ChunkWriter(self.directory, self._next_chunk, self.next_game,
+                                       *self._writer_settings)
         self._writer.add(samples, records)
         self.next_game += samples.num_games
         self.add_to_window(samples)
@@ -780,7 +805,8 @@ class ReplayBuffer:
         self._spans.append(_ChunkSpan(self._positions.logical_stop, samples.num_positions,
                                       self._labels.logical_stop, int(samples.label_offsets[-1]),
                                       self._games.logical_stop, samples.game_offsets.copy()))
-        game_of_position = np.repeat(np.arange(games, dtype=np.int64), np.diff(samples.game_offsets))
+        game_of_position = np.repeat(np.arange(games, dtype=np.int64),
+                                     np.diff(samples.game_offsets))
         weights = np.minimum(samples.sample_weight, np.finfo(np.float16).max).astype(np.float16)
         through = self._weight_total + np.cumsum(weights, dtype=np.float64)
         if through.shape[0]:
@@ -788,16 +814,19 @@ class ReplayBuffer:
         self._positions.append({
             "positions": samples.positions, "z": samples.z, "policy_weight": samples.policy_weight,
             "played_moves": samples.played_moves,
-            "label_start": self._labels.logical_stop + samples.label_offsets[:-1], "label_count": counts,
+            "label_start": self._labels.logical_stop + samples.label_offsets[:-1],
+            "label_count": counts,
             "ownership_sign": samples.ownership_sign,
             "game_row": self._games.logical_stop + game_of_position,
             "sample_weight": weights,
             "weight_through": through,
         })
         self._weighted = self._weighted or bool((weights != 1).any())
-        self._labels.append({"label_moves": samples.label_moves, "label_policy": samples.label_policy})
+        self._labels.append({"label_moves": samples.label_moves,
+                             "label_policy": samples.label_policy})
         if games:
-            self._games.append({"ownership": samples.ownership, "ownership_mask": samples.ownership_mask})
+            self._games.append({"ownership": samples.ownership,
+                                "ownership_mask": samples.ownership_mask})
 
     @property
     def window(self) -> tuple[GameSamples, ...]:
@@ -813,21 +842,25 @@ class ReplayBuffer:
                                                           span.positions).astype(np.float32)
             chunk["played_moves"] = self._positions.take("played_moves", span.first_position,
                                                          span.positions).astype(np.int32)
-            chunk["label_moves"] = self._labels.take("label_moves", span.first_label, span.labels).astype(np.int32)
+            chunk["label_moves"] = self._labels.take("label_moves", span.first_label,
+                                                     span.labels).astype(np.int32)
             chunk["label_policy"] = self._labels.take("label_policy", span.first_label,
                                                       span.labels).astype(np.float32)
-            chunk.update({name: self._games.take(name, span.first_game, span.game_offsets.shape[0] - 1)
+            chunk.update({name: self._games.take(name, span.first_game,
+                                                 span.game_offsets.shape[0] - 1)
                           for name in ("ownership", "ownership_mask")})
-            chunks.append(GameSamples(label_offsets=np.concatenate([np.zeros(1, np.int64),
-                                                                    np.cumsum(counts, dtype=np.int64)]),
-                                      label_visits=None, game_offsets=span.game_offsets.copy(), **chunk))
+            chunks.append(GameSamples(
+                label_offsets=np.concatenate([np.zeros(1, np.int64),
+                                              np.cumsum(counts, dtype=np.int64)]),
+                label_visits=None, game_offsets=span.game_offsets.copy(), **chunk))
         return tuple(chunks)
 
     @property
     def bytes_per_position(self) -> float:
         """Bytes the window's live rows take per position held (positions, their labels and
         their games' ownership maps), without the room kept for growth (`nbytes`); 0 when empty."""
-        live = sum(columns.live_nbytes() for columns in (self._positions, self._labels, self._games))
+        live = sum(columns.live_nbytes()
+                   for columns in (self._positions, self._labels, self._games))
         return live / len(self) if len(self) else 0.0
 
     @property
@@ -878,10 +911,12 @@ class ReplayBuffer:
         label_rows = np.repeat(starts - label_offsets[:-1], counts) + np.arange(label_offsets[-1])
         policy = self._labels.arrays["label_policy"][label_rows].astype(np.float64)
         ownership, ownership_mask = self._ownership_targets(rows)
-        totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy, minlength=batch_size)
+        totals = np.bincount(np.repeat(np.arange(batch_size), counts), weights=policy,
+                             minlength=batch_size)
         return {
             "positions": columns["positions"][rows],
-            "label_moves": np.take(self._labels.arrays["label_moves"], label_rows, axis=0).astype(np.int32),
+            "label_moves": np.take(self._labels.arrays["label_moves"], label_rows,
+                                   axis=0).astype(np.int32),
             "label_probs": (policy / np.repeat(totals, counts)).astype(np.float32),
             "label_offsets": label_offsets,
             "z": columns["z"][rows].astype(np.float32),
@@ -901,7 +936,8 @@ class ReplayBuffer:
         low = through[0] - float(self._positions.arrays["sample_weight"][first])
         if through[-1] - low <= 0:  # every weight 0: nothing to prefer
             return self.rng.integers(0, stop - first, size=count)
-        picks = np.searchsorted(through, low + self.rng.random(count) * (through[-1] - low), side="right")
+        picks = np.searchsorted(through, low + self.rng.random(count) * (through[-1] - low),
+                                side="right")
         return np.minimum(picks, stop - first - 1)
 
     def _ownership_targets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -910,7 +946,9 @@ class ReplayBuffer:
         columns = self._positions.arrays
         sign = columns["ownership_sign"][rows]
         games = (columns["game_row"][rows] - self._games.base)[:, None]
-        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES), np.arange(NUM_SQUARES))
-        ownership = (self._games.arrays["ownership"][games, squares] * sign[:, None]).astype(np.int8)
+        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES),
+                           np.arange(NUM_SQUARES))
+        ownership = (self._games.arrays["ownership"][games, squares]
+                     * sign[:, None]).astype(np.int8)
         mask = self._games.arrays["ownership_mask"][games, squares] & (sign != 0)[:, None]
         return ownership, mask

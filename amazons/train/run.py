@@ -1,4 +1,7 @@
-"""The main job: `python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N] [--resume | --init MODEL] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]`.
+"""The main job: `python -m amazons.train`.
+
+    python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N]
+        [--resume | --init MODEL] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]
 
 An iteration is `games_per_iteration` self-play games and the training steps they are owed,
 `ceil(new_positions * sample_reuse / train_batch_size)` (bounded), on uniformly sampled,
@@ -80,7 +83,8 @@ class SelfPlaySource(Protocol):
     backend's `SelfPlayWorkers`, the Ray backend's `NodePool`."""
 
     def play(self, num_games: int, on_games: Callable[[list[GameSamples], list[GameRecord]], None],
-             iteration: int = 0, progress: Callable[[SelfPlayReport], None] | None = None) -> SelfPlayReport:
+             iteration: int = 0,
+             progress: Callable[[SelfPlayReport], None] | None = None) -> SelfPlayReport:
         """Deliver `num_games` finished games for `iteration` through `on_games`."""
         ...
 
@@ -105,7 +109,8 @@ class Backend(Protocol):
         """The config this backend runs for `config`, resolved with the KEY=VALUE `overrides`."""
         ...
 
-    def __call__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> Run:
+    def __call__(self, config: TrainConfig, run_dir: Path, resume: bool,
+                 address: str | None = None) -> Run:
         ...
 
 
@@ -124,7 +129,8 @@ def load_backend(name: str) -> Backend:
         return Run
     points = [point for point in entry_points(group=BACKENDS_GROUP) if point.name == name]
     if not points:
-        raise ValueError(f"no backend named {name!r} is installed; installed: {', '.join(backend_names())}")
+        raise ValueError(f"no backend named {name!r} is installed; "
+                         f"installed: {', '.join(backend_names())}")
     return points[0].load()
 
 
@@ -136,7 +142,8 @@ class Run:
             `config.pipeline.mode` is one this backend does not run (`pipeline_modes`).
     """
 
-    pipeline_modes: tuple[str, ...] = ("async", "sync")  # the `pipeline.mode` values this backend runs (its own first)
+    # the `pipeline.mode` values this backend runs (its own first)
+    pipeline_modes: tuple[str, ...] = ("async", "sync")
 
     @classmethod
     def fit_config(cls, config: TrainConfig, overrides: list[str]) -> TrainConfig:
@@ -145,18 +152,22 @@ class Run:
         an override names, or that differs from the preset's, stays, and `__init__` refuses it."""
         mode = config.pipeline.mode
         named = any(override.partition("=")[0] == "pipeline.mode" for override in overrides)
-        if mode in cls.pipeline_modes or named or mode != preset_config(config.preset).pipeline.mode:
+        if (mode in cls.pipeline_modes or named
+                or mode != preset_config(config.preset).pipeline.mode):
             return config
         own = cls.pipeline_modes[0]
-        print(f"pipeline.mode: the preset's {mode!r} replaced by {own!r}, the mode the {cls.__name__} backend runs",
-              flush=True)
+        print(f"pipeline.mode: the preset's {mode!r} replaced by {own!r}, "
+              f"the mode the {cls.__name__} backend runs", flush=True)
         return dataclasses.replace(config, pipeline=dataclasses.replace(config.pipeline, mode=own))
 
-    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool, address: str | None = None) -> None:
+    def __init__(self, config: TrainConfig, run_dir: Path, resume: bool,
+                 address: str | None = None) -> None:
         if address is not None:
-            raise ValueError(f"{type(self).__name__} joins no cluster: --address {address!r} needs another backend")
+            raise ValueError(f"{type(self).__name__} joins no cluster: "
+                             f"--address {address!r} needs another backend")
         if config.pipeline.mode not in self.pipeline_modes:
-            raise ValueError(f"pipeline.mode={config.pipeline.mode!r}: the {type(self).__name__} backend runs "
+            raise ValueError(f"pipeline.mode={config.pipeline.mode!r}: "
+                             f"the {type(self).__name__} backend runs "
                              f"{' or '.join(self.pipeline_modes)}")
         self.config = config
         self.run_dir = run_dir
@@ -173,7 +184,8 @@ class Run:
         self.matches_lock = threading.Lock()
         trained_games = None  # serial number of the first game no finished iteration holds
         if resume:
-            self.learner = resume_learner(self.checkpoint_path, config.net, config.optim, self.device)
+            self.learner = resume_learner(self.checkpoint_path, config.net, config.optim,
+                                          self.device)
             state = json.loads((run_dir / "state.json").read_text())
             self.iteration = int(state["iteration"])
             self.matches = state["matches"]
@@ -185,9 +197,12 @@ class Run:
                 init_weights_from(config.init_model, model)
             self.learner = Learner(model, config.optim, self.device, seed=config.seed)
         games_file = run_dir / "games" / "selfplay.txt"
-        self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions, seed=config.seed + self.iteration,
-                                   chunk_games=config.replay_chunk_games, chunk_seconds=config.replay_chunk_seconds,
-                                   on_written=lambda records: write_records(games_file, records, append=True),
+        self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions,
+                                   seed=config.seed + self.iteration,
+                                   chunk_games=config.replay_chunk_games,
+                                   chunk_seconds=config.replay_chunk_seconds,
+                                   on_written=lambda records: write_records(games_file, records,
+                                                                            append=True),
                                    first_game=trained_games or 0)
         for path, reason in self.replay.skipped_chunks:
             print(f"warning: skipped replay chunk {path}: {reason}", file=sys.stderr)
@@ -199,7 +214,8 @@ class Run:
         self.metrics_file = open(run_dir / "metrics.jsonl", "a")  # noqa: SIM115  (closed in close())
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(str(run_dir / "tensorboard"), purge_step=self.iteration + 1 if resume else None)
+        self.writer = SummaryWriter(str(run_dir / "tensorboard"),
+                                    purge_step=self.iteration + 1 if resume else None)
 
     def model_path(self, iteration: int) -> Path:
         return self.run_dir / "models" / f"model-{iteration:04d}.pt"
@@ -207,11 +223,14 @@ class Run:
     def run(self, progress: bool = True) -> None:
         config = self.config
         if not self.model_path(self.iteration).exists():
-            save_model(self.model_path(self.iteration), self.learner.model, {"iteration": self.iteration})
-        factory = server_evaluator_factory(self.model_path(self.iteration), config.device, config.inference_dtype,
-                                           config.inference)
-        print(f"run {self.run_dir}: preset {config.preset}, net {count_parameters(self.learner.model):,} parameters, "
-              f"device {self.device}, {config.pipeline.mode} pipeline, iteration {self.iteration}/{config.iterations}, "
+            save_model(self.model_path(self.iteration), self.learner.model,
+                       {"iteration": self.iteration})
+        factory = server_evaluator_factory(self.model_path(self.iteration), config.device,
+                                           config.inference_dtype, config.inference)
+        print(f"run {self.run_dir}: preset {config.preset}, "
+              f"net {count_parameters(self.learner.model):,} parameters, "
+              f"device {self.device}, {config.pipeline.mode} pipeline, "
+              f"iteration {self.iteration}/{config.iterations}, "
               f"replay {len(self.replay):,} positions"
               + (f", started from {config.init_model}" if config.init_model else ""), flush=True)
         with InferenceServer(factory, config.selfplay.num_actors, config.inference) as server:
@@ -264,7 +283,8 @@ class Run:
 
     def self_play(self, workers: SelfPlaySource, iteration: int, progress: bool) -> SelfPlayReport:
         config = self.config
-        bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game", progress)
+        bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game",
+                            progress)
         def on_games(samples: list[GameSamples], records: list[GameRecord]) -> None:
             self.replay.add(GameSamples.concatenate(samples), records)
 
@@ -273,9 +293,11 @@ class Run:
                 bar.n = report.games
                 bar.set_postfix(pos_s=f"{report.positions_per_s:.0f}", refresh=True)
 
-        report = workers.play(config.games_per_iteration, on_games, iteration=iteration, progress=show)
+        report = workers.play(config.games_per_iteration, on_games, iteration=iteration,
+                              progress=show)
         if bar is not None:
-            bar.set_postfix(pos_s=f"{report.positions_per_s:.0f}", sims_s=f"{report.simulations_per_s:.0f}",
+            bar.set_postfix(pos_s=f"{report.positions_per_s:.0f}",
+                            sims_s=f"{report.simulations_per_s:.0f}",
                             evals_s=f"{report.evals_per_s:.0f}")
             bar.close()
         return report
@@ -301,7 +323,8 @@ class Run:
 
     def train_step(self) -> dict[str, torch.Tensor | float]:
         """One learner step on a batch drawn from the replay window and augmented."""
-        batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)), self.learner.rng)
+        batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)),
+                              self.learner.rng)
         return self.learner.train_step_tensors(batch)
 
     def train_metrics(self, sums: MetricSums, steps: int, seconds: float) -> dict[str, float]:
@@ -309,7 +332,8 @@ class Run:
         result = {f"train/{key}": value for key, value in sums.means().items()}
         samples = steps * self.config.train_batch_size * self.world_size
         result.update({"train/steps": steps, "train/samples_per_s": samples / max(seconds, 1e-9),
-                       "train/replay_positions": len(self.replay), "train/learner_step": self.learner.step})
+                       "train/replay_positions": len(self.replay),
+                       "train/learner_step": self.learner.step})
         return result
 
     # --------------------------------------------------------------------------------------------
@@ -317,17 +341,19 @@ class Run:
 
     def run_async(self, server: InferenceServer, workers: SelfPlayWorkers, progress: bool) -> None:
         """Self-play, training and evaluation at once until `config.iterations` (see
-        `amazons.train.pipeline`): the actors play endless tasks, this loop takes their games into the
-        replay window, trains whenever the ratio allows, publishes weights every
+        `amazons.train.pipeline`): the actors play endless tasks, this loop takes their games into
+        the replay window, trains whenever the ratio allows, publishes weights every
         `pipeline.publish_every_steps` steps or `pipeline.publish_interval_s` seconds (through
         shared memory) and closes iterations; evaluation runs in a thread."""
         config = self.config
         budget = self.step_budget()
-        publisher = WeightsPublisher(server, config.pipeline.publish_every_steps, config.pipeline.publish_interval_s)
+        publisher = WeightsPublisher(server, config.pipeline.publish_every_steps,
+                                     config.pipeline.publish_interval_s)
         publisher.publish(self.learner.step, self.learner.model)
         evaluation = BackgroundEvaluation(self.evaluate)
         clock = _AsyncClock(workers)
-        bar = _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress)
+        bar = _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game",
+                            progress)
         last_counters: dict[int, tuple[float, float]] = {}
 
         def take_late_games(late: list[FinishedGame]) -> None:
@@ -344,8 +370,10 @@ class Run:
                 clock.learner_wait += time.perf_counter() - waited
             if finished:
                 self.take_games(finished, budget, publisher, last_counters)
-                if self.iteration + 1 == config.iterations and budget.current.games >= config.games_per_iteration:
-                    workers.wind_down()  # the last iteration has its games: play out the ones in progress
+                if (self.iteration + 1 == config.iterations
+                        and budget.current.games >= config.games_per_iteration):
+                    # the last iteration has its games: play out the ones in progress
+                    workers.wind_down()
             if budget.may_step():
                 stepped = time.perf_counter()
                 clock.sums.add(self.train_step())
@@ -360,11 +388,12 @@ class Run:
             if budget.iteration_done():
                 if bar is not None:
                     bar.close()
-                self.finish_async_iteration(budget.finish_iteration(), clock, evaluation, workers, publisher,
-                                            take_late_games)
+                self.finish_async_iteration(budget.finish_iteration(), clock, evaluation, workers,
+                                            publisher, take_late_games)
                 clock = _AsyncClock(workers)
                 bar = (None if self.iteration >= config.iterations else
-                       _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game", progress))
+                       _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}",
+                                     "game", progress))
         workers.stop()
 
     def step_budget(self) -> StepBudget:
@@ -373,23 +402,27 @@ class Run:
         their steps."""
         config = self.config
         budget = StepBudget(config.games_per_iteration, config.sample_reuse,
-                            config.train_batch_size * self.world_size, config.min_steps, config.max_steps,
-                            config.pipeline.slack_steps)
+                            config.train_batch_size * self.world_size, config.min_steps,
+                            config.max_steps, config.pipeline.slack_steps)
         debt = self.take_debt()
         if debt is not None:
-            full = np.add.reduceat((debt.policy_weight > 0).astype(np.int64), debt.game_offsets[:-1])
-            for positions, full_searches in zip(np.diff(debt.game_offsets).tolist(), full.tolist(), strict=True):
+            full = np.add.reduceat((debt.policy_weight > 0).astype(np.int64),
+                                   debt.game_offsets[:-1])
+            for positions, full_searches in zip(np.diff(debt.game_offsets).tolist(), full.tolist(),
+                                                strict=True):
                 budget.count_game(positions, full_searches)
         return budget
 
-    def take_games(self, finished: list[FinishedGame], budget: StepBudget, publisher: WeightsPublisher,
+    def take_games(self, finished: list[FinishedGame], budget: StepBudget,
+                   publisher: WeightsPublisher,
                    last_counters: dict[int, tuple[float, float]]) -> None:
         """Add finished games to the replay (its writer thread persists them and their records)
         and count them in the iterations they belong to."""
         self.replay.add(GameSamples.concatenate([game.samples for game in finished]),
                         [game.record for game in finished])
         for game in finished:
-            ledger = budget.count_game(game.samples.num_positions, int((game.samples.policy_weight > 0).sum()))
+            ledger = budget.count_game(game.samples.num_positions,
+                                       int((game.samples.policy_weight > 0).sum()))
             ledger.adjudicated += game.adjudicated
             ledger.plies += len(game.record.moves)
             ledger.played_games += 1
@@ -451,7 +484,8 @@ class Run:
             metrics["pipeline/finish_games_s"] = time.perf_counter() - finishing
             results.append(evaluation.wait())
         results = [result for result in results if result is not None]
-        for older in results[:-1]:  # a line holds one evaluation: the newest; older ones go to TensorBoard
+        # a line holds one evaluation: the newest; older ones go to TensorBoard
+        for older in results[:-1]:
             for key, value in older.metrics.items():
                 self.writer.add_scalar(key, float(value), older.iteration)
         if results:
@@ -463,22 +497,25 @@ class Run:
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Arena matches of this iteration's model against the previous one and the baselines
-        (`amazons.train.evaluation.Evaluation`: the network players served by inference servers on the
-        run's device), then the Elo ladder over every match so far, written to `elo.json`."""
+        (`amazons.train.evaluation.Evaluation`: the network players served by inference servers on
+        the run's device), then the Elo ladder over every match so far, written to `elo.json`."""
         config = self.config.eval
         name = f"iter-{iteration:04d}"
         with Evaluation(config, self.config.device, self.config.inference_dtype) as evaluation:
-            outcomes = evaluation.run(self.model_path(iteration), self.model_path(iteration - 1), iteration,
-                                      seed=self.config.seed * 7919 + iteration)
+            outcomes = evaluation.run(self.model_path(iteration), self.model_path(iteration - 1),
+                                      iteration, seed=self.config.seed * 7919 + iteration)
         results: dict[str, float] = {}
         new_matches = []
         for opponent, result in outcomes.items():
             opponent_name = f"iter-{iteration - 1:04d}" if opponent == "previous" else opponent
-            new_matches.append({"a": name, "b": opponent_name, "wins_a": result.wins_a, "games": result.games})
+            new_matches.append({"a": name, "b": opponent_name, "wins_a": result.wins_a,
+                                "games": result.games})
             results[f"eval/win_rate_vs_{opponent}"] = result.win_rate
-            print(f"  eval {name} vs {opponent_name}: {result.wins_a}/{result.games} wins, Elo {result.elo:+.0f} "
-                  f"[{result.elo_low:+.0f}, {result.elo_high:+.0f}]", flush=True)
-        results["eval/server_rows"] = sum(stats.get("rows", 0.0) for stats in evaluation.stats.values())
+            print(f"  eval {name} vs {opponent_name}: {result.wins_a}/{result.games} wins, "
+                  f"Elo {result.elo:+.0f} [{result.elo_low:+.0f}, {result.elo_high:+.0f}]",
+                  flush=True)
+        results["eval/server_rows"] = sum(stats.get("rows", 0.0)
+                                          for stats in evaluation.stats.values())
         with self.matches_lock:  # all of this evaluation's matches at once, beside the checkpoint
             self.matches.extend(new_matches)
             matches = list(self.matches)
@@ -501,16 +538,21 @@ class Run:
         atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
-        self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()}) + "\n")
+        self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()})
+                                + "\n")
         self.metrics_file.flush()
-        evaluated = int(metrics.get("eval/iteration", iteration))  # async: an earlier model's evaluation
+        # async: an earlier model's evaluation
+        evaluated = int(metrics.get("eval/iteration", iteration))
         for key, value in metrics.items():
             if key != "iteration":
-                self.writer.add_scalar(key, float(value), evaluated if key.startswith("eval/") else iteration)
+                self.writer.add_scalar(key, float(value),
+                                       evaluated if key.startswith("eval/") else iteration)
         self.writer.flush()
         summary = ", ".join(f"{key.split('/')[-1]} {metrics[key]:.3g}" for key in
-                            ("train/loss", "selfplay/positions_per_s", "eval/elo") if key in metrics)
-        print(f"iteration {iteration} done in {metrics['iteration_seconds']:.0f} s: {summary}", flush=True)
+                            ("train/loss", "selfplay/positions_per_s", "eval/elo")
+                            if key in metrics)
+        print(f"iteration {iteration} done in {metrics['iteration_seconds']:.0f} s: {summary}",
+              flush=True)
 
     def close(self) -> None:
         """Write the replay games still waiting (`ReplayBuffer.close`), close the logs."""
@@ -565,8 +607,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     """
     init = getattr(args, "init", None)
     if init is not None and args.resume:
-        raise SystemExit("--init starts a new run from a model's weights; --resume continues from the run's "
-                         "own checkpoint: pass one of them")
+        raise SystemExit("--init starts a new run from a model's weights; --resume continues from "
+                         "the run's own checkpoint: pass one of them")
     config_path = args.run_dir / "config.json"
     if args.resume:
         if not (args.run_dir / "checkpoints" / "latest.pt").exists() or not config_path.exists():
@@ -574,7 +616,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         config = config_from_dict(TrainConfig, json.loads(config_path.read_text()))
     else:
         if (args.run_dir / "checkpoints" / "latest.pt").exists():
-            raise SystemExit(f"{args.run_dir} already holds a run: pass --resume, or another --run-dir")
+            raise SystemExit(f"{args.run_dir} already holds a run: "
+                             "pass --resume, or another --run-dir")
         preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
         config = preset_config(preset)
     stored = config
@@ -583,8 +626,8 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         changed = [f"net.{name}: {getattr(stored.net, name)!r} -> {getattr(config.net, name)!r}"
                    for name in (item.name for item in dataclasses.fields(config.net))
                    if getattr(stored.net, name) != getattr(config.net, name)]
-        raise SystemExit(f"--resume cannot change the network's shape or head ({'; '.join(changed)}): "
-                         "start a new run in another --run-dir")
+        raise SystemExit(f"--resume cannot change the network's shape or head "
+                         f"({'; '.join(changed)}): start a new run in another --run-dir")
     if args.iterations is not None:
         config = dataclasses.replace(config, iterations=args.iterations)
     if init is not None:
@@ -623,22 +666,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--preset", choices=("cpu", "gpu"), default=None,
                         help="default: gpu when CUDA is available, else cpu")
     parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<preset>")
-    parser.add_argument("--iterations", type=int, default=None, help="iterations to reach (overrides the config)")
+    parser.add_argument("--iterations", type=int, default=None,
+                        help="iterations to reach (overrides the config)")
     parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
     parser.add_argument("--init", default=None, metavar="MODEL",
-                        help="start a new run from a model's weights (a .pt model or learner checkpoint, or "
-                             "'default': the shipped model) with a fresh optimizer; sets init_model")
+                        help="start a new run from a model's weights (a .pt model or learner "
+                             "checkpoint, or 'default': the shipped model) with a fresh optimizer; "
+                             "sets init_model")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
     parser.add_argument("--backend", choices=backend_names(), default="local",
-                        help="local: this machine's processes; ray: self-play on every node of a Ray "
-                             "cluster, DDP training (pip install 'amazons[ray]'; docs/distributed.md)")
+                        help="local: this machine's processes; ray: self-play on every node of a "
+                             "Ray cluster, DDP training (pip install 'amazons[ray]'; "
+                             "docs/distributed.md)")
     parser.add_argument("--address", default=None,
-                        help="a backend that joins a cluster (ray): the cluster ('auto': the one `ray start` "
-                             "began on this machine, or HOST:PORT); default: start one on this machine")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. net.blocks=4")
+                        help="a backend that joins a cluster (ray): the cluster ('auto': the one "
+                             "`ray start` began on this machine, or HOST:PORT); default: start one "
+                             "on this machine")
+    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
+                        help="config overrides, e.g. net.blocks=4")
     args = parser.parse_args(argv)
     if args.run_dir is None:
-        args.run_dir = Path("runs") / (args.preset or ("gpu" if torch.cuda.is_available() else "cpu"))
+        args.run_dir = Path("runs") / (args.preset
+                                       or ("gpu" if torch.cuda.is_available() else "cpu"))
     try:
         backend = load_backend(args.backend)
         config = backend.fit_config(resolve_config(args), args.overrides)
@@ -656,8 +705,8 @@ def main(argv: list[str] | None = None) -> int:
         run.run(progress=not args.no_progress)
     except KeyboardInterrupt:
         signum = stopped_by[0] if stopped_by else signal.SIGINT
-        print(f"\n{signal.Signals(signum).name}: stopped after iteration {run.iteration}; continue with: "
-              f"python -m amazons.train --run-dir {args.run_dir} --resume"
+        print(f"\n{signal.Signals(signum).name}: stopped after iteration {run.iteration}; "
+              f"continue with: python -m amazons.train --run-dir {args.run_dir} --resume"
               + (f" --backend {args.backend}" if args.backend != "local" else ""), file=sys.stderr)
         return 128 + signum
     finally:

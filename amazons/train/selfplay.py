@@ -47,8 +47,9 @@ import numpy as np
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
-from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, improved_policy, proof_policy
+from amazons.mcts import BatchedSearch, SearchConfig, SearchResult
 from amazons.records import GameRecord
+from amazons.search_targets import improved_policy, proof_policy
 from amazons.symmetry import canonical_to_real
 from amazons.train.replay import GameSamples
 
@@ -74,9 +75,10 @@ class SelfPlayConfig:
     num_actors: int = 2  # actor processes (each with its own slot on the server)
     games_in_parallel: int = 16  # G: games each actor searches in lockstep
     search: SearchConfig = field(default_factory=self_play_search_config)  # the search per move
-    start_jitter_s: float = 0.5  # each actor sleeps a random 0..this before starting (desynchronizes)
+    # each actor sleeps a random 0..this before starting (desynchronizes the actors)
+    start_jitter_s: float = 0.5
     seed: int = 0  # base seed; actor i of iteration t uses a stream derived from (seed, t, i)
-    policy_target: str = "completed_q"  # "completed_q" (amazons.mcts.improved_policy) or "visits"
+    policy_target: str = "completed_q"  # "completed_q" (search_targets.improved_policy) or "visits"
     # improved_policy's sigma constants; with search.root="gumbel" they must equal the search's
     # c_visit / c_scale (the target is then the policy the halving ranks moves by)
     target_c_visit: float = 50.0
@@ -88,11 +90,12 @@ class SelfPlayConfig:
     # had this many visits, q' = (n q + m v_mix) / (n + m); 0 = off
     target_q_prior_visits: float = 0.0
     # KataGo's policy target pruning: the target counts each root move's visits less its forced
-    # playouts that fail the PUCT check (amazons.mcts.prune_forced_visits); needs
+    # playouts that fail the PUCT check (amazons.search_targets.prune_forced_visits); needs
     # search.forced_playouts_k > 0
     prune_forced_playouts: bool = False
     adjudicate: bool = True  # end a game once its separated regions decide it (exact result)
-    full_search_prob: float = 1.0  # playout cap randomization: share of moves searched in full (recorded)
+    # playout cap randomization: share of moves searched in full (recorded)
+    full_search_prob: float = 1.0
     fast_simulations: int = 16  # simulations of the other moves (no root noise, not recorded)
     # KataGo's policy surprise weighting: the share of a game's sampling weight given in proportion
     # to each position's KL(target || prior) (`surprise_weights`); 0 = uniform (off), KataGo 0.5
@@ -103,43 +106,54 @@ class SelfPlayConfig:
             raise ValueError("num_actors and games_in_parallel must be >= 1")
         if not 0.0 < self.full_search_prob <= 1.0:
             raise ValueError(f"full_search_prob must be in (0, 1], got {self.full_search_prob!r}")
-        if self.full_search_prob < 1.0 and not 1 <= self.fast_simulations <= self.search.simulations:
-            raise ValueError(f"fast_simulations must be in 1..search.simulations ({self.search.simulations}) "
-                             f"with a playout cap, got {self.fast_simulations!r}")
+        if (self.full_search_prob < 1.0
+                and not 1 <= self.fast_simulations <= self.search.simulations):
+            raise ValueError(f"fast_simulations must be in 1..search.simulations "
+                             f"({self.search.simulations}) with a playout cap, "
+                             f"got {self.fast_simulations!r}")
         if self.policy_target not in POLICY_TARGETS:
-            raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, got {self.policy_target!r}")
+            raise ValueError(f"policy_target must be one of {POLICY_TARGETS}, "
+                             f"got {self.policy_target!r}")
         if not (self.target_c_visit >= 0 and self.target_c_scale >= 0):
             raise ValueError("target_c_visit and target_c_scale must be >= 0")
-        if not (isinstance(self.target_min_visits, (int, np.integer)) and not isinstance(self.target_min_visits, bool)
+        if not (isinstance(self.target_min_visits, (int, np.integer))
+                and not isinstance(self.target_min_visits, bool)
                 and self.target_min_visits >= 1):
-            raise ValueError(f"target_min_visits must be an integer >= 1, got {self.target_min_visits!r}")
+            raise ValueError(f"target_min_visits must be an integer >= 1, "
+                             f"got {self.target_min_visits!r}")
         if not (np.isfinite(self.target_q_prior_visits) and self.target_q_prior_visits >= 0):
-            raise ValueError(f"target_q_prior_visits must be a finite number >= 0, got {self.target_q_prior_visits!r}")
+            raise ValueError(f"target_q_prior_visits must be a finite number >= 0, "
+                             f"got {self.target_q_prior_visits!r}")
         if not isinstance(self.prune_forced_playouts, (bool, np.bool_)):
-            raise ValueError(f"prune_forced_playouts must be a bool, got {self.prune_forced_playouts!r}")
+            raise ValueError(f"prune_forced_playouts must be a bool, "
+                             f"got {self.prune_forced_playouts!r}")
         if self.prune_forced_playouts and not self.search.forced_playouts_k > 0:
             raise ValueError("prune_forced_playouts prunes the forced playouts of the search: set "
-                             "search.forced_playouts_k > 0 (KataGo uses 2), or prune_forced_playouts=False")
+                             "search.forced_playouts_k > 0 (KataGo uses 2), "
+                             "or prune_forced_playouts=False")
         if self.search.root == "gumbel":
             for name, off in (("target_min_visits", 1), ("target_q_prior_visits", 0.0)):
                 if getattr(self, name) != off:
-                    raise ValueError(f"{name} ({getattr(self, name)!r}) applies to the PUCT root's target; with "
-                                     f"search.root='gumbel' the target is the halving's own policy (set it to {off})")
+                    raise ValueError(f"{name} ({getattr(self, name)!r}) applies to the PUCT "
+                                     f"root's target; with search.root='gumbel' the target is "
+                                     f"the halving's own policy (set it to {off})")
             for target, searched in (("target_c_visit", "c_visit"), ("target_c_scale", "c_scale")):
                 if getattr(self, target) != getattr(self.search, searched):
                     raise ValueError(
                         f"{target} ({getattr(self, target)!r}) differs from search.{searched} "
-                        f"({getattr(self.search, searched)!r}) with search.root='gumbel': the Gumbel "
-                        f"root's policy target is the completed-Q policy its halving uses; set both")
+                        f"({getattr(self.search, searched)!r}) with search.root='gumbel': "
+                        f"the Gumbel root's policy target is the completed-Q policy its "
+                        f"halving uses; set both")
         if self.start_jitter_s < 0:
             raise ValueError(f"start_jitter_s must be >= 0, got {self.start_jitter_s}")
         if not 0.0 <= self.policy_surprise_weight <= 1.0:
-            raise ValueError(f"policy_surprise_weight must be in [0, 1], got {self.policy_surprise_weight!r}")
+            raise ValueError(f"policy_surprise_weight must be in [0, 1], "
+                             f"got {self.policy_surprise_weight!r}")
 
     def policy_label(self, result: SearchResult) -> np.ndarray:
         """The training target over `result.moves` (every legal move), `(L,) float32` summing to 1.
 
-        A proven root's target is its proof for both kinds (`amazons.mcts.proof_policy`: the
+        A proven root's target is its proof for both kinds (`search_targets.proof_policy`: the
         shortest wins share the mass, or the longest resistances when every move loses); the
         search stops at such a root, so its visits say nothing. Otherwise `completed_q` covers
         every legal move (unvisited ones through the mixed value) and `visits` is zero on the
@@ -158,7 +172,8 @@ class SelfPlayConfig:
         if self.policy_target == "visits":
             return result.policy
         return improved_policy(result, self.target_c_visit, self.target_c_scale,
-                               min_visits=self.target_min_visits, q_prior_visits=self.target_q_prior_visits)
+                               min_visits=self.target_min_visits,
+                               q_prior_visits=self.target_q_prior_visits)
 
 
 def policy_surprise(target: np.ndarray, prior: np.ndarray) -> float:
@@ -251,11 +266,13 @@ class _GameInProgress:
     turns: list[int] = field(default_factory=list)
     played: list[np.ndarray] = field(default_factory=list)
     versions: list[int] = field(default_factory=list)  # weights version of each position's search
-    surprise: list[float] = field(default_factory=list)  # each position's policy_surprise (0 unsearched)
+    # each position's policy_surprise (0 unsearched)
+    surprise: list[float] = field(default_factory=list)
     last_fast: tuple | None = None  # the latest fast search's record() arguments, unrecorded
 
-    def record(self, position: np.ndarray, moves: np.ndarray, visits: np.ndarray, policy: np.ndarray,
-               weight: float, version: int, turn: int, played: np.ndarray, surprise: float = 0.0) -> None:
+    def record(self, position: np.ndarray, moves: np.ndarray, visits: np.ndarray,
+               policy: np.ndarray, weight: float, version: int, turn: int, played: np.ndarray,
+               surprise: float = 0.0) -> None:
         """Keep one position as a sample: its label (canonical moves, raw visits, target), policy
         weight, weights version, side to move, the move played there (real frame) and its policy
         surprise."""
@@ -298,7 +315,8 @@ class _GameInProgress:
             ownership=ownership[None],
             ownership_mask=mask[None],
             ownership_sign=np.where(np.array(self.turns) == BLACK, 1, -1).astype(np.int8),
-            sample_weight=surprise_weights(np.array(self.surprise, np.float64), policy_weight > 0, surprise_share),
+            sample_weight=surprise_weights(np.array(self.surprise, np.float64), policy_weight > 0,
+                                           surprise_share),
         )
 
 
@@ -362,8 +380,8 @@ def play_games(
             `num_games` None without `keep_playing`.
     """
     if not 0.0 < full_search_prob <= 1.0 or (full_search_prob < 1.0 and fast_simulations < 1):
-        raise ValueError(f"full_search_prob must be in (0, 1] and fast_simulations >= 1 with a playout "
-                         f"cap, got {full_search_prob!r} and {fast_simulations!r}")
+        raise ValueError(f"full_search_prob must be in (0, 1] and fast_simulations >= 1 "
+                         f"with a playout cap, got {full_search_prob!r} and {fast_simulations!r}")
     if num_games is None and keep_playing is None:
         raise ValueError("num_games None (play on) needs keep_playing to say when to stop")
     if label is None:
@@ -372,18 +390,19 @@ def play_games(
     started = time.perf_counter()
     cap_rng = rng if rng is not None else np.random.default_rng(PLAYOUT_CAP_STREAM)
     counters = stats if stats is not None else {}
-    for key in ("games", "plies", "positions", "full_searches", "simulations", "leaves_evaluated", "adjudicated",
-                "policy_surprise"):
+    for key in ("games", "plies", "positions", "full_searches", "simulations", "leaves_evaluated",
+                "adjudicated", "policy_surprise"):
         counters[key] = 0.0
     slots = search.num_games if num_games is None else min(search.num_games, num_games)
     games = {slot: _GameInProgress() for slot in range(slots)}
-    search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]), list(games))
+    search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]),
+                     list(games))
     started_games = slots
     while games and (keep_playing is None or keep_playing()):
         active = np.array(sorted(games), dtype=np.int32)
         full = _full_searches(cap_rng, active.shape[0], full_search_prob)
-        round_stats = search.search(np.where(full, search.config.simulations, fast_simulations), games=active,
-                                    explore=full)
+        round_stats = search.search(np.where(full, search.config.simulations, fast_simulations),
+                                    games=active, explore=full)
         counters["simulations"] += round_stats.simulations
         counters["leaves_evaluated"] += round_stats.leaves_evaluated
         version = weights_version() if weights_version is not None else 0
@@ -403,8 +422,9 @@ def play_games(
                 counters["policy_surprise"] += surprise
                 counters["positions"] += 1
             else:
-                game.last_fast = (search.root_positions[slot], np.zeros((0, 3), np.int32), np.zeros(0, np.int32),
-                                  np.zeros(0, np.float32), 0.0, version, game.board.turn, real)
+                game.last_fast = (search.root_positions[slot], np.zeros((0, 3), np.int32),
+                                  np.zeros(0, np.int32), np.zeros(0, np.float32), 0.0, version,
+                                  game.board.turn, real)
             game.board.push(Move(*real.tolist()))
             counters["plies"] += 1
             if adjudicate and not game.board.is_game_over():
@@ -423,7 +443,8 @@ def play_games(
             else:
                 on_game(samples, game.board.move_stack, game.adjudication,
                         versions=np.array(game.versions, dtype=np.int64))
-            if (started_games < num_games) if num_games is not None else (start_games is None or start_games()):
+            if ((started_games < num_games) if num_games is not None
+                    else (start_games is None or start_games())):
                 games[slot] = _GameInProgress()
                 search.set_roots(games[slot].board.canonical_position(), [slot])
                 started_games += 1
@@ -434,7 +455,8 @@ def play_games(
 
 
 def _full_searches(rng: np.random.Generator, count: int, probability: float) -> np.ndarray:
-    """`(count,) bool`: which of `count` moves get the full search (all of them at probability 1)."""
+    """`(count,) bool`: which of `count` moves get the full search (all of them at
+    probability 1)."""
     if probability >= 1.0:
         return np.ones(count, np.bool_)
     return rng.random(count) < probability
@@ -460,11 +482,13 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
             rng = np.random.default_rng(task.seed)
             time.sleep(float(rng.uniform(0, config.start_jitter_s)))
             if search is None:
-                search = BatchedSearch(client, config.search, config.games_in_parallel, seed=task.seed)
+                search = BatchedSearch(client, config.search, config.games_in_parallel,
+                                       seed=task.seed)
             counters: dict[str, float] = {}
 
             def send(samples: GameSamples, moves: list[Move], adjudication: Adjudication | None,
-                     versions: np.ndarray, task: ActorTask = task, counters: dict[str, float] = counters) -> None:
+                     versions: np.ndarray, task: ActorTask = task,
+                     counters: dict[str, float] = counters) -> None:
                 extra = {} if adjudication is None else {"Termination": adjudication.describe()}
                 record = GameRecord.from_game(
                     moves, task.player_name, task.player_name, event="selfplay",
@@ -472,7 +496,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                     Actor=str(actor_id), Weights=str(client.weights_version), **extra,
                 )
                 info = {"versions": versions, "adjudicated": adjudication is not None,
-                        "simulations": counters["simulations"], "leaves_evaluated": counters["leaves_evaluated"]}
+                        "simulations": counters["simulations"],
+                        "leaves_evaluated": counters["leaves_evaluated"]}
                 results.put(("game", actor_id, samples, record, info))
 
             trips, waited = client.round_trips, client.round_trip_seconds
@@ -553,7 +578,8 @@ class FinishedGame:
     record: GameRecord
     versions: np.ndarray  # (T,) int64, the weights version each position was searched with
     adjudicated: bool  # ended by adjudication before the rules' end
-    simulations: float  # the actor's simulations since its endless task began, when it sent this game
+    # the actor's simulations since its endless task began, when it sent this game
+    simulations: float
     leaves_evaluated: float  # likewise, leaves evaluated
 
 
@@ -613,7 +639,8 @@ class SelfPlayWorkers:
         context: mp.context.BaseContext | None = None,
     ) -> None:
         if server.num_clients < config.num_actors:
-            raise ValueError(f"the server has {server.num_clients} slots for {config.num_actors} actors")
+            raise ValueError(f"the server has {server.num_clients} slots "
+                             f"for {config.num_actors} actors")
         self.server = server
         self.config = config
         context = context or mp.get_context("spawn")
@@ -699,7 +726,8 @@ class SelfPlayWorkers:
         report.simulations = int(sum(stats["simulations"] for stats in report.actor_stats))
         report.full_searches = int(sum(stats["full_searches"] for stats in report.actor_stats))
         report.plies = int(sum(stats["plies"] for stats in report.actor_stats))
-        report.leaves_evaluated = int(sum(stats["leaves_evaluated"] for stats in report.actor_stats))
+        report.leaves_evaluated = int(sum(stats["leaves_evaluated"]
+                                          for stats in report.actor_stats))
         report.adjudicated = int(sum(stats["adjudicated"] for stats in report.actor_stats))
         return report
 
@@ -721,9 +749,11 @@ class SelfPlayWorkers:
         """
         if self._endless:
             raise SelfPlayError("the actors are already playing endless tasks")
-        seeds = np.random.SeedSequence([self.config.seed, stream, ENDLESS_STREAM]).spawn(self.config.num_actors)
+        seeds = np.random.SeedSequence([self.config.seed, stream,
+                                        ENDLESS_STREAM]).spawn(self.config.num_actors)
         for actor_id, tasks in enumerate(self._tasks):
-            tasks.send(ActorTask(actor_id, None, self.config, int(seeds[actor_id].generate_state(1)[0])))
+            tasks.send(ActorTask(actor_id, None, self.config,
+                                 int(seeds[actor_id].generate_state(1)[0])))
         self._endless = set(range(self.config.num_actors))
         self._winding_down = False
 
@@ -754,7 +784,8 @@ class SelfPlayWorkers:
         return finished
 
     def _next_message(self, timeout: float) -> tuple | None:
-        """The next actor message, waiting up to `timeout` seconds for bytes; None if none is whole."""
+        """The next actor message, waiting up to `timeout` seconds for bytes; None if
+        none is whole."""
         if not self._received:
             self._received.extend(self._reader.receive(timeout))
         return self._received.popleft() if self._received else None
@@ -787,7 +818,8 @@ class SelfPlayWorkers:
     @property
     def paused_seconds(self) -> float:
         """Wall seconds the actors have been held by `pause` so far."""
-        current = time.perf_counter() - self._paused_since if self._paused_since is not None else 0.0
+        current = (time.perf_counter() - self._paused_since if self._paused_since is not None
+                   else 0.0)
         return self._paused_seconds + current
 
     def _send_endless(self, message: str) -> None:
@@ -802,7 +834,8 @@ class SelfPlayWorkers:
             self._send_endless(FINISH)
             self._winding_down = True
 
-    def finish(self, on_games: Callable[[list[FinishedGame]], None], timeout: float = 600.0) -> None:
+    def finish(self, on_games: Callable[[list[FinishedGame]], None],
+               timeout: float = 600.0) -> None:
         """End the endless tasks after the games in progress: `wind_down`, resume paused actors,
         and hand every game still to come to `on_games` until each actor reports done.
 
@@ -813,7 +846,8 @@ class SelfPlayWorkers:
         self.resume()
         self._wait_done(on_games, timeout)
 
-    def stop(self, on_games: Callable[[list[FinishedGame]], None] | None = None, timeout: float = 60.0) -> None:
+    def stop(self, on_games: Callable[[list[FinishedGame]], None] | None = None,
+             timeout: float = 60.0) -> None:
         """End the endless tasks: every actor drops the games it is playing and reports done.
 
         Games that finished before an actor read the stop are handed to `on_games` (else
@@ -828,13 +862,15 @@ class SelfPlayWorkers:
             self._paused_since = None
         self._wait_done(on_games, timeout)
 
-    def _wait_done(self, on_games: Callable[[list[FinishedGame]], None] | None, timeout: float) -> None:
+    def _wait_done(self, on_games: Callable[[list[FinishedGame]], None] | None,
+                   timeout: float) -> None:
         """Collect until every endless task has reported done."""
         deadline = time.monotonic() + timeout
         while self._endless:
             if time.monotonic() > deadline:
                 self.terminate()
-                raise SelfPlayError(f"actors {sorted(self._endless)} did not stop within {timeout} s")
+                raise SelfPlayError(f"actors {sorted(self._endless)} did not stop "
+                                    f"within {timeout} s")
             late = self.collect(0.2)
             if late and on_games is not None:
                 on_games(late)
@@ -901,7 +937,8 @@ def _check_server(server: InferenceServer) -> None:
 
 
 def _check_actors(
-    actors: list[mp.process.BaseProcess], busy: set[int], suspects: dict[int, float], grace_s: float = 2.0
+    actors: list[mp.process.BaseProcess], busy: set[int], suspects: dict[int, float],
+    grace_s: float = 2.0,
 ) -> None:
     """Raise for an actor that exited (after a grace period for its last messages, which may
     still be in the queue's pipe)."""

@@ -299,7 +299,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     ]
     middleware = [Middleware(SameOriginOnly)]
     if config.allowed_hosts is not None:
-        middleware.insert(0, Middleware(TrustedHostMiddleware, allowed_hosts=list(config.allowed_hosts)))
+        middleware.insert(0, Middleware(TrustedHostMiddleware,
+                                        allowed_hosts=list(config.allowed_hosts)))
     app = Starlette(routes=routes, lifespan=lifespan, middleware=middleware,
                     exception_handlers={WebError: _error, HTTPException: _error, Exception: _error})
     app.state.store = store

@@ -2,8 +2,8 @@
 
 A session holds a `Board`, the AI (`amazons.player_factory.build_model_player`, the builder the
 arena, the Botzone bot and terminal play use too; here a `.pt` checkpoint is accepted and runs as
-the model `amazons.neural.model.prepare_for_inference` makes), the colours the human plays (one, or both
-for an analysis board), the last search's analysis and where the record is saved.
+the model `amazons.neural.model.prepare_for_inference` makes), the colours the human plays (one, or
+both for an analysis board), the last search's analysis and where the record is saved.
 
 Concurrency: sessions are read and changed only on the event loop. A search runs on a worker
 thread (the store's executor) with a copy of the board and the session's own player; while it
@@ -56,7 +56,9 @@ class GameSettings:
     """How a game is played; from the body of `POST /api/games`."""
 
     human_colors: tuple[int, ...]  # colours the human plays: (BLACK,), (WHITE,) or both
-    model: str  # "default" (the shipped network), "none" (rollout MCTS), an exported .npz model or a .pt checkpoint
+    # "default" (the shipped network), "none" (rollout MCTS),
+    # an exported .npz model or a .pt checkpoint
+    model: str
     time_budget: float | None  # AI seconds per move, or None when `simulations` is set
     simulations: int | None  # AI simulations per move, or None when `time_budget` is set
     seed: int | None  # seeds the AI's search
@@ -70,7 +72,8 @@ class GameSettings:
         return f"{self.simulations} simulations"
 
 
-def _search_strength(fields: JsonFields, default_time: float | None) -> tuple[float | None, int | None]:
+def _search_strength(fields: JsonFields,
+                     default_time: float | None) -> tuple[float | None, int | None]:
     if "time" in fields and "simulations" in fields:
         raise BadRequestError("give either 'time' or 'simulations', not both")
     simulations = fields.integer("simulations", minimum=1, maximum=MAX_SIMULATIONS)
@@ -215,7 +218,7 @@ class GameSession:
         self.changed()
         return taken
 
-    # -- searching (on a worker thread) -------------------------------------------------------------
+    # -- searching (on a worker thread) ------------------------------------------------------------
 
     def search(self, board: Board, kind: str, time_budget: float | None = None,
                simulations: int | None = None) -> tuple[Move, dict[str, Any]]:
@@ -305,7 +308,8 @@ class GameSession:
             board.pop()
         elif behind != 0:
             return None
-        if board_squares(board) != analysis["squares"] or COLOR_NAMES[board.turn] != analysis["turn"]:
+        if board_squares(board) != analysis["squares"] \
+                or COLOR_NAMES[board.turn] != analysis["turn"]:
             return None
         plies = analysis["proof_plies"] - behind
         text = (f"decided: {analysis['winner'].capitalize()} wins (proven by the search: {plies} "
@@ -375,8 +379,8 @@ class GameStore:
     def _build_ai(self, settings: GameSettings) -> MCTSPlayer:
         """The game's AI; runs on a worker thread (a `.pt` checkpoint imports torch)."""
         return build_model_player(settings.model, simulations=settings.simulations,
-                                  time_budget=settings.time_budget, seed=settings.seed, allow_torch=True,
-                                  torch_threads=self.torch_threads)
+                                  time_budget=settings.time_budget, seed=settings.seed,
+                                  allow_torch=True, torch_threads=self.torch_threads)
 
     def get(self, game_id: str) -> GameSession:
         """The game named `game_id`.
@@ -403,7 +407,8 @@ class GameStore:
         game_id = secrets.token_hex(6)
         save_path = None
         if self.games_dir is not None:
-            save_path = self.games_dir / f"web-{datetime.datetime.now():%Y%m%d-%H%M%S}-{game_id}.txt"
+            save_path = (self.games_dir
+                         / f"web-{datetime.datetime.now():%Y%m%d-%H%M%S}-{game_id}.txt")
         session = GameSession(game_id, settings, ai, save_path)
         self._make_room()
         self.games[game_id] = session

@@ -115,7 +115,8 @@ class JsonFields:
         if value is None:
             return default
         if not isinstance(value, str) or not value.strip():
-            raise BadRequestError(f"field {name!r} must be a non-empty string, got {json.dumps(value)}")
+            raise BadRequestError(f"field {name!r} must be a non-empty string, "
+                                  f"got {json.dumps(value)}")
         if choices is not None and value not in tuple(choices):
             raise BadRequestError(f"field {name!r} must be one of {', '.join(choices)}; "
                                   f"got {value!r}")
@@ -130,7 +131,8 @@ class JsonFields:
         if isinstance(value, bool) or not isinstance(value, int):
             raise BadRequestError(f"field {name!r} must be an integer, got {json.dumps(value)}")
         if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
-            bounds = f"{minimum if minimum is not None else '-inf'}..{maximum if maximum is not None else 'inf'}"
+            bounds = (f"{minimum if minimum is not None else '-inf'}.."
+                      f"{maximum if maximum is not None else 'inf'}")
             raise BadRequestError(f"field {name!r} must be in {bounds}, got {value}")
         return value
 
@@ -142,7 +144,8 @@ class JsonFields:
             return default
         if isinstance(value, bool) or not isinstance(value, (int, float)) \
                 or not math.isfinite(value) or value <= 0:
-            raise BadRequestError(f"field {name!r} must be a positive number, got {json.dumps(value)}")
+            raise BadRequestError(f"field {name!r} must be a positive number, "
+                                  f"got {json.dumps(value)}")
         if maximum is not None and value > maximum:
             raise BadRequestError(f"field {name!r} must be at most {maximum:g}, got {value:g}")
         return float(value)

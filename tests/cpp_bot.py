@@ -1,0 +1,182 @@
+"""The compiled C++ bot as the tests drive it: building, Botzone's inputs, replies and processes.
+
+The tests of the exported bot (`amazons.botzone.cpp_export`) are split by what they check:
+`test_cpp_parity.py` (the native twin against the engine, `npnet` and the Python search),
+`test_cpp_protocol.py` (Botzone's protocol, whole games, bad input, the command line),
+`test_cpp_clock.py` (the CPU clock and the memory) and `test_cpp_export.py` (the exporter and
+the weights file). This module holds what they share; the shipped model's bot is built once per
+test session by the session fixture `default_bot` (`tests/conftest.py`, `export_default_bot`).
+The bot is built with g++ as Botzone builds it (`-D_BOTZONE_ONLINE`, C++11) with `-Werror`;
+without g++ the tests are skipped (`NEEDS_GXX`).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import queue
+import shutil
+import subprocess
+import threading
+from pathlib import Path
+
+import pytest
+from botzone_inputs import MOVE_KEYS, NO_MOVE
+
+from amazons.board import Move
+from amazons.botzone.cpp_export import SOURCE_NAME, compile_command
+from amazons.export import main
+
+NEEDS_GXX = pytest.mark.skipif(shutil.which("g++") is None,
+                               reason="g++ is not installed (the C++ bot needs it)")
+
+MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
+FAST = ["--simulations", "12"]  # whole-game tests: a few simulations a turn
+# Black's first turn
+FIRST_REQUEST_JSON = {"requests": [dict.fromkeys(MOVE_KEYS, -1)], "responses": []}
+
+
+def build(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> Path:
+    """Compile `directory/bot.cpp` with warnings as errors; the binary's path."""
+    binary = directory / f"bot-{standard}{optimize}"
+    command = [*compile_command(directory / SOURCE_NAME, binary, standard, optimize), "-Werror"]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0 and not result.stderr, result.stderr
+    return binary
+
+
+def export_default_bot(directory: Path) -> Path:
+    """The shipped model's bot exported into `directory` and built as Botzone builds it (C++11,
+    -O2), warnings as errors; the binary's path.
+
+    Built once for every process that asks for the same `directory`: the first takes the lock
+    file `directory/build.lock`, builds and writes the binary's path to `directory/built`; the
+    others wait on the lock and read it (pytest-xdist's workers of one session share a folder).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    with open(directory / "build.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file is closed
+        built = directory / "built"
+        if built.exists():
+            return Path(built.read_text())
+        assert main(["default", "--botzone", str(directory)]) == 0
+        binary = build(directory)
+        built.write_text(str(binary))
+        return binary
+
+
+def botzone_line(move: Move | None) -> str:
+    """A move as Botzone's text `x0 y0 x1 y1 x2 y2`; None: the no-move line (all -1)."""
+    return NO_MOVE if move is None else move.to_botzone()
+
+
+def move_object(move: Move | None) -> dict:
+    """A move as Botzone's JSON move object; None: all -1."""
+    return dict(zip(MOVE_KEYS, map(int, botzone_line(move).split()), strict=True))
+
+
+def first_input(requests: list[Move | None], responses: list[Move], use_json: bool) -> str:
+    """The whole game so far as Botzone sends it to a fresh process."""
+    if use_json:
+        return json.dumps({"requests": [move_object(m) for m in requests],
+                           "responses": [move_object(m) for m in responses], "data": "",
+                           "time_limit": 1}) + "\n"
+    lines = [str(len(requests))]
+    for index, request in enumerate(requests):
+        lines.append(botzone_line(request))
+        if index < len(responses):
+            lines.append(botzone_line(responses[index]))
+    return "\n".join(lines) + "\n"
+
+
+def history_input(history: list[Move], use_json: bool = False) -> str:
+    """The first input of a fresh process for the bot to move after `history`."""
+    black = len(history) % 2 == 0
+    requests = [None, *history[1::2]] if black else history[0::2]
+    responses = history[0::2] if black else history[1::2]
+    return first_input(requests, responses, use_json)
+
+
+def parse_reply(text: str, use_json: bool) -> Move:
+    """The move of a reply line; a JSON reply must carry the search's debug text."""
+    if use_json:
+        reply = json.loads(text)
+        assert "simulations" in reply["debug"]
+        return Move.from_botzone(" ".join(str(reply["response"][key]) for key in MOVE_KEYS))
+    return Move.from_botzone(text)
+
+
+def turn_simulations(reply: str) -> int:
+    """The simulations of the turn a JSON reply answers ("N simulations (M this turn), ...")."""
+    return int(json.loads(reply)["debug"].split("(")[1].split()[0])
+
+
+class KeptBot:
+    """A bot process in keep-running mode; every read has a timeout (a thread pumps its lines)."""
+
+    def __init__(self, binary: Path, *args: str) -> None:
+        self.process = subprocess.Popen([str(binary), *args], stdin=subprocess.PIPE,
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                        bufsize=1)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def read_line(self, timeout: float = 30.0) -> str:
+        """The next line on the bot's stdout (fails if the bot exited)."""
+        line = self.lines.get(timeout=timeout)
+        assert line is not None, f"the bot exited: {self.process.stderr.read()}"
+        return line
+
+    def ask(self, text: str) -> str:
+        """Send `text`; the reply line (the keep-running marker after it is checked)."""
+        self.process.stdin.write(text)
+        self.process.stdin.flush()
+        reply = self.read_line()
+        assert self.read_line() == MARKER
+        return reply
+
+    def close(self) -> int:
+        """End the input; the exit code (stderr's text is kept in `stderr`)."""
+        self.process.stdin.close()
+        code = self.process.wait(timeout=30)
+        self.stderr = self.process.stderr.read()
+        self.process.stderr.close()
+        return code
+
+
+def root_search(binary: Path, history: list[Move], *args: str,
+                simulations: int | None = 400) -> tuple[Move, list[tuple], dict[str, int]]:
+    """A fresh process's reply to the game `history` at `simulations` (None: by its clock), and
+    what `--root-stats` prints (`root_stats`): the root's moves and the search's counters."""
+    count = [] if simulations is None else ["--simulations", str(simulations)]
+    result = subprocess.run([str(binary), "--restart-per-turn", *count, "--root-stats", *args],
+                            input=history_input(history), capture_output=True, text=True,
+                            timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    return parse_reply(result.stdout.splitlines()[0], use_json=False), *root_stats(result.stderr)
+
+
+def root_stats(text: str) -> tuple[list[tuple], dict[str, int]]:
+    """`--root-stats` output: the root's moves (move, visits, value sum, sum of squares, proof,
+    proof plies), and the "stats NAME VALUE" lines as a dict."""
+    moves, counters = [], {}
+    for line in text.splitlines():
+        tokens = line.split()
+        if tokens[0] == "stats":
+            counters[tokens[1]] = int(tokens[2])
+            continue
+        assert tokens[0] == "root", line
+        moves.append((Move.from_botzone(" ".join(tokens[1:7])), int(tokens[7]), float(tokens[8]),
+                      float(tokens[9]), int(tokens[10]), int(tokens[11])))
+    return moves, counters
+
+
+def most_visited(stats: list[tuple]) -> tuple:
+    """The statistics of the most visited move not proven lost (the first of equals)."""
+    return max((s for s in stats if s[4] != -1), key=lambda s: s[1])
+
