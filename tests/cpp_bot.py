@@ -20,9 +20,11 @@ import subprocess
 import threading
 from pathlib import Path
 
+import numpy as np
 import pytest
 from botzone_inputs import MOVE_KEYS, NO_MOVE
 
+from amazons import engine
 from amazons.board import Move
 from amazons.botzone.cpp_export import SOURCE_NAME, compile_command
 from amazons.export import main
@@ -63,6 +65,24 @@ def export_default_bot(directory: Path) -> Path:
         binary = build(directory)
         built.write_text(str(binary))
         return binary
+
+
+def game_endings(games: int, plies: int, seed: int) -> np.ndarray:
+    """`(N, 3) uint64` canonical positions: the last `plies` positions before the end of each of
+    `games` seeded uniformly random games, where separated positions, decided or not, abound."""
+    rng = np.random.default_rng(seed)
+    positions = []
+    for _ in range(games):
+        line, position = [], engine.start_position()
+        while True:
+            moves, _ = engine.legal_moves(position)
+            if moves.shape[0] == 0:
+                break
+            line.append(position)
+            move = moves[rng.integers(moves.shape[0])]
+            position = engine.apply_moves(position[None], move[None])[0]
+        positions += line[-plies:]
+    return np.array(positions)
 
 
 def botzone_line(move: Move | None) -> str:

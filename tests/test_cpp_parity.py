@@ -23,6 +23,7 @@ from cpp_bot import (
     NEEDS_GXX,
     KeptBot,
     build,
+    game_endings,
     most_visited,
     move_object,
     parse_reply,
@@ -102,20 +103,7 @@ def test_the_shipped_model_matches_npnet_with_either_kernels(default_bot, positi
 
 
 def test_adjudication_matches_the_engine(default_bot, tmp_path):
-    # The last 25 positions of 120 seeded random games: separated ones among them, decided or not.
-    rng = np.random.default_rng(8)
-    positions = []
-    for _ in range(120):
-        line, position = [], engine.start_position()
-        while True:
-            moves, _ = engine.legal_moves(position)
-            if moves.shape[0] == 0:
-                break
-            line.append(position)
-            chosen = moves[rng.integers(moves.shape[0])]
-            position = engine.apply_moves(position[None], chosen[None])[0]
-        positions += line[-25:]
-    positions = np.array(positions)
+    positions = game_endings(120, 25, seed=8)
     listing = tmp_path / "positions.txt"
     np.savetxt(listing, positions, fmt="%d")
     output = subprocess.run([str(default_bot), "--adjudicate", str(listing)], capture_output=True,

@@ -29,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from cpp_bot import game_endings
 from test_npnet import random_model
 
 from amazons import engine
@@ -366,20 +367,7 @@ def test_the_plies_of_a_decided_adjudication_agree_with_the_search(tmp_path):
     built = run(["g++", "-std=c++11", "-O1", f"-I{tmp_path}", f"-I{NATIVE_DIR}", "-o", str(binary),
                  str(tmp_path / "driver.cpp")])
     assert built.returncode == 0, built.stderr
-    # The last 20 positions of 60 seeded random games: separated ones among them, won and lost.
-    rng = np.random.default_rng(4)
-    positions = []
-    for _ in range(60):
-        line, position = [], engine.start_position()
-        while True:
-            moves, _ = engine.legal_moves(position)
-            if moves.shape[0] == 0:
-                break
-            line.append(position)
-            move = moves[rng.integers(moves.shape[0])]
-            position = engine.apply_moves(position[None], move[None])[0]
-        positions += line[-20:]
-    positions = np.array(positions)
+    positions = game_endings(60, 20, seed=4)
     text = "".join(f"{a} {b} {c}\n" for a, b, c in positions.tolist())
     output = run([str(binary)], input=text)
     assert output.returncode == 0, output.stderr
