@@ -36,8 +36,12 @@ from cpp_bot import (
     turn_simulations,
 )
 
+# The clock test's position is the one `--suite botzone` times (one definition of it).
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+from suite_botzone import costly_position  # noqa: E402
+
 from amazons import BLACK
-from amazons.board import Board, Move
+from amazons.board import Board
 from amazons.botzone import limits as botzone_limits
 from amazons.botzone.cpp_export import SOURCE_NAME
 
@@ -58,23 +62,6 @@ def process_cpu_seconds(binary: Path, text: str, *args: str) -> tuple[float, str
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     used = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     return used, result.stdout
-
-
-def random_game(seed: int, games: int) -> Board:
-    """The last of `games` random games drawn from one seeded stream, played to its end."""
-    rng = np.random.default_rng(seed)
-    for _ in range(games):
-        board = Board()
-        while not board.is_game_over():
-            legal = board.legal_moves()
-            board.push(legal[int(rng.integers(len(legal)))])
-    return board
-
-
-def costly_position() -> list[Move]:
-    """A position whose tree holds separated leaves that cost milliseconds to adjudicate (their
-    regions' exhaustive fill spends its node budget), a hundred simulations with the network."""
-    return random_game(seed=5, games=39).move_stack[:28]
 
 
 # ------------------------------------------------------------------------------------------------
