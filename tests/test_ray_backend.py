@@ -20,6 +20,8 @@ import pytest
 
 ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
 
+from test_distributed import TINY  # noqa: E402
+
 from amazons.config import config_to_dict  # noqa: E402
 from amazons.distributed.ray_backend import RayRun  # noqa: E402
 from amazons.records import read_records  # noqa: E402
@@ -59,19 +61,10 @@ def test_an_async_mode_named_by_an_override_is_kept_and_refused(tmp_path, capsys
     assert not (tmp_path / "cli" / "config.json").exists()
 
 
-# A small run: one actor with two games in lockstep, few simulations, two steps; no evaluation.
-SMALL = [
+# A small run: test_distributed's tiny run without its pipeline mode (the command line's preset
+# chooses it: the test checks that its async becomes sync), 2 games an iteration, a small Ray.
+SMALL = [override for override in TINY if not override.startswith("pipeline.mode=")] + [
     "games_per_iteration=2",
-    "selfplay.num_actors=1",
-    "selfplay.games_in_parallel=2",
-    "selfplay.search.simulations=8",
-    "selfplay.start_jitter_s=0",
-    "min_steps=2",
-    "max_steps=2",
-    "train_batch_size=32",
-    "eval.every=0",
-    "ray.games_per_request=2",
-    "ray.max_games_in_flight=2",
     "ray.num_cpus=2",
     "ray.object_store_mb=100",
 ]
