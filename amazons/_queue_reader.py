@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import struct
+import time
 from collections.abc import Sequence
 from multiprocessing.connection import wait
 from multiprocessing.reduction import ForkingPickler
@@ -46,9 +47,10 @@ class QueueReader:
         self._discarding = False
 
     def receive(self, timeout: float) -> list[Any]:
-        """The messages complete by the end of one read: waits up to `timeout` seconds for bytes
-        (not for the rest of a message), takes those there, and unpickles every message whole by
-        then, in order; an incomplete one stays buffered for the next call.
+        """The messages whole by now, in order, waiting up to `timeout` seconds for the first one
+        (as `Queue.get` waits, but never past the timeout on a message cut short): takes the bytes
+        there as they come, and unpickles every message whole by then; an incomplete one stays
+        buffered for the next call.
 
         Raises:
             RuntimeError: called after `discard`.
@@ -57,14 +59,22 @@ class QueueReader:
         """
         if self._discarding:
             raise RuntimeError("the queue's messages were discarded: it cannot be read again")
+        deadline = time.monotonic() + timeout
         self._read(timeout, ())
-        # Then drain what is there already, as `get` does message by message: writers blocked on a
-        # full pipe (holding the queue's write lock) go on at once.
+        messages = self._drain()
+        while not messages and self._open and (left := deadline - time.monotonic()) > 0:
+            self._read(left, ())
+            messages = self._drain()
+        return [ForkingPickler.loads(message) for message in messages]
+
+    def _drain(self) -> list[bytes]:
+        """Read what is in the pipe already, as `get` does message by message (writers blocked on
+        a full pipe, holding the queue's write lock, go on at once), and take the whole messages."""
         for _ in range(DRAIN_READS):
             if not self._open or not wait([self._connection], 0.0):
                 break
             self._read(0.0, ())
-        return [ForkingPickler.loads(message) for message in self._messages()]
+        return self._messages()
 
     def discard(self, timeout: float, sentinels: Sequence[Any] = ()) -> None:
         """Wait up to `timeout` seconds for bytes or for one of `sentinels` (e.g. the workers'

@@ -787,11 +787,8 @@ class SelfPlayWorkers:
         """The next actor message, waiting up to `timeout` seconds for a whole one (as
         `Queue.get` waits, but never past the timeout on a message cut short); None if none
         came whole by then."""
-        deadline = time.monotonic() + timeout
         if not self._received:
             self._received.extend(self._reader.receive(timeout))
-        while not self._received and (left := deadline - time.monotonic()) > 0:
-            self._received.extend(self._reader.receive(left))
         return self._received.popleft() if self._received else None
 
     def _message_ready(self) -> bool:
