@@ -102,3 +102,15 @@ def test_the_packages_re_export_their_commands_public_names_on_first_use():
         import amazons.botzone
         with pytest.raises(AttributeError, match="no attribute 'nothing'"):
             amazons.botzone.nothing  # noqa: B018
+
+
+def test_the_re_exported_names_are_the_modules_public_names():
+    # The packages name them (a lookup must not import the module to learn them: `from
+    # amazons.botzone import limits` asks the package first); they must stay the modules' own.
+    import amazons.botzone
+    import amazons.botzone.bot
+    import amazons.train
+    import amazons.train.run
+
+    assert amazons.botzone._BOT_NAMES == set(amazons.botzone.bot.__all__)
+    assert all(hasattr(amazons.train.run, name) for name in amazons.train._RUN_NAMES)
