@@ -153,3 +153,17 @@ def default_bot(tmp_path_factory) -> Path:
         return export_default_bot(tmp_path_factory.mktemp("botzone-cpp"))
     # A worker's base folder is <session folder>/popen-gwN: its parent is this session's alone.
     return export_default_bot(tmp_path_factory.getbasetemp().parent / "botzone-cpp")
+
+
+# The files whose tests take longest in all (`--durations`, `make test`), longest first.
+# pytest-xdist with `--dist loadfile` hands whole files to the workers in collection order, so a
+# long file collected last would run alone at the end while the other worker idles: these go first.
+LONG_FILES = ("test_learning.py", "test_train.py", "test_evaluation.py", "test_cpp_parity.py",
+              "test_replay_selfplay.py", "test_layering.py", "test_ablation.py",
+              "test_benchmarks.py", "test_botzone_player.py", "test_cpp_export.py")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Run the files of `LONG_FILES` first, in its order; every file keeps its tests' order."""
+    rank = {name: index for index, name in enumerate(LONG_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
