@@ -34,7 +34,17 @@ older checkouts too); `train.learner_step_ms.eager` and `train.learner_step_ms.c
 with `--quick`), one `Learner.train_step` of the cpu preset's learner (tiny net, fp32, one
 thread, batch 256 drawn from that window and augmented) without and with `OptimConfig.compile`
 (`torch.compile` of the forward pass; its compilation not counted), the median of 6
-interleaved rounds of 8 steps.
+interleaved rounds of 8 steps. With `--quick` too, the learner's step as
+`benchmarks/profile_learner.py` profiles it (`learner_figures`: the cpu preset's learner with
+its default settings, batches drawn from a 20,000-position window of the same games and each
+prepared before its step, as the prefetch thread prepares it, the median of 5 rounds of 16
+steps): `train.learner.samples_per_s` (by the thread's CPU time, which other processes on the
+machine disturb less than the wall clock), `train.learner.step_ms` and `.step_wall_ms`,
+`train.learner.prepare_ms` (the batch's features, labels and targets, on the prefetch thread),
+`train.learner.outside_conv_share` (the share of the step's self CPU time under
+`torch.profiler` in ops that are not convolutions, forward or backward) and
+`train.learner.gflops_per_s` (3 x the forward convolutions' FLOPs, plus the matrix products',
+over the step's CPU time).
 
 Beside them, self-play alone (no learner, no evaluation): the cpu preset's actors and inference
 server with the tiny net playing endless tasks for 20 s after an 8 s warm-up,
@@ -271,6 +281,9 @@ def run(quick: bool) -> dict[str, float]:
                                  "train.replay_sample_ms": replay_sample_ms()}
     if not quick:
         metrics.update(learner_step_ms())
+    from profile_learner import learner_figures  # it imports this module: here, not at the top
+
+    metrics.update(learner_figures())
     backends = BACKENDS if native_available() else ("torch",)
     for backend in backends:
         metrics.update(selfplay_alone(backend=backend))

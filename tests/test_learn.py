@@ -44,6 +44,8 @@ from amazons.symmetry import INVERSE, NUM_SYMMETRIES, transform_moves, transform
 torch.set_num_threads(1)
 
 
+POLICY_METRICS = ("policy_entropy", "target_entropy", "policy_kl")  # every metrics_every steps
+
 # The policy heads the loss tests run: (policy_head, other NetConfig fields).
 POLICY_VARIANTS = [pytest.param("joint", {}, id="joint"),
                    pytest.param("factorized", {}, id="factorized"),
@@ -437,19 +439,23 @@ def test_mixed_precision_steps_run_on_cpu(batch, precision):
 
 
 def test_lazy_step_metrics_and_their_sums_equal_the_float_ones(batch):
+    """Steps 0 and 2 of 3 report the policy metrics (`metrics_every=2`): each mean is over the
+    steps that reported the metric."""
     learners = []
     for _ in range(2):
         torch.manual_seed(0)
-        learners.append(Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=3),
-                                seed=0))
+        learners.append(Learner(PolicyValueNet(net_config("tiny")),
+                                OptimConfig(warmup_steps=3, metrics_every=2), seed=0))
     floats, sums = [], MetricSums()
     for _ in range(3):
         floats.append(learners[0].train_step(batch))
         sums.add(learners[1].train_step_tensors(batch))
+    assert [set(POLICY_METRICS) <= set(step) for step in floats] == [True, False, True]
     means = sums.means()
     assert set(means) == set(floats[0])
     for name in means:  # the same per-step numbers, summed in float64 as Python sums floats
-        assert means[name] == sum(step[name] for step in floats) / 3, name
+        reported = [step[name] for step in floats if name in step]
+        assert means[name] == sum(reported) / len(reported), name
     for have, want in zip(learners[1].model.parameters(), learners[0].model.parameters(),
                           strict=True):
         assert torch.equal(have, want)
@@ -513,17 +519,20 @@ def test_a_non_finite_gradient_is_skipped_on_the_device(batch):
 
 
 def test_learner_state_loads_across_optimizer_kernels(batch):
+    """The learner runs the fused AdamW on a CPU too; a state saved with the plain kernel (the
+    CPU's before, in older checkpoints) loads into it, and the other way round."""
     torch.manual_seed(0)
-    plain = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=0)
-    plain.train_step(batch)
-    fused = DeviceSkipLearner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0),
-                              seed=1)
-    fused.load_state_dict(plain.state_dict())
-    assert fused.optimizer.param_groups[0]["fused"] and fused.step == 1
+    fused = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=0)
+    assert fused.optimizer.param_groups[0]["fused"]
     fused.train_step(batch)
+    plain = Learner(PolicyValueNet(net_config("tiny")),
+                    OptimConfig(warmup_steps=0, fused_adamw=False), seed=1)
+    plain.load_state_dict(fused.state_dict())
+    assert not plain.optimizer.param_groups[0]["fused"] and plain.step == 1
+    plain.train_step(batch)
     back = Learner(PolicyValueNet(net_config("tiny")), OptimConfig(warmup_steps=0), seed=2)
-    back.load_state_dict(fused.state_dict())
-    assert not back.optimizer.param_groups[0]["fused"] and back.step == 2
+    back.load_state_dict(plain.state_dict())
+    assert back.optimizer.param_groups[0]["fused"] and back.step == 2
     assert back.train_step(batch)["skipped"] == 0.0
 
 

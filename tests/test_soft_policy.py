@@ -257,7 +257,7 @@ def test_a_warm_start_copies_every_shared_weight_across_the_head(tmp_path):
                for key, value in target_plain.state_dict().items())
     with pytest.raises(CheckpointError, match="net.blocks"):
         init_weights_from(tmp_path / "plain.pt",
-                          PolicyValueNet(net_config("tiny", blocks=3, soft_policy_head=True)))
+                          PolicyValueNet(net_config("tiny", blocks=1, soft_policy_head=True)))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -105,10 +105,12 @@ def rank_seed(config: TrainConfig, iteration: int, rank: int) -> int:
 def average_metrics(per_step: list[dict[str, float]]) -> dict[str, float]:
     """Mean of each metric over the steps that reported it."""
     totals: dict[str, float] = {}
+    counts: dict[str, int] = {}
     for metrics in per_step:
         for key, value in metrics.items():
             totals[key] = totals.get(key, 0.0) + value
-    return {key: value / len(per_step) for key, value in totals.items()}
+            counts[key] = counts.get(key, 0) + 1
+    return {key: value / counts[key] for key, value in totals.items()}
 
 
 @ray.remote

@@ -4,7 +4,8 @@
 GPU evaluator); `numpy_net` (the forward pass in numpy from an exported file, the reference) and
 `native` (the compiled CPU evaluator over the native core); `production` (the prepared,
 reloadable model the inference server and network players run); `backends` (the one list of
-backends and the chooser among them); `learner` (samples, losses, the training step) and
-`checkpoint` (models and checkpoints on disk). Importing the package imports none of them:
+backends and the chooser among them); `learner` (samples, losses, the training step),
+`checkpoint` (models and checkpoints on disk) and `growth` (a trained net made bigger, computing
+the same function). Importing the package imports none of them:
 `numpy_net`, `native` and `backends` never load torch.
 """

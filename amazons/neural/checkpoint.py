@@ -30,7 +30,8 @@ A checkpoint is one `torch.save` file holding a dict of tensors and plain values
 * Stored configs are read with `amazons.config.config_from_dict`: a field a newer version added
   takes its default, so older checkpoints still load.
 
-Imports torch, numpy, `amazons.config`, `amazons.neural.model` and `amazons.neural.learner`.
+Imports torch, numpy, `amazons.config`, `amazons.neural.model`, `amazons.neural.growth` and
+`amazons.neural.learner`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ import torch
 
 from amazons._atomic import atomic_write
 from amazons.config import config_from_dict, config_to_dict
+from amazons.neural.growth import GROWTH_METHODS, GrowthError, check_growth, grow_state_dict
 from amazons.neural.learner import Learner, OptimConfig
 from amazons.neural.model import (
     TRAINING_ONLY_FIELDS,
@@ -286,14 +288,14 @@ def _config_differences(stored: dict[str, Any], current: dict[str, Any]) -> list
 
 
 def _refuse_another_net(path: Path, stored: NetConfig, net: NetConfig, refusal: str,
-                        wanted: str) -> None:
-    """Raise `CheckpointError` ("{path}: {refusal}: net.FIELD: checkpoint A, {wanted} B; ...") when
-    the checkpoint's network `stored` differs from `net`."""
+                        wanted: str, reason: str = "") -> None:
+    """Raise `CheckpointError` ("{path}: {refusal}: net.FIELD: checkpoint A, {wanted} B; ...",
+    then `reason`) when the checkpoint's network `stored` differs from `net`."""
     differences = _config_differences(config_to_dict(stored), config_to_dict(net))
     if differences:
         raise CheckpointError(f"{path}: {refusal}: " + "; ".join(
             f"net.{difference}".replace(", learner ", f", {wanted} ")
-            for difference in differences))
+            for difference in differences) + reason)
 
 
 def _restore(path: Path, payload: dict[str, Any], learner: Learner,
@@ -368,24 +370,49 @@ def resume_learner(
     return learner
 
 
-def init_weights_from(path: str | os.PathLike, model: PolicyValueNet) -> dict[str, Any]:
+def init_weights_from(path: str | os.PathLike, model: PolicyValueNet, growth: str = "silent",
+                      seed: int = 0) -> dict[str, Any]:
     """Copy the weights of a learner or model checkpoint into `model` (a warm start: the caller's
     optimizer, schedule and step stay fresh). Returns the checkpoint's `extra` dict.
 
+    A stored network that `model`'s config grows (more blocks, channels, attention, wider heads,
+    an added ownership head or source term: `amazons.neural.growth.check_growth`) is grown into
+    `model` by `growth` ("net2net" or "silent", `amazons.neural.growth.GROWTH_METHODS`, its random
+    choices and fresh weights drawn with `seed`): `model` then computes what the stored network
+    computes.
+
     The training-only heads (`amazons.neural.model.TRAINING_ONLY_FIELDS`, the soft policy head) may
     differ: a head `model` has and the checkpoint lacks keeps its fresh initialization, and one
-    the checkpoint has and `model` lacks is left out; every other weight is copied.
+    the checkpoint has and `model` lacks is left out; every other weight is copied (or grown).
 
     Raises:
         CheckpointError: see `load_checkpoint`; also a stored network that differs from `model`'s
-            config in any other field (every differing field is named, as `net.FIELD`).
+            config in any other field and does not grow into it (every differing field is named,
+            as `net.FIELD`, then why it cannot grow).
+        GrowthError: `growth` is not one of `GROWTH_METHODS`.
     """
+    if growth not in GROWTH_METHODS:
+        raise GrowthError(f"growth method must be one of {GROWTH_METHODS}, got {growth!r}")
     path = Path(path)
     payload = load_checkpoint(path)
     stored = _net_config(path, payload)
     same_heads = {name: getattr(model.config, name) for name in TRAINING_ONLY_FIELDS}
-    _refuse_another_net(path, stored.replace(**same_heads), model.config,
-                        "its network is not the run's, so its weights cannot start it", "run")
+    if stored.replace(**same_heads) != model.config:
+        try:
+            check_growth(stored, model.config)
+        except GrowthError as error:
+            _refuse_another_net(path, stored.replace(**same_heads), model.config,
+                                "its network is not the run's, so its weights cannot start it",
+                                "run", f"; nor does it grow into the run's: {error}")
+        small = PolicyValueNet(stored)
+        _load_weights(path, small, payload["model"])
+        grown = grow_state_dict(small, model.config, growth, seed)
+        for name in TRAINING_ONLY_FIELDS:  # a head the checkpoint lacks keeps the model's init
+            if getattr(model.config, name) and not getattr(stored, name):
+                grown.update({key: value for key, value in model.state_dict().items()
+                              if key.startswith(f"{name}.")})
+        _load_weights(path, model, grown)
+        return payload["extra"]
     if stored == model.config:
         _load_weights(path, model, payload["model"])
         return payload["extra"]

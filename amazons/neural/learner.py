@@ -19,6 +19,9 @@ What this module owns:
     conditional (P(a | s, d) with the source term, `NetConfig.arrow_source`);
   - factorized head: the three marginal cross-entropies (src, dst, arrow);
   each weighted by the sample's policy weight and averaged over the samples' total policy weight;
+  the joint head (without the source term) is scored against dense `[B, 4096]` target tables
+  (`with_target_tables`, `OptimConfig.dense_policy_targets`), its log-softmax's gradient written
+  in one pass (`_TableCrossEntropy`), the other heads by gathering the labels' log-probabilities;
   - value: mean squared error against z, over every sample;
   - ownership (networks with the ownership head): squared error over the squares the mask keeps,
     summed per sample and divided by 64, averaged over the samples that have a target;
@@ -26,9 +29,14 @@ What this module owns:
     policy terms of the second head against pi^(1 / T) renormalized over each sample's labelled
     moves (`soft_policy_targets`, T = `OptimConfig.soft_policy_temperature`), weighted by
     `OptimConfig.soft_policy_weight`; the search never reads the head.
-* `OptimConfig` (frozen) and `Learner`: AdamW, warmup + cosine or constant learning rate, gradient
-  clipping, mixed precision (bf16 autocast, or fp16 with a GradScaler, or fp32), channels_last,
-  optional `torch.compile`, and a metrics dict per step.
+* `OptimConfig` (frozen) and `Learner`: AdamW (torch's fused kernel), warmup + cosine or
+  constant learning rate, gradient clipping, mixed precision (bf16 autocast, or fp16 with a
+  GradScaler, or fp32), channels_last, optional `torch.compile` (of the forward, or of the forward
+  and the losses), and a metrics dict per step (the policy metrics that need the whole move
+  distribution every `OptimConfig.metrics_every` steps; `MetricSums` averages each metric over
+  the steps that reported it).
+* `BatchPrefetcher`: the next batch drawn, augmented and prepared (`Learner.prepare`) on a
+  second thread while a step runs, in the order drawing before each step would give.
 
 Checkpoints of a `Learner` live in `amazons.neural.checkpoint`. Imports torch, numpy,
 `amazons.engine`, `amazons.symmetry` and `amazons.neural.model`.
@@ -41,6 +49,7 @@ import math
 import re
 import warnings
 from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -73,12 +82,15 @@ from amazons.symmetry import (
 )
 
 __all__ = [
+    "FUSED_ADAMW_DEVICES",
     "SCHEDULES",
+    "BatchPrefetcher",
     "LabelTensors",
     "Learner",
     "MetricSums",
     "OptimConfig",
     "OptimConfigError",
+    "PreparedBatch",
     "SampleBatch",
     "SampleError",
     "augment_batch",
@@ -90,9 +102,11 @@ __all__ = [
     "sample_batch",
     "soft_policy_targets",
     "value_loss",
+    "with_target_tables",
 ]
 
 SCHEDULES = ("constant", "cosine")
+FUSED_ADAMW_DEVICES = ("cpu", "cuda")  # where the learner's AdamW runs torch's fused kernel
 LABEL_SUM_TOLERANCE = 1e-3  # how far a sample's label probabilities may sum from 1
 
 
@@ -358,13 +372,20 @@ class LabelTensors(NamedTuple):
     ownership_mask: torch.Tensor  # [B, 64] float32, 1 where the square counts in the ownership loss
     # [] float32, samples with an ownership target (the loss's denominator)
     ownership_samples: torch.Tensor
+    # The joint head's dense policy targets (`with_target_tables`; None unless asked for): each
+    # label's pi * policy weight added up at its entry of the two tables the loss reads,
+    # [B, 4096] float32 [b, src * 64 + dst] and [B, 4096] float32 [b, dst * 64 + arrow]
+    move_targets: torch.Tensor | None = None
+    arrow_targets: torch.Tensor | None = None
 
 
-def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> LabelTensors:
+def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu",
+                  target_tables: bool = False) -> LabelTensors:
     """Move a batch's labels to `device` (no engine call: labels are squares already).
 
     On a GPU the arrays go through pinned host memory with non-blocking copies, so the host
     does not wait for the device; elsewhere the tensors share the arrays' memory.
+    `target_tables=True` also builds the joint head's dense targets (`with_target_tables`).
     """
     device = torch.device(device)
     owners = segment_ids(batch.label_offsets)
@@ -376,20 +397,50 @@ def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu") -> Lab
                   np.asarray(batch.ownership_mask.any(axis=1).sum(), dtype=np.float32))
         moves, probs, index, z, weight, total, ownership, mask, counted = (
             _to_device(array, device) for array in arrays)
-        return LabelTensors(moves.long(), probs, index, z, weight, total, ownership.float(),
-                            mask.float(), counted)
-    return LabelTensors(
-        torch.from_numpy(batch.label_moves).to(device).long(),
-        torch.from_numpy(batch.label_probs).to(device),
-        torch.from_numpy(owners).to(device),
-        torch.from_numpy(batch.z).to(device),
-        torch.from_numpy(batch.policy_weight[owners]).to(device),
-        torch.tensor(float(batch.policy_weight.sum()), dtype=torch.float32, device=device),
-        torch.from_numpy(batch.ownership).to(device).float(),
-        torch.from_numpy(batch.ownership_mask).to(device).float(),
-        torch.tensor(float(batch.ownership_mask.any(axis=1).sum()), dtype=torch.float32,
-                     device=device),
-    )
+        labels = LabelTensors(moves.long(), probs, index, z, weight, total, ownership.float(),
+                              mask.float(), counted)
+    else:
+        labels = LabelTensors(
+            torch.from_numpy(batch.label_moves).to(device).long(),
+            torch.from_numpy(batch.label_probs).to(device),
+            torch.from_numpy(owners).to(device),
+            torch.from_numpy(batch.z).to(device),
+            torch.from_numpy(batch.policy_weight[owners]).to(device),
+            torch.tensor(float(batch.policy_weight.sum()), dtype=torch.float32, device=device),
+            torch.from_numpy(batch.ownership).to(device).float(),
+            torch.from_numpy(batch.ownership_mask).to(device).float(),
+            torch.tensor(float(batch.ownership_mask.any(axis=1).sum()), dtype=torch.float32,
+                         device=device),
+        )
+    return with_target_tables(labels) if target_tables else labels
+
+
+def with_target_tables(labels: LabelTensors) -> LabelTensors:
+    """`labels` with the joint head's dense policy targets: c = pi * policy weight of each label
+    added at `[b, src * 64 + dst]` of `move_targets` and at `[b, dst * 64 + arrow]` of
+    `arrow_targets` (both `[B, 4096]` float32; two labels of one sample may share an entry).
+
+    With them the joint head's loss is -sum(targets * log_softmax(logits)) per table
+    (`policy_loss_terms`), the same sum as over the labels, without gathering the labels' entries
+    from full log-probability tables nor scattering their gradients back.
+    """
+    batch_size = labels.z.shape[0]
+    table = NUM_SQUARES * NUM_SQUARES
+    weighted = labels.probs * labels.label_weight
+    rows = labels.sample_index * table
+    src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
+    tables = []
+    for column in (rows + src * NUM_SQUARES + dst, rows + dst * NUM_SQUARES + arrow):
+        targets = torch.zeros(batch_size * table, dtype=torch.float32, device=weighted.device)
+        tables.append(targets.index_add_(0, column, weighted).view(batch_size, table))
+    return labels._replace(move_targets=tables[0], arrow_targets=tables[1])
+
+
+class PreparedBatch(NamedTuple):
+    """A batch as the training step consumes it (`Learner.prepare`)."""
+
+    features: torch.Tensor  # [B, planes, 8, 8] float32 on the learner's device, its memory format
+    labels: LabelTensors
 
 
 def _to_device(array: np.ndarray, device: torch.device) -> torch.Tensor:
@@ -409,6 +460,32 @@ def _label_log_probs(table: torch.Tensor, sample_index: torch.Tensor,
     return table.reshape(-1)[sample_index * table.shape[1] + index]
 
 
+class _TableCrossEntropy(torch.autograd.Function):
+    """-sum(targets * log_softmax(logits, -1)) of `[R, K]` float32 logits and targets, a scalar.
+
+    The gradient, (softmax(logits) * targets.sum(-1) - targets) times the incoming one, is the
+    log-softmax's own backward kernel applied to the targets, then scaled: autograd's way (a
+    gather of the labelled entries from the log-softmax table, then a zero-filled table the
+    gather's gradient is scattered into, read back by that kernel) pays for the gather, the
+    fill and the scatter on every step; the targets' table is built beside the batch, off the
+    step (`with_target_tables`, `BatchPrefetcher`).
+    """
+
+    @staticmethod
+    def forward(ctx: Any, logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(logits.device.type, enabled=False):
+            log_p = torch.log_softmax(logits, dim=-1)
+            ctx.save_for_backward(log_p, targets)
+            return -torch.dot(targets.reshape(-1), log_p.reshape(-1))
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[torch.Tensor, None]:
+        log_p, targets = ctx.saved_tensors
+        # targets - softmax * targets.sum(-1), in one pass over the tables
+        gradient = torch.ops.aten._log_softmax_backward_data(targets, log_p, -1, log_p.dtype)
+        return gradient.mul_(-grad), None
+
+
 def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
                       labels: LabelTensors) -> dict[str, torch.Tensor]:
     """The policy cross-entropy terms, each averaged over the batch's policy weight (float32
@@ -419,8 +496,20 @@ def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
     against the full move distribution.
     factorized: `policy_src`, `policy_dst`, `policy_arrow`, the three marginal cross-entropies
     (-sum pi log P(src) equals the cross-entropy of pi's src marginal, and so on).
+
+    A joint head without the source term, given labels with their dense targets
+    (`with_target_tables`), is scored against the tables (`_TableCrossEntropy`: the same sums,
+    less memory traffic); otherwise the labelled entries are gathered from `policy_log_tables`.
     """
     weight = labels.policy_samples.clamp_min(1e-12)
+    if isinstance(policy, JointPolicy) and labels.move_targets is not None:
+        batch_size = policy.move_logits.shape[0]
+        move = _TableCrossEntropy.apply(policy.move_logits.float().reshape(batch_size, -1),
+                                        labels.move_targets)
+        arrow = _TableCrossEntropy.apply(
+            policy.arrow_logits.float().reshape(batch_size * NUM_SQUARES, NUM_SQUARES),
+            labels.arrow_targets.reshape(batch_size * NUM_SQUARES, NUM_SQUARES))
+        return {"policy_move": move / weight, "policy_arrow": arrow / weight}
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     rows = labels.sample_index
     if isinstance(policy, JointPolicy | JointSourcePolicy):
@@ -447,11 +536,14 @@ def soft_policy_targets(labels: LabelTensors, temperature: float) -> LabelTensor
     """`labels` with each sample's pi replaced by pi^(1 / temperature), renormalized over the
     sample's labelled moves (KataGo's soft policy target). A label of probability 0 stays 0, and a
     sample whose labels are all 0 keeps zeros; with completed-Q targets every legal move is a
-    label with a probability above 0, so the flattening reaches every legal move."""
+    label with a probability above 0, so the flattening reaches every legal move. Dense targets
+    (`with_target_tables`), where `labels` has them, are built again from the new pi."""
     flattened = labels.probs.float().pow(1.0 / temperature)
     totals = torch.zeros(labels.z.shape[0], dtype=flattened.dtype, device=flattened.device)
     totals.index_add_(0, labels.sample_index, flattened)
-    return labels._replace(probs=flattened / totals.clamp_min(1e-30)[labels.sample_index])
+    soft = labels._replace(probs=flattened / totals.clamp_min(1e-30)[labels.sample_index],
+                           move_targets=None, arrow_targets=None)
+    return with_target_tables(soft) if labels.move_targets is not None else soft
 
 
 def value_loss(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
@@ -497,7 +589,8 @@ def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.
 
 @torch.no_grad()
 def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
-                   labels: LabelTensors) -> dict[str, torch.Tensor]:
+                   labels: LabelTensors,
+                   cross_entropy: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """Monitoring figures over the full move distribution P(s, d) P(a | [s,] d), batch means.
 
     * `policy_entropy`: the model's entropy, H(src, dst) + sum_d P(d) H(arrow | d), or
@@ -506,7 +599,9 @@ def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
     * `policy_kl`: KL(pi || model) = cross-entropy - target entropy (>= 0; 0 iff the model puts
       exactly pi on the labelled moves).
 
-    The label terms average over the samples' policy weight, as the loss does.
+    The label terms average over the samples' policy weight, as the loss does. `cross_entropy`,
+    when given, is that of the same policy and labels, the sum of the `policy_loss_terms` (the
+    training step has it already); otherwise it is gathered from the tables.
     """
     batch_size = labels.z.shape[0]
     weight = labels.policy_samples.clamp_min(1e-12)
@@ -521,8 +616,9 @@ def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
     else:
         mean_arrow_entropy = _source_arrow_entropy(tables, policy.source_squares)
     model_entropy = -(p_move * log_move).sum(-1) + mean_arrow_entropy
-    log_q = move_log_probs(tables, labels.moves, labels.sample_index)
-    cross_entropy = -(labels.probs * labels.label_weight * log_q).sum() / weight
+    if cross_entropy is None:
+        log_q = move_log_probs(tables, labels.moves, labels.sample_index)
+        cross_entropy = -(labels.probs * labels.label_weight * log_q).sum() / weight
     target_entropy = -(labels.label_weight
                        * torch.special.xlogy(labels.probs, labels.probs)).sum() / weight
     return {
@@ -563,6 +659,20 @@ class OptimConfig:
     # at equal learner steps where 1 was level (docs/training.md, docs/BENCHMARKS.md)
     soft_policy_weight: float = 1.0
     soft_policy_temperature: float = 4.0  # T of the soft policy target pi^(1 / T); > 0
+    # steps between two computations of the policy metrics that need the whole move
+    # distribution (policy_entropy, target_entropy, policy_kl): steps 0, K, 2K, ... report them,
+    # the others leave them out (1 = every step)
+    metrics_every: int = 16
+    # the joint head (without the source term) scored against dense [B, 4096] target tables
+    # (`with_target_tables`), its log-softmax's gradient in one pass; false: the labels' entries
+    # gathered from full log-probability tables. The same loss, to float rounding
+    dense_policy_targets: bool = True
+    # torch's fused AdamW kernel (CPU and GPU) instead of its loop over the parameters; the
+    # same update, to float rounding (a GPU skips a non-finite step on the device with it only)
+    fused_adamw: bool = True
+    # torch.compile of the forward pass and the losses together (the backward compiled with
+    # them); `compile` compiles the forward alone
+    compile_step: bool = False
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "eps", "grad_clip_norm", "policy_weight", "value_weight",
@@ -581,10 +691,18 @@ class OptimConfig:
             raise OptimConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise OptimConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        for name in ("warmup_steps", "total_steps"):
+        for name in ("warmup_steps", "total_steps", "metrics_every"):
             value = getattr(self, name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-                raise OptimConfigError(f"{name} must be an int >= 0, got {value!r}")
+            least = 1 if name == "metrics_every" else 0
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise OptimConfigError(f"{name} must be an int >= {least}, got {value!r}")
+        for name in ("dense_policy_targets", "fused_adamw", "compile_step"):
+            if not isinstance(getattr(self, name), bool):
+                raise OptimConfigError(f"{name} must be true or false, got "
+                                       f"{getattr(self, name)!r}")
+        if self.compile and self.compile_step:
+            raise OptimConfigError("compile and compile_step are exclusive: compile_step already "
+                                   "compiles the forward pass")
         if self.schedule not in SCHEDULES:
             raise OptimConfigError(f"schedule must be one of {SCHEDULES}, got {self.schedule!r}")
         if self.precision not in PRECISIONS:
@@ -642,7 +760,7 @@ class Learner:
             [{"params": decay, "weight_decay": self.config.weight_decay},
              {"params": no_decay, "weight_decay": 0.0}],
             lr=self.config.lr, betas=self.config.betas, eps=self.config.eps,
-            fused=True if self._skips_on_device() else None)
+            fused=True if self._fused_adamw() else None)
         config_for_schedule = self.config
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: learning_rate_factor(step, config_for_schedule))
@@ -650,18 +768,29 @@ class Learner:
         self.step = 0
         self.rng = np.random.default_rng(seed)
         self._forward = torch.compile(self.model) if self.config.compile else self.model
-        self._host_features = torch.empty(0)
+        self._forward_and_losses = (torch.compile(self._uncompiled_forward_and_losses)
+                                    if self.config.compile_step
+                                    else self._uncompiled_forward_and_losses)
+        # the joint head without the source term is scored against dense target tables
+        self.target_tables = (self.config.dense_policy_targets
+                              and model.config.policy_head == "joint"
+                              and not model.config.arrow_source)
 
     @property
     def num_planes(self) -> int:
         return self.model.config.num_planes
 
+    def _fused_adamw(self) -> bool:
+        """Whether the optimizer runs torch's fused AdamW kernel (`OptimConfig.fused_adamw`,
+        on the devices that have it)."""
+        return self.config.fused_adamw and self.device.type in FUSED_ADAMW_DEVICES
+
     def _skips_on_device(self) -> bool:
         """Whether a step with a non-finite gradient is skipped by the optimizer itself, on the
         device (fused AdamW with `found_inf`), rather than by a host-side test. On a GPU the
         host test would wait for the whole step to finish before queuing the next one; on the
-        CPU there is nothing to wait for, and the plain AdamW keeps its numbers."""
-        return self.device.type == "cuda"
+        CPU there is nothing to wait for."""
+        return self.device.type == "cuda" and self._fused_adamw()
 
     def wrap_model(self, wrapper: Callable[[PolicyValueNet], nn.Module]) -> None:
         """Run `train_step`'s forward pass through `wrapper(self.model)` from now on.
@@ -674,6 +803,8 @@ class Learner:
         """
         module = wrapper(self.model)
         self._forward = torch.compile(module) if self.config.compile else module
+        if self.config.compile_step:  # compiled again around the new forward
+            self._forward_and_losses = torch.compile(self._uncompiled_forward_and_losses)
 
     def _autocast(self) -> torch.autocast:
         dtype = PRECISION_DTYPES[self.precision]
@@ -692,16 +823,36 @@ class Learner:
             if self.config.channels_last:
                 features = features.contiguous(memory_format=torch.channels_last)
             return features
-        if self._host_features.shape[0] < rows:
-            self._host_features = torch.empty((rows, self.num_planes, 8, 8), dtype=torch.float32)
-        host = self._host_features[:rows]
-        engine.features(positions, self.num_planes, out=host.numpy())
-        features = host.to(self.device, non_blocking=True)
+        # A fresh array per call: a prefetch thread prepares the next batch while a step reads
+        # this one (`BatchPrefetcher`).
+        features = torch.from_numpy(engine.features(positions, self.num_planes))
         if self.config.channels_last:
             features = features.contiguous(memory_format=torch.channels_last)
-        elif self.device.type == "cpu":
-            features = features.clone()  # the host buffer is reused by the next call
-        return features
+        return features.to(self.device)
+
+    def prepare(self, batch: SampleBatch) -> PreparedBatch:
+        """`batch` as `train_step_tensors` consumes it: its feature planes (`features`) and its
+        labels as tensors (`label_tensors`, with the dense targets the step scores against).
+        Shares nothing with a step in progress, so a second thread may call it while one runs
+        (`BatchPrefetcher`).
+
+        Raises:
+            SampleError: `batch` is empty.
+        """
+        if batch.size == 0:
+            raise SampleError("train_step needs at least one sample")
+        return PreparedBatch(self.features(batch.positions),
+                             label_tensors(batch, self.device, self.target_tables))
+
+    def _uncompiled_forward_and_losses(
+            self, features: torch.Tensor, labels: LabelTensors
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor], NetOutput]:
+        """The forward pass in the step's precision and the losses (`_losses`), with the
+        network's output (`compile_step` compiles this whole function)."""
+        with self._autocast():
+            output = self._forward(features)
+        loss, terms = self._losses(output, labels)
+        return loss, terms, output
 
     def _losses(self, output: NetOutput,
                 labels: LabelTensors) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
@@ -722,18 +873,20 @@ class Learner:
         terms["loss"] = total
         return total, terms
 
-    def train_step(self, batch: SampleBatch) -> dict[str, float]:
-        """One optimizer step on `batch` (augment it before, e.g. with `sample_batch`).
+    def train_step(self, batch: SampleBatch | PreparedBatch) -> dict[str, float]:
+        """One optimizer step on `batch` (augment it before, e.g. with `sample_batch`; or
+        prepared, `prepare`).
 
         Returns:
             Metrics as floats: `loss` (weighted total), `policy_loss` and its terms (`policy_move`,
             `policy_arrow` for the joint head; `policy_src`, `policy_dst`, `policy_arrow` for the
-            factorized one), `value_mse`, `policy_entropy`, `target_entropy`, `policy_kl`,
-            `grad_norm` (before clipping), `lr` (used for this step), `skipped` (1 when a non-finite
-            gradient made the step a no-op), `ownership_loss` with the ownership head,
-            `soft_policy_loss` (its policy terms against the soft target, summed) with the soft
-            policy head, and `loss_scale` with fp16. Reading them waits for the step; a training
-            loop that should not wait uses `train_step_tensors` and `MetricSums`.
+            factorized one), `value_mse`, `grad_norm` (before clipping), `lr` (used for this
+            step), `skipped` (1 when a non-finite gradient made the step a no-op),
+            `ownership_loss` with the ownership head, `soft_policy_loss` (its policy terms against
+            the soft target, summed) with the soft policy head, and `loss_scale` with fp16; and
+            on every `OptimConfig.metrics_every`-th step (the first included) `policy_entropy`,
+            `target_entropy` and `policy_kl` (`policy_metrics`). Reading them waits for the step;
+            a training loop that should not wait uses `train_step_tensors` and `MetricSums`.
         """
         metrics = self.train_step_tensors(batch)
         names = [name for name, value in metrics.items() if isinstance(value, torch.Tensor)]
@@ -743,7 +896,8 @@ class Learner:
                        if not isinstance(value, torch.Tensor)})
         return floats
 
-    def train_step_tensors(self, batch: SampleBatch) -> dict[str, torch.Tensor | float]:
+    def train_step_tensors(self,
+                           batch: SampleBatch | PreparedBatch) -> dict[str, torch.Tensor | float]:
         """`train_step` without waiting for the device: the same metrics, as 0-d float32
         tensors on the learner's device (`lr` is a float), read only when the caller reads them.
 
@@ -751,14 +905,10 @@ class Learner:
         a non-finite gradient is skipped on the device), so the next batch is assembled while
         this step runs.
         """
-        if batch.size == 0:
-            raise SampleError("train_step needs at least one sample")
-        features = self.features(batch.positions)
-        labels = label_tensors(batch, self.device)
+        features, labels = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
+        with_metrics = self.step % self.config.metrics_every == 0
         self.model.train()
-        with self._autocast():
-            output = self._forward(features)
-        loss, terms = self._losses(output, labels)
+        loss, terms, output = self._forward_and_losses(features, labels)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
         self.scaler.unscale_(self.optimizer)
@@ -782,7 +932,9 @@ class Learner:
                                     message=re.escape("Detected call of `lr_scheduler.step()`"))
             self.scheduler.step()
         self.step += 1
-        terms.update(policy_metrics(output.policy, labels))
+        if with_metrics:
+            terms.update(policy_metrics(output.policy, labels,
+                                        cross_entropy=terms["policy_loss"].detach().float()))
         metrics: dict[str, torch.Tensor | float] = {name: value.detach().float()
                                                     for name, value in terms.items()}
         metrics.update(grad_norm=grad_norm.detach().float(), lr=lr, skipped=(~finite).float())
@@ -794,13 +946,12 @@ class Learner:
     @torch.no_grad()
     def validation_metrics(self, batch: SampleBatch) -> dict[str, float]:
         """The loss terms and policy metrics of `batch` in eval mode, without training."""
-        features = self.features(batch.positions)
-        labels = label_tensors(batch, self.device)
+        features, labels = self.prepare(batch)
         self.model.eval()
         with self._autocast():
             output = self.model(features)
         _, terms = self._losses(output, labels)
-        terms.update(policy_metrics(output.policy, labels))
+        terms.update(policy_metrics(output.policy, labels, cross_entropy=terms["policy_loss"]))
         return {name: float(value) for name, value in terms.items()}
 
     def state_dict(self) -> dict[str, Any]:
@@ -852,11 +1003,14 @@ class MetricSums:
 
     `add` takes what `Learner.train_step_tensors` returns (0-d tensors, and floats); `means`
     reads every sum with one transfer. Sums are kept in float64, as Python would sum the floats.
+    A metric that some steps leave out (the policy metrics between two
+    `OptimConfig.metrics_every` steps) is averaged over the steps that reported it.
     """
 
     def __init__(self) -> None:
         self._tensors: dict[str, torch.Tensor] = {}
         self._floats: dict[str, float] = {}
+        self._counts: dict[str, int] = {}
         self.steps = 0
 
     def add(self, metrics: dict[str, torch.Tensor | float]) -> None:
@@ -868,14 +1022,63 @@ class MetricSums:
                                        else value)
             else:
                 self._floats[name] = self._floats.get(name, 0.0) + float(value)
+            self._counts[name] = self._counts.get(name, 0) + 1
         self.steps += 1
 
     def means(self) -> dict[str, float]:
-        """The mean of each metric over the steps added (empty before the first)."""
-        if not self.steps:
-            return {}
+        """The mean of each metric over the steps that reported it (empty before the first)."""
         names = list(self._tensors)
         values = torch.stack([self._tensors[name] for name in names]).tolist() if names else []
-        means = {name: value / self.steps for name, value in zip(names, values, strict=True)}
-        means.update({name: value / self.steps for name, value in self._floats.items()})
+        means = {name: value / self._counts[name]
+                 for name, value in zip(names, values, strict=True)}
+        means.update({name: value / self._counts[name] for name, value in self._floats.items()})
         return means
+
+
+class BatchPrefetcher:
+    """Draws and prepares each next training batch on a second thread while a step runs.
+
+    `draw` runs on the prefetcher's one thread, one call at a time and in the order the batches
+    are taken (the first on the caller's thread), so a draw from a generator (the learner's
+    `rng`) gives the batches, in the same order, that calling `draw` before each step would give.
+    What a draw reads may change between the two ways: a batch drawn ahead is drawn from the
+    replay window as it was when the previous step started. `draw` must be safe to call beside
+    the caller's own work (`amazons.train.replay.ReplayBuffer.sample` is).
+
+    Args:
+        learner: prepares each batch (`Learner.prepare`) on the thread too.
+        draw: returns the next batch (augmented).
+    """
+
+    def __init__(self, learner: Learner, draw: Callable[[], SampleBatch]) -> None:
+        self._prepare = learner.prepare
+        self._draw = draw
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="batch-prefetch")
+        self._pending: Future[PreparedBatch] | None = None
+
+    def _next_batch(self) -> PreparedBatch:
+        return self._prepare(self._draw())
+
+    def next(self, more: bool = True) -> PreparedBatch:
+        """The next batch; with `more`, the thread starts drawing the one after it (pass False
+        for the last batch a phase takes, so that nothing is drawn that no step trains on).
+
+        Raises:
+            whatever `draw` or `Learner.prepare` raised for this batch.
+        """
+        pending, self._pending = self._pending, None
+        batch = pending.result() if pending is not None else self._next_batch()
+        if more:
+            self._pending = self._executor.submit(self._next_batch)
+        return batch
+
+    def close(self) -> None:
+        """Stop the thread, after the draw in progress (its batch is dropped)."""
+        self._pending = None
+        self._executor.shutdown(wait=True, cancel_futures=True)
+
+    def __enter__(self) -> BatchPrefetcher:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()

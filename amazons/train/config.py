@@ -8,7 +8,8 @@ of new positions into the optimizer steps they are owed.
 
 Imports the config dataclasses of the modules it groups (`amazons.neural.model`,
 `amazons.neural.learner`, `amazons.mcts`, `amazons.train.selfplay`, `amazons.inference`,
-`amazons.train.evaluation`, `amazons.train.pipeline`) and `amazons.config`; never a backend:
+`amazons.train.evaluation`, `amazons.train.pipeline`), the growth methods
+(`amazons.neural.growth`) and `amazons.config`; never a backend:
 `RayConfig`, the Ray backend's group, lives here as plain values so that `amazons.distributed`
 depends on this module and not the other way round.
 """
@@ -22,6 +23,7 @@ from typing import Any
 from amazons.config import config_from_dict, config_to_dict
 from amazons.inference import InferenceConfig
 from amazons.mcts import SearchConfig
+from amazons.neural.growth import GROWTH_METHODS
 from amazons.neural.learner import OptimConfig
 from amazons.neural.model import NetConfig, net_config
 from amazons.train.evaluation import EvalConfig
@@ -97,12 +99,19 @@ class TrainConfig:
     seed: int = 0  # seeds self-play, sampling and the initial weights
     # a warm start: a model or learner checkpoint whose weights the run starts from ("" = random)
     init_model: str = ""
+    # how init_model's network grows when `net` is bigger: "silent" (new units fresh, unseen by
+    # the old ones) or "net2net" (new units split copies of old ones); `amazons.neural.growth`.
+    # silent trained better from the shipped model into 4 x 48 (docs/network.md, growth)
+    init_growth: str = "silent"
     device: str = "auto"  # learner and inference device: "auto", "cpu", "cuda"
     # inference server dtype: "auto" (bf16 on GPU, fp32 on CPU), "fp32", ...
     inference_dtype: str = "auto"
     torch_threads: int = 1  # intra-op threads of the learner process
     games_per_iteration: int = 64  # self-play games per iteration
     train_batch_size: int = 256  # samples per optimizer step
+    # draw, augment and prepare each next training batch on a second thread while the learner's
+    # step runs (`amazons.neural.learner.BatchPrefetcher`; the same batches in the same order)
+    prefetch_batches: bool = True
     sample_reuse: float = 8.0  # samples drawn for training per new position
     min_steps: int = 20  # training steps per iteration, at least
     max_steps: int = 2000  # training steps per iteration, at most
@@ -122,6 +131,9 @@ class TrainConfig:
     ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
+        if self.init_growth not in GROWTH_METHODS:
+            raise ValueError(f"init_growth must be one of {GROWTH_METHODS}, "
+                             f"got {self.init_growth!r}")
         for name in ("iterations", "games_per_iteration", "train_batch_size",
                      "replay_window_positions"):
             if getattr(self, name) < 1:

@@ -677,6 +677,9 @@ class ReplayBuffer:
         self.total_positions = 0
         self.next_game = 0
         self._writer: ChunkWriter | None = None  # started by the first `add`
+        # `add_to_window` and `sample` hold it: a learner may draw its next batch on another
+        # thread while the main loop adds games (`amazons.neural.learner.BatchPrefetcher`)
+        self._window_lock = threading.Lock()
         self._writer_settings = (chunk_games, chunk_seconds, on_written)
         self._next_chunk = 0
         if chunk_games < 1 or chunk_seconds < 0:
@@ -793,11 +796,13 @@ class ReplayBuffer:
         self.close()
 
     def add_to_window(self, samples: GameSamples) -> None:
-        """Add `samples` to the sampling window without writing a chunk."""
-        self._append(samples)
-        self.total_games += samples.num_games
-        self.total_positions += samples.num_positions
-        self._evict()
+        """Add `samples` to the sampling window without writing a chunk (safe beside a `sample`
+        on another thread)."""
+        with self._window_lock:
+            self._append(samples)
+            self.total_games += samples.num_games
+            self.total_positions += samples.num_positions
+            self._evict()
 
     def _append(self, samples: GameSamples) -> None:
         counts = np.diff(samples.label_offsets)
@@ -895,9 +900,15 @@ class ReplayBuffer:
             `ownership (B, 64) int8` and `ownership_mask (B, 64) bool` (each sample's ownership
             target in its canonical frame, `GameSamples.ownership_targets`).
 
+        Safe to call on another thread than the one that adds games (`add`, `add_to_window`).
+
         Raises:
             ValueError: if the buffer is empty.
         """
+        with self._window_lock:
+            return self._sample(batch_size)
+
+    def _sample(self, batch_size: int) -> dict[str, np.ndarray]:
         held = len(self._positions)
         if not held:
             raise ValueError("the replay buffer is empty")

@@ -59,9 +59,22 @@ import torch
 from amazons._atomic import atomic_write
 from amazons.config import config_from_dict, config_to_dict
 from amazons.inference import InferenceServer
-from amazons.neural.checkpoint import init_weights_from, resume_learner, save_checkpoint, save_model
-from amazons.neural.learner import Learner, MetricSums, SampleBatch, augment_batch
-from amazons.neural.model import PolicyValueNet, count_parameters
+from amazons.neural.checkpoint import (
+    init_weights_from,
+    load_checkpoint,
+    resume_learner,
+    save_checkpoint,
+    save_model,
+)
+from amazons.neural.growth import lineage_entry
+from amazons.neural.learner import (
+    BatchPrefetcher,
+    Learner,
+    MetricSums,
+    SampleBatch,
+    augment_batch,
+)
+from amazons.neural.model import NetConfig, PolicyValueNet, count_parameters
 from amazons.neural.production import resolve_device, server_evaluator_factory
 from amazons.records import GameRecord, write_records
 from amazons.train.config import TrainConfig, apply_overrides, preset_config, training_steps
@@ -183,6 +196,10 @@ class Run:
         self.matches: list[dict[str, Any]] = []
         self.matches_lock = threading.Lock()
         trained_games = None  # serial number of the first game no finished iteration holds
+        # The model files' lineage: the init model's, then this run's entry, whose minutes are
+        # this run's wall clock (the runs before a --resume's included, kept in state.json).
+        self.started = time.perf_counter()
+        self.minutes_before = 0.0
         if resume:
             self.learner = resume_learner(self.checkpoint_path, config.net, config.optim,
                                           self.device)
@@ -190,11 +207,21 @@ class Run:
             self.iteration = int(state["iteration"])
             self.matches = state["matches"]
             trained_games = state.get("trained_games")  # absent in runs from before it was kept
+            self.minutes_before = float(state.get("minutes", 0.0))
+            self.lineage = state.get("lineage") or [
+                lineage_entry(self.learner.model, init_model=config.init_model)]
         else:
             torch.manual_seed(config.seed)
             model = PolicyValueNet(config.net)
+            self.lineage = [lineage_entry(model)]
             if config.init_model:
-                init_weights_from(config.init_model, model)
+                extra = init_weights_from(config.init_model, model, config.init_growth,
+                                          config.seed)
+                init_net = config_from_dict(NetConfig,
+                                            load_checkpoint(config.init_model)["net_config"])
+                self.lineage = [*extra.get("lineage", []),
+                                lineage_entry(model, init_net, config.init_growth,
+                                              config.init_model)]
             self.learner = Learner(model, config.optim, self.device, seed=config.seed)
         games_file = run_dir / "games" / "selfplay.txt"
         self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions,
@@ -220,11 +247,18 @@ class Run:
     def model_path(self, iteration: int) -> Path:
         return self.run_dir / "models" / f"model-{iteration:04d}.pt"
 
+    def model_extra(self, iteration: int) -> dict[str, Any]:
+        """A model file's `extra`: its iteration and lineage (`amazons.neural.growth`), this
+        run's entry with the minutes so far."""
+        minutes = self.minutes_before + (time.perf_counter() - self.started) / 60
+        return {"iteration": iteration,
+                "lineage": [*self.lineage[:-1], {**self.lineage[-1], "minutes": round(minutes, 3)}]}
+
     def run(self, progress: bool = True) -> None:
         config = self.config
         if not self.model_path(self.iteration).exists():
             save_model(self.model_path(self.iteration), self.learner.model,
-                       {"iteration": self.iteration})
+                       self.model_extra(self.iteration))
         factory = server_evaluator_factory(self.model_path(self.iteration), config.device,
                                            config.inference_dtype, config.inference)
         print(f"run {self.run_dir}: preset {config.preset}, "
@@ -267,7 +301,7 @@ class Run:
         metrics.update(self.train(report.positions + metrics["train/debt_positions"], progress))
         self.trained_games += report.games + (debt.num_games if debt is not None else 0)
         self.iteration = iteration
-        save_model(self.model_path(iteration), self.learner.model, {"iteration": iteration})
+        save_model(self.model_path(iteration), self.learner.model, self.model_extra(iteration))
         if config.eval.every and iteration % config.eval.every == 0:
             metrics.update(self.evaluate(iteration))
         self.checkpoint()
@@ -309,22 +343,37 @@ class Run:
         bar = _progress_bar(steps, f"iter {self.iteration + 1} training", "step", progress)
         sums = MetricSums()
         started = time.perf_counter()
+        prefetcher = self.batch_prefetcher()
         for step in range(steps):
-            step_metrics = self.train_step()
+            step_metrics = self.train_step(prefetcher, more=step + 1 < steps)
             sums.add(step_metrics)
             if bar is not None:
                 bar.update(1)
                 if step % LOG_EVERY_STEPS == 0:  # reading the loss waits for the device
                     bar.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
+        if prefetcher is not None:
+            prefetcher.close()
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - started
         return self.train_metrics(sums, steps, seconds)
 
-    def train_step(self) -> dict[str, torch.Tensor | float]:
-        """One learner step on a batch drawn from the replay window and augmented."""
-        batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)),
-                              self.learner.rng)
+    def draw_batch(self) -> SampleBatch:
+        """A training batch drawn from the replay window, augmented with the learner's `rng`."""
+        return augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)),
+                             self.learner.rng)
+
+    def batch_prefetcher(self) -> BatchPrefetcher | None:
+        """The thread that draws each next batch while a step runs (`prefetch_batches`), or
+        None."""
+        return (BatchPrefetcher(self.learner, self.draw_batch) if self.config.prefetch_batches
+                else None)
+
+    def train_step(self, prefetcher: BatchPrefetcher | None = None,
+                   more: bool = True) -> dict[str, torch.Tensor | float]:
+        """One learner step on a batch drawn from the replay window and augmented: `prefetcher`'s
+        next batch when given (it starts drawing the one after when `more`), else drawn now."""
+        batch = self.draw_batch() if prefetcher is None else prefetcher.next(more)
         return self.learner.train_step_tensors(batch)
 
     def train_metrics(self, sums: MetricSums, steps: int, seconds: float) -> dict[str, float]:
@@ -360,6 +409,7 @@ class Run:
             self.take_games(late, budget, publisher, last_counters)
 
         workers.start(stream=self.iteration)
+        prefetcher = self.batch_prefetcher()
         while self.iteration < config.iterations:
             evaluation.check()
             if budget.may_step():
@@ -376,7 +426,7 @@ class Run:
                     workers.wind_down()
             if budget.may_step():
                 stepped = time.perf_counter()
-                clock.sums.add(self.train_step())
+                clock.sums.add(self.train_step(prefetcher))
                 clock.learner_seconds += time.perf_counter() - stepped
                 budget.current.steps += 1
             publisher.maybe_publish(self.learner.step, self.learner.model)
@@ -395,6 +445,8 @@ class Run:
                        _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}",
                                      "game", progress))
         workers.stop()
+        if prefetcher is not None:
+            prefetcher.close()
 
     def step_budget(self) -> StepBudget:
         """The async pipeline's `StepBudget`, with the replay's debt (`take_debt`) counted first:
@@ -446,7 +498,7 @@ class Run:
         self.iteration = iteration
         self.trained_games += ledger.games
         seconds = time.perf_counter() - clock.started
-        save_model(self.model_path(iteration), self.learner.model, {"iteration": iteration})
+        save_model(self.model_path(iteration), self.learner.model, self.model_extra(iteration))
         metrics: dict[str, float] = {"iteration": iteration}
         metrics.update({
             "selfplay/games": ledger.games,
@@ -528,13 +580,17 @@ class Run:
         return results
 
     def checkpoint(self) -> None:
-        """The learner's checkpoint and `state.json`: the iteration, the Elo ladder's matches and
-        `trained_games` (the serial number of the first replay game no finished iteration holds)."""
-        save_checkpoint(self.checkpoint_path, self.learner, {"iteration": self.iteration})
+        """The learner's checkpoint and `state.json`: the iteration, the Elo ladder's matches,
+        `trained_games` (the serial number of the first replay game no finished iteration holds),
+        and the lineage with this run's minutes so far (`model_extra`)."""
+        extra = self.model_extra(self.iteration)
+        save_checkpoint(self.checkpoint_path, self.learner, extra)
         with self.matches_lock:
             matches = list(self.matches)
         state = json.dumps({"iteration": self.iteration, "matches": matches,
-                            "trained_games": self.trained_games}) + "\n"
+                            "trained_games": self.trained_games,
+                            "minutes": extra["lineage"][-1]["minutes"],
+                            "lineage": extra["lineage"]}) + "\n"
         atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:

@@ -1,0 +1,443 @@
+"""Function-preserving growth (`amazons.neural.growth`) and warm starts that grow.
+
+Small nets whose every weight and batch-norm statistic is moved away from its initialization are
+grown by each kind of growth, by both methods, for both heads (the joint one with and without the
+source term), with and without attention, and through spread attention: at step 0 the grown
+net's value and every legal move's prior (and ownership map, and soft policy) equal the small
+net's within 1e-5 on positions of seeded random games. Then the grown weights train (a real
+`Learner.train_step` reaches every new slice), the refusals name their field, a saved small model
+grows through `init_weights_from`, and the exports of grown nets (numpy, native) match torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import torch
+from test_learn import random_batch
+
+from amazons import engine
+from amazons.export import TOLERANCE, random_positions, torch_outputs
+from amazons.neural.checkpoint import CheckpointError, init_weights_from, save_model
+from amazons.neural.growth import (
+    GROWTH_METHODS,
+    GrowthError,
+    align_layers,
+    check_growth,
+    grow,
+    grow_state_dict,
+    grown_entries,
+    layer_kinds,
+    lineage_entry,
+    space_sizes,
+    tensor_axes,
+)
+from amazons.neural.learner import Learner, OptimConfig
+from amazons.neural.model import (
+    NetConfig,
+    PolicyValueNet,
+    gather_legal_priors,
+    net_config,
+    policy_log_tables,
+    segment_ids,
+)
+from amazons.train.run import Run, resolve_config
+
+torch.set_num_threads(1)
+
+EXACT = 1e-5  # the grown net's priors and values against the small net's
+POSITIONS = 200
+
+SMALL = NetConfig(blocks=2, channels=8, attention_blocks=1, attention_dim=4, head_dim=4,
+                  value_channels=2, value_hidden=8, ownership_head=True, ownership_channels=3)
+HEADS = [pytest.param({"policy_head": "joint"}, id="joint"),
+         pytest.param({"policy_head": "joint", "arrow_source": True}, id="joint-source"),
+         pytest.param({"policy_head": "factorized"}, id="factorized")]
+ATTENTION = [pytest.param(0, id="no-attention"), pytest.param(1, id="attention")]
+# kind of growth: (the small net's changes, the grown net's changes)
+KINDS = {
+    "blocks": ({}, {"blocks": 4}),
+    "channels": ({}, {"channels": 13}),
+    "attention_blocks": ({}, {"attention_blocks": 2}),
+    "attention_dim": ({}, {"attention_dim": 7}),
+    "head_dim": ({}, {"head_dim": 7}),
+    "value": ({}, {"value_channels": 3, "value_hidden": 11}),
+    "ownership_channels": ({}, {"ownership_channels": 5}),
+    "heads": ({"ownership_head": False}, {"ownership_head": True, "soft_policy_head": True}),
+    "all": ({"soft_policy_head": True},
+            {"blocks": 4, "channels": 12, "attention_blocks": 2, "attention_dim": 6,
+             "head_dim": 6, "value_channels": 3, "value_hidden": 10, "ownership_channels": 5,
+             "soft_policy_head": True}),
+}
+
+
+def moved_from_init(config: NetConfig, seed: int) -> PolicyValueNet:
+    """A net of `config` with every parameter and batch-norm statistic moved from its init:
+    identity-initialized parts (zero batch-norm scales, closed gates) would hide a growth that
+    breaks them. Weights keep their scale; the value head's last layer is scaled so that values
+    spread over [-1, 1] on random positions."""
+    torch.manual_seed(seed)
+    model = PolicyValueNet(config)
+    generator = torch.Generator().manual_seed(seed)
+
+    def noise(tensor: torch.Tensor, scale: float) -> torch.Tensor:
+        return torch.randn(tensor.shape, generator=generator) * scale
+
+    with torch.no_grad():
+        statistics = set()
+        for name, module in model.named_modules():
+            if isinstance(module, torch.nn.BatchNorm2d):
+                statistics.update(f"{name}.{key}" for key in ("weight", "bias"))
+                module.weight.copy_(torch.rand(module.weight.shape, generator=generator) + 0.5)
+                module.bias.copy_(noise(module.bias, 0.1))
+                module.running_mean.copy_(noise(module.running_mean, 0.2))
+                module.running_var.copy_(torch.rand(module.running_var.shape,
+                                                    generator=generator) * 1.5 + 0.5)
+        for name, parameter in model.named_parameters():
+            if name.endswith(".gate"):
+                parameter.copy_(torch.rand(1, generator=generator) * 0.5 + 0.3)
+            elif name not in statistics:
+                spread = float(parameter.std()) if parameter.numel() > 1 else 0.0
+                parameter.add_(noise(parameter, 0.5 * spread + 0.05))
+        for bias in (model.value_head.reduce.bn.bias, model.value_head.hidden.bias):
+            bias.abs_().add_(0.1)  # live value units: values that differ between positions
+        features = torch.from_numpy(engine.features(random_positions(64, seed=seed), 7))[
+            :, :config.num_planes]
+        head = model.eval().value_head
+        trunk = model.trunk(torch.relu(model.stem(features)))
+        hidden = torch.relu(head.hidden(torch.relu(head.reduce(trunk)).flatten(1)))
+        logits = head.out(hidden).squeeze(-1)
+        head.out.weight.div_(logits.std())
+        head.out.bias.sub_(logits.mean()).div_(logits.std())
+    return model
+
+
+@pytest.fixture(scope="module")
+def pool() -> dict[int, tuple[torch.Tensor, np.ndarray, np.ndarray]]:
+    """`POSITIONS` positions of seeded random games (0 to 60 plies): features for 3 and 7 planes,
+    legal moves and their CSR offsets."""
+    positions = random_positions(POSITIONS, seed=11, max_plies=60)
+    moves, offsets = engine.legal_moves(positions)
+    return {planes: (torch.from_numpy(engine.features(positions, planes)), moves, offsets)
+            for planes in (3, 7)}
+
+
+@torch.no_grad()
+def outputs(model: PolicyValueNet, pool, rows: slice) -> dict[str, np.ndarray]:
+    """Legal-move priors, values, and with their heads ownership and soft-policy priors, of the
+    positions `rows` of the pool (eval mode)."""
+    features, moves, offsets = pool[model.config.num_planes]
+    moves = torch.from_numpy(moves[offsets[rows.start]:offsets[rows.stop]])
+    batch_index = torch.from_numpy(segment_ids(offsets[rows.start:rows.stop + 1]
+                                               - offsets[rows.start]))
+    output = model.eval()(features[rows])
+    result = {"priors": gather_legal_priors(policy_log_tables(output.policy), moves, batch_index),
+              "value": output.value}
+    if output.ownership is not None:
+        result["ownership"] = output.ownership
+    if output.soft_policy is not None:
+        result["soft_priors"] = gather_legal_priors(policy_log_tables(output.soft_policy), moves,
+                                                    batch_index)
+    return {name: value.numpy() for name, value in result.items()}
+
+
+def assert_same_function(small: PolicyValueNet, grown: PolicyValueNet, pool,
+                         rows: slice) -> float:
+    """The grown net's outputs equal the small net's within `EXACT`; returns the largest gap."""
+    want, got = outputs(small, pool, rows), outputs(grown, pool, rows)
+    # The comparison can fail: values spread, priors far from uniform.
+    counts = np.diff(pool[7][2][rows.start:rows.stop + 1])
+    assert np.ptp(want["value"]) > 0.1
+    assert want["priors"].max() * counts.max() > 3.0
+    worst = 0.0
+    for name in set(want) & set(got):
+        gap = float(np.abs(want[name] - got[name]).max())
+        assert gap <= EXACT, f"{name} differs by {gap}"
+        worst = max(worst, gap)
+    return worst
+
+
+# ------------------------------------------------------------------------------------------------
+# The function is kept
+
+
+@pytest.mark.parametrize("method", GROWTH_METHODS)
+@pytest.mark.parametrize("attention", ATTENTION)
+@pytest.mark.parametrize("head", HEADS)
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_every_kind_of_growth_keeps_the_value_and_every_legal_prior(pool, kind, head, attention,
+                                                                    method):
+    small_changes, grown_changes = KINDS[kind]
+    small_config = SMALL.replace(attention_blocks=attention, **head, **small_changes)
+    if kind == "heads" and not small_config.arrow_source and head["policy_head"] == "joint":
+        grown_changes = {**grown_changes, "arrow_source": True}
+    config = small_config.replace(**grown_changes)
+    seed = sum(map(ord, kind + str(head) + method)) + attention
+    small = moved_from_init(small_config, seed)
+    grown = grow(small, config, method, seed=seed)
+    assert grown.config == config
+    # a window of the pool per case, every position in some window; all of it for "all"
+    start = seed % (POSITIONS - 40)
+    rows = slice(0, POSITIONS) if kind == "all" else slice(start, start + 40)
+    assert_same_function(small, grown, pool, rows)
+
+
+@pytest.mark.parametrize("method", GROWTH_METHODS)
+@pytest.mark.parametrize(("small_trunk", "grown_trunk"), [
+    ((2, 1, "spread"), (3, 2, "spread")),  # RRA -> RARRA: the old attention moves to the end
+    ((3, 2, "spread"), (6, 3, "spread")),
+    ((2, 2, "spread"), (3, 3, "spread")),  # RARA -> RARARA
+    ((2, 1, "end"), (4, 2, "spread")),
+])
+def test_spread_attention_grows_with_its_trunk_reordered_around_identities(pool, method,
+                                                                           small_trunk,
+                                                                           grown_trunk):
+    blocks, attention, placement = small_trunk
+    small_config = SMALL.replace(blocks=blocks, attention_blocks=attention,
+                                 attention_placement=placement, arrow_source=True)
+    blocks, attention, placement = grown_trunk
+    config = small_config.replace(blocks=blocks, attention_blocks=attention,
+                                  attention_placement=placement, channels=10)
+    small = moved_from_init(small_config, blocks)
+    grown = grow(small, config, method, seed=1)
+    assert_same_function(small, grown, pool, slice(blocks * 20, blocks * 20 + 40))
+
+
+@pytest.mark.parametrize("method", GROWTH_METHODS)
+def test_training_mode_batch_statistics_match_too(pool, method):
+    """In train mode the batch norms normalize by the batch's own statistics: the old channels'
+    are unchanged, so the grown net still computes the small one's value."""
+    small = moved_from_init(SMALL.replace(arrow_source=True), 5)
+    config = SMALL.replace(arrow_source=True, **KINDS["all"][1])
+    grown = grow(small, config, method, seed=2)
+    features = pool[7][0][:64]
+    with torch.no_grad():
+        want = small.train()(features).value
+        got = grown.train()(features).value
+    assert (want - got).abs().max() <= EXACT and want.std() > 0.05
+
+
+def test_growth_is_seeded_and_the_two_methods_differ():
+    small = moved_from_init(SMALL, 3)
+    config = SMALL.replace(channels=12, head_dim=6)
+    first, again = grow_state_dict(small, config, "net2net", 4), grow_state_dict(small, config,
+                                                                                 "net2net", 4)
+    other = grow_state_dict(small, config, "net2net", 5)
+    silent = grow_state_dict(small, config, "silent", 4)
+    assert all(torch.equal(first[key], again[key]) for key in first)
+    assert not all(torch.equal(first[key], other[key]) for key in first)
+    key = "trunk.0.conv1.conv.weight"  # old output channel 0, new input channels 8..11
+    assert silent[key][:8, 8:].abs().max() == 0 and first[key][:8, 8:].abs().min() > 0
+    before = torch.get_rng_state()
+    grow_state_dict(small, config, "silent", 4)
+    assert torch.equal(torch.get_rng_state(), before)  # the process's generator is left alone
+
+
+# ------------------------------------------------------------------------------------------------
+# The new weights train
+
+
+@pytest.mark.parametrize("method", GROWTH_METHODS)
+@pytest.mark.parametrize("head", [pytest.param({"policy_head": "joint"}, id="joint"),
+                                  pytest.param({"policy_head": "factorized"}, id="factorized")])
+def test_every_new_slice_receives_gradient_within_a_few_steps(method, head):
+    small_config = SMALL.replace(**head)
+    changes = dict(KINDS["all"][1])
+    if head["policy_head"] == "joint":
+        changes["arrow_source"] = True  # an added, all-zero source term must train too
+    config = small_config.replace(**changes)
+    model = grow(moved_from_init(small_config, 7), config, method, seed=7)
+    learner = Learner(model, OptimConfig(lr=1e-2, warmup_steps=0), seed=0)
+    rng = np.random.default_rng(3)
+    batch = random_batch(rng, 16, max_plies=40)
+    batch = dataclasses.replace(batch, ownership=rng.integers(-1, 2, (16, 64)).astype(np.int8),
+                                ownership_mask=np.ones((16, 64), bool))
+    masks = grown_entries(small_config, config)
+    reached = {name: torch.zeros_like(parameter, dtype=torch.bool)
+               for name, parameter in learner.model.named_parameters()}
+    for _ in range(3):
+        learner.train_step(batch)
+        for name, parameter in learner.model.named_parameters():
+            reached[name] |= parameter.grad != 0
+    checked = 0
+    for name, mask in masks.items():
+        if name not in reached or not mask.any():
+            continue  # a buffer, or an old tensor growth did not widen
+        new = torch.from_numpy(np.broadcast_to(mask, reached[name].shape).copy())
+        # Every new unit's slice is reached: at least half its entries (a unit dead on this batch
+        # would leave its whole slice at zero).
+        share = float(reached[name][new].float().mean())
+        assert share > 0.5, f"{name}: {share:.0%} of the new entries got a gradient"
+        checked += 1
+    assert checked >= 30
+
+
+# ------------------------------------------------------------------------------------------------
+# What cannot grow
+
+
+@pytest.mark.parametrize(("changes", "field"), [
+    ({"channels": 6}, "channels: 8 -> 6"),
+    ({"blocks": 1}, "blocks: 2 -> 1"),
+    ({"attention_blocks": 0}, "attention_blocks: 1 -> 0"),
+    ({"head_dim": 3}, "head_dim: 4 -> 3"),
+    ({"policy_head": "factorized"}, "policy_head: 'joint' -> 'factorized'"),
+    ({"num_planes": 3}, "num_planes: 7 -> 3"),
+    ({"ownership_head": False}, "ownership_head: True -> False"),
+])
+def test_a_shrink_or_another_head_or_planes_is_refused_by_name(changes, field):
+    small = moved_from_init(SMALL, 0)
+    with pytest.raises(GrowthError, match=field):
+        grow(small, SMALL.replace(**{"blocks": 3, **changes}))
+
+
+def test_removing_the_source_term_or_an_impossible_trunk_is_refused_by_name():
+    small = moved_from_init(SMALL.replace(arrow_source=True), 0)
+    with pytest.raises(GrowthError, match="arrow_source: True -> False"):
+        grow(small, SMALL)
+    # RRARRA -> RARRARA: the old second block must follow a new attention block or come after
+    # the old attention block; either way a residual block would read an attention's output.
+    spread = SMALL.replace(blocks=4, attention_blocks=2, attention_placement="spread")
+    assert layer_kinds(spread) == "RRARRA"
+    with pytest.raises(GrowthError, match="attention_placement: 'spread' -> 'spread'"):
+        check_growth(spread, spread.replace(attention_blocks=3))
+    with pytest.raises(GrowthError, match="attention_placement: 'spread' -> 'end'"):
+        check_growth(SMALL.replace(attention_blocks=2, attention_placement="spread"),
+                     SMALL.replace(blocks=3, attention_blocks=2))
+    with pytest.raises(GrowthError, match="growth method must be one of"):
+        grow(moved_from_init(SMALL, 0), SMALL, "copy")
+
+
+def test_the_layer_alignment_keeps_new_residual_blocks_after_residual_blocks():
+    assert align_layers("RRA", "RRRRAA") == [0, 1, 4]  # end: new blocks after the old ones
+    assert align_layers("RRA", "RARRA") == [0, 2, 4]  # the old A moves past the new R
+    assert align_layers("RARA", "RRRRAA") is None
+    assert align_layers("", "RRA") == []
+    # every alignment it returns is a valid one, on every pair of small trunks
+    for old in ("R", "RA", "RRA", "RARA", "RRARA"):
+        for new in ("RRA", "RARA", "RRRA", "RARRA", "RRARRA", "RARARA", "RRRRAA"):
+            placement = align_layers(old, new)
+            if placement is None:
+                continue
+            assert [new[j] for j in placement] == list(old)
+            for j, kind in enumerate(new):
+                if kind == "R" and j not in placement:
+                    before = [i for i, place in enumerate(placement) if place < j]
+                    assert not before or old[before[-1]] == "R"
+
+
+def test_the_table_describes_every_tensor_of_the_net():
+    for config in (SMALL, SMALL.replace(arrow_source=True, soft_policy_head=True),
+                   SMALL.replace(policy_head="factorized", attention_blocks=2,
+                                 attention_placement="spread", soft_policy_head=True)):
+        state = PolicyValueNet(config).state_dict()
+        table, sizes = tensor_axes(config), space_sizes(config)
+        assert list(table) == list(state)
+        for key, axes in table.items():
+            assert len(axes) == state[key].dim(), key
+            for axis, length in zip(axes, state[key].shape, strict=True):
+                if axis is not None:
+                    assert sum(sizes[segment.space] * segment.repeat for segment in axis) \
+                        == length, key
+
+
+# ------------------------------------------------------------------------------------------------
+# Warm starts and lineage
+
+
+@pytest.mark.parametrize("method", GROWTH_METHODS)
+def test_init_weights_from_grows_a_saved_small_model(tmp_path, pool, method):
+    small = moved_from_init(SMALL, 9)
+    path = save_model(tmp_path / "small.pt", small, {"iteration": 3, "lineage": []})
+    torch.manual_seed(1)
+    model = PolicyValueNet(SMALL.replace(blocks=3, channels=12, soft_policy_head=True))
+    fresh_head = {key: value.clone() for key, value in model.state_dict().items()
+                  if key.startswith("soft_policy_head.")}
+    assert init_weights_from(path, model, method, seed=4) == {"iteration": 3, "lineage": []}
+    assert_same_function(small, model, pool, slice(0, 40))
+    state = model.state_dict()  # a training-only head the checkpoint lacks keeps its own init
+    assert all(torch.equal(state[key], value) for key, value in fresh_head.items())
+
+
+def test_init_weights_from_refuses_what_does_not_grow_naming_both(tmp_path):
+    path = save_model(tmp_path / "small.pt", moved_from_init(SMALL, 9))
+    with pytest.raises(CheckpointError, match=r"net.channels: checkpoint 8, run 6.*"
+                                              r"channels: 8 -> 6: a shrink"):
+        init_weights_from(path, PolicyValueNet(SMALL.replace(channels=6)))
+    with pytest.raises(GrowthError, match="growth method"):
+        init_weights_from(path, PolicyValueNet(SMALL.replace(blocks=3)), "wider")
+
+
+def test_a_lineage_entry_names_the_net_it_grew_from():
+    model = PolicyValueNet(SMALL.replace(blocks=4, channels=12))
+    entry = lineage_entry(model, SMALL, "net2net", "/models/small.pt", minutes=12.34567)
+    assert entry == {"net": "4x12", "parameters": sum(p.numel() for p in model.parameters()),
+                     "grown_from": "2x8", "growth": "net2net", "init_model": "/models/small.pt",
+                     "minutes": 12.346}
+    same = lineage_entry(model, model.config.replace(soft_policy_head=True), "net2net", "x.pt")
+    assert same["grown_from"] is None and same["growth"] is None
+    assert lineage_entry(model)["init_model"] is None
+
+
+# ------------------------------------------------------------------------------------------------
+# Exports of grown nets
+
+
+@pytest.mark.parametrize(("changes", "name"), [
+    ({"blocks": 4, "attention_blocks": 2}, "deeper"),
+    ({"channels": 48, "attention_dim": 12, "head_dim": 24, "value_channels": 3}, "wider"),
+])
+def test_exports_of_a_grown_net_match_torch(changes, name):
+    from amazons.neural import numpy_net as npnet
+    from amazons.neural.native import NativeEvaluator, native_available
+    from amazons.neural.production import numpy_net
+
+    small_config = NetConfig(blocks=2, channels=32, attention_dim=8, head_dim=16,
+                             value_channels=2, value_hidden=32, ownership_head=True)
+    small = moved_from_init(small_config, 13)
+    grown = grow(small, small_config.replace(**changes), "net2net", seed=13)
+    positions = random_positions(48, seed=17, max_plies=50)
+    moves, offsets = engine.legal_moves(positions)
+    want = torch_outputs(grown, positions)
+    assert np.abs(want[0] - torch_outputs(small, positions)[0]).max() <= EXACT
+    net = numpy_net(grown)
+    got = {"numpy": npnet.NumpyEvaluator(net).evaluate(positions, moves, offsets)}
+    if native_available():
+        got["native"] = NativeEvaluator(net).evaluate(positions, moves, offsets)
+    for evaluator, (priors, values) in got.items():
+        assert np.abs(priors - want[0]).max() <= TOLERANCE, (name, evaluator)
+        assert np.abs(values - want[1]).max() <= TOLERANCE, (name, evaluator)
+
+
+def test_a_run_started_from_a_small_model_grows_it_and_writes_its_lineage(tmp_path, pool):
+    small_config = net_config("tiny")
+    small = moved_from_init(small_config, 21)
+    path = save_model(tmp_path / "small.pt", small,
+                      {"lineage": [{"net": "2x32", "parameters": 1, "grown_from": None,
+                                    "growth": None, "init_model": None, "minutes": 5.0}]})
+    args = argparse.Namespace(run_dir=tmp_path / "run", resume=False, preset="cpu",
+                              overrides=["net.blocks=3", "init_growth=silent"], iterations=1,
+                              init=str(path))
+    config = resolve_config(args)
+    run = Run(config, args.run_dir, resume=False)
+    try:
+        assert_same_function(small, run.learner.model.cpu(), pool, slice(100, 140))
+        run.checkpoint()
+    finally:
+        run.close()
+    lineage = json.loads((args.run_dir / "state.json").read_text())["lineage"]
+    assert lineage[0]["minutes"] == 5.0 and lineage[1]["init_model"] == str(path.resolve())
+    assert lineage[1]["net"] == "3x32" and lineage[1]["grown_from"] == "2x32"
+    assert lineage[1]["growth"] == "silent" and lineage[1]["parameters"] > small_config.channels
+    resumed = Run(config, args.run_dir, resume=True)
+    try:
+        assert resumed.minutes_before == lineage[1]["minutes"]
+        extra = resumed.model_extra(1)
+        assert extra["lineage"][:1] == lineage[:1]
+        assert extra["lineage"][1]["minutes"] >= lineage[1]["minutes"]
+    finally:
+        resumed.close()
