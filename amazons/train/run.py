@@ -344,15 +344,17 @@ class Run:
         sums = MetricSums()
         started = time.perf_counter()
         prefetcher = self.batch_prefetcher()
-        for step in range(steps):
-            step_metrics = self.train_step(prefetcher, more=step + 1 < steps)
-            sums.add(step_metrics)
-            if bar is not None:
-                bar.update(1)
-                if step % LOG_EVERY_STEPS == 0:  # reading the loss waits for the device
-                    bar.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
-        if prefetcher is not None:
-            prefetcher.close()
+        try:
+            for step in range(steps):
+                step_metrics = self.train_step(prefetcher, more=step + 1 < steps)
+                sums.add(step_metrics)
+                if bar is not None:
+                    bar.update(1)
+                    if step % LOG_EVERY_STEPS == 0:  # reading the loss waits for the device
+                        bar.set_postfix(loss=f"{float(step_metrics['loss']):.3f}", refresh=False)
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
         if bar is not None:
             bar.close()
         seconds = time.perf_counter() - started
@@ -410,43 +412,45 @@ class Run:
 
         workers.start(stream=self.iteration)
         prefetcher = self.batch_prefetcher()
-        while self.iteration < config.iterations:
-            evaluation.check()
-            if budget.may_step():
-                finished = workers.collect(0.0)
-            else:  # ahead of self-play: wait for games
-                waited = time.perf_counter()
-                finished = workers.collect(ASYNC_WAIT_S)
-                clock.learner_wait += time.perf_counter() - waited
-            if finished:
-                self.take_games(finished, budget, publisher, last_counters)
-                if (self.iteration + 1 == config.iterations
-                        and budget.current.games >= config.games_per_iteration):
-                    # the last iteration has its games: play out the ones in progress
-                    workers.wind_down()
-            if budget.may_step():
-                stepped = time.perf_counter()
-                clock.sums.add(self.train_step(prefetcher))
-                clock.learner_seconds += time.perf_counter() - stepped
-                budget.current.steps += 1
-            publisher.maybe_publish(self.learner.step, self.learner.model)
-            if budget.should_pause(workers.paused):
-                workers.pause()
-            else:
-                workers.resume()
-            clock.show(bar, budget.current)
-            if budget.iteration_done():
-                if bar is not None:
-                    bar.close()
-                self.finish_async_iteration(budget.finish_iteration(), clock, evaluation, workers,
-                                            publisher, take_late_games)
-                clock = _AsyncClock(workers)
-                bar = (None if self.iteration >= config.iterations else
-                       _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}",
-                                     "game", progress))
-        workers.stop()
-        if prefetcher is not None:
-            prefetcher.close()
+        try:
+            while self.iteration < config.iterations:
+                evaluation.check()
+                if budget.may_step():
+                    finished = workers.collect(0.0)
+                else:  # ahead of self-play: wait for games
+                    waited = time.perf_counter()
+                    finished = workers.collect(ASYNC_WAIT_S)
+                    clock.learner_wait += time.perf_counter() - waited
+                if finished:
+                    self.take_games(finished, budget, publisher, last_counters)
+                    if (self.iteration + 1 == config.iterations
+                            and budget.current.games >= config.games_per_iteration):
+                        # the last iteration has its games: play out the ones in progress
+                        workers.wind_down()
+                if budget.may_step():
+                    stepped = time.perf_counter()
+                    clock.sums.add(self.train_step(prefetcher))
+                    clock.learner_seconds += time.perf_counter() - stepped
+                    budget.current.steps += 1
+                publisher.maybe_publish(self.learner.step, self.learner.model)
+                if budget.should_pause(workers.paused):
+                    workers.pause()
+                else:
+                    workers.resume()
+                clock.show(bar, budget.current)
+                if budget.iteration_done():
+                    if bar is not None:
+                        bar.close()
+                    self.finish_async_iteration(budget.finish_iteration(), clock, evaluation,
+                                                workers, publisher, take_late_games)
+                    clock = _AsyncClock(workers)
+                    bar = (None if self.iteration >= config.iterations else
+                           _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}",
+                                         "game", progress))
+            workers.stop()
+        finally:
+            if prefetcher is not None:
+                prefetcher.close()
 
     def step_budget(self) -> StepBudget:
         """The async pipeline's `StepBudget`, with the replay's debt (`take_debt`) counted first:
