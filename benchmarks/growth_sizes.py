@@ -22,6 +22,7 @@ time, but a busy machine still slows both). Prints a Markdown table and, with `-
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import statistics
 import subprocess
@@ -98,7 +99,7 @@ def bot_figures(model: PolicyValueNet, folder: Path) -> dict[str, float]:
 def learner_samples_per_s(model: PolicyValueNet) -> float:
     """Samples per CPU second of the cpu preset's learner step with `model` (a copy trains)."""
     config = preset_config("cpu")
-    learner = Learner(model, config.optim, seed=0)
+    learner = Learner(copy.deepcopy(model), config.optim, seed=0)
     _, cpu, _ = step_times({"net": learner}, preset_batches(8), rounds=3)["net"]
     return config.train_batch_size * 1000 / statistics.median(cpu)
 
@@ -119,9 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="amazons-growth-sizes-") as folder:
             figures = {"parameters": float(count_parameters(model))}
             figures.update(bot_figures(model, Path(folder)))
-        figures["learner_samples_per_s"] = learner_samples_per_s(
-            load_model_for_play(default_checkpoint_path()) if config == small.config
-            else grow(small, config, method="silent", seed=0))
+        figures["learner_samples_per_s"] = learner_samples_per_s(model)
         results[text] = figures
         print(text, json.dumps(figures), flush=True)
     print("\n| size | parameters | source, weights embedded | source + weights file "
