@@ -52,14 +52,12 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import resource
 import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -69,8 +67,9 @@ import numpy as np
 from amazons import engine
 from amazons._memory import peak_rss_mb, rss_mb
 from amazons.board import BLACK, Board, Move
-from amazons.botzone.bot import KEEP_RUNNING_MARKER, MOVE_KEYS, TimeControl
+from amazons.botzone.bot import MOVE_KEYS, TimeControl
 from amazons.botzone.cpp_export import SOURCE_NAME, compile_command, write_bot
+from amazons.botzone.kept import KeptProcess
 from amazons.export import random_positions
 from amazons.models import default_model_path
 from amazons.neural import numpy_net
@@ -80,47 +79,29 @@ REPO = Path(__file__).resolve().parents[1]
 FIRST_REQUEST = {"requests": [dict.fromkeys(MOVE_KEYS, -1)], "responses": []}
 
 
-class _KeepRunningBot:
-    """A bot process in keep-running mode with a line reader that can time out (the Python bot,
-    or the program `command` names)."""
+def _kept_bot(args: list[str], command: list[str] | None = None) -> KeptProcess:
+    """A bot process in keep-running mode (the Python bot with `args`, or the program `command`
+    names), one OpenMP thread."""
+    return KeptProcess(command or [sys.executable, "-m", "amazons.botzone", *args], cwd=REPO,
+                       env={**os.environ, "OMP_NUM_THREADS": "1"})
 
-    def __init__(self, args: list[str], command: list[str] | None = None) -> None:
-        self.started = time.perf_counter()
-        self.process = subprocess.Popen(
-            command or [sys.executable, "-m", "amazons.botzone", *args],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-            bufsize=1, cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"})
-        self._lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
 
-    def _pump(self) -> None:
-        for line in self.process.stdout:
-            self._lines.put(line.rstrip("\n"))
-        self._lines.put(None)
+def _ask(bot: KeptProcess, request: dict, timeout: float = 60.0) -> tuple[dict, float]:
+    """Send one JSON input; the decoded reply and its perf_counter() arrival time."""
+    return json.loads(bot.ask(json.dumps(request), timeout)), bot.replied_at
 
-    def ask(self, request: dict, timeout: float = 60.0) -> tuple[dict, float]:
-        """Send one JSON input; return the decoded reply and its perf_counter() arrival time."""
-        self.process.stdin.write(json.dumps(request) + "\n")
-        self.process.stdin.flush()
-        reply = self._lines.get(timeout=timeout)
-        arrived = time.perf_counter()
-        if reply is None:
-            raise RuntimeError(f"the bot exited: {self.process.stderr.read()}")
-        if self._lines.get(timeout=timeout) != KEEP_RUNNING_MARKER:
-            raise RuntimeError("the bot did not ask to keep running")
-        return json.loads(reply), arrived
 
-    def close(self) -> None:
-        self.process.stdin.close()
-        if self.process.wait(timeout=60) != 0:
-            raise RuntimeError(f"the bot failed: {self.process.stderr.read()}")
+def _close(bot: KeptProcess) -> None:
+    code, stderr = bot.close(60.0)
+    if code != 0:
+        raise RuntimeError(f"the bot failed (status {code}): {stderr}")
 
 
 def _move_text(response: dict) -> str:
     return " ".join(str(response[key]) for key in MOVE_KEYS)
 
 
-def _play_out(bot: _KeepRunningBot, reply: dict, seed: int,
+def _play_out(bot: KeptProcess, reply: dict, seed: int,
               ask: Callable[[dict], dict]) -> list[str]:
     """Play the bot's game against greedy from its first `reply` to the end; `ask` sends each later
     request and returns the reply (the caller times it). Returns every reply's debug text.
@@ -155,15 +136,15 @@ def play_game(model: str, turn_seconds: float, first_seconds: float, seed: int =
     Raises:
         RuntimeError: the bot failed, played an illegal move, or has torch in its process.
     """
-    bot = _KeepRunningBot(["--model", model, "--time", str(turn_seconds),
-                           "--first-time", str(first_seconds), "--seed", str(seed)])
+    bot = _kept_bot(["--model", model, "--time", str(turn_seconds),
+                     "--first-time", str(first_seconds), "--seed", str(seed)])
     try:
-        reply, arrived = bot.ask(FIRST_REQUEST)
+        reply, arrived = _ask(bot, FIRST_REQUEST)
         first, later = arrived - bot.started, []
 
         def timed_ask(request: dict) -> dict:
             sent = time.perf_counter()
-            answer, arrived = bot.ask(request)
+            answer, arrived = _ask(bot, request)
             later.append(arrived - sent)
             return answer
 
@@ -171,11 +152,9 @@ def play_game(model: str, turn_seconds: float, first_seconds: float, seed: int =
         peak, end = peak_rss_mb(bot.process.pid), rss_mb(bot.process.pid)
         if "torch" in Path(f"/proc/{bot.process.pid}/maps").read_text():
             raise RuntimeError(f"torch is loaded in the bot process ({model})")
-        bot.close()
+        _close(bot)
     finally:
-        if bot.process.poll() is None:
-            bot.process.kill()
-            bot.process.wait()
+        bot.kill()
     if peak is None or end is None:
         raise RuntimeError("cannot read the bot's memory from /proc")
     return {"first": first, "later": later, "peak_mib": peak, "end_mib": end, "debugs": debugs,
@@ -244,24 +223,22 @@ def cpp_forward_speed(binary: Path, directory: Path) -> dict[str, float]:
 
 def play_cpp_game(binary: Path, seed: int = 0) -> dict[str, float]:
     """One whole keep-running JSON game of the C++ bot (Black, its default clock) against greedy."""
-    bot = _KeepRunningBot([], command=[str(binary)])
+    bot = _kept_bot([], command=[str(binary)])
     try:
-        reply, _ = bot.ask(FIRST_REQUEST)
+        reply, _ = _ask(bot, FIRST_REQUEST)
         first_cpu, turn_cpu = _cpu_seconds(bot.process.pid), []
 
         def cpu_timed_ask(request: dict) -> dict:
             before = _cpu_seconds(bot.process.pid)
-            answer, _ = bot.ask(request)
+            answer, _ = _ask(bot, request)
             turn_cpu.append(_cpu_seconds(bot.process.pid) - before)
             return answer
 
         debugs = _play_out(bot, reply, seed, cpu_timed_ask)
         peak = peak_rss_mb(bot.process.pid)
-        bot.close()
+        _close(bot)
     finally:
-        if bot.process.poll() is None:
-            bot.process.kill()
-            bot.process.wait()
+        bot.kill()
     if peak is None or not turn_cpu:
         raise RuntimeError("the C++ bot's game gave no memory reading "
                            "or ended before its second reply")

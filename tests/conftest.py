@@ -143,16 +143,18 @@ def oracle_canonical_moves(positions_sample) -> list[set]:
 
 
 @pytest.fixture(scope="session")
-def default_bot(tmp_path_factory) -> Path:
+def default_bot(tmp_path_factory, request) -> Path:
     """The shipped model's C++ bot, built as Botzone builds it (C++11, -O2, warnings as errors),
     once per test session for every test file of the C++ bot: pytest-xdist's workers share it
-    through their session's temporary folder."""
+    through their session's temporary folder. An identical compilation (same source, command and
+    compiler) of an earlier session is reused from pytest's cache (`.pytest_cache`)."""
     from cpp_bot import export_default_bot  # imported here: the other tests never need it
 
+    cache = request.config.cache.mkdir("botzone-cpp")
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
-        return export_default_bot(tmp_path_factory.mktemp("botzone-cpp"))
+        return export_default_bot(tmp_path_factory.mktemp("botzone-cpp"), cache)
     # A worker's base folder is <session folder>/popen-gwN: its parent is this session's alone.
-    return export_default_bot(tmp_path_factory.getbasetemp().parent / "botzone-cpp")
+    return export_default_bot(tmp_path_factory.getbasetemp().parent / "botzone-cpp", cache)
 
 
 # The files whose tests take longest in all (`--durations`, `make test`), longest first.

@@ -13,11 +13,11 @@ without g++ the tests are skipped (`NEEDS_GXX`).
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
-import queue
+import os
 import shutil
 import subprocess
-import threading
 from pathlib import Path
 
 import numpy as np
@@ -27,12 +27,14 @@ from botzone_inputs import MOVE_KEYS, NO_MOVE
 from amazons import engine
 from amazons.board import Move
 from amazons.botzone.cpp_export import SOURCE_NAME, compile_command
+from amazons.botzone.kept import KeptProcess
+from amazons.botzone.program import KEEP_RUNNING_MARKER
 from amazons.export import main
 
 NEEDS_GXX = pytest.mark.skipif(shutil.which("g++") is None,
                                reason="g++ is not installed (the C++ bot needs it)")
 
-MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
+MARKER = KEEP_RUNNING_MARKER  # the line a kept bot prints after each reply
 FAST = ["--simulations", "12"]  # whole-game tests: a few simulations a turn
 # Black's first turn
 FIRST_REQUEST_JSON = {"requests": [dict.fromkeys(MOVE_KEYS, -1)], "responses": []}
@@ -47,13 +49,17 @@ def build(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> Pa
     return binary
 
 
-def export_default_bot(directory: Path) -> Path:
+def export_default_bot(directory: Path, cache: Path | None = None) -> Path:
     """The shipped model's bot exported into `directory` and built as Botzone builds it (C++11,
     -O2), warnings as errors; the binary's path.
 
     Built once for every process that asks for the same `directory`: the first takes the lock
-    file `directory/build.lock`, builds and writes the binary's path to `directory/built`; the
-    others wait on the lock and read it (pytest-xdist's workers of one session share a folder).
+    file `directory/build.lock`, exports, builds and writes the binary's path to
+    `directory/built`; the others wait on the lock and read it (pytest-xdist's workers of one
+    session share a folder). With `cache` (pytest's cache folder), a binary built from the same
+    source text by the same compiler and command is taken from there instead of compiled again:
+    the export always runs, only an identical compilation is skipped (the suite's serial part and
+    a developer's next run reuse the parallel part's build).
     """
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "build.lock", "w") as lock:
@@ -62,9 +68,36 @@ def export_default_bot(directory: Path) -> Path:
         if built.exists():
             return Path(built.read_text())
         assert main(["default", "--botzone", str(directory)]) == 0
-        binary = build(directory)
+        binary = build_cached(directory, cache) if cache is not None else build(directory)
         built.write_text(str(binary))
         return binary
+
+
+def build_key(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> str:
+    """SHA-256 over what decides the binary: the source text, the compile command and the
+    compiler's version."""
+    digest = hashlib.sha256((directory / SOURCE_NAME).read_bytes())
+    command = compile_command(SOURCE_NAME, "bot", standard, optimize)
+    digest.update(" ".join(command).encode())
+    version = subprocess.run(["g++", "--version"], capture_output=True, text=True, check=True)
+    digest.update(version.stdout.encode())
+    return digest.hexdigest()
+
+
+def build_cached(directory: Path, cache: Path) -> Path:
+    """`build(directory)`, or a copy of the binary of an identical earlier build kept under
+    `cache`; either way the binary lies in `directory`, beside its source."""
+    cached = cache / build_key(directory) / "bot"
+    if cached.exists():
+        binary = directory / "bot-c++11-O2"
+        shutil.copy2(cached, binary)
+        return binary
+    binary = build(directory)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    partial = cached.with_name(f"bot.{os.getpid()}.partial")
+    shutil.copy2(binary, partial)
+    os.replace(partial, cached)  # whole or absent, for a process that looks at the same time
+    return binary
 
 
 def game_endings(games: int, plies: int, seed: int) -> np.ndarray:
@@ -131,41 +164,17 @@ def turn_simulations(reply: str) -> int:
     return int(json.loads(reply)["debug"].split("(")[1].split()[0])
 
 
-class KeptBot:
-    """A bot process in keep-running mode; every read has a timeout (a thread pumps its lines)."""
+class KeptBot(KeptProcess):
+    """The compiled bot in keep-running mode (`amazons.botzone.kept.KeptProcess`); `close` returns
+    the exit status alone and keeps stderr's text in `stderr`."""
 
     def __init__(self, binary: Path, *args: str) -> None:
-        self.process = subprocess.Popen([str(binary), *args], stdin=subprocess.PIPE,
-                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                                        bufsize=1)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
+        super().__init__([binary, *args])
+        self.stderr = ""
 
-    def _pump(self) -> None:
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def read_line(self, timeout: float = 30.0) -> str:
-        """The next line on the bot's stdout (fails if the bot exited)."""
-        line = self.lines.get(timeout=timeout)
-        assert line is not None, f"the bot exited: {self.process.stderr.read()}"
-        return line
-
-    def ask(self, text: str) -> str:
-        """Send `text`; the reply line (the keep-running marker after it is checked)."""
-        self.process.stdin.write(text)
-        self.process.stdin.flush()
-        reply = self.read_line()
-        assert self.read_line() == MARKER
-        return reply
-
-    def close(self) -> int:
-        """End the input; the exit code (stderr's text is kept in `stderr`)."""
-        self.process.stdin.close()
-        code = self.process.wait(timeout=30)
-        self.stderr = self.process.stderr.read()
-        self.process.stderr.close()
+    def close(self, timeout: float = 30.0) -> int:  # type: ignore[override]
+        """End the input; the exit status (stderr's text is kept in `stderr`)."""
+        code, self.stderr = super().close(timeout)
         return code
 
 

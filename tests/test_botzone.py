@@ -9,7 +9,6 @@ from __future__ import annotations
 import io
 import json
 import os
-import queue
 import subprocess
 import sys
 import threading
@@ -35,6 +34,7 @@ from amazons.botzone.bot import (
     parse_simple,
     parse_update,
 )
+from amazons.botzone.kept import KeptProcess, KeptProcessError
 from amazons.player_factory import build_model_player
 from amazons.players import RandomPlayer
 
@@ -52,8 +52,8 @@ WIKI_TURN_3 = """3
 """
 WIKI_MOVES = ["5 0 3 2 6 5", "0 5 4 5 3 4", "0 2 0 3 3 0", "2 7 2 5 1 4"]
 
-# Replies are timed on the wall clock: the file runs alone, after the parallel part (Makefile).
-pytestmark = pytest.mark.serial
+# The tests that time replies on the wall clock run alone, after the parallel part (Makefile).
+TIMED = pytest.mark.serial
 
 
 def move_object(text: str) -> dict[str, int]:
@@ -114,47 +114,10 @@ def reply_is_legal_after(history: list[str], reply: str) -> bool:
     return board.is_legal(Move.from_botzone(reply))
 
 
-class BotProcess:
-    """A bot process in keep-running mode, its output read line by line with timeouts."""
-
-    def __init__(self, args: list[str]) -> None:
-        self.started = time.perf_counter()
-        self.process = subprocess.Popen(
-            BOT + args, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, bufsize=1, cwd=REPO, env=BOT_ENV)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        for line in self.process.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def send(self, text: str) -> float:
-        self.process.stdin.write(text if text.endswith("\n") else text + "\n")
-        self.process.stdin.flush()
-        return time.perf_counter()
-
-    def read(self, timeout: float = 30.0) -> str:
-        line = self.lines.get(timeout=timeout)
-        assert line is not None, f"bot exited early: {self.process.stderr.read()}"
-        return line
-
-    def reply(self, timeout: float = 30.0) -> str:
-        """The next reply line, checking the keep-running marker after it."""
-        line = self.read(timeout)
-        assert self.read(timeout) == KEEP_RUNNING_MARKER
-        return line
-
-    def close(self, timeout: float = 30.0) -> tuple[int, str]:
-        self.process.stdin.close()
-        code = self.process.wait(timeout)
-        return code, self.process.stderr.read()
-
-    def kill(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
+def bot_process(args: list[str]) -> KeptProcess:
+    """The project's bot (`python -m amazons.botzone ARGS`) in keep-running mode, one torch and
+    BLAS thread, read line by line with timeouts."""
+    return KeptProcess(BOT + args, cwd=REPO, env=BOT_ENV)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -387,6 +350,7 @@ def test_bot_rejects_an_illegal_history_naming_the_move():
         bot.reply(history)
 
 
+@TIMED
 def test_bot_with_a_time_budget_stops_near_its_deadline():
     # A tree large enough that the deadline, not the memory bound, ends the search.
     bot = Bot(build_model_player("none", time_budget=1.0, seed=0, tree_memory_mb=1024,
@@ -511,6 +475,7 @@ def test_keep_running_is_the_default():
     assert "not allowed with argument" in stderr.getvalue()
 
 
+@TIMED
 def test_a_full_tree_ends_the_search_in_time():
     """A tree of 0.1 MiB (134 nodes, 4,300 edges) fills at once: the bot answers early, legally,
     and says so; a budget that cannot hold one position's moves is refused."""
@@ -527,10 +492,30 @@ def test_a_full_tree_ends_the_search_in_time():
     assert code == 2 and out == "" and "--tree-mb" in err and "2916 edges" in err
 
 
+def test_a_kept_process_reads_replies_and_names_what_went_wrong():
+    with bot_process(["--model", "none", "--simulations", "8"]) as bot:
+        reply = bot.ask("1\n" + NO_MOVE, timeout=60)
+        assert Board().is_legal(Move.from_botzone(reply)) and bot.replied_at > bot.started
+        assert bot.close() == (0, "")
+    # no keep-running line after the reply; silence past the timeout; an exit, stderr quoted
+    script = ("import sys, time\nprint('0 2 0 3 0 4', flush=True)\nprint('next', flush=True)\n"
+              "time.sleep(float(sys.stdin.readline()))\nsys.exit('gave up')\n")
+    with KeptProcess([sys.executable, "-c", script]) as program:
+        with pytest.raises(KeptProcessError, match="expected >>>BOTZONE.*got 'next'"):
+            program.reply(timeout=30)
+        program.send("0.5")
+        with pytest.raises(KeptProcessError, match="no line from the program within 0.1 s"):
+            program.read_line(timeout=0.1)
+        with pytest.raises(KeptProcessError, match="exited \\(status 1\\): gave up"):
+            program.read_line(timeout=30)
+        with pytest.raises(KeptProcessError, match="exited"):  # the end stays the end
+            program.read_line(timeout=30)
+
+
 def test_keep_running_game_between_two_bot_processes():
     """Black talks simple interaction, White JSON; the test relays every move and checks it."""
-    black = BotProcess(["--model", "none", "--simulations", "32", "--seed", "1"])
-    white = BotProcess(["--model", "none", "--simulations", "32", "--seed", "2"])
+    black = bot_process(["--model", "none", "--simulations", "32", "--seed", "1"])
+    white = bot_process(["--model", "none", "--simulations", "32", "--seed", "2"])
     try:
         board, history = Board(), []
         black.send("1\n" + NO_MOVE)
@@ -565,11 +550,12 @@ def test_keep_running_game_between_two_bot_processes():
         white.kill()
 
 
+@TIMED
 def test_replies_arrive_within_the_time_budget():
     budget = 1.0
     # Rollouts fill the default tree within a second in the opening; a larger one lets the
     # deadline end the search.
-    bot = BotProcess(["--model", "none", "--time", str(budget), "--tree-mb", "512"])
+    bot = bot_process(["--model", "none", "--time", str(budget), "--tree-mb", "512"])
     try:
         bot.send("1\n" + NO_MOVE)
         reply = bot.reply()
@@ -591,6 +577,7 @@ def test_replies_arrive_within_the_time_budget():
         bot.kill()
 
 
+@TIMED
 @pytest.mark.slow
 def test_network_model_exported_from_a_checkpoint(tmp_path):
     import torch
@@ -604,7 +591,7 @@ def test_network_model_exported_from_a_checkpoint(tmp_path):
     checkpoint = save_model(tmp_path / "tiny.pt", PolicyValueNet(net_config("tiny")))
     path, _ = export_checkpoint(checkpoint, tmp_path / "tiny.npz")
     budget = 0.5
-    bot = BotProcess(["--model", str(path), "--time", str(budget), "--first-time", "4"])
+    bot = bot_process(["--model", str(path), "--time", str(budget), "--first-time", "4"])
     try:
         bot.send(json_input(WIKI_MOVES, black=True, time_limit=12))
         first = json.loads(bot.reply(timeout=60))
@@ -640,6 +627,7 @@ def status_kib(pid: int, field: str) -> int:
     raise AssertionError(f"no {field} in /proc/{pid}/status")
 
 
+@TIMED
 @pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="reads /proc (Linux)")
 def test_a_whole_game_with_the_default_model_stays_under_200_mb():
@@ -647,7 +635,7 @@ def test_a_whole_game_with_the_default_model_stays_under_200_mb():
     greedy player; no torch in the process."""
     from amazons.players import GreedyPlayer
 
-    bot = BotProcess(["--model", "default", "--time", "1", "--first-time", "3"])
+    bot = bot_process(["--model", "default", "--time", "1", "--first-time", "3"])
     try:
         board, opponent = Board(), GreedyPlayer(seed=3)
         bot.send("1\n" + NO_MOVE)

@@ -1,0 +1,132 @@
+"""A Botzone program in keep-running mode, driven line by line from Python.
+
+`KeptProcess` starts a command (the project's bot, its C++ export, any Botzone program), pumps
+its stdout on a thread and reads it with timeouts: send one turn's input, get the reply line, the
+keep-running line after it checked. Scripts, benchmarks and tests talk to a bot this way:
+
+    import sys
+
+    from amazons.botzone.kept import KeptProcess
+
+    with KeptProcess([sys.executable, "-m", "amazons.botzone", "--model", "none"]) as bot:
+        print(bot.ask("1\\n-1 -1 -1 -1 -1 -1"))  # Black's first move, as Botzone asks for it
+        print(bot.close())                       # (0, ''): the end of input ends the bot
+
+It judges nothing: the arena's `botzone:` player (`amazons.botzone.program.BotzonePlayer`) also
+counts the program's CPU clock, pauses it between turns as Botzone does and turns every failure
+into a fault. Imports `amazons.botzone.program` (the marker) only.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+
+from amazons.botzone.program import KEEP_RUNNING_MARKER
+
+__all__ = ["KeptProcess", "KeptProcessError"]
+
+
+class KeptProcessError(RuntimeError):
+    """The program exited, fell silent past a timeout, or broke the keep-running protocol."""
+
+
+class KeptProcess:
+    """A program in keep-running mode: its stdout lines arrive on `lines` (None once it closed).
+
+    Args:
+        command: the program and its arguments (run without a shell).
+        cwd, env: its working directory and environment (default: this process's).
+
+    Attributes:
+        process: the `subprocess.Popen` (text mode, line-buffered pipes).
+        started: `time.perf_counter()` just before the program was started.
+        replied_at: `time.perf_counter()` when the last reply line arrived (`reply`).
+        lines: the queue the pump thread fills with stdout lines, newline removed; None at the end.
+    """
+
+    def __init__(self, command: Sequence[str], cwd: str | os.PathLike | None = None,
+                 env: Mapping[str, str] | None = None) -> None:
+        self.started = time.perf_counter()
+        self.process = subprocess.Popen(
+            [str(part) for part in command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, bufsize=1, cwd=cwd,
+            env=None if env is None else dict(env))
+        self.replied_at = self.started
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.process.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def __enter__(self) -> KeptProcess:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.kill()
+
+    def send(self, text: str) -> float:
+        """Write `text` (a newline added if it lacks one); `time.perf_counter()` once flushed."""
+        self.process.stdin.write(text if text.endswith("\n") else text + "\n")
+        self.process.stdin.flush()
+        return time.perf_counter()
+
+    def read_line(self, timeout: float = 30.0) -> str:
+        """The next stdout line.
+
+        Raises:
+            KeptProcessError: no line within `timeout` seconds, or the program exited (its stderr
+                quoted).
+        """
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            raise KeptProcessError(f"no line from the program within {timeout:g} s") from None
+        if line is None:
+            self.lines.put(None)  # the end stays the end for a later read
+            try:
+                status = self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                raise KeptProcessError("the program closed its output but did not exit") from None
+            raise KeptProcessError(f"the program exited (status {status}): "
+                                   f"{self.process.stderr.read().strip()}")
+        return line
+
+    def reply(self, timeout: float = 30.0) -> str:
+        """The next reply line, then the keep-running line that must follow it.
+
+        Raises:
+            KeptProcessError: see `read_line`; also another line where the marker belongs.
+        """
+        line = self.read_line(timeout)
+        self.replied_at = time.perf_counter()
+        marker = self.read_line(timeout)
+        if marker != KEEP_RUNNING_MARKER:
+            raise KeptProcessError(f"expected {KEEP_RUNNING_MARKER} after the reply {line!r}, "
+                                   f"got {marker!r}")
+        return line
+
+    def ask(self, text: str, timeout: float = 30.0) -> str:
+        """`send(text)`, then the reply line (`reply`)."""
+        self.send(text)
+        return self.reply(timeout)
+
+    def close(self, timeout: float = 30.0) -> tuple[int, str]:
+        """End the input and wait for the program: its exit status and the whole of its stderr."""
+        self.process.stdin.close()
+        code = self.process.wait(timeout)
+        stderr = self.process.stderr.read()
+        self.process.stderr.close()
+        return code, stderr
+
+    def kill(self) -> None:
+        """Kill the program if it still runs, and reap it."""
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait()
