@@ -379,11 +379,17 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
         time.sleep(0.25)
     assert leftovers == "", f"orphan processes: {leftovers}"
     assert shm_segments(process.pid) == set()
-    finished = len((run_dir / "metrics.jsonl").read_text().splitlines())
-    # the resumed iteration without its evaluation: the stop and the resume are under test here
-    assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume",
-                 "--no-progress", "eval.every=0"]) == 0
-    assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == finished + 1
+    if signum == signal.SIGTERM and mode == "async":
+        # Resumed once, after `kill PID` in the async mode (how a scheduler or
+        # `benchmarks/ablation.py` stops a run): SIGTERM and Ctrl-C take the same way out (a
+        # KeyboardInterrupt), and the async stop is the one that leaves games in flight, whose
+        # steps the resumed run owes; the sync mode's resume is tested after a normal end
+        # (test_two_iterations_end_to_end_then_resume). The resumed iteration runs without its
+        # evaluation: the stop and the resume are under test here.
+        finished = len((run_dir / "metrics.jsonl").read_text().splitlines())
+        assert main(["--run-dir", str(run_dir), "--iterations", str(finished + 1), "--resume",
+                     "--no-progress", "eval.every=0"]) == 0
+        assert len((run_dir / "metrics.jsonl").read_text().splitlines()) == finished + 1
 
 
 @pytest.mark.slow
