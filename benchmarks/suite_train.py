@@ -25,7 +25,11 @@ one, one after the other in the same command, and reports for each `<mode>.<back
   of the metrics lines) per wall second of the command;
 * `train.<mode>.samples_per_s`: training samples drawn (steps x batch) per wall second;
 * `train.<mode>.wall_s`, `train.<mode>.iteration_s` (mean `iteration_seconds`),
-  `train.<mode>.samples_per_position`.
+  `train.<mode>.samples_per_position`;
+* async only, `train.<mode>.actor_throttle_share` and `train.<mode>.learner_wait_share`: the
+  share of iterations 2 and 3's seconds the actors were paused because the learner owed more than
+  `pipeline.slack_steps` steps, and the learner waited for games: the balance between the two
+  (both near 0 when neither waits for the other).
 
 And the learner alone: `train.replay_sample_ms`, milliseconds for `ReplayBuffer.sample(256)`
 from a 200,000-position window of short uniform-search games (about 4,000 chunks), median of 7
@@ -139,7 +143,20 @@ def run_mode(mode: str, run_dir: Path, overrides: list[str],
         f"train.{mode}.iteration_s": sum(line["iteration_seconds"] for line in lines) / len(lines),
         f"train.{mode}.cpu_s": cpu,
         f"train.{mode}.other_load": max(0.0, machine - cpu) / (wall * cores),
+        **_balance(mode, lines[1:]),
     }
+
+
+def _balance(mode: str, lines: list[dict]) -> dict[str, float]:
+    """The async pipeline's balance over iterations 2 on (the first waits for its first games):
+    the share of their seconds the actors were paused for the learner
+    (`pipeline/actor_throttle_s`) and the learner waited for games (`pipeline/learner_wait_s`)."""
+    seconds = sum(line["iteration_seconds"] for line in lines)
+    if mode.split(".")[0] != "async" or not lines or seconds <= 0:
+        return {}
+    return {f"train.{mode}.{name}_share": sum(line.get(f"pipeline/{name}_s", 0.0)
+                                              for line in lines) / seconds
+            for name in ("actor_throttle", "learner_wait")}
 
 
 def _watch_tree(process: subprocess.Popen, metrics: Path, interval_s: float = 0.2

@@ -24,6 +24,7 @@ import net_option_cost  # noqa: E402
 import run as runner  # noqa: E402
 import suite_gpu  # noqa: E402
 import suite_selfplay  # noqa: E402
+import suite_train  # noqa: E402
 
 torch.set_num_threads(1)
 
@@ -34,6 +35,19 @@ def test_all_runs_every_suite_but_gpu_which_is_named_explicitly():
     assert runner.parse_suites("nn,gpu") == ["nn", "gpu"]
     with pytest.raises(SystemExit, match="unknown suite"):
         runner.parse_suites("tpu")
+
+
+def test_the_train_suite_reports_the_async_balance_after_the_first_iteration():
+    lines = [{"iteration_seconds": 50.0, "pipeline/actor_throttle_s": 0.0,
+              "pipeline/learner_wait_s": 30.0},  # the first: waits for its first games
+             {"iteration_seconds": 40.0, "pipeline/actor_throttle_s": 10.0,
+              "pipeline/learner_wait_s": 0.0},
+             {"iteration_seconds": 60.0, "pipeline/actor_throttle_s": 20.0,
+              "pipeline/learner_wait_s": 3.0}]
+    shares = suite_train._balance("async.native", lines[1:])
+    assert shares == pytest.approx({"train.async.native.actor_throttle_share": 0.3,
+                                    "train.async.native.learner_wait_share": 0.03})
+    assert suite_train._balance("sync.native", lines[1:]) == {}
 
 
 @pytest.mark.slow
