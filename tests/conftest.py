@@ -147,10 +147,11 @@ def default_bot(tmp_path_factory, request) -> Path:
     """The shipped model's C++ bot, built as Botzone builds it (C++11, -O2, warnings as errors),
     once per test session for every test file of the C++ bot: pytest-xdist's workers share it
     through their session's temporary folder. An identical compilation (same source, command and
-    compiler) of an earlier session is reused from pytest's cache (`.pytest_cache`)."""
+    compiler) of an earlier session is reused from pytest's cache (`.pytest_cache`; not with
+    `-p no:cacheprovider`)."""
     from cpp_bot import export_default_bot  # imported here: the other tests never need it
 
-    cache = request.config.cache.mkdir("botzone-cpp")
+    cache = request.config.cache.mkdir("botzone-cpp") if hasattr(request.config, "cache") else None
     if os.environ.get("PYTEST_XDIST_WORKER") is None:
         return export_default_bot(tmp_path_factory.mktemp("botzone-cpp"), cache)
     # A worker's base folder is <session folder>/popen-gwN: its parent is this session's alone.
