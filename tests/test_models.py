@@ -14,7 +14,9 @@ import pytest
 from amazons.models import default_checkpoint_path, default_model_info, default_model_path
 
 ROOT = Path(__file__).resolve().parents[1]
-CANDIDATE = ROOT / "models" / "candidates" / "issue30b-0411.pt"
+# The candidates a later run continues with --init (models/candidates/, each with its record).
+CANDIDATES = [ROOT / "models" / "candidates" / name
+              for name in ("issue30b-0411.pt", "issue38-s96-0058.pt")]
 
 
 def test_the_shipped_model_is_small_loadable_and_described():
@@ -55,7 +57,9 @@ def test_the_package_holds_no_model_but_the_shipped_one():
     assert model_files == ["amazons/models/default.npz", "amazons/models/default.pt"]
 
 
-def test_the_candidate_model_starts_a_run_from_outside_the_package(tmp_path, monkeypatch):
+@pytest.mark.parametrize("candidate", CANDIDATES, ids=lambda path: path.stem)
+def test_the_candidate_model_starts_a_run_from_outside_the_package(tmp_path, monkeypatch,
+                                                                   candidate):
     import torch
 
     from amazons.config import config_from_dict
@@ -65,14 +69,14 @@ def test_the_candidate_model_starts_a_run_from_outside_the_package(tmp_path, mon
 
     torch.set_num_threads(1)
     monkeypatch.chdir(ROOT)  # the documented command, run from the repository's root
-    record = json.loads(CANDIDATE.with_suffix(".json").read_text())
-    args = argparse.Namespace(init=str(CANDIDATE.relative_to(ROOT)), resume=False, preset="cpu",
+    record = json.loads(candidate.with_suffix(".json").read_text())
+    args = argparse.Namespace(init=str(candidate.relative_to(ROOT)), resume=False, preset="cpu",
                               run_dir=tmp_path / "run", iterations=None, overrides=[])
     config = resolve_config(args)
-    assert Path(config.init_model) == CANDIDATE
+    assert Path(config.init_model) == candidate
     model = PolicyValueNet(config_from_dict(NetConfig, record["config"]["net"]))
     init_weights_from(config.init_model, model)
-    stored = load_model_for_play(CANDIDATE)
+    stored = load_model_for_play(candidate)
     assert model.config == stored.config
     for name, weights in stored.state_dict().items():
         assert torch.equal(model.state_dict()[name], weights), name
