@@ -143,19 +143,20 @@ def run_mode(mode: str, run_dir: Path, overrides: list[str],
         f"train.{mode}.iteration_s": sum(line["iteration_seconds"] for line in lines) / len(lines),
         f"train.{mode}.cpu_s": cpu,
         f"train.{mode}.other_load": max(0.0, machine - cpu) / (wall * cores),
-        **_balance(mode, lines[1:]),
+        **_balance(mode, config["pipeline"]["mode"], lines[1:]),
     }
 
 
-def _balance(mode: str, lines: list[dict]) -> dict[str, float]:
-    """The async pipeline's balance over iterations 2 on (the first waits for its first games):
-    the share of their seconds the actors were paused for the learner
-    (`pipeline/actor_throttle_s`) and the learner waited for games (`pipeline/learner_wait_s`)."""
+def _balance(label: str, pipeline_mode: str, lines: list[dict]) -> dict[str, float]:
+    """The async pipeline's balance over iterations 2 on (the first waits for its first games),
+    under `train.<label>.`: the share of their seconds the actors were paused for the learner
+    (`pipeline/actor_throttle_s`) and the learner waited for games (`pipeline/learner_wait_s`).
+    Nothing for the sync pipeline, whose phases take turns."""
     seconds = sum(line["iteration_seconds"] for line in lines)
-    if mode.split(".")[0] != "async" or not lines or seconds <= 0:
+    if pipeline_mode != "async" or not lines or seconds <= 0:
         return {}
-    return {f"train.{mode}.{name}_share": sum(line.get(f"pipeline/{name}_s", 0.0)
-                                              for line in lines) / seconds
+    return {f"train.{label}.{name}_share": sum(line.get(f"pipeline/{name}_s", 0.0)
+                                               for line in lines) / seconds
             for name in ("actor_throttle", "learner_wait")}
 
 

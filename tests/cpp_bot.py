@@ -40,9 +40,14 @@ FAST = ["--simulations", "12"]  # whole-game tests: a few simulations a turn
 FIRST_REQUEST_JSON = {"requests": [dict.fromkeys(MOVE_KEYS, -1)], "responses": []}
 
 
+def binary_path(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> Path:
+    """Where `build` puts the binary of `directory/bot.cpp` for a standard and optimization."""
+    return directory / f"bot-{standard}{optimize}"
+
+
 def build(directory: Path, standard: str = "c++11", optimize: str = "-O2") -> Path:
     """Compile `directory/bot.cpp` with warnings as errors; the binary's path."""
-    binary = directory / f"bot-{standard}{optimize}"
+    binary = binary_path(directory, standard, optimize)
     command = [*compile_command(directory / SOURCE_NAME, binary, standard, optimize), "-Werror"]
     result = subprocess.run(command, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0 and not result.stderr, result.stderr
@@ -89,7 +94,7 @@ def build_cached(directory: Path, cache: Path) -> Path:
     `cache`; either way the binary lies in `directory`, beside its source."""
     cached = cache / build_key(directory) / "bot"
     if cached.exists():
-        binary = directory / "bot-c++11-O2"
+        binary = binary_path(directory)
         shutil.copy2(cached, binary)
         return binary
     binary = build(directory)

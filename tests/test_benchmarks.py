@@ -44,10 +44,10 @@ def test_the_train_suite_reports_the_async_balance_after_the_first_iteration():
               "pipeline/learner_wait_s": 0.0},
              {"iteration_seconds": 60.0, "pipeline/actor_throttle_s": 20.0,
               "pipeline/learner_wait_s": 3.0}]
-    shares = suite_train._balance("async.native", lines[1:])
+    shares = suite_train._balance("async.native", "async", lines[1:])
     assert shares == pytest.approx({"train.async.native.actor_throttle_share": 0.3,
                                     "train.async.native.learner_wait_share": 0.03})
-    assert suite_train._balance("sync.native", lines[1:]) == {}
+    assert suite_train._balance("sync.native", "sync", lines[1:]) == {}
 
 
 @pytest.mark.slow
