@@ -57,6 +57,7 @@ from typing import Any
 
 import numpy as np
 
+from amazons._processes import end_processes
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
@@ -476,19 +477,7 @@ class ArenaWorkers:
 
     def _end_workers(self) -> None:
         """Terminate the live workers, kill those alive `TERMINATE_GRACE_S` later, reap all."""
-        alive = [worker for worker in self._workers if worker.exitcode is None]
-        try:
-            for worker in alive:
-                worker.terminate()
-            deadline = time.monotonic() + TERMINATE_GRACE_S
-            for worker in alive:
-                worker.join(max(0.0, deadline - time.monotonic()))
-        finally:  # a second Ctrl-C above still ends them
-            for worker in alive:
-                if worker.exitcode is None:
-                    worker.kill()
-            for worker in self._workers:
-                worker.join()
+        end_processes(self._workers, TERMINATE_GRACE_S)
 
     def __enter__(self) -> ArenaWorkers:
         self.start()

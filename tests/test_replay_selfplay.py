@@ -401,7 +401,8 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
 def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
     """An actor killed while its queue's feeder thread writes a result (SIGTERM to the whole
     process group) leaves part of a message in the pipe; this process holds the pipe's write end
-    too, so a read of it never ends. `close` must still return (it hung an ablation's arm)."""
+    too, so a read of it never ends. `close` must still return (it hung an ablation's arm), and
+    the stopped actors, which cannot act on SIGTERM, are killed and reaped, not left behind."""
     config = SelfPlayConfig(num_actors=2, games_in_parallel=2,
                             search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
     with InferenceServer(UniformEvaluator, num_clients=2,
@@ -424,13 +425,14 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
                          struct.pack("!i", 1 << 20) + b"partial")
             finally:
                 workers._results._wlock.release()
-            closer = threading.Thread(target=workers.close, kwargs={"timeout": 3.0},
+            closer = threading.Thread(target=workers.close, kwargs={"timeout": 1.0},
                                       daemon=True)
             started = time.monotonic()
             closer.start()
             closer.join(40.0)
             assert not closer.is_alive(), "close hung on the partial message"
             assert time.monotonic() - started < 30.0
+            assert [process.exitcode for process in workers._actors] == [-signal.SIGKILL] * 2
         finally:
             for process in workers._actors:
                 process.kill()

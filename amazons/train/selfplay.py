@@ -44,6 +44,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
+from amazons._processes import end_processes
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
@@ -61,6 +62,7 @@ class SelfPlayError(RuntimeError):
 POLICY_TARGETS = ("completed_q", "visits")
 PLAYOUT_CAP_STREAM = 0x9C4F  # tags the generator that draws full or fast searches
 ENDLESS_STREAM = 0xE0D1  # tags the seeds of endless tasks (apart from the per-iteration tasks')
+TERMINATE_GRACE_S = 5.0  # seconds from an actor's SIGTERM to its SIGKILL
 
 
 def self_play_search_config() -> SearchConfig:
@@ -910,12 +912,9 @@ class SelfPlayWorkers:
             tasks.close()
 
     def terminate(self) -> None:
-        """Stop every actor process now."""
-        for process in self._actors:
-            if process.is_alive():
-                process.terminate()
-        for process in self._actors:
-            process.join(5)
+        """Stop every actor process now: SIGTERM, then SIGKILL to any alive `TERMINATE_GRACE_S`
+        later (a stopped or hung actor), all reaped before it returns."""
+        end_processes(self._actors, TERMINATE_GRACE_S)
 
     def __enter__(self) -> SelfPlayWorkers:
         return self
