@@ -141,12 +141,16 @@ def _write(path: str | os.PathLike, payload: dict[str, Any]) -> Path:
 def _rng_states(learner: Learner) -> dict[str, Any]:
     # The legacy global generator is saved on purpose: code we do not own may draw from it.
     name, keys, position, has_gauss, cached_gaussian = np.random.get_state(legacy=True)  # noqa: NPY002
+    # The learner's generator under its lock: the batch prefetcher's thread (`BatchPrefetcher`)
+    # may be drawing from it, and a draw holds the lock with the GIL released.
+    with learner.rng.bit_generator.lock:
+        learner_state = learner.rng.bit_generator.state
     return {
         "python": random.getstate(),
         "numpy": (name, keys.tolist(), int(position), int(has_gauss), float(cached_gaussian)),
         "torch": torch.get_rng_state(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else [],
-        "learner": learner.rng.bit_generator.state,
+        "learner": learner_state,
     }
 
 
