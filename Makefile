@@ -42,7 +42,9 @@ $(CHROMIUM):
 browser: $(CHROMIUM)
 
 # The suite runs in two parts: first every test not marked `serial` on $(TEST_WORKERS) pytest-xdist
-# workers, each worker taking whole files (module fixtures stay shared); then the `serial` tests
+# workers, each worker taking whole files (module fixtures stay shared), in the order of collection
+# (tests/conftest.py puts the longest files first; xdist's own order, by number of tests, would
+# leave the two-test learning file for last, alone on one worker); then the `serial` tests
 # alone (they count machine-wide shared memory or processes, or time replies on the wall clock,
 # which a neighbouring test would skew). MARK narrows both parts, e.g. MARK="not slow".
 TEST_WORKERS ?= 2
@@ -52,7 +54,7 @@ AND_MARK := $(if $(MARK), and ($(MARK)))
 
 test: build browser
 	$(BIN)/ruff check .
-	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile -m "not serial$(AND_MARK)" $(ARGS)
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial$(AND_MARK)" $(ARGS)
 	$(PYTEST) -m "serial$(AND_MARK)" $(ARGS) || [ $$? -eq 5 ]
 
 test-fast:
