@@ -56,6 +56,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from amazons._processes import end_processes
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
 from amazons.neural.backends import backend_error
@@ -455,7 +456,9 @@ class InferenceServer:
         """Stop the server, close the pipes and unlink every slot; return the server's stats.
 
         Safe after a start that failed at any point (a process that never started is not
-        waited for).
+        waited for). A server that has not exited `timeout` seconds after the stop request (stuck
+        in native code, stopped by a debugger) gets SIGTERM, then SIGKILL `timeout` seconds
+        later: the process is gone when this returns.
         """
         started = self._process is not None and self._process.pid is not None
         if self._control is not None and started:
@@ -473,9 +476,8 @@ class InferenceServer:
                 pass
         if started:
             self._process.join(timeout)
-            if self._process.is_alive():
-                self._process.terminate()
-                self._process.join(timeout)
+            # a server that did not stop (stuck in native code, stopped): SIGTERM, then SIGKILL
+            end_processes([self._process], timeout)
         for connection in [*self._client_ends, self._control]:
             if connection is not None:
                 connection.close()
@@ -490,6 +492,11 @@ class InferenceServer:
                 pass
         self._memories, self._weights_memory, self._shared_version = [], None, None
         return self.stats
+
+    @property
+    def pid(self) -> int | None:
+        """The server process's id; None before it started."""
+        return None if self._process is None else self._process.pid
 
     @property
     def error(self) -> str | None:

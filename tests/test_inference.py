@@ -213,6 +213,17 @@ def test_a_killed_actor_stops_everything_and_leaves_no_shared_memory():
     assert not any(shm_exists(name) for name in names)
 
 
+def test_stop_ends_a_server_that_does_not_answer_and_unlinks_its_slots():
+    server = InferenceServer(make_echo_evaluator, num_clients=1)
+    server.start()
+    names, pid = server.slot_names, server.pid
+    os.kill(pid, signal.SIGSTOP)  # neither answers the stop request nor acts on SIGTERM
+    server.stop(timeout=0.5)
+    with pytest.raises(ProcessLookupError):  # killed and reaped
+        os.kill(pid, 0)
+    assert not any(shm_exists(name) for name in names)
+
+
 def test_server_start_failure_is_reported_and_cleaned_up():
     server = InferenceServer(partial(_raise_missing, "/nonexistent/model.pt"), num_clients=2)
     with pytest.raises(InferenceError, match="no such checkpoint"):
