@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from amazons._processes import end_processes
+from amazons._processes import end_processes, process_context
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
@@ -309,7 +309,7 @@ class ArenaWorkers:
         self.factories = dict(factories or {})
         self.stats: dict[str, dict[str, float]] = {}  # each server's statistics, after `close`
         self._factories = dict(servers)
-        self._context = _context()
+        self._context = process_context()
         self._servers: dict[str, InferenceServer] = {}
         self._workers: list[multiprocessing.process.BaseProcess] = []
         self._tasks: Any = None
@@ -592,11 +592,6 @@ class ArenaResult:
             for record in self.records
         ]
         return fields
-
-
-def _context() -> multiprocessing.context.BaseContext:
-    methods = multiprocessing.get_all_start_methods()
-    return multiprocessing.get_context("forkserver" if "forkserver" in methods else "spawn")
 
 
 def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = None,

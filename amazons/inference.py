@@ -56,7 +56,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from amazons._processes import end_processes
+from amazons._processes import end_processes, process_context
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
 from amazons.neural.backends import backend_error
@@ -288,7 +288,7 @@ class InferenceServer:
         self.config = config or InferenceConfig()
         self.num_clients = num_clients
         self._factory = evaluator_factory
-        self._context = context or mp.get_context("spawn")
+        self._context = context or process_context()
         self._layout = SlotLayout(self.config.slot_rows, self.config.slot_moves)
         self._memories: list[SharedMemory] = []
         self._client_ends: list[Connection] = []

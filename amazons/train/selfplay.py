@@ -44,7 +44,7 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from amazons._processes import end_processes
+from amazons._processes import end_processes, process_context
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
@@ -624,7 +624,7 @@ class SelfPlayWorkers:
     Args:
         server: a started InferenceServer with at least `config.num_actors` slots.
         config: self-play settings (fixed for the workers' lifetime).
-        context: multiprocessing context (spawn by default).
+        context: multiprocessing context (`amazons._processes.process_context` by default).
 
     Two ways to use them: `play(...)` once per iteration (every actor plays its share of the
     games, then waits), or `start(...)` once, then `collect(...)` the games as they finish,
@@ -645,7 +645,7 @@ class SelfPlayWorkers:
                              f"for {config.num_actors} actors")
         self.server = server
         self.config = config
-        context = context or mp.get_context("spawn")
+        context = context or process_context()
         self._results: mp.Queue = context.Queue()
         # Read as raw bytes only: an actor killed while writing leaves half a message, on which
         # `Queue.get` would wait for ever (this process holds the pipe's write end too).
