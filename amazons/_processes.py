@@ -25,10 +25,12 @@ from multiprocessing.process import BaseProcess
 __all__ = ["FORKSERVER_PRELOAD", "end_processes", "process_context"]
 
 # What the forkserver imports once for every process it forks: the parent's main module (as
-# multiprocessing's own default does), the inference protocol, and self-play with its search
-# kernels' modules. Torch is not among them: a server imports it only when its backend needs it,
-# and a forkserver that never touched it keeps CUDA uninitialized for the children that do.
-FORKSERVER_PRELOAD = ("__main__", "amazons.inference", "amazons.train.selfplay")
+# multiprocessing's own default does), the inference protocol, self-play, and the search kernels
+# themselves, loaded (`amazons.mcts_warm`). Torch is not among them: a server imports it only
+# when its backend needs it, and a forkserver that never touched it keeps CUDA uninitialized for
+# the children that do.
+FORKSERVER_PRELOAD = ("__main__", "amazons.inference", "amazons.train.selfplay",
+                      "amazons.mcts_warm")
 
 
 def process_context() -> BaseContext:
@@ -37,8 +39,8 @@ def process_context() -> BaseContext:
 
     The forkserver is one per process and starts on first use; the preload is set before that
     (a forkserver already started by other code keeps the modules it was given). Its children
-    inherit the environment and `sys.path` of the moment it started, as spawn's children inherit
-    them at their own start.
+    take the parent's `sys.path` and working directory at their start, as spawn's do, but the
+    environment of the moment the forkserver started.
     """
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")

@@ -38,7 +38,8 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     ("game", "the rules and their Python face",
      ("amazons._engine", "amazons.engine", "amazons.board", "amazons.symmetry", "amazons")),
     ("search", "MCTS over flat tree arrays and the targets it yields",
-     ("amazons.mcts_numba", "amazons._root_targets", "amazons.mcts", "amazons.search_targets")),
+     ("amazons.mcts_numba", "amazons._root_targets", "amazons.mcts", "amazons.mcts_warm",
+      "amazons.search_targets")),
     ("serving", "the N-to-1 shared-memory inference server (numpy only)",
      ("amazons.inference",)),
     ("neural", "the network: numpy and native evaluators, the torch model, learner, checkpoints, "
