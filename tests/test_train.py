@@ -337,6 +337,27 @@ def test_one_iteration_with_the_arrow_source_term(tmp_path):
     assert model.config.arrow_source and "policy_head.arrow_source.weight" in model.state_dict()
 
 
+def test_a_stop_during_a_checkpoint_is_taken_once_the_checkpoint_is_whole(tmp_path):
+    """SIGTERM (through the main job's handler) and Ctrl-C arriving while the checkpoint is written
+    wait for it: the file is complete, then the stop's KeyboardInterrupt comes."""
+    learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig())
+    stopped: list[int] = []
+    previous = train_module._stop_on_sigterm(stopped)
+    try:
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            path = tmp_path / f"checkpoint-{signum}.pt"
+            with pytest.raises(KeyboardInterrupt):
+                with train_module.signals_deferred():
+                    os.kill(os.getpid(), signum)
+                    time.sleep(0.05)  # an undeferred handler would have run by now
+                    save_checkpoint(path, learner, {"iteration": 1})
+                pytest.fail("the stop did not come after the block")
+            resume_learner(path, net_config("tiny"), OptimConfig())  # whole: its digest holds
+        assert stopped == [signal.SIGTERM]
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _default_sigint() -> None:
     """Give the child Python's Ctrl-C handling even when pytest runs as a background job (whose
     shell starts it with SIGINT ignored, a disposition every child would inherit)."""

@@ -41,14 +41,16 @@ presets in the sync mode (`Run.fit_config`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import json
+import os
 import signal
 import sys
 import threading
 import time
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any, Protocol
@@ -588,14 +590,15 @@ class Run:
         `trained_games` (the serial number of the first replay game no finished iteration holds),
         and the lineage with this run's minutes so far (`model_extra`)."""
         extra = self.model_extra(self.iteration)
-        save_checkpoint(self.checkpoint_path, self.learner, extra)
         with self.matches_lock:
             matches = list(self.matches)
         state = json.dumps({"iteration": self.iteration, "matches": matches,
                             "trained_games": self.trained_games,
                             "minutes": extra["lineage"][-1]["minutes"],
                             "lineage": extra["lineage"]}) + "\n"
-        atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
+        with signals_deferred():  # the pair is written whole, then a stop that came is taken
+            save_checkpoint(self.checkpoint_path, self.learner, extra)
+            atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()})
@@ -699,6 +702,33 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     if not args.resume and config.init_model and not Path(config.init_model).is_file():
         raise SystemExit(f"init_model: no such model file {config.init_model}")
     return config
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Hold SIGINT and SIGTERM until the block is done, then deliver the first that came.
+
+    A KeyboardInterrupt raised inside `torch.save` (Ctrl-C, or SIGTERM through the main job's
+    handler) leaves its zip writer half done, whose cleanup then fails with its own error: the run
+    would end with that error instead of the stop, and the checkpoint and `state.json` could
+    disagree. Off the main thread, where handlers cannot be set, the block just runs.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+
+    def hold(signum: int, frame: object) -> None:
+        pending.append(signum)
+
+    previous = {signum: signal.signal(signum, hold) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
+        if pending:
+            os.kill(os.getpid(), pending[0])  # now to the handler it was meant for
 
 
 def _stop_on_sigterm(stopped_by: list[int]) -> typing.Any:
