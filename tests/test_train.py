@@ -343,6 +343,8 @@ def test_a_stop_during_a_checkpoint_is_taken_once_the_checkpoint_is_whole(tmp_pa
     learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig())
     stopped: list[int] = []
     previous = train_module._stop_on_sigterm(stopped)
+    # Python's own Ctrl-C handler, as in the main job (an xdist worker starts with SIGINT ignored)
+    previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for signum in (signal.SIGTERM, signal.SIGINT):
             path = tmp_path / f"checkpoint-{signum}.pt"
@@ -356,6 +358,7 @@ def test_a_stop_during_a_checkpoint_is_taken_once_the_checkpoint_is_whole(tmp_pa
         assert stopped == [signal.SIGTERM]
     finally:
         signal.signal(signal.SIGTERM, previous)
+        signal.signal(signal.SIGINT, previous_int)
 
 
 def _default_sigint() -> None:
