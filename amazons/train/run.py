@@ -303,7 +303,8 @@ class Run:
         metrics.update(self.train(report.positions + metrics["train/debt_positions"], progress))
         self.trained_games += report.games + (debt.num_games if debt is not None else 0)
         self.iteration = iteration
-        save_model(self.model_path(iteration), self.learner.model, self.model_extra(iteration))
+        with signals_deferred():  # the model file is written whole, as the checkpoint is
+            save_model(self.model_path(iteration), self.learner.model, self.model_extra(iteration))
         if config.eval.every and iteration % config.eval.every == 0:
             metrics.update(self.evaluate(iteration))
         self.checkpoint()
@@ -504,7 +505,8 @@ class Run:
         self.iteration = iteration
         self.trained_games += ledger.games
         seconds = time.perf_counter() - clock.started
-        save_model(self.model_path(iteration), self.learner.model, self.model_extra(iteration))
+        with signals_deferred():  # the model file is written whole, as the checkpoint is
+            save_model(self.model_path(iteration), self.learner.model, self.model_extra(iteration))
         metrics: dict[str, float] = {"iteration": iteration}
         metrics.update({
             "selfplay/games": ledger.games,
