@@ -45,8 +45,8 @@ browser: $(CHROMIUM)
 # workers, each worker taking whole files (module fixtures stay shared), in the order of collection
 # (tests/conftest.py puts the longest files first; xdist's own order, by number of tests, would
 # leave the two-test learning file for last, alone on one worker); then the `serial` tests
-# alone (they count machine-wide shared memory or processes, or time replies on the wall clock,
-# which a neighbouring test would skew). MARK narrows both parts, e.g. MARK="not slow".
+# alone (they time a reply or a stop on the wall clock, which a neighbouring test's load would
+# stretch). MARK narrows both parts, e.g. MARK="not slow".
 TEST_WORKERS ?= 2
 MARK ?=
 PYTEST := AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q --durations=15

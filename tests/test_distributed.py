@@ -3,12 +3,18 @@ self-play pipeline, DistributedDataParallel over gloo, and what `ray.shutdown()`
 
 All are marked slow: each starts Ray and several processes, and the two-node cluster takes its own
 time to start (the suite's times: docs/BENCHMARKS.md, the test suite's wall clock).
+
+They run beside other tests (the suite's parallel part), so what they count is their own: the
+processes under this one (Ray's are, the node actors included), the shared-memory segments of
+those processes, and the janitors and scratch folders that only node actors start, which no other
+file's tests do. Every test here that starts a Ray runtime is in this file, so one runs at a time.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import shutil
 import signal
@@ -22,14 +28,12 @@ import pytest
 import torch
 
 ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
-# Ray's workers own their shared memory and processes, so the checks count them machine-wide:
-# the file runs alone, after the parallel part (Makefile).
-pytestmark = pytest.mark.serial
 
 import psutil  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from amazons.board import Board, Move  # noqa: E402
+from amazons.config import config_to_dict  # noqa: E402
 from amazons.distributed import node as node_module  # noqa: E402
 from amazons.distributed.ddp import TrainingGroup  # noqa: E402
 from amazons.distributed.pool import NodePool  # noqa: E402
@@ -46,6 +50,9 @@ from amazons.train.run import main  # noqa: E402
 from amazons.train.selfplay import play_games  # noqa: E402
 
 MiB = 1024**2
+# The log line of a preset's async pipeline.mode replaced by the sync one the Ray backend runs.
+REPLACED = ("pipeline.mode: the preset's 'async' replaced by 'sync',"
+            " the mode the RayRun backend runs")
 
 # A tiny run: one actor per node with two games in lockstep, few simulations, a few steps.
 TINY = [
@@ -63,9 +70,35 @@ TINY = [
 ]
 
 
+def descendants() -> dict[int, str]:
+    found = {}
+    for process in psutil.Process().children(recursive=True):
+        try:
+            found[process.pid] = " ".join(process.cmdline()[:3])
+        except psutil.Error:
+            continue
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def shm_segments() -> set[str]:
-    """Segments of the project's servers (named `amazons_PID_...`), whichever process owns them."""
-    return {name for name in os.listdir("/dev/shm") if name.startswith(SEGMENT_PREFIX)}
+    """Segments of the project's servers (named `amazons_PID_...`) that this test's processes
+    own: those of this process and its descendants, and those whose owner has exited (a leak, or
+    a server on its way out). A live owner outside this process tree is another test's."""
+    ours = {os.getpid(), *descendants()}
+    found = set()
+    for name in os.listdir("/dev/shm"):
+        if name.startswith(SEGMENT_PREFIX):
+            owner = int(name[len(SEGMENT_PREFIX):].split("_", 1)[0])
+            if owner in ours or not alive(owner):
+                found.add(name)
+    return found
 
 
 def wait_until(condition, seconds: float, step: float = 0.25) -> bool:
@@ -173,7 +206,7 @@ def test_two_nodes_run_an_iteration_end_to_end(two_nodes, tmp_path):
     assert len(records) == 6
     # both simulated nodes played
     assert {record.headers["Node"] for record in records} == {"0", "1"}
-    assert shm_segments() <= before
+    assert wait_until(lambda: shm_segments() <= before, 20), shm_segments() - before
 
 
 @pytest.mark.slow
@@ -368,25 +401,9 @@ def test_ddp_over_gloo_keeps_ranks_identical_and_matches_one_process(two_nodes):
         ray.shutdown()
 
 
-def descendants() -> dict[int, str]:
-    found = {}
-    for process in psutil.Process().children(recursive=True):
-        try:
-            found[process.pid] = " ".join(process.cmdline()[:3])
-        except psutil.Error:
-            continue
-    return found
-
-
-def alive(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
 def janitors() -> list[int]:
-    """Running `amazons/distributed/_janitor.py` processes (they leave the process tree at once)."""
+    """Running `amazons/distributed/_janitor.py` processes, machine-wide (they leave the process
+    tree at once): only node actors start them, and only this file's tests start node actors."""
     script = str(Path(node_module.__file__).with_name("_janitor.py"))
     found = []
     for process in psutil.process_iter():
@@ -448,3 +465,46 @@ def test_the_node_builds_its_server_evaluator_as_the_main_job_does(tmp_path):
         assert factory == server_evaluator_factory(tmp_path / "weights.pt", device,
                                                    config.inference_dtype, config.inference)
         assert factory.max_batch == config.inference.inference_batch_size == 1024
+
+
+# A small run: the tiny run without its pipeline mode (the command line's preset
+# chooses it: the test checks that its async becomes sync), 2 games an iteration, a small Ray.
+SMALL = [override for override in TINY if not override.startswith("pipeline.mode=")] + [
+    "games_per_iteration=2",
+    "ray.num_cpus=2",
+    "ray.object_store_mb=100",
+]
+
+
+@pytest.mark.slow
+def test_the_command_line_runs_the_cpu_preset_on_a_ray_runtime_it_starts(tmp_path, capsys,
+                                                                         monkeypatch):
+    """`python -m amazons.train --backend ray --preset cpu` without `--address`: the run starts
+    a Ray runtime on this machine, plays and trains an iteration of the preset as written (its
+    async mode replaced by sync, and the overrides that make it small), and shuts Ray down."""
+    ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
+    monkeypatch.setenv("RAY_TMPDIR", ray_dir)
+    monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "0")  # it kills workers on a full machine
+    run_dir = tmp_path / "run"
+    try:
+        assert main(["--backend", "ray", "--preset", "cpu", "--run-dir", str(run_dir),
+                     "--iterations", "1", "--no-progress", *SMALL]) == 0
+        assert not ray.is_initialized()  # the run started Ray, so it shut it down
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        shutil.rmtree(ray_dir, ignore_errors=True)
+    out = capsys.readouterr().out
+    assert REPLACED in out.splitlines()
+    assert "backend ray (sync pipeline), preset cpu" in out
+    written = apply_overrides(preset_config("cpu"), SMALL)
+    expected = dataclasses.replace(written, iterations=1,  # --iterations
+                                   pipeline=dataclasses.replace(written.pipeline, mode="sync"))
+    stored = json.loads((run_dir / "config.json").read_text())
+    assert stored == json.loads(json.dumps(config_to_dict(expected)))
+    metrics = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in metrics] == [1]
+    assert math.isfinite(metrics[0]["train/loss"]) and metrics[0]["ray/nodes_active"] >= 1
+    assert len(read_records(run_dir / "games" / "selfplay.txt")) == 2  # replayed move by move
+    models = sorted(path.name for path in (run_dir / "models").iterdir())
+    assert models == ["model-0000.pt", "model-0001.pt"]
