@@ -120,6 +120,17 @@ def test_the_ray_backend_is_the_ray_entry_point_and_refuses_the_async_pipeline(t
     assert not ray.is_initialized() and not (tmp_path / "run").exists()
 
 
+@pytest.fixture(scope="module", autouse=True)
+def signal_handlers_kept():
+    """This pytest process's SIGTERM and SIGINT handlers, as they were before the file's tests.
+    `ray.init` makes the driver exit with status 15 on SIGTERM and keeps that handler after
+    `ray.shutdown()`; the processes that later tests fork from this one would inherit it."""
+    saved = {signum: signal.getsignal(signum) for signum in (signal.SIGTERM, signal.SIGINT)}
+    yield
+    for signum, handler in saved.items():
+        signal.signal(signum, handler)
+
+
 @pytest.fixture(scope="module")
 def ray_tmpdir():
     """A short RAY_TMPDIR (Ray's Unix socket paths must stay under ~107 characters), and Ray's
