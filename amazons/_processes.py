@@ -10,6 +10,10 @@ workers (`amazons.arena`) and the self-play actors (`amazons.train.selfplay`) ar
 forkserver that imported their modules once (NumPy, Numba, the engine, the search), so a new
 actor or worker is a fork of a ready process instead of a fresh interpreter that imports them
 again (about 2.4 s of CPU an actor on a 2-core EPYC, and again for each arena worker and server).
+A network's server process also needs torch and the network evaluators (about 2.2 s more): an
+evaluator factory names such modules in its `preload` attribute
+(`amazons.neural.production.NetworkEvaluatorFactory` does), and the forkserver of a process that
+starts such a server imports them too.
 
 Imports nothing from the package (the forkserver's modules are named, not imported).
 """
@@ -18,35 +22,54 @@ from __future__ import annotations
 
 import multiprocessing
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
-__all__ = ["FORKSERVER_PRELOAD", "end_processes", "process_context"]
+__all__ = ["FORKSERVER_PRELOAD", "end_processes", "factory_preload", "process_context"]
 
 # What the forkserver imports once for every process it forks: the parent's main module (as
 # multiprocessing's own default does), the inference protocol, self-play, and the search kernels
-# themselves, loaded (`amazons.mcts_warm`). Torch is not among them: a server imports it only
-# when its backend needs it, and a forkserver that never touched it keeps CUDA uninitialized for
-# the children that do.
+# themselves, loaded (`amazons.mcts_warm`). Torch is not among them unless a caller asks (a
+# network's server): an actor or an arena worker never needs it. Importing torch initializes no
+# CUDA, so the children that use a GPU still can.
 FORKSERVER_PRELOAD = ("__main__", "amazons.inference", "amazons.train.selfplay",
                       "amazons.mcts_warm")
 
+# The modules that this process's callers asked the forkserver to import beside
+# FORKSERVER_PRELOAD, in the order asked (it imports them when it starts).
+_requested: list[str] = []
 
-def process_context() -> BaseContext:
+
+def process_context(preload: Iterable[str] = ()) -> BaseContext:
     """The multiprocessing context for the package's worker processes: a forkserver that preloads
     `FORKSERVER_PRELOAD` where the platform has one, else spawn.
 
-    The forkserver is one per process and starts on first use; the preload is set before that
-    (a forkserver already started by other code keeps the modules it was given). Its children
-    take the parent's `sys.path` and working directory at their start, as spawn's do, but the
-    environment of the moment the forkserver started.
+    Args:
+        preload: more modules for the forkserver to import, such as a network server's torch
+            (an evaluator factory's `preload`). They add to what earlier calls of this process
+            asked for; none is ever taken back.
+
+    The forkserver is one per process and starts on first use, with the modules asked for until
+    then (a forkserver already started keeps the ones it was given: a server asked for later
+    imports its own in its process). Its children take the parent's `sys.path` and working
+    directory at their start, as spawn's do, but the environment of the moment the forkserver
+    started.
     """
+    _requested.extend(name for name in preload if name not in _requested)
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(FORKSERVER_PRELOAD))
+    context.set_forkserver_preload([*FORKSERVER_PRELOAD,
+                                    *(name for name in _requested
+                                      if name not in FORKSERVER_PRELOAD)])
     return context
+
+
+def factory_preload(factory: object) -> tuple[str, ...]:
+    """The modules an evaluator factory's server process imports anyway, as the factory names
+    them in its `preload` attribute (none where it has no such attribute)."""
+    return tuple(getattr(factory, "preload", ()))
 
 
 def end_processes(processes: Sequence[BaseProcess], grace: float) -> None:

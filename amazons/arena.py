@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from amazons._processes import end_processes, process_context
+from amazons._processes import end_processes, factory_preload, process_context
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
@@ -309,7 +309,8 @@ class ArenaWorkers:
         self.factories = dict(factories or {})
         self.stats: dict[str, dict[str, float]] = {}  # each server's statistics, after `close`
         self._factories = dict(servers)
-        self._context = process_context()
+        self._context = process_context(
+            name for factory in servers.values() for name in factory_preload(factory))
         self._servers: dict[str, InferenceServer] = {}
         self._workers: list[multiprocessing.process.BaseProcess] = []
         self._tasks: Any = None

@@ -56,7 +56,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from amazons._processes import end_processes, process_context
+from amazons._processes import end_processes, factory_preload, process_context
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
 from amazons.neural.backends import backend_error
@@ -270,10 +270,12 @@ class InferenceServer:
         evaluator_factory: picklable zero-argument callable run in the server process; returns an
             Evaluator, optionally with `load_weights(path)` for `publish_weights`,
             `load_flat_weights(flat)` for `publish_shared_weights`, and `close()`, which the
-            server calls when it stops.
+            server calls when it stops. Its `preload`, where it has one, names modules the server
+            process imports anyway (torch, for a network), for the forkserver to import once.
         num_clients: number of actor slots.
         config: batching parameters.
-        context: multiprocessing context (spawn by default: safe with torch and threads).
+        context: multiprocessing context (default: `amazons._processes.process_context`, a
+            forkserver that preloads the package's modules, or spawn where there is none).
     """
 
     def __init__(
@@ -288,7 +290,7 @@ class InferenceServer:
         self.config = config or InferenceConfig()
         self.num_clients = num_clients
         self._factory = evaluator_factory
-        self._context = context or process_context()
+        self._context = context or process_context(factory_preload(evaluator_factory))
         self._layout = SlotLayout(self.config.slot_rows, self.config.slot_moves)
         self._memories: list[SharedMemory] = []
         self._client_ends: list[Connection] = []

@@ -40,7 +40,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import oracle  # noqa: E402  (needs the path above when tests/ is imported as a package)
 
+from amazons._processes import process_context  # noqa: E402
 from amazons.inference import segment_prefix  # noqa: E402
+from amazons.neural.production import NetworkEvaluatorFactory  # noqa: E402
+
+# Most of the suite's inference servers run a network: the forkserver of each pytest process
+# (started by its first test that starts a process, whatever that test's servers are) imports
+# torch and the network evaluators once, as a main job's does.
+process_context(NetworkEvaluatorFactory.preload)
 
 # Multiprocessing names its semaphores `<semprefix>-<random>` and copies the prefix into every
 # process it starts (spawn and forkserver alike), so this session's semaphores are recognizable.

@@ -1,13 +1,21 @@
-"""`amazons._processes.end_processes`: every started process is gone when it returns, a process
-that ignores SIGTERM included, within one shared grace."""
+"""`amazons._processes`: `end_processes` leaves no started process behind, one that ignores SIGTERM
+included, within one shared grace; `process_context`'s forkserver imports what its callers asked
+for."""
 
 from __future__ import annotations
 
+import dataclasses
 import multiprocessing as mp
 import signal
+import subprocess
+import sys
 import time
 
-from amazons._processes import end_processes
+import pytest
+
+from amazons._processes import end_processes, factory_preload
+from amazons.mcts import UniformEvaluator
+from amazons.neural.production import NetworkEvaluatorFactory
 
 
 def _ignore_sigterm_and_sleep(ready) -> None:
@@ -40,3 +48,50 @@ def test_a_process_that_ignores_sigterm_is_killed_after_one_shared_grace():
     assert polite.exitcode == -signal.SIGTERM and done.exitcode == 0
     assert never_started.pid is None
     assert seconds < 10.0  # one grace for both stubborn processes, not one each
+
+
+REPORT_SCRIPT = """
+import sys
+
+from amazons._processes import process_context
+
+
+def report(queue):
+    queue.put(sorted(name for name in ("torch", "amazons.neural.production", "amazons.mcts")
+                     if name in sys.modules))
+
+
+if __name__ == "__main__":
+    context = process_context(sys.argv[1:])
+    context = process_context()  # a later caller asking for nothing takes nothing back
+    queue = context.Queue()
+    child = context.Process(target=report, args=(queue,))
+    child.start()
+    print(queue.get(timeout=120))
+    child.join(60)
+"""
+
+
+@pytest.mark.parametrize(("asked", "loaded"), [
+    ((), ["amazons.mcts"]),
+    (NetworkEvaluatorFactory.preload, ["amazons.mcts", "amazons.neural.production", "torch"]),
+])
+def test_the_forkserver_imports_what_its_process_asked_for_before_it_started(tmp_path, asked,
+                                                                            loaded):
+    """A child starts with the search loaded, and with torch only where a caller of the process
+    (a network's server) asked for it. Each case in a fresh interpreter: a forkserver is one per
+    process, and this one's may have started already."""
+    script = tmp_path / "report.py"
+    script.write_text(REPORT_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), *asked], capture_output=True,
+                            text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == repr(loaded)
+
+
+def test_a_network_factory_names_torch_for_its_servers_forkserver():
+    assert factory_preload(NetworkEvaluatorFactory("model.pt")) == ("amazons.neural.production",)
+    assert factory_preload(UniformEvaluator) == ()
+    # a preload is not a field: factories compare by their settings alone
+    assert NetworkEvaluatorFactory("model.pt") == NetworkEvaluatorFactory("model.pt")
+    assert "preload" not in {field.name for field in dataclasses.fields(NetworkEvaluatorFactory)}

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -306,6 +306,10 @@ class NetworkEvaluatorFactory:
         backend: "auto", "torch" or "native" (`resolve_backend`).
         native_threads: the native evaluator's threads per batch.
     """
+
+    # The modules its server process imports (torch among them), for the forkserver to import
+    # once (`amazons._processes.process_context`); not a field.
+    preload: ClassVar[tuple[str, ...]] = ("amazons.neural.production",)
 
     model_path: str
     device: str = "auto"
