@@ -36,9 +36,9 @@ __all__ = ["FORKSERVER_PRELOAD", "end_processes", "factory_preload", "process_co
 FORKSERVER_PRELOAD = ("__main__", "amazons.inference", "amazons.train.selfplay",
                       "amazons.mcts_warm")
 
-# The modules that this process's callers asked the forkserver to import beside
-# FORKSERVER_PRELOAD, in the order asked (it imports them when it starts).
-_requested: list[str] = []
+# What this process's forkserver imports when it starts: FORKSERVER_PRELOAD, then what the
+# process's callers asked for, in the order asked.
+_preload: list[str] = list(FORKSERVER_PRELOAD)
 
 
 def process_context(preload: Iterable[str] = ()) -> BaseContext:
@@ -56,13 +56,11 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
     directory at their start, as spawn's do, but the environment of the moment the forkserver
     started.
     """
-    _requested.extend(name for name in preload if name not in _requested)
+    _preload.extend(name for name in preload if name not in _preload)
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload([*FORKSERVER_PRELOAD,
-                                    *(name for name in _requested
-                                      if name not in FORKSERVER_PRELOAD)])
+    context.set_forkserver_preload(list(_preload))
     return context
 
 
