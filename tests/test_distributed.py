@@ -488,14 +488,11 @@ SMALL = [override for override in TINY if not override.startswith("pipeline.mode
 
 
 @pytest.mark.slow
-def test_the_command_line_runs_the_cpu_preset_on_a_ray_runtime_it_starts(tmp_path, capsys,
-                                                                         monkeypatch):
+def test_the_command_line_runs_the_cpu_preset_on_a_ray_runtime_it_starts(ray_tmpdir, tmp_path,
+                                                                         capsys):
     """`python -m amazons.train --backend ray --preset cpu` without `--address`: the run starts
     a Ray runtime on this machine, plays and trains an iteration of the preset as written (its
     async mode replaced by sync, and the overrides that make it small), and shuts Ray down."""
-    ray_dir = tempfile.mkdtemp(prefix="ray", dir="/tmp")  # Ray's socket paths must stay short
-    monkeypatch.setenv("RAY_TMPDIR", ray_dir)
-    monkeypatch.setenv("RAY_memory_monitor_refresh_ms", "0")  # it kills workers on a full machine
     run_dir = tmp_path / "run"
     try:
         assert main(["--backend", "ray", "--preset", "cpu", "--run-dir", str(run_dir),
@@ -504,7 +501,6 @@ def test_the_command_line_runs_the_cpu_preset_on_a_ray_runtime_it_starts(tmp_pat
     finally:
         if ray.is_initialized():
             ray.shutdown()
-        shutil.rmtree(ray_dir, ignore_errors=True)
     out = capsys.readouterr().out
     assert REPLACED in out.splitlines()
     assert "backend ray (sync pipeline), preset cpu" in out
