@@ -84,6 +84,9 @@ class InferenceConfig:
     # precision).
     backend: str = "auto"
     native_threads: int = 1  # threads of the native evaluator per batch
+    # added to the server process's niceness (os.nice) when it starts: > 0 lets a busier
+    # process on the same cores (the learner) run first; 0 leaves it as its parent's
+    nice: int = 0
 
     def __post_init__(self) -> None:
         why = backend_error(self.backend, ".pt")  # the server runs the run's checkpoints
@@ -100,6 +103,8 @@ class InferenceConfig:
                              f"got {self.slot_moves}")
         if self.flush_deadline_ms < 0:
             raise ValueError(f"flush_deadline_ms must be >= 0, got {self.flush_deadline_ms}")
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be in 0..19, got {self.nice}")
 
 
 @dataclass(frozen=True)
@@ -547,6 +552,8 @@ def _serve(
     memories: list[SharedMemory] = []
     loop = evaluator = None
     try:
+        if config.nice:
+            os.nice(config.nice)
         evaluator = factory()
         _limit_torch_threads(config.torch_threads)
         memories = [SharedMemory(name=name) for name in slot_names]

@@ -37,6 +37,12 @@ def test_the_servers_backend_runs_checkpoints_and_a_wrong_name_is_refused_with_w
         InferenceConfig(backend="fast")
 
 
+@pytest.mark.parametrize("nice", [-1, 20])
+def test_a_niceness_outside_0_to_19_is_refused(nice):
+    with pytest.raises(ValueError, match=f"nice must be in 0..19, got {nice}"):
+        InferenceConfig(nice=nice)
+
+
 def shm_exists(name: str) -> bool:
     return os.path.exists(f"/dev/shm/{name.lstrip('/')}")
 

@@ -101,7 +101,7 @@ def test_policy_target_follows_the_config():
 
 
 @pytest.mark.parametrize("field, value", [("start_jitter_s", -0.1), ("target_c_scale", -1.0),
-                                          ("num_actors", 0)])
+                                          ("num_actors", 0), ("nice", -1), ("nice", 20)])
 def test_self_play_config_rejects_bad_values(field, value):
     with pytest.raises(ValueError, match=field):
         SelfPlayConfig(**{field: value})
@@ -219,6 +219,24 @@ def test_selfplay_through_the_server_persists_every_game(tmp_path):
             assert record.winner == adjudication.winner
             assert record.headers["Termination"] == adjudication.describe()
     assert len(ReplayBuffer(tmp_path / "replay", window_positions=100_000)) == len(buffer)
+
+
+def test_actors_and_their_server_run_at_the_niceness_their_configs_add(tmp_path):
+    """The learner's process keeps its niceness; the actors and the server add theirs to it
+    (the cpu preset's 10), and still play."""
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2, search=FAST_SEARCH,
+                            start_jitter_s=0.1, nice=3)
+    own = os.nice(0)
+    positions = []
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16, nice=2)) as server:
+        with SelfPlayWorkers(server, config) as workers:
+            report = workers.play(2, lambda samples, games: positions.extend(samples))
+            actors = [os.getpriority(os.PRIO_PROCESS, actor.pid) for actor in workers._actors]
+            served_at = os.getpriority(os.PRIO_PROCESS, server.pid)
+    assert actors == [min(own + 3, 19)] * 2 and served_at == min(own + 2, 19)
+    assert os.nice(0) == own
+    assert report.games == 2 and sum(sample.num_positions for sample in positions) > 0
 
 
 def test_a_killed_selfplay_actor_stops_the_run_with_a_clear_error(tmp_path):

@@ -36,6 +36,7 @@ import collections
 import contextlib
 import dataclasses
 import multiprocessing as mp
+import os
 import time
 import traceback
 from collections.abc import Callable
@@ -102,10 +103,15 @@ class SelfPlayConfig:
     # KataGo's policy surprise weighting: the share of a game's sampling weight given in proportion
     # to each position's KL(target || prior) (`surprise_weights`); 0 = uniform (off), KataGo 0.5
     policy_surprise_weight: float = 0.0
+    # added to each actor process's niceness (os.nice) when it starts: > 0 lets a busier process
+    # on the same cores (the learner) run first; 0 leaves it as its parent's
+    nice: int = 0
 
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
             raise ValueError("num_actors and games_in_parallel must be >= 1")
+        if not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be in 0..19, got {self.nice}")
         if not 0.0 < self.full_search_prob <= 1.0:
             raise ValueError(f"full_search_prob must be in (0, 1], got {self.full_search_prob!r}")
         if (self.full_search_prob < 1.0
@@ -476,6 +482,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
     receiving end of a pipe whose only sending end the owner holds, so an owner that dies
     (killed, or stopped by a signal without cleaning up) ends the actor too.
     """
+    if config.nice:
+        os.nice(config.nice)
     client = InferenceClient(handle)
     pipe = _TaskPipe(tasks)
     search: BatchedSearch | None = None
