@@ -21,12 +21,14 @@ Imports nothing from the package (the forkserver's modules are named, not import
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.forkserver
 import time
 from collections.abc import Iterable, Sequence
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
-__all__ = ["FORKSERVER_PRELOAD", "end_processes", "factory_preload", "process_context"]
+__all__ = ["FORKSERVER_PRELOAD", "NETWORK_PRELOAD", "end_processes", "factory_preload",
+           "process_context", "start_forkserver"]
 
 # What the forkserver imports once for every process it forks: the parent's main module (as
 # multiprocessing's own default does), the inference protocol, self-play, and the search kernels
@@ -35,6 +37,10 @@ __all__ = ["FORKSERVER_PRELOAD", "end_processes", "factory_preload", "process_co
 # CUDA, so the children that use a GPU still can.
 FORKSERVER_PRELOAD = ("__main__", "amazons.inference", "amazons.train.selfplay",
                       "amazons.mcts_warm")
+
+# What a network's inference server imports anyway: torch and the network evaluators
+# (`amazons.neural.production.NetworkEvaluatorFactory.preload`).
+NETWORK_PRELOAD = ("amazons.neural.production",)
 
 # What this process's forkserver imports when it starts: FORKSERVER_PRELOAD, then what the
 # process's callers asked for, in the order asked.
@@ -62,6 +68,20 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(_preload))
     return context
+
+
+def start_forkserver(preload: Iterable[str] = ()) -> None:
+    """Start this process's forkserver now, with `FORKSERVER_PRELOAD`, `preload` and what earlier
+    calls of `process_context` asked for, instead of when the first worker process starts.
+
+    The forkserver imports its modules in its own process: started before this process imports
+    its own (torch, the network, the learner), it does so on another core meanwhile, and the
+    first workers fork at once. A forkserver already running is left as it is; where the
+    platform has none, nothing is started.
+    """
+    context = process_context(preload)
+    if context.get_start_method() == "forkserver":
+        multiprocessing.forkserver.ensure_running()
 
 
 def factory_preload(factory: object) -> tuple[str, ...]:

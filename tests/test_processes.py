@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from amazons._processes import end_processes, factory_preload
+from amazons._processes import NETWORK_PRELOAD, end_processes, factory_preload
 from amazons.mcts import UniformEvaluator
 from amazons.neural.production import NetworkEvaluatorFactory
 
@@ -89,8 +89,45 @@ def test_the_forkserver_imports_what_its_process_asked_for_before_it_started(tmp
     assert result.stdout.strip() == repr(loaded)
 
 
+START_SCRIPT = """
+import sys
+
+import psutil
+
+from amazons._processes import process_context, start_forkserver
+
+
+def report(queue):
+    queue.put("torch" in sys.modules)
+
+
+if __name__ == "__main__":
+    start_forkserver(sys.argv[1:])
+    running = any("forkserver" in " ".join(child.cmdline())
+                  for child in psutil.Process().children())
+    context = process_context()
+    queue = context.Queue()
+    child = context.Process(target=report, args=(queue,))
+    child.start()
+    print(running, queue.get(timeout=120))
+    child.join(60)
+"""
+
+
+def test_the_main_job_can_start_its_forkserver_before_its_first_worker(tmp_path):
+    """`start_forkserver` (what `python -m amazons.train` calls first) leaves a forkserver
+    running before any worker starts, with the modules it was given: its children have torch."""
+    script = tmp_path / "start.py"
+    script.write_text(START_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), *NETWORK_PRELOAD],
+                            capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["True", "True"]
+
+
 def test_a_network_factory_names_torch_for_its_servers_forkserver():
-    assert factory_preload(NetworkEvaluatorFactory("model.pt")) == ("amazons.neural.production",)
+    assert factory_preload(NetworkEvaluatorFactory("model.pt")) == NETWORK_PRELOAD
+    assert NETWORK_PRELOAD == ("amazons.neural.production",)
     assert factory_preload(UniformEvaluator) == ()
     # a preload is not a field: factories compare by their settings alone
     assert NetworkEvaluatorFactory("model.pt") == NetworkEvaluatorFactory("model.pt")

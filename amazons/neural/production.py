@@ -41,6 +41,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from amazons._processes import NETWORK_PRELOAD
 from amazons.inference import InferenceConfig
 from amazons.neural import native
 from amazons.neural.backends import BackendError, choose_backend
@@ -309,7 +310,7 @@ class NetworkEvaluatorFactory:
 
     # The modules its server process imports (torch among them), for the forkserver to import
     # once (`amazons._processes.process_context`); not a field.
-    preload: ClassVar[tuple[str, ...]] = ("amazons.neural.production",)
+    preload: ClassVar[tuple[str, ...]] = NETWORK_PRELOAD
 
     model_path: str
     device: str = "auto"
