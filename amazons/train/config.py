@@ -190,15 +190,21 @@ def preset_config(name: str) -> TrainConfig:
                 # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md). The
                 # search's c_scale matches it, so that root=gumbel searches with the same sigma.
                 target_c_scale=0.3,
+                # The actors and the server at niceness 10, the learner at 0: the learner's one
+                # thread takes a core whenever it can step, self-play the rest (docs/training.md,
+                # "The balance between self-play and the learner").
+                nice=10,
             ),
-            inference=InferenceConfig(inference_batch_size=128, flush_deadline_ms=2.0),
+            # Batches of 64 rows, one actor's request: the server evaluates one actor's leaves
+            # while the other searches, instead of waiting for both.
+            inference=InferenceConfig(inference_batch_size=64, flush_deadline_ms=2.0, nice=10),
             games_per_iteration=64,
             train_batch_size=256,
             replay_chunk_games=32,
             replay_chunk_seconds=30.0,
-            # 16, not 12: at 12 the learner leaves part of the second core idle beside the
-            # inference server, which bounds self-play (docs/BENCHMARKS.md, --suite train).
-            sample_reuse=16.0,
+            # 20: with its core to itself the learner steps about a fifth faster than self-play
+            # at 16 samples a position could feed it (docs/BENCHMARKS.md, --suite train).
+            sample_reuse=20.0,
             eval=EvalConfig(every=2, games=10, simulations=48, processes=2),
             pipeline=PipelineConfig(mode="async", publish_every_steps=10, slack_steps=100),
         )
