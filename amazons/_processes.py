@@ -15,6 +15,9 @@ evaluator factory names such modules in its `preload` attribute
 (`amazons.neural.production.NetworkEvaluatorFactory` does), and the forkserver of a process that
 starts such a server imports them too.
 
+`check_niceness` and `apply_niceness` are the one check and the one `os.nice` call of the `nice`
+that the inference server's and the self-play actors' configs add to their processes.
+
 Imports nothing from the package (the forkserver's modules are named, not imported).
 """
 
@@ -22,12 +25,14 @@ from __future__ import annotations
 
 import multiprocessing
 import multiprocessing.forkserver
+import os
 import time
 from collections.abc import Iterable, Sequence
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
-__all__ = ["FORKSERVER_PRELOAD", "NETWORK_PRELOAD", "end_processes", "factory_preload",
+__all__ = ["FORKSERVER_PRELOAD", "MAX_NICENESS", "NETWORK_PRELOAD", "TERMINATE_GRACE_S",
+           "apply_niceness", "check_niceness", "end_processes", "factory_preload",
            "process_context", "start_forkserver"]
 
 # What the forkserver imports once for every process it forks: the parent's main module (as
@@ -111,3 +116,24 @@ def end_processes(processes: Sequence[BaseProcess], grace: float) -> None:
                 process.kill()
         for process in alive:
             process.join()
+
+
+TERMINATE_GRACE_S = 5.0  # seconds from a worker's SIGTERM to its SIGKILL (arena workers, actors)
+MAX_NICENESS = 19  # the largest niceness Linux gives a process (`nice` adds 0..19)
+
+
+def check_niceness(nice: int) -> None:
+    """Refuse a niceness increment outside 0..MAX_NICENESS (a config's `nice` field).
+
+    Raises:
+        ValueError: `nice` is negative (only root may lower its niceness) or above 19.
+    """
+    if not 0 <= nice <= MAX_NICENESS:
+        raise ValueError(f"nice must be in 0..{MAX_NICENESS}, got {nice}")
+
+
+def apply_niceness(nice: int) -> None:
+    """Add `nice` to this process's niceness (a worker process, as it starts): > 0 lets a busier
+    process on the same cores (the learner) run first; 0 leaves it as its parent's."""
+    if nice:
+        os.nice(nice)

@@ -57,7 +57,7 @@ from typing import Any
 
 import numpy as np
 
-from amazons._processes import end_processes, factory_preload, process_context
+from amazons._processes import TERMINATE_GRACE_S, end_processes, factory_preload, process_context
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
@@ -99,7 +99,6 @@ __all__ = [
 
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
 ABORT_GRACE_S = 2.0  # seconds the workers of a failed or interrupted match get to end their games
-TERMINATE_GRACE_S = 5.0  # seconds from a worker's SIGTERM to its SIGKILL
 
 
 # ----------------------------------------------------------------------------------------------

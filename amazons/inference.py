@@ -41,6 +41,7 @@ evaluator factory it is given.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -56,7 +57,13 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from amazons._processes import end_processes, factory_preload, process_context
+from amazons._processes import (
+    apply_niceness,
+    check_niceness,
+    end_processes,
+    factory_preload,
+    process_context,
+)
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
 from amazons.neural.backends import backend_error
@@ -103,8 +110,7 @@ class InferenceConfig:
                              f"got {self.slot_moves}")
         if self.flush_deadline_ms < 0:
             raise ValueError(f"flush_deadline_ms must be >= 0, got {self.flush_deadline_ms}")
-        if not 0 <= self.nice <= 19:
-            raise ValueError(f"nice must be in 0..19, got {self.nice}")
+        check_niceness(self.nice)
 
 
 @dataclass(frozen=True)
@@ -462,43 +468,60 @@ class InferenceServer:
     def stop(self, timeout: float = 10.0) -> dict[str, float]:
         """Stop the server, close the pipes and unlink every slot; return the server's stats.
 
-        Safe after a start that failed at any point (a process that never started is not
-        waited for). A server that has not exited `timeout` seconds after the stop request (stuck
-        in native code, stopped by a debugger) gets SIGTERM, then SIGKILL `timeout` seconds
-        later: the process is gone when this returns.
+        Returns within `timeout` seconds, plus the moment the kernel takes to end a killed
+        process: the server has `timeout` seconds from the stop request to send its statistics
+        and exit, and one still alive then (stuck in native code, stopped by a debugger) is
+        sent SIGTERM and at once SIGKILL (it has no SIGTERM handler, so a grace would only
+        wait longer) and reaped. Safe after a start that failed at any point (a process that
+        never started is not waited for), and again after a stop.
+
+        A KeyboardInterrupt (a second Ctrl-C) during the wait still ends the process, closes the
+        pipes and unlinks every segment before it propagates.
         """
+        deadline = time.monotonic() + timeout
         started = self._process is not None and self._process.pid is not None
-        if self._control is not None and started:
+        try:
+            if self._control is not None and started:
+                self._request_stop(deadline)
+            if started:
+                self._process.join(max(0.0, deadline - time.monotonic()))
+        finally:
             try:
-                self._control.send(("stop",))
-                deadline = time.monotonic() + timeout
-                while self._control.poll(max(0.0, deadline - time.monotonic())):
-                    message = self._receive_control()
-                    if message[0] == "error" and self._error is not None:
-                        break  # the error is known already; keep the first one
-                    self._take_control_message(message)
-                    if message[0] in ("stats", "error"):
-                        break
-            except (OSError, EOFError, BrokenPipeError):
-                pass
-        if started:
-            self._process.join(timeout)
-            # a server that did not stop (stuck in native code, stopped): SIGTERM, then SIGKILL
-            end_processes([self._process], timeout)
+                if started:
+                    end_processes([self._process], 0.0)
+            finally:
+                self._release()
+        return self.stats
+
+    def _request_stop(self, deadline: float) -> None:
+        """Send the stop request and take in the server's messages until its statistics or its
+        error arrive, or the `time.monotonic()` deadline passes."""
+        try:
+            self._control.send(("stop",))
+            while self._control.poll(max(0.0, deadline - time.monotonic())):
+                message = self._receive_control()
+                if message[0] == "error" and self._error is not None:
+                    break  # the error is known already; keep the first one
+                self._take_control_message(message)
+                if message[0] in ("stats", "error"):
+                    break
+        except (OSError, EOFError):  # the server is gone already
+            pass
+
+    def _release(self) -> None:
+        """Close the pipes, then unlink and close every segment this server owns."""
         for connection in [*self._client_ends, self._control]:
             if connection is not None:
                 connection.close()
         self._client_ends, self._control = [], None
         owned = self._memories + ([self._weights_memory] if self._weights_memory is not None
                                   else [])
+        self._memories, self._weights_memory, self._shared_version = [], None, None
+        for memory in owned:  # every unlink first: a close that fails cannot keep a name alive
+            with contextlib.suppress(FileNotFoundError):
+                memory.unlink()
         for memory in owned:
             memory.close()
-            try:
-                memory.unlink()
-            except FileNotFoundError:
-                pass
-        self._memories, self._weights_memory, self._shared_version = [], None, None
-        return self.stats
 
     @property
     def pid(self) -> int | None:
@@ -552,8 +575,7 @@ def _serve(
     memories: list[SharedMemory] = []
     loop = evaluator = None
     try:
-        if config.nice:
-            os.nice(config.nice)
+        apply_niceness(config.nice)
         evaluator = factory()
         _limit_torch_threads(config.torch_threads)
         memories = [SharedMemory(name=name) for name in slot_names]

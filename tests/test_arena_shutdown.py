@@ -20,7 +20,8 @@ import pytest
 from test_botzone_player import TEST_BOT, bot_spec, ended, leftovers, process_report, read_log
 
 from amazons import player_factory
-from amazons.arena import ABORT_GRACE_S, TERMINATE_GRACE_S, ArenaError, ArenaWorkers, run_arena
+from amazons._processes import TERMINATE_GRACE_S
+from amazons.arena import ABORT_GRACE_S, ArenaError, ArenaWorkers, run_arena
 from amazons.board import Board, Move
 from amazons.player_factory import PlayerOptions
 from amazons.players import BasePlayer, Player

@@ -36,7 +36,6 @@ import collections
 import contextlib
 import dataclasses
 import multiprocessing as mp
-import os
 import time
 import traceback
 from collections.abc import Callable
@@ -45,7 +44,13 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from amazons._processes import end_processes, process_context
+from amazons._processes import (
+    TERMINATE_GRACE_S,
+    apply_niceness,
+    check_niceness,
+    end_processes,
+    process_context,
+)
 from amazons._queue_reader import QueueReader
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
@@ -63,7 +68,6 @@ class SelfPlayError(RuntimeError):
 POLICY_TARGETS = ("completed_q", "visits")
 PLAYOUT_CAP_STREAM = 0x9C4F  # tags the generator that draws full or fast searches
 ENDLESS_STREAM = 0xE0D1  # tags the seeds of endless tasks (apart from the per-iteration tasks')
-TERMINATE_GRACE_S = 5.0  # seconds from an actor's SIGTERM to its SIGKILL
 
 
 def self_play_search_config() -> SearchConfig:
@@ -110,8 +114,7 @@ class SelfPlayConfig:
     def __post_init__(self) -> None:
         if self.num_actors < 1 or self.games_in_parallel < 1:
             raise ValueError("num_actors and games_in_parallel must be >= 1")
-        if not 0 <= self.nice <= 19:
-            raise ValueError(f"nice must be in 0..19, got {self.nice}")
+        check_niceness(self.nice)
         if not 0.0 < self.full_search_prob <= 1.0:
             raise ValueError(f"full_search_prob must be in (0, 1], got {self.full_search_prob!r}")
         if (self.full_search_prob < 1.0
@@ -482,8 +485,7 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
     receiving end of a pipe whose only sending end the owner holds, so an owner that dies
     (killed, or stopped by a signal without cleaning up) ends the actor too.
     """
-    if config.nice:
-        os.nice(config.nice)
+    apply_niceness(config.nice)
     client = InferenceClient(handle)
     pipe = _TaskPipe(tasks)
     search: BatchedSearch | None = None
