@@ -451,6 +451,29 @@ def test_process_exits_2_on_bad_input_or_options(args, text, named):
     assert named in result.stderr
 
 
+# A first input nested deeper than the decoder recurses (Python's default recursion limit is
+# 1,000 frames), and one holding an integer longer than int() converts (4,300 digits).
+DEEP_JSON = '{"requests": ' + "[" * 100_000 + "\n"
+LONG_INTEGER_JSON = '{"requests": [{"x0": ' + "9" * 5000 + "}]}\n"
+
+
+@pytest.mark.parametrize("text, named", [(DEEP_JSON, "bad JSON input: nested deeper"),
+                                         (LONG_INTEGER_JSON, "bad JSON input: Exceeds the limit")],
+                         ids=["deep", "long-integer"])
+@pytest.mark.parametrize("keep_running", [False, True], ids=["first-input", "later-input"])
+def test_process_exits_2_on_json_the_decoder_cannot_take(text, named, keep_running):
+    # Malformed as any other input: exit 2 with a message, never a traceback; on a kept process's
+    # later turn too.
+    first = "1\n-1 -1 -1 -1 -1 -1\n" if keep_running else ""
+    result = subprocess.run(BOT + ["--model", "none", "--simulations", "8"], input=first + text,
+                            capture_output=True, text=True, cwd=REPO, env=BOT_ENV, timeout=60,
+                            check=False)
+    assert result.returncode == 2, result.stderr[-2000:]
+    assert named in result.stderr and "Traceback" not in result.stderr, result.stderr[-2000:]
+    replies = result.stdout.splitlines()
+    assert len(replies) == (2 if keep_running else 0), replies  # the first turn's reply, marker
+
+
 def test_process_rejects_a_corrupt_model_and_a_torch_checkpoint(tmp_path):
     path = tmp_path / "broken.npz"
     path.write_bytes(b"not a model")

@@ -214,14 +214,20 @@ def parse_json(text: str) -> BotzoneInput:
 
     Raises:
         ProtocolError: bad JSON (JavaScript's `NaN` and `Infinity`, which are not JSON,
-            included), a field of the wrong type or count, or a bad move, naming it (e.g.
-            `requests[2]`).
+            included; nesting deeper than the decoder recurses; an integer of more digits
+            than `int()` converts), a field of the wrong type or count, or a bad move, naming
+            it (e.g. `requests[2]`).
     """
     try:
         value = json.loads(text, parse_constant=_refuse_constant)
     except json.JSONDecodeError as error:
         raise ProtocolError(f"bad JSON input: {error.msg} at column {error.colno}: "
                             f"{text.strip()[:80]!r}") from None
+    except RecursionError:  # the decoder recurses once per level of nesting
+        raise ProtocolError(f"bad JSON input: nested deeper than this bot reads: "
+                            f"{text.strip()[:80]!r}") from None
+    except ValueError as error:  # e.g. an integer longer than int() converts (4,300 digits)
+        raise ProtocolError(f"bad JSON input: {error}: {text.strip()[:80]!r}") from None
     if not isinstance(value, dict):
         raise ProtocolError(f"JSON input must be an object, got {type(value).__name__}")
     if "requests" not in value:
