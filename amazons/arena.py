@@ -41,6 +41,7 @@ servers' processes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import multiprocessing
@@ -58,7 +59,7 @@ from typing import Any
 import numpy as np
 
 from amazons._processes import TERMINATE_GRACE_S, end_processes, factory_preload, process_context
-from amazons._queue_reader import QueueReader
+from amazons._queue_reader import QueueMessageError, QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.inference import (
     ClientHandle,
@@ -412,7 +413,7 @@ class ArenaWorkers:
             # and `Queue.get` would wait for the rest for ever (`amazons._queue_reader`).
             try:
                 results = self._reader.receive(0.2)
-            except (ValueError, pickle.UnpicklingError, AttributeError, ImportError) as error:
+            except QueueMessageError as error:
                 self._failed = f"a result of the arena workers cannot be read: {error}"
                 raise ArenaError(self._failed) from None
             if not results:
@@ -449,16 +450,28 @@ class ArenaWorkers:
         finally:
             try:
                 self._end_workers()
-                for channel in (self._tasks, self._results):
-                    if channel is not None:
-                        channel.cancel_join_thread()  # tasks a failed match left behind are dropped
-                        channel.close()
+                if self._tasks is not None:
+                    self._tasks.cancel_join_thread()  # tasks a failed match left behind are dropped
+                    self._tasks.close()
+                if self._reader is not None:
+                    self._reader.close()  # both ends of the results' pipe, here
+                elif self._results is not None:
+                    self._results.close()
                 self._workers, self._tasks, self._results, self._reader = [], None, None, None
             finally:
-                for name, server in self._servers.items():
-                    self.stats[name] = dict(server.stop())
-                self._servers = {}
+                self._stop_servers()
         return self.stats
+
+    def _stop_servers(self) -> None:
+        """Stop every server and keep its statistics: each one also when stopping another raised
+        (a second Ctrl-C), so every server's segments are unlinked."""
+        with contextlib.ExitStack() as stops:  # it calls them last first: the servers in order
+            for name, server in reversed(self._servers.items()):
+                stops.callback(self._stop_server, name, server)
+            self._servers = {}
+
+    def _stop_server(self, name: str, server: InferenceServer) -> None:
+        self.stats[name] = dict(server.stop())
 
     def _stop_workers(self, grace: float) -> None:
         """Send every live worker its stop sentinel; wait up to `grace` seconds for all to exit."""

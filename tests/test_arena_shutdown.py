@@ -214,3 +214,42 @@ def test_a_worker_killed_while_writing_a_result_fails_the_match_instead_of_hangi
     named = f"ArenaError: arena worker 0 (pid {pid}) exited with code -9 during a match"
     assert named in out, out + err
     assert ended(pid)
+
+
+class _UnreadableResult(BasePlayer):
+    """Puts a whole result on its worker's result queue that raises TypeError when unpickled
+    (`complex("x", "y")`), then plays on."""
+
+    name = "unreadable-result"
+
+    def choose_move(self, board: Board) -> Move:
+        frame = sys._getframe()
+        while frame is not None and frame.f_code.co_name != "_serving_worker":
+            frame = frame.f_back
+        assert frame is not None, "not called in an arena worker"
+        frame.f_locals["results"].put(_LoadsAs(complex, ("x", "y")))
+        return board.legal_moves()[0]
+
+
+class _LoadsAs:
+    """Pickles as the call `function(*args)`."""
+
+    def __init__(self, function, args: tuple) -> None:
+        self.call = (function, args)
+
+    def __reduce__(self):
+        return self.call
+
+
+def _make_unreadable_result(argument: str | None, options: PlayerOptions) -> Player:
+    return _UnreadableResult()
+
+
+def test_a_result_that_does_not_unpickle_fails_the_match_with_an_arena_error(monkeypatch):
+    """Whatever `pickle.loads` raises for a result (here a TypeError, which the arena once let
+    through as it was) fails the match as an `ArenaError` that names it."""
+    factories = {"unreadable-result": _make_unreadable_result}
+    monkeypatch.setitem(player_factory._REGISTRY, "unreadable-result", _make_unreadable_result)
+    with ArenaWorkers(1, {}, factories=factories) as workers:
+        with pytest.raises(ArenaError, match="cannot be read.*does not unpickle.*TypeError"):
+            run_arena("unreadable-result", "random", games=1, opening_plies=0, workers=workers)

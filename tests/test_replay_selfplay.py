@@ -11,6 +11,7 @@ import time
 import numpy as np
 import pytest
 from conftest import owned_shm_entries
+from test_queue_reader import open_pipes, pipe_name
 
 from amazons import _queue_reader, engine
 from amazons.board import Adjudication, Board, Move
@@ -455,6 +456,40 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
             for process in workers._actors:
                 process.kill()
                 process.join(10)
+
+
+def test_close_closes_the_result_queue_and_the_task_pipes():
+    """`close` leaves no end of the actors' result queue or task pipes open in this process
+    (the queue's stayed open for as long as the workers object lived)."""
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=2,
+                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
+        workers = SelfPlayWorkers(server, config)
+        try:
+            owned = {pipe_name(workers._results._reader.fileno()),
+                     *(pipe_name(tasks.fileno()) for tasks in workers._tasks)}
+            report = workers.play(2, lambda samples, games: None)
+            assert owned <= open_pipes()
+        finally:
+            workers.close(timeout=20.0)
+        left = owned & open_pipes()
+        workers.close(timeout=20.0)  # again: nothing more
+    assert report.games == 2
+    assert not left, f"pipes left open after close: {sorted(left)}"
+
+
+def test_an_actor_message_that_does_not_unpickle_stops_the_run_with_a_self_play_error():
+    config = SelfPlayConfig(num_actors=1, games_in_parallel=2, search=FAST_SEARCH)
+    with InferenceServer(UniformEvaluator, num_clients=1) as server:
+        workers = SelfPlayWorkers(server, config)
+        try:
+            os.write(workers._results._writer.fileno(), struct.pack("!i", 12) + b"not a pickle")
+            with pytest.raises(SelfPlayError, match="message cannot be read.*does not unpickle"):
+                workers.collect(10.0)
+            assert not any(process.is_alive() for process in workers._actors)
+        finally:
+            workers.close(timeout=10.0)
 
 
 def reference_sample(chunks: list[GameSamples], rng: np.random.Generator,

@@ -51,7 +51,7 @@ from amazons._processes import (
     end_processes,
     process_context,
 )
-from amazons._queue_reader import QueueReader
+from amazons._queue_reader import QueueMessageError, QueueReader
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
 from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult
@@ -799,15 +799,26 @@ class SelfPlayWorkers:
         """The next actor message, waiting up to `timeout` seconds for a whole one (as
         `Queue.get` waits, but never past the timeout on a message cut short); None if none
         came whole by then."""
-        if not self._received:
-            self._received.extend(self._reader.receive(timeout))
+        self._receive(timeout)
         return self._received.popleft() if self._received else None
 
     def _message_ready(self) -> bool:
         """Whether a whole message can be taken now, without waiting."""
-        if not self._received:
-            self._received.extend(self._reader.receive(0.0))
+        self._receive(0.0)
         return bool(self._received)
+
+    def _receive(self, timeout: float) -> None:
+        """Take in the messages whole by `timeout` seconds from now, unless some wait already.
+
+        Raises:
+            SelfPlayError: a message cannot be read (the ones before it are taken first).
+        """
+        if self._received:
+            return
+        try:
+            self._received.extend(self._reader.receive(timeout))
+        except QueueMessageError as error:
+            raise SelfPlayError(f"an actor's message cannot be read: {error}") from error
 
     def pause(self) -> None:
         """Hold every actor after its current search round (throttling self-play); nothing
@@ -902,6 +913,10 @@ class SelfPlayWorkers:
         terminal's Ctrl-C or the ablation's stop sends) leaves part of it in the pipe, and a
         message read would wait for the rest for ever, since this process holds the pipe's write
         end too (a stopped run hung so).
+
+        Then the task pipes and the result queue are closed, both ends of its pipe in this
+        process included (`QueueReader.close`), also when a KeyboardInterrupt interrupts the
+        wait. Closing again does nothing more.
         """
         for tasks, process in zip(self._tasks, self._actors, strict=True):
             if process.is_alive():
@@ -917,9 +932,12 @@ class SelfPlayWorkers:
                     break
                 reader.discard(left, alive)
         finally:  # a second Ctrl-C here still ends the actors: none is left for the exit to wait on
-            self.terminate()
-        for tasks in self._tasks:
-            tasks.close()
+            try:
+                self.terminate()
+            finally:
+                for tasks in self._tasks:
+                    tasks.close()
+                reader.close()
 
     def terminate(self) -> None:
         """Stop every actor process now: SIGTERM, then SIGKILL to any alive `TERMINATE_GRACE_S`
