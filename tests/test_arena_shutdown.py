@@ -17,6 +17,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from inference_actors import make_echo_evaluator
 from test_botzone_player import TEST_BOT, bot_spec, ended, leftovers, process_report, read_log
 
 from amazons import player_factory
@@ -253,3 +254,26 @@ def test_a_result_that_does_not_unpickle_fails_the_match_with_an_arena_error(mon
     with ArenaWorkers(1, {}, factories=factories) as workers:
         with pytest.raises(ArenaError, match="cannot be read.*does not unpickle.*TypeError"):
             run_arena("unreadable-result", "random", games=1, opening_plies=0, workers=workers)
+
+
+def test_an_interrupt_while_close_stops_a_server_still_stops_the_others(sigint_raises):
+    """A second Ctrl-C while `close` waits for its first server (stopped: it does not answer)
+    still stops the second server and unlinks every segment of both."""
+    workers = ArenaWorkers(1, {"first": make_echo_evaluator, "second": make_echo_evaluator})
+    workers.start()
+    names = workers.slot_names
+    first = workers._servers["first"]
+    os.kill(first.pid, signal.SIGSTOP)
+    # after the worker's stop (well under 3 s), inside the first server's (10 s)
+    ctrl_c = threading.Timer(3.0, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            workers.close()
+        left = [name for name in names if os.path.exists(f"/dev/shm/{name}")]
+    finally:
+        ctrl_c.cancel()
+        for server in (first, workers._servers.get("second")):
+            if server is not None:
+                server.stop(timeout=1.0)  # what a close that left them behind left
+    assert left == [], f"segments left after the interrupt: {left}"
