@@ -28,7 +28,7 @@ from amazons import engine
 from amazons.board import Move
 from amazons.botzone.cpp_export import SOURCE_NAME, compile_command
 from amazons.botzone.kept import KeptProcess
-from amazons.botzone.program import KEEP_RUNNING_MARKER
+from amazons.botzone.limits import KEEP_RUNNING_MARKER
 from amazons.export import main
 
 NEEDS_GXX = pytest.mark.skipif(shutil.which("g++") is None,
@@ -167,6 +167,11 @@ def parse_reply(text: str, use_json: bool) -> Move:
 def turn_simulations(reply: str) -> int:
     """The simulations of the turn a JSON reply answers ("N simulations (M this turn), ...")."""
     return int(json.loads(reply)["debug"].split("(")[1].split()[0])
+
+
+def search_cpu_seconds(reply: str) -> float:
+    """The CPU seconds the search of the turn a JSON reply answers took ("..., S s cpu, ...")."""
+    return float(json.loads(reply)["debug"].split(" s cpu")[0].rsplit(" ", 1)[1])
 
 
 class KeptBot(KeptProcess):

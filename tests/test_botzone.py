@@ -319,6 +319,14 @@ def test_time_control_deadlines():
     assert clock.deadline(100.0, first_turn=False, time_limit=2.0) == pytest.approx(101.8)
     assert clock.deadline(100.0, first_turn=True, time_limit=2.0) == pytest.approx(103.8)
     assert clock.deadline(100.0, first_turn=True, time_limit=6.0) == pytest.approx(107.8)
+    # A margin never keeps back more than MARGIN_FRACTION (a quarter) of a short allowance, so a
+    # short clock searches three quarters of its turn (the rule the C++ bot keeps too).
+    assert botzone_limits.MARGIN_FRACTION == 0.25
+    short = TimeControl(turn_seconds=0.1, first_turn_seconds=0.2, reply_margin=0.3)
+    assert short.deadline(100.0, first_turn=False) == pytest.approx(100.075)
+    assert short.deadline(100.0, first_turn=True) == pytest.approx(100.15)
+    assert clock.deadline(100.0, first_turn=False, time_limit=0.4) == pytest.approx(100.3)
+    assert clock.deadline(100.0, first_turn=False, time_limit=1.0) == pytest.approx(100.8)
     with pytest.raises(ValueError, match="turn_seconds"):
         TimeControl(turn_seconds=0.0)
 

@@ -22,12 +22,8 @@ import pytest
 from amazons import player_factory
 from amazons.arena import run_arena
 from amazons.board import Board, Move
-from amazons.botzone.program import (
-    KEEP_RUNNING_MARKER,
-    BotzonePlayer,
-    parse_botzone_spec,
-    process_cpu_seconds,
-)
+from amazons.botzone.limits import KEEP_RUNNING_MARKER
+from amazons.botzone.program import BotzonePlayer, parse_botzone_spec, process_cpu_seconds
 from amazons.mcts import warm_up
 from amazons.player_factory import PlayerOptions, PlayerSpecError, make_player
 from amazons.players import BasePlayer, Player, PlayerFault

@@ -2,8 +2,10 @@
 
 The clock is the process's CPU time, so a search reaches its deadline on any machine: the tests
 check that a turn stops soon after it (within `PAST_DEADLINE_SECONDS`), that a JSON `time_limit`
-is read as Botzone's per-turn limit, that the clock is read right after a costly simulation, and
-that the bot links no clock outside the C library. The memory: the default tree and the rest of
+is read as Botzone's per-turn limit, that a short clock keeps back only a share of itself for its
+margin and searches the rest inside its allowance, that the clock is read right after a costly
+simulation, and that the bot links no clock outside the C library. A process's CPU time is its
+own, from `os.wait4` (`own_cpu_seconds`). The memory: the default tree and the rest of
 the process stay under Botzone's limit with a margin, `--info` reports the capacity the tree
 allocates, and a full tree ends the search with a legal reply. The figures (how far past, how
 many simulations) are `--suite botzone`'s. Helpers and the compiled bot: `tests/cpp_bot.py`,
@@ -13,11 +15,15 @@ many simulations) are `--suite botzone`'s. Helpers and the compiled bot: `tests/
 from __future__ import annotations
 
 import json
+import os
 import re
-import resource
 import shutil
 import subprocess
 import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -33,6 +39,7 @@ from cpp_bot import (
     move_object,
     parse_reply,
     root_search,
+    search_cpu_seconds,
     turn_simulations,
 )
 
@@ -54,14 +61,68 @@ pytestmark = NEEDS_GXX
 PAST_DEADLINE_SECONDS = 0.25
 
 
+def own_cpu_seconds(command: Sequence[str], text: str, timeout: float = 30.0) -> tuple[float, str]:
+    """CPU seconds (user + system) of one process of `command` given `text`, and its stdout.
+
+    The time is that process's own: the resource usage `os.wait4` returns for that one child as
+    it is reaped (not this process's `RUSAGE_CHILDREN`, which also counts any other child reaped
+    meanwhile). Its input and output are files, so it never blocks on a pipe.
+
+    Raises:
+        AssertionError: a non-zero exit status (its stderr quoted), or no exit within `timeout`.
+    """
+    with (tempfile.TemporaryFile() as given, tempfile.TemporaryFile() as output,
+          tempfile.TemporaryFile() as errors):
+        given.write(text.encode())
+        given.seek(0)
+        process = subprocess.Popen([str(part) for part in command], stdin=given, stdout=output,
+                                   stderr=errors)
+        deadline = time.monotonic() + timeout
+        while True:
+            pid, status, usage = os.wait4(process.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() > deadline:
+                process.kill()
+                process.wait()
+                raise AssertionError(f"{command[0]} ran past {timeout} s")
+            time.sleep(0.002)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        output.seek(0)
+        errors.seek(0)
+        assert process.returncode == 0, errors.read().decode(errors="replace")[-2000:]
+        return usage.ru_utime + usage.ru_stime, output.read().decode()
+
+
 def process_cpu_seconds(binary: Path, text: str, *args: str) -> tuple[float, str]:
     """CPU seconds of one `--restart-per-turn` process answering `text`, and its reply line."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    result = subprocess.run([str(binary), "--restart-per-turn", *args], input=text,
-                            capture_output=True, text=True, timeout=30, check=True)
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    used = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    return used, result.stdout
+    return own_cpu_seconds([binary, "--restart-per-turn", *args], text)
+
+
+def test_the_cpu_clock_counts_the_measured_process_alone():
+    # Another child of this process (here a thread's, as another test's might be) that burns CPU
+    # and is reaped while the measured process runs must not be charged to it. The measured
+    # process waits, sleeping, until the other child has been reaped.
+    with tempfile.TemporaryDirectory() as folder:
+        flag = Path(folder) / "running"
+        flag.touch()
+        burn = ("import time\nstarted = time.process_time()\n"
+                "while time.process_time() - started < 0.3:\n    pass\n")
+        wait = (f"import os, time\nwhile os.path.exists({str(flag)!r}):\n    time.sleep(0.01)\n"
+                "print('done')\n")
+
+        def burn_then_release() -> None:
+            subprocess.run([sys.executable, "-c", burn], timeout=60, check=True)
+            flag.unlink()
+
+        other = threading.Thread(target=burn_then_release)
+        other.start()
+        try:
+            used, output = own_cpu_seconds([sys.executable, "-c", wait], "", timeout=60)
+        finally:
+            other.join(60)
+    assert output == "done\n"
+    assert used < 0.25, used  # the sleeper's start-up and polls, not the other child's 0.3 s
 
 
 # ------------------------------------------------------------------------------------------------
@@ -125,7 +186,7 @@ def test_turns_stay_inside_their_cpu_budget(default_bot):
             answer = board.legal_moves()[0]
             board.push(answer)
             text = kept.ask(json.dumps(move_object(answer)) + "\n")
-            seconds = float(json.loads(text)["debug"].split(" s cpu")[0].rsplit(" ", 1)[1])
+            seconds = search_cpu_seconds(text)
             assert 0.1 < seconds <= 0.2 + PAST_DEADLINE_SECONDS, seconds
             board.push(parse_reply(text, use_json=True))
     finally:
@@ -139,7 +200,8 @@ def test_a_json_time_limit_is_the_turns_limit_doubled_for_the_first_turn(default
     source = (default_bot.parent / SOURCE_NAME).read_text()
     for name, value in (("TURN_SECONDS", botzone_limits.LANGUAGE_TURN_SECONDS["cpp"]),
                         ("FIRST_TURN_FACTOR", botzone_limits.FIRST_TURN_FACTOR),
-                        ("MARGIN_SECONDS", botzone_limits.CPP_MARGIN_SECONDS)):
+                        ("MARGIN_SECONDS", botzone_limits.CPP_MARGIN_SECONDS),
+                        ("MARGIN_FRACTION", botzone_limits.MARGIN_FRACTION)):
         assert f"static const double {name} = {value!r};" in source
     # The first turn searches until 2 x 0.25 - 0.1 = 0.4 s of CPU from process start (the clock is
     # CPU time, so the search reaches it on any machine), and stops soon after.
@@ -149,13 +211,51 @@ def test_a_json_time_limit_is_the_turns_limit_doubled_for_the_first_turn(default
     board = Board()
     board.push(parse_reply(reply, use_json=True))
     board.push(board.legal_moves()[0])
-    # A later turn gets time_limit, not twice it: 0.09 - 0.1 leaves no time, so it searches one
-    # simulation (twice it would leave 0.08 s).
+    # A later turn gets time_limit, not twice it: 0.2 less a quarter of it (the margin rule:
+    # never more than MARGIN_FRACTION of the allowance) is 0.15 s of CPU from process start, and
+    # the process ends inside its 0.2 s (twice it would search to 0.3 s).
     later = {"requests": [dict.fromkeys(MOVE_KEYS, -1), move_object(board.move_stack[1])],
-             "responses": [move_object(board.move_stack[0])], "time_limit": 0.09}
-    _, reply = process_cpu_seconds(default_bot, json.dumps(later) + "\n")
-    assert turn_simulations(reply) == 1, reply
+             "responses": [move_object(board.move_stack[0])], "time_limit": 0.2}
+    used, reply = process_cpu_seconds(default_bot, json.dumps(later) + "\n")
+    assert 0.15 - 0.01 <= used <= 0.2, used
     assert board.is_legal(parse_reply(reply, use_json=True))
+
+
+@pytest.mark.parametrize("turn_seconds", [0.03, 0.1], ids=["0.03s", "codingame-0.1s"])
+def test_a_short_clock_keeps_back_a_share_of_it_and_searches_the_rest(default_bot, turn_seconds):
+    # The default margin (0.1 s) would swallow these allowances whole and leave one simulation a
+    # move; the margin rule keeps back at most MARGIN_FRACTION of an allowance
+    # (botzone_limits.kept_back_seconds), so every turn searches most of its allowance and still
+    # ends inside it. Fresh processes: the first turn (FIRST_TURN_FACTOR x --time from process
+    # start) and a later one (--time from process start), each process's own CPU time measured
+    # exactly; then a kept process's later turns (--time from reading the input), by the search
+    # time the bot reports.
+    board = Board()
+    board.push(board.legal_moves()[5])
+    board.push(board.legal_moves()[7])
+    time_option = ("--time", f"{turn_seconds:g}")
+    for history, allowance in (([], botzone_limits.first_turn_seconds(turn_seconds)),
+                               (board.move_stack, turn_seconds)):
+        used, reply = process_cpu_seconds(default_bot, history_input(history, use_json=True),
+                                          *time_option)
+        print(f"--time {turn_seconds:g}, a fresh process's {'later' if history else 'first'} "
+              f"turn: {used:.4f} s of CPU, {turn_simulations(reply)} simulations")
+        assert turn_simulations(reply) > 1, reply
+        assert allowance / 2 <= used <= allowance, (allowance, used, reply)
+    kept = KeptBot(default_bot, *time_option)
+    try:
+        board = Board()
+        board.push(parse_reply(kept.ask(first_input([None], [], use_json=True)), use_json=True))
+        for _ in range(3):
+            answer = board.legal_moves()[0]
+            board.push(answer)
+            text = kept.ask(json.dumps(move_object(answer)) + "\n")
+            seconds = search_cpu_seconds(text)
+            assert turn_simulations(text) > 1, text
+            assert turn_seconds / 2 <= seconds <= turn_seconds, text
+            board.push(parse_reply(text, use_json=True))
+    finally:
+        assert kept.close() == 0
 
 
 @pytest.mark.skipif(shutil.which("nm") is None, reason="nm (binutils) is not installed")

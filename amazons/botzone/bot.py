@@ -32,8 +32,8 @@ model-backed player), with the bot's choices: the tree's memory bound, a search 
 the tree is full, and `--simulations` (when given) instead of the clock.
 
 Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players`,
-`amazons._memory`, Botzone's limits (`amazons.botzone.limits`) and the protocol's constants from
-`amazons.botzone.program` (the arena's player for Botzone programs); never torch.
+`amazons._memory` and Botzone's limits and protocol constants (`amazons.botzone.limits`, which the
+arena's player for Botzone programs reads too); never torch.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ from typing import Any, NoReturn, TextIO
 from amazons._memory import release_library_pages, releasing_library_pages
 from amazons.board import Board, IllegalMoveError, Move, NotationError
 from amazons.botzone import limits as botzone_limits
-from amazons.botzone.program import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
+from amazons.botzone.limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
 from amazons.mcts import SearchConfigError, warm_up
 from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer, describe_territory, predicted_territory
@@ -289,7 +289,8 @@ class TimeControl:
 
     A turn's clock starts when the process starts (its first turn) or when the turn's input has
     been read (later keep-running turns: Botzone charges CPU used between turns to the next
-    one). The search stops `reply_margin` seconds before the allowance is spent.
+    one). The search stops `reply_margin` seconds before the allowance is spent, or a quarter of
+    the allowance where that is less (`botzone_limits.kept_back_seconds`, the C++ bot's rule too).
     """
 
     # per reply, from the input being read: Botzone allows Python 6 s (botzone_limits), and 2 s are
@@ -323,7 +324,8 @@ class TimeControl:
         if time_limit is not None:
             allowance = min(allowance,
                             botzone_limits.turn_seconds_from_time_limit(time_limit, first_turn))
-        return clock_start + allowance - self.reply_margin
+        return clock_start + allowance - botzone_limits.kept_back_seconds(allowance,
+                                                                          self.reply_margin)
 
 
 class Bot:

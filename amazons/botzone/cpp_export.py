@@ -7,12 +7,12 @@ C++ source compiled with g++ can. `join_sources` joins the native core's parts
 JSON interaction in `protocol.h`, and `bot.cpp`: the weights, the command line and the main loop)
 into one file: the parts in order, their local `#include` lines dropped, the settings block
 (`settings_block`: the search's constants from `NET_SEARCH`, the adjudication's budgets from
-`amazons.engine`, Botzone's limits from `amazons.botzone.limits`, written from the Python
-definitions, never typed twice) where the first part includes `settings.h` (`settings_header` writes
-the same block as that header, so that each part also compiles alone; `amazons/native/common.h` says
-how the parts are joined), and the model block where `bot.cpp` has its marker: the network's shape
-(`model_shape()`, from the one mapping `amazons.neural.numpy_net.native_shape`) and its weights,
-which are
+`amazons.engine`, Botzone's limits and the margin rule from `amazons.botzone.limits`, written
+from the Python definitions, never typed twice) where the first part includes `settings.h`
+(`settings_header` writes the same block as that header, so that each part also compiles alone;
+`amazons/native/common.h` says how the parts are joined), and the model block where `bot.cpp` has
+its marker: the network's shape (`model_shape()`, from the one mapping
+`amazons.neural.numpy_net.native_shape`) and its weights, which are
 
 * embedded (the default): the float32 arrays of `NumpyNet.layout_arrays`, little-endian, as
   base64 text in string literals, so the bot's outputs are npnet's to float32 rounding (the
@@ -136,7 +136,8 @@ def settings_block(search: Any = None) -> str:
     Returns:
         C++ definitions: the search's c_puct, its base, the FPU reduction, LCB's candidate
         fraction, width and whether it is on, the adjudication's budgets of `amazons.engine`,
-        and Botzone's limits with the bot's margin and tree size (`amazons.botzone.limits`).
+        and Botzone's limits with the bot's margin rule and tree size
+        (`amazons.botzone.limits`).
     """
     if search is None:
         from amazons import player_factory  # the search's defaults; loads the search (Numba) lazily
@@ -171,7 +172,9 @@ def settings_block(search: Any = None) -> str:
         f"static const double FIRST_TURN_FACTOR = {_cpp_double(botzone_limits.FIRST_TURN_FACTOR)};"
         "  // botzone_limits: the first turn of a game gets this many turns' time",
         f"static const double MARGIN_SECONDS = {_cpp_double(botzone_limits.CPP_MARGIN_SECONDS)};"
-        "  // botzone_limits.CPP_MARGIN_SECONDS: kept back from every allowance",
+        "  // botzone_limits.CPP_MARGIN_SECONDS: kept back from every allowance (--margin)",
+        f"static const double MARGIN_FRACTION = {_cpp_double(botzone_limits.MARGIN_FRACTION)};"
+        "  // botzone_limits.MARGIN_FRACTION: the most of an allowance a margin keeps back",
         f"static const double TREE_MB_DEFAULT = {_cpp_double(botzone_limits.CPP_TREE_MIB)};"
         "  // botzone_limits.CPP_TREE_MIB: the search tree's MiB (--tree-mb)",
     ]

@@ -1,9 +1,11 @@
-"""Botzone's limits, and what the project's bots keep back from them: one definition for all.
+"""Botzone's limits and protocol constants, and what the project's bots keep back from the
+limits: one definition for all.
 
-Read by the arena's `botzone:` player (`amazons.botzone.program`: the CPU limits it charges and the
-`time_limit` / `memory_limit` it tells JSON programs), the Python bot (`amazons.botzone`: how it
-reads a JSON `time_limit`) and the C++ bot (`amazons.botzone.cpp_export.settings_block` writes these
-numbers into its source). Imports nothing of the project.
+Read by the arena's `botzone:` player (`amazons.botzone.program`: the CPU limits it charges, the
+`time_limit` / `memory_limit` it tells JSON programs, the protocol's constants), the Python bot
+(`amazons.botzone`: how it reads a JSON `time_limit`, the margin it keeps, the protocol's
+constants) and the C++ bot (`amazons.botzone.cpp_export.settings_block` writes these numbers and
+texts into its source). Imports nothing of the project.
 
 What Botzone documents (the wiki's pages "Bot" and "Amazons"; docs/botzone.md quotes them):
 
@@ -24,6 +26,12 @@ What is assumed here (Botzone does not say): the first turn's double applies to 
 `time_limit` too (so the first turn may use `FIRST_TURN_FACTOR * time_limit`); the first turn is
 timed from the process's start; the memory limit is on resident memory. The margins below are
 this project's choices, not Botzone's.
+
+The margin rule (`kept_back_seconds`): each bot stops its search before its allowance is spent,
+keeping back its margin (`CPP_MARGIN_SECONDS`, `PYTHON_MARGIN_SECONDS`, or the bot's `--margin`)
+but never more than `MARGIN_FRACTION` of the allowance. Botzone's clocks leave the margin whole
+(the C++ bot's 0.1 s of a 1 s turn); a short clock (CodinGame's 0.1 s, a test's 0.03 s) keeps a
+quarter of itself back and searches the rest, where a whole margin would leave nothing.
 """
 
 from __future__ import annotations
@@ -36,15 +44,27 @@ __all__ = [
     "CPP_PEAK_MEMORY_MIB",
     "CPP_TREE_MIB",
     "FIRST_TURN_FACTOR",
+    "KEEP_RUNNING_MARKER",
     "LANGUAGE_TURN_SECONDS",
+    "MARGIN_FRACTION",
     "MEMORY_LIMIT_MB",
+    "MOVE_KEYS",
+    "NO_MOVE",
     "PYTHON_BOT_TURN_SECONDS",
     "PYTHON_MARGIN_SECONDS",
     "first_turn_seconds",
     "is_empty_limit",
+    "kept_back_seconds",
     "read_limit",
     "turn_seconds_from_time_limit",
 ]
+
+# The protocol (the wiki's pages "Bot" and "Amazons"): the line a bot prints after its reply to be
+# kept running, the six coordinates of a move (a JSON move object's keys, in a move line's order),
+# and the move line of Black's first request, which is also a bot's reply when it has no move.
+KEEP_RUNNING_MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
+MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
+NO_MOVE = "-1 -1 -1 -1 -1 -1"
 
 LANGUAGE_TURN_SECONDS = {"cpp": 1.0, "python": 6.0}  # CPU seconds a turn may use, per language
 FIRST_TURN_FACTOR = 2.0  # a bot's first turn of a game may use this many times the turn's limit
@@ -55,6 +75,11 @@ MEMORY_LIMIT_MB = 256  # Botzone's memory limit (MB), told to JSON programs as `
 # Python bot, timed on the wall clock, keeps more (moving the tree, the interpreter's pauses).
 CPP_MARGIN_SECONDS = 0.1
 PYTHON_MARGIN_SECONDS = 0.3
+# The most of an allowance a margin keeps back (kept_back_seconds): a quarter leaves a short
+# clock three quarters to search and still covers what follows the search's last reading of the
+# clock: the C++ bot's worst turn at --time 0.1 --margin 0 overran by 2.8 ms (docs/botzone.md),
+# under the 7.5 ms a quarter of 0.03 s keeps (tests/test_cpp_clock.py runs both clocks).
+MARGIN_FRACTION = 0.25
 # The Python bot's own allowance per reply (its --time default, wall-clock seconds): Python's 6 s
 # less 2 s kept for a machine slower or busier than the one it was measured on; its first reply
 # gets first_turn_seconds of it.
@@ -70,6 +95,12 @@ CPP_TREE_MIB = 200.0
 def first_turn_seconds(turn_seconds: float) -> float:
     """The seconds of a bot's first turn of a game when its later turns have `turn_seconds`."""
     return FIRST_TURN_FACTOR * turn_seconds
+
+
+def kept_back_seconds(allowance: float, margin: float) -> float:
+    """The seconds a bot keeps back from a turn's `allowance`: its `margin`, but never more than
+    `MARGIN_FRACTION` of the allowance (so a short clock still searches; the module doc)."""
+    return min(margin, MARGIN_FRACTION * allowance)
 
 
 def turn_seconds_from_time_limit(time_limit: float, first_turn: bool) -> float:

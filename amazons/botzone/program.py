@@ -51,9 +51,9 @@ the language: C++ 1 s a turn and 2 s for the first, Python 6 s and 12 s; the def
 `python` when the program's name starts with `python`, else `cpp`), `time=S`, `first-time=S`
 (default: twice `time`), `wall=X` (the wall guard as a multiple of the CPU limit, default 3).
 
-Imports `amazons.board`, `amazons.botzone.limits`, `amazons.botzone.watchdog` and
-`amazons.players`; `amazons.player_factory` registers the spec and `amazons.botzone` (the
-project's own bot) takes the protocol's constants from here.
+Imports `amazons.board`, `amazons.botzone.limits` (Botzone's limits and the protocol's constants,
+which the project's own bot reads there too), `amazons.botzone.watchdog` and `amazons.players`;
+`amazons.player_factory` registers the spec.
 """
 
 from __future__ import annotations
@@ -78,14 +78,12 @@ from typing import Any
 from amazons.board import BLACK, Board, IllegalMoveError, Move, NotationError
 from amazons.botzone import limits as botzone_limits
 from amazons.botzone import watchdog
+from amazons.botzone.limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
 from amazons.players import BasePlayer, PlayerError, PlayerFault
 
 __all__ = [
     "INTERACTIONS",
-    "KEEP_RUNNING_MARKER",
     "LANGUAGE_LIMITS",
-    "MOVE_KEYS",
-    "NO_MOVE",
     "BotzonePlayer",
     "BotzoneSettings",
     "BotzoneTurn",
@@ -93,9 +91,6 @@ __all__ = [
     "process_cpu_seconds",
 ]
 
-KEEP_RUNNING_MARKER = ">>>BOTZONE_REQUEST_KEEP_RUNNING<<<"
-NO_MOVE = "-1 -1 -1 -1 -1 -1"  # Black's first request; also a bot's reply when no move is left
-MOVE_KEYS = ("x0", "y0", "x1", "y1", "x2", "y2")
 INTERACTIONS = ("simple", "json")
 # CPU seconds per language (amazons.botzone.limits): (a turn, the first turn)
 LANGUAGE_LIMITS = {language: (seconds, botzone_limits.first_turn_seconds(seconds))

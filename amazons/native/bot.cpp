@@ -35,7 +35,9 @@
 //
 // Command line: all optional (Botzone runs the bot without arguments); `bot --help` lists them
 // (USAGE, below). The clock's defaults are Botzone's limits (amazons/botzone/limits.py), written
-// into the settings block by the exporter.
+// into the settings block by the exporter. The search stops before a turn's allowance is spent,
+// keeping back the margin (--margin) but never more than MARGIN_FRACTION of the allowance
+// (kept_back_seconds: amazons.botzone.limits.kept_back_seconds's rule), so a short clock searches.
 
 #include "network.h"
 #include "protocol.h"
@@ -257,7 +259,7 @@ class Bot {
     // full][, proof]" about the last reply's search; the value is the bot's, in [-1, 1]; cached:
     // the turn's new leaves evaluated from the network cache.
     std::string debug_text() const {
-        std::string text = format("%d simulations (%d this turn), value %+.3f, %.2f s cpu, %d cached", last_visits - 1,
+        std::string text = format("%d simulations (%d this turn), value %+.3f, %.3f s cpu, %d cached", last_visits - 1,
                                   last.simulations, last_value, last_seconds, last.cache_hits);
         if (last.tree_full) text += ", tree full";
         if (last_proof == PROOF_WIN) text += format(", proven win in %d plies", last_plies);
@@ -269,13 +271,14 @@ class Bot {
 // ================================================================================================
 // Entry points
 
-// --help; the %g are TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, TREE_MB_DEFAULT, LCB_STDEVS.
+// --help; the %g are TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, MARGIN_FRACTION * 100,
+// TREE_MB_DEFAULT, LCB_STDEVS.
 static const char USAGE[] =
     "usage: bot [options] < Botzone's input\n"
     "Game of the Amazons (8x8) for Botzone: simple or JSON interaction, chosen by the first input.\n"
     "  --time S            CPU seconds per reply (default %g)\n"
     "  --first-time S      CPU seconds from process start to the game's first reply (default %g times --time)\n"
-    "  --margin S          seconds kept back from every allowance (default %g)\n"
+    "  --margin S          seconds kept back from every allowance (default %g), at most %g%% of it\n"
     "  --simulations N     search N simulations per reply instead of the clock\n"
     "  --tree-mb MB        MiB for the search tree (default %g); a full tree ends the turn's search\n"
     "  --restart-per-turn  answer one turn and exit (no keep-running)\n"
@@ -440,6 +443,13 @@ static int run_selftest(const std::string& path) {
     return 0;
 }
 
+// The CPU seconds a turn keeps back from its `allowance`: the margin, but never more than
+// MARGIN_FRACTION of the allowance (amazons.botzone.limits.kept_back_seconds: one rule for both
+// bots), so a short clock (--time 0.03, CodinGame's 0.1 s) searches three quarters of its turn.
+static double kept_back_seconds(double allowance, double margin) {
+    return margin < MARGIN_FRACTION * allowance ? margin : MARGIN_FRACTION * allowance;
+}
+
 static int play(const Options& options) {
     Bot bot;
     bot.search.tree.allocate_for(options.tree_mb);
@@ -461,7 +471,7 @@ static int play(const Options& options) {
         if (limit > 0 && limit < allowance) allowance = limit;
         double deadline = 0.0;  // none: a fixed number of simulations
         if (options.simulations == 0) {
-            deadline = clock_start + allowance - options.margin;
+            deadline = clock_start + allowance - kept_back_seconds(allowance, options.margin);
             if (deadline < 1e-9) deadline = 1e-9;  // already spent: one simulation
         }
         RealMove move;
@@ -488,7 +498,8 @@ int main(int argc, char** argv) {
     try {
         Options options = parse_options(argc, argv);
         if (options.help) {
-            std::printf(USAGE, TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, TREE_MB_DEFAULT, LCB_STDEVS);
+            std::printf(USAGE, TURN_SECONDS, FIRST_TURN_FACTOR, MARGIN_SECONDS, MARGIN_FRACTION * 100,
+                        TREE_MB_DEFAULT, LCB_STDEVS);
             return 0;
         }
         init_tables();
