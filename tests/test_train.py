@@ -6,6 +6,7 @@ import argparse
 import dataclasses
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -156,7 +157,7 @@ def test_resume_applies_optimizer_and_schedule_overrides(tmp_path):
     learner, path = _saved_learner(tmp_path, net, old)
     new = dataclasses.replace(old, lr=5e-4, weight_decay=3e-4, schedule="cosine", total_steps=10,
                               min_lr_ratio=0.5)
-    resumed = resume_learner(path, net, new)
+    resumed, _ = resume_learner(path, net, new)
     assert resumed.step == learner.step == 3 and resumed.config == new
     for have, want in zip(resumed.model.state_dict().values(), learner.model.state_dict().values(),
                           strict=True):
@@ -209,6 +210,32 @@ def test_init_starts_a_new_run_from_a_models_weights_with_a_fresh_optimizer(tmp_
                 assert torch.equal(have.cpu(), want)
         finally:
             run.close()
+
+
+def test_init_reads_its_model_once_and_resume_its_checkpoint_once(tmp_path, monkeypatch):
+    """A new run from `--init` reads and verifies the model file once (it took its weights and
+    its network's config in two reads), and a resumed run its checkpoint once."""
+    learner, checkpoint = _saved_learner(tmp_path, net_config("tiny"), OptimConfig())
+    reads: list[Path] = []
+    real_load = torch.load
+
+    def counting_load(source, *args, **kwargs):  # the real loader, counted
+        reads.append(Path(source).resolve())
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counting_load)
+    args = argparse.Namespace(run_dir=tmp_path / "run", resume=False, preset="cpu", overrides=[],
+                              iterations=1, init=str(checkpoint))
+    config = resolve_config(args)
+    run = Run(config, args.run_dir, resume=False)
+    try:
+        run.checkpoint()
+    finally:
+        run.close()
+    assert reads.count(checkpoint.resolve()) == 1, reads
+    resumed = Run(config, args.run_dir, resume=True)
+    resumed.close()
+    assert reads.count(run.checkpoint_path.resolve()) == 1, reads
 
 
 def test_init_refuses_another_network_a_missing_file_and_resume(tmp_path, capsys):
@@ -442,6 +469,14 @@ def uniform_games(count: int, seed: int = 0) -> list[tuple[GameSamples, GameReco
     return games
 
 
+def write_legacy_checkpoint(run_dir: Path, config: TrainConfig) -> None:
+    """Rewrite the checkpoint of the run of `config` as runs wrote it before checkpoints carried
+    the run state: the same learner, `extra` only the iteration and the lineage."""
+    path = run_dir / "checkpoints" / "latest.pt"
+    learner, extra = resume_learner(path, config.net, config.optim)
+    save_checkpoint(path, learner, {"iteration": extra["iteration"], "lineage": extra["lineage"]})
+
+
 def test_games_a_stopped_run_left_in_the_replay_are_owed_steps_after_resume(tmp_path):
     config = apply_overrides(preset_config("cpu"), [*SMOKE, "replay_chunk_games=100",
                                                     "replay_chunk_seconds=600"])
@@ -468,10 +503,12 @@ def test_games_a_stopped_run_left_in_the_replay_are_owed_steps_after_resume(tmp_
         assert resumed.take_debt() is None  # counted once
     finally:
         resumed.close()
-    # A run from before `trained_games` was kept resumes without a debt.
+    # A run from before `trained_games` was kept (and before checkpoints carried the run state)
+    # resumes without a debt.
     state = json.loads((run_dir / "state.json").read_text())
     del state["trained_games"]
     (run_dir / "state.json").write_text(json.dumps(state))
+    write_legacy_checkpoint(run_dir, config)
     legacy = Run(config, run_dir, resume=True)
     try:
         assert legacy.take_debt() is None and legacy.trained_games == 3
@@ -533,3 +570,109 @@ def test_an_evaluation_hands_over_all_its_matches_at_once_beside_the_checkpoint(
     ladder = json.loads((tmp_path / "run" / "elo.json").read_text())
     assert ladder["matches"] == state["matches"] and ladder["ratings"]["random"] == 0
     assert not list((tmp_path / "run").glob(".*.tmp"))  # written through a temporary file, renamed
+
+
+# ------------------------------------------------------------------------------------------------
+# Resume after a hard kill: each state a kill can leave on disk, from a real run's files
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tmp_path_factory) -> tuple[Path, Path]:
+    """A real run's directory after iteration 1, and the same run resumed through iteration 2
+    (the preset's async pipeline, smoke-sized)."""
+    root = tmp_path_factory.mktemp("stopped")
+    finished = root / "finished"
+    assert main(["--preset", "cpu", "--run-dir", str(finished), "--iterations", "1",
+                 "--no-progress", *SMOKE, "eval.every=0"]) == 0
+    first = shutil.copytree(finished, root / "first")
+    assert main(["--run-dir", str(finished), "--iterations", "2", "--resume",
+                 "--no-progress"]) == 0
+    return first, finished
+
+
+def _state(run_dir: Path) -> dict:
+    return json.loads((run_dir / "state.json").read_text())
+
+
+def _config(run_dir: Path) -> TrainConfig:
+    return config_from_dict(TrainConfig, json.loads((run_dir / "config.json").read_text()))
+
+
+def _resumed(run_dir: Path) -> Run:
+    return Run(_config(run_dir), run_dir, resume=True)
+
+
+@pytest.mark.slow
+def test_a_kill_between_the_checkpoint_and_state_json_resumes_from_the_checkpoint(
+        stopped_runs, tmp_path, capsys):
+    """Checkpoint of iteration 2, `state.json` of iteration 1 (killed between the two renames):
+    the run continues from the checkpoint and never trains iteration 2 again."""
+    first, finished = stopped_runs
+    run_dir = shutil.copytree(finished, tmp_path / "run")
+    shutil.copy(first / "state.json", run_dir / "state.json")
+    capsys.readouterr()
+    assert main(["--run-dir", str(run_dir), "--iterations", "3", "--resume",
+                 "--no-progress"]) == 0
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [line["iteration"] for line in lines] == [1, 2, 3]
+    assert lines[-1]["train/learner_step"] == 3 * 3  # three iterations of 3 steps, none twice
+    assert _state(run_dir)["iteration"] == 3
+    err = capsys.readouterr().err
+    assert "state.json holds iteration 1, the checkpoint" in err and "iteration 2" in err, err
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill", ["before-state-json", "before-first-state-json",
+                                  "after-model-file", "state-json-ahead"])
+def test_resume_reconciles_the_state_a_kill_left(stopped_runs, tmp_path, capsys, kill):
+    """Each point a hard kill can stop an iteration's writes (model file, checkpoint,
+    `state.json`, in that order; replay chunks at any time) leaves a state that `--resume`
+    continues from as one: the checkpoint's iteration and games, `state.json` rewritten to match.
+    `state-json-ahead` cannot come from a kill (the checkpoint is written first); a copied file
+    can leave it."""
+    first, finished = stopped_runs
+    checkpoint_of, state_of = {"before-state-json": (finished, first),
+                               "before-first-state-json": (first, None),
+                               "after-model-file": (first, first),
+                               "state-json-ahead": (first, finished)}[kill]
+    run_dir = shutil.copytree(checkpoint_of, tmp_path / "run")
+    (run_dir / "state.json").unlink()
+    if state_of is not None:
+        shutil.copy(state_of / "state.json", run_dir / "state.json")
+    if kill == "after-model-file":  # iteration 2's model file, not its checkpoint
+        shutil.copy(finished / "models" / "model-0002.pt", run_dir / "models")
+    expected = _state(checkpoint_of)
+    capsys.readouterr()
+    resumed = _resumed(run_dir)
+    try:
+        assert (resumed.iteration, resumed.trained_games) == (expected["iteration"],
+                                                             expected["trained_games"])
+        assert resumed.learner.step == 3 * expected["iteration"]
+        # the games no finished iteration trained on are owed once; none that one did
+        debt = resumed.take_debt()
+        owed = 0 if debt is None else debt.num_games
+        assert owed == resumed.replay.next_game - expected["trained_games"]
+    finally:
+        resumed.close()
+    assert _state(run_dir) == expected
+    warned = "killed between writing the two" in capsys.readouterr().err
+    assert warned == (kill != "after-model-file")
+
+
+@pytest.mark.slow
+def test_resume_refuses_an_older_checkpoint_ahead_of_state_json_saying_what_to_do(
+        stopped_runs, tmp_path, capsys):
+    """A checkpoint from before checkpoints carried the run state cannot say which games its
+    iteration trained on: resume refuses, naming the model file to start a new run from."""
+    first, finished = stopped_runs
+    run_dir = shutil.copytree(finished, tmp_path / "run")
+    write_legacy_checkpoint(run_dir, _config(run_dir))
+    shutil.copy(first / "state.json", run_dir / "state.json")
+    with pytest.raises(SystemExit) as stopped:
+        main(["--run-dir", str(run_dir), "--iterations", "2", "--resume", "--no-progress"])
+    assert stopped.value.code == 2
+    err = capsys.readouterr().err
+    assert "state.json holds iteration 1, the checkpoint" in err, err
+    assert f"--init {run_dir / 'models' / 'model-0002.pt'} --run-dir NEW_DIR" in err, err
+    assert [json.loads(line)["iteration"] for line in
+            (run_dir / "metrics.jsonl").read_text().splitlines()] == [1, 2]

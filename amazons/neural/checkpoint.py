@@ -350,8 +350,9 @@ def restore_learner(path: str | os.PathLike, learner: Learner) -> dict[str, Any]
 
 def resume_learner(
     path: str | os.PathLike, net: NetConfig, optim: OptimConfig, device: str | torch.device = "cpu"
-) -> Learner:
-    """The learner of a learner checkpoint, continued with a run's current optimizer settings.
+) -> tuple[Learner, dict[str, Any]]:
+    """The learner of a learner checkpoint, continued with a run's current optimizer settings,
+    and the checkpoint's `extra` dict (the file is read and verified once).
 
     The network must be the checkpoint's: a resumed run cannot change its shape or head. The
     optimizer and schedule settings may change (a resumed run with `optim.lr=...`): the model,
@@ -369,15 +370,18 @@ def resume_learner(
     _refuse_another_net(path, _net_config(path, payload), net,
                         "a resumed run cannot change its network's shape or head", "requested")
     learner = Learner(PolicyValueNet(net), optim, device=device)
-    _restore(path, payload, learner, same_optim=False)
+    extra = _restore(path, payload, learner, same_optim=False)
     learner.apply_optim_config()
-    return learner
+    return learner, extra
 
 
 def init_weights_from(path: str | os.PathLike, model: PolicyValueNet, growth: str = "silent",
-                      seed: int = 0) -> dict[str, Any]:
+                      seed: int = 0, payload: dict[str, Any] | None = None) -> dict[str, Any]:
     """Copy the weights of a learner or model checkpoint into `model` (a warm start: the caller's
     optimizer, schedule and step stay fresh). Returns the checkpoint's `extra` dict.
+
+    `payload` is the checkpoint as `load_checkpoint(path)` returned it, for a caller that read it
+    already (it also needs the stored network's config): the file is then not read again.
 
     A stored network that `model`'s config grows (more blocks, channels, attention, wider heads,
     an added ownership head or source term: `amazons.neural.growth.check_growth`) is grown into
@@ -398,7 +402,8 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet, growth: st
     if growth not in GROWTH_METHODS:
         raise GrowthError(f"growth method must be one of {GROWTH_METHODS}, got {growth!r}")
     path = Path(path)
-    payload = load_checkpoint(path)
+    if payload is None:
+        payload = load_checkpoint(path)
     stored = _net_config(path, payload)
     same_heads = {name: getattr(model.config, name) for name in TRAINING_ONLY_FIELDS}
     if stored.replace(**same_heads) != model.config:

@@ -25,7 +25,10 @@ Everything a run needs is in its run directory: `config.json` (the resolved conf
 `checkpoints/latest.pt`, `models/model-NNNN.pt`, `replay/chunk-*.npz`, `games/*.txt`,
 `metrics.jsonl`, `elo.json` and TensorBoard logs under `tensorboard/`. Ctrl-C stops every
 process and unlinks the shared memory; `--resume` continues from the last finished iteration
-with all persisted games.
+with all persisted games. The checkpoint is an iteration's commit point: it carries the run's
+state (the iteration, the games trained on, the Elo matches, the lineage), and `state.json` is a
+copy of that state written after it. A hard kill between the two leaves them an iteration apart:
+`--resume` continues from the checkpoint and rewrites `state.json` (`Run.resumed_state`).
 
 `--init MODEL` starts a new run from a trained model's weights (a warm start: fresh optimizer,
 schedule and replay, iteration 0 is that model); the path is kept as `init_model` in `config.json`.
@@ -91,6 +94,13 @@ from amazons.train.replay import GameSamples, ReplayBuffer
 from amazons.train.selfplay import FinishedGame, SelfPlayReport, SelfPlayWorkers
 
 BACKENDS_GROUP = "amazons.backends"  # entry-point group of the backends beside the local one
+# The run's state that the checkpoint carries in its `extra` and `state.json` copies
+# (`Run.run_state`); a checkpoint without these keys was written before checkpoints carried it.
+RUN_STATE_KEYS = ("iteration", "matches", "trained_games", "minutes", "lineage")
+
+
+class ResumeError(ValueError):
+    """`--resume` cannot tell which state to continue from; the message says what to do."""
 
 
 class SelfPlaySource(Protocol):
@@ -203,9 +213,9 @@ class Run:
         self.started = time.perf_counter()
         self.minutes_before = 0.0
         if resume:
-            self.learner = resume_learner(self.checkpoint_path, config.net, config.optim,
-                                          self.device)
-            state = json.loads((run_dir / "state.json").read_text())
+            self.learner, extra = resume_learner(self.checkpoint_path, config.net, config.optim,
+                                                 self.device)
+            state = self.resumed_state(extra)
             self.iteration = int(state["iteration"])
             self.matches = state["matches"]
             trained_games = state.get("trained_games")  # absent in runs from before it was kept
@@ -217,10 +227,10 @@ class Run:
             model = PolicyValueNet(config.net)
             self.lineage = [lineage_entry(model)]
             if config.init_model:
+                payload = load_checkpoint(config.init_model)  # read and verified once
                 extra = init_weights_from(config.init_model, model, config.init_growth,
-                                          config.seed)
-                init_net = config_from_dict(NetConfig,
-                                            load_checkpoint(config.init_model)["net_config"])
+                                          config.seed, payload=payload)
+                init_net = config_from_dict(NetConfig, payload["net_config"])
                 self.lineage = [*extra.get("lineage", []),
                                 lineage_entry(model, init_net, config.init_growth,
                                               config.init_model)]
@@ -245,6 +255,60 @@ class Run:
 
         self.writer = SummaryWriter(str(run_dir / "tensorboard"),
                                     purge_step=self.iteration + 1 if resume else None)
+
+    @property
+    def state_path(self) -> Path:
+        """`state.json`: the copy of the checkpoint's run state that people and the web board
+        read."""
+        return self.run_dir / "state.json"
+
+    def resumed_state(self, extra: dict[str, Any]) -> dict[str, Any]:
+        """The run state `--resume` continues from, given the checkpoint's `extra`.
+
+        The checkpoint is written first, then `state.json`: a hard kill (SIGKILL, an out-of-memory
+        kill, power loss) between the two renames leaves `state.json` an iteration behind, or
+        missing after the first iteration. The checkpoint's own copy of the state (`run_state`)
+        then wins, with a warning, and `state.json` is rewritten from it, so that the learner,
+        the iteration and the games counted as trained on stay one state. A checkpoint from
+        before checkpoints carried the state is taken with `state.json` when both name the same
+        iteration.
+
+        Raises:
+            ResumeError: a checkpoint without the run state whose `state.json` is missing or
+                names another iteration; the message says how to continue.
+        """
+        stored, found = None, "is missing"
+        if self.state_path.exists():
+            try:
+                stored = json.loads(self.state_path.read_text())
+                found = f"holds iteration {stored.get('iteration')}"
+            except (ValueError, AttributeError):  # not JSON, or not an object
+                stored, found = None, "is unreadable"
+        if all(key in extra for key in RUN_STATE_KEYS):
+            # as state.json holds it (lists where the checkpoint may hold tuples)
+            state = json.loads(json.dumps({key: extra[key] for key in RUN_STATE_KEYS}))
+            if stored != state:
+                print(f"warning: {self.state_path} {found}, the checkpoint "
+                      f"{self.checkpoint_path} iteration {state['iteration']} (the run was "
+                      f"killed between writing the two): continuing from the checkpoint, "
+                      f"state.json rewritten from it", file=sys.stderr, flush=True)
+                self.write_state(state)
+            return state
+        iteration = extra.get("iteration")  # absent in checkpoints older than the model extra
+        if stored is not None and iteration in (None, stored.get("iteration")):
+            return stored
+        model = self.model_path(int(iteration)) if iteration is not None else self.checkpoint_path
+        raise ResumeError(
+            f"{self.state_path} {found}, the checkpoint {self.checkpoint_path} iteration "
+            f"{iteration}: the run was killed between writing the two, and this checkpoint, "
+            "written before checkpoints carried the run's state, cannot say which games its "
+            "iteration trained on. Continue in a new run from its weights: python -m "
+            f"amazons.train --init {model} --run-dir NEW_DIR")
+
+    def write_state(self, state: dict[str, Any]) -> None:
+        """Write `state` to `state.json` atomically (a temporary file renamed over it)."""
+        text = json.dumps(state) + "\n"
+        atomic_write(self.state_path, lambda stream: stream.write(text.encode()))
 
     def model_path(self, iteration: int) -> Path:
         return self.run_dir / "models" / f"model-{iteration:04d}.pt"
@@ -587,20 +651,27 @@ class Run:
             results["eval/elo_greedy"] = ratings["greedy"]
         return results
 
-    def checkpoint(self) -> None:
-        """The learner's checkpoint and `state.json`: the iteration, the Elo ladder's matches,
-        `trained_games` (the serial number of the first replay game no finished iteration holds),
-        and the lineage with this run's minutes so far (`model_extra`)."""
+    def run_state(self) -> dict[str, Any]:
+        """What `--resume` continues from beside the learner (`RUN_STATE_KEYS`): the iteration,
+        the Elo ladder's matches, `trained_games` (the serial number of the first replay game no
+        finished iteration holds), and the lineage with this run's minutes so far
+        (`model_extra`)."""
         extra = self.model_extra(self.iteration)
         with self.matches_lock:
             matches = list(self.matches)
-        state = json.dumps({"iteration": self.iteration, "matches": matches,
-                            "trained_games": self.trained_games,
-                            "minutes": extra["lineage"][-1]["minutes"],
-                            "lineage": extra["lineage"]}) + "\n"
+        return {"iteration": self.iteration, "matches": matches,
+                "trained_games": self.trained_games, "minutes": extra["lineage"][-1]["minutes"],
+                "lineage": extra["lineage"]}
+
+    def checkpoint(self) -> None:
+        """The learner's checkpoint, carrying the run state (`run_state`) in its `extra`, then
+        `state.json`, a copy of that state. The checkpoint is the commit point: whatever stops
+        the run between the two renames, `--resume` continues from the checkpoint
+        (`resumed_state`)."""
+        state = self.run_state()
         with signals_deferred():  # the pair is written whole, then a stop that came is taken
-            save_checkpoint(self.checkpoint_path, self.learner, extra)
-            atomic_write(self.run_dir / "state.json", lambda stream: stream.write(state.encode()))
+            save_checkpoint(self.checkpoint_path, self.learner, state)
+            self.write_state(state)
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:
         self.metrics_file.write(json.dumps({key: float(value) for key, value in metrics.items()})
