@@ -148,6 +148,12 @@ class TrainConfig:
                              f"{self.replay_chunk_games} and {self.replay_chunk_seconds}")
 
 
+# The niceness of the cpu preset's actors and inference server (`SelfPlayConfig.nice`,
+# `InferenceConfig.nice`), the learner at 0: the learner's one thread takes a core whenever it can
+# step, self-play the rest (docs/training.md, "The learner first (niceness)").
+CPU_SELFPLAY_NICE = 10
+
+
 def cpu_has_native_bf16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     """Whether this machine's CPU computes bf16 natively (AVX-512 BF16 or AMX BF16), read from
     `cpuinfo` (Linux); False where it cannot be read."""
@@ -190,14 +196,12 @@ def preset_config(name: str) -> TrainConfig:
                 # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md). The
                 # search's c_scale matches it, so that root=gumbel searches with the same sigma.
                 target_c_scale=0.3,
-                # The actors and the server at niceness 10, the learner at 0: the learner's one
-                # thread takes a core whenever it can step, self-play the rest (docs/training.md,
-                # "The balance between self-play and the learner").
-                nice=10,
+                nice=CPU_SELFPLAY_NICE,
             ),
             # Batches of 64 rows, one actor's request: the server evaluates one actor's leaves
             # while the other searches, instead of waiting for both.
-            inference=InferenceConfig(inference_batch_size=64, flush_deadline_ms=2.0, nice=10),
+            inference=InferenceConfig(inference_batch_size=64, flush_deadline_ms=2.0,
+                                      nice=CPU_SELFPLAY_NICE),
             games_per_iteration=64,
             train_batch_size=256,
             replay_chunk_games=32,
