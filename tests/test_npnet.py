@@ -8,6 +8,7 @@ are open, then run in numpy: legal-move priors and values must match the torch m
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -17,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from floats import assert_same_weights, weights_mismatch
 
 from amazons import engine
 from amazons.evaluator import EvaluatorInputError
@@ -325,10 +327,47 @@ def test_the_command_exports_a_checkpoint(tmp_path, capsys):
     assert "broken.pt" in capsys.readouterr().err
 
 
+def arrays_of(path: Path) -> dict[str, np.ndarray]:
+    """The weights of an exported file, by name."""
+    with np.load(path, allow_pickle=False) as data:
+        return {name: data[name] for name in data.files if name != "header"}
+
+
 def test_the_shipped_export_is_the_shipped_checkpoint(tmp_path):
-    path, differences = export_checkpoint(default_checkpoint_path(), tmp_path / "default.npz")
-    assert header_of(path)["sha256"] == header_of(default_model_path())["sha256"]
+    # The same model (tests/floats.py): the shipped .npz records the shipped .pt's digest, and an
+    # export of the .pt made here has its structure exactly and its weights to float32 rounding.
+    # Not the digest of its arrays: the batch norms are folded on this CPU's kernels.
+    checkpoint = default_checkpoint_path()
+    shipped = header_of(default_model_path())
+    digest = hashlib.sha256(checkpoint.read_bytes()).hexdigest()
+    assert shipped["source"]["checkpoint_sha256"] == digest
+    path, differences = export_checkpoint(checkpoint, tmp_path / "default.npz")
+    header = header_of(path)
+    assert header["source"]["checkpoint_sha256"] == digest
+    assert (header["net_config"], header["trunk"]) == (shipped["net_config"], shipped["trunk"])
+    assert_same_weights(arrays_of(path), arrays_of(default_model_path()),
+                        "an export of default.pt against default.npz")
     assert max(differences.values()) <= TOLERANCE
+
+
+def test_the_same_model_allows_rounding_and_nothing_more():
+    # What the comparison above accepts: the shipped weights, each moved by up to 4 ulps (another
+    # CPU's fold), are the same model, though their digest differs; one weight of typical size
+    # changed by 1e-2 of itself, or an array missing, is not, and the failure names it.
+    shipped = arrays_of(default_model_path())
+    rng = np.random.default_rng(0)
+    nudged = {name: (array.view(np.int32) + rng.integers(-4, 5, array.shape).astype(np.int32))
+              .view(np.float32) for name, array in shipped.items()}
+    assert numpy_net.array_digest(nudged) != numpy_net.array_digest(shipped)
+    assert weights_mismatch(nudged, shipped) == ""
+    for name in shipped:
+        weight = nudged[name].copy()
+        typical = int(np.argsort(np.abs(weight), axis=None)[weight.size // 2])
+        weight.flat[typical] *= 1.01
+        message = weights_mismatch({**nudged, name: weight}, shipped)
+        assert message.startswith("weights: 1 of ") and f"\n{name}: 1 of " in message, message
+    missing = {key: value for key, value in nudged.items() if key != "stem.conv.bias"}
+    assert "missing ['stem.conv.bias']" in weights_mismatch(missing, shipped)
 
 
 def test_the_bot_and_terminal_play_never_import_torch():
