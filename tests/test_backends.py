@@ -14,11 +14,16 @@ import sys
 
 import pytest
 
-from amazons.neural.backends import BACKENDS, MODEL_KINDS, BackendError, choose_backend
+from amazons.neural.backends import (
+    BACKENDS,
+    COMPUTED_PRECISIONS,
+    MODEL_KINDS,
+    BackendError,
+    choose_backend,
+)
 
 NOT_BUILT = "the extension amazons._native is not built"  # a reason the native evaluator gives
 DEVICES = ("cpu", "cuda", "cuda:1")
-PRECISIONS = ("fp32", "bf16", "fp16")
 
 # (backend, model kind, device, precision, the native evaluator runs the network) -> the backend
 # that runs, or the words of the refusal. Every row of choose_backend's table, each condition
@@ -81,7 +86,8 @@ def test_every_choice_runs_the_model_file_or_is_refused_with_what_to_write(backe
     """Over every device, precision and native support: the answer is a backend that runs the
     file (never "auto"), and the native evaluator only on a CPU at fp32 where it runs the
     network; a refusal says what to write. "auto" is never refused."""
-    for device, precision, runs in itertools.product(DEVICES, PRECISIONS, (True, False)):
+    for device, precision, runs in itertools.product(DEVICES, COMPUTED_PRECISIONS,
+                                                      (True, False)):
         try:
             chosen = choose_backend(backend, kind, support(runs), device, precision)
         except BackendError as error:

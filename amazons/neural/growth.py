@@ -81,7 +81,13 @@ from typing import Any
 import numpy as np
 import torch
 
-from amazons.neural.model import NetConfig, PolicyValueNet, _attention_after, count_parameters
+from amazons.neural.model import (
+    TRAINING_ONLY_FIELDS,
+    NetConfig,
+    PolicyValueNet,
+    _attention_after,
+    count_parameters,
+)
 
 __all__ = [
     "CONSUME",
@@ -109,8 +115,6 @@ GROWABLE_FIELDS = ("blocks", "channels", "attention_blocks", "attention_dim", "h
                    "value_channels", "value_hidden", "ownership_channels")
 # heads growth may add (fresh, or for `arrow_source` all zero) but never remove
 ADDABLE_FIELDS = ("arrow_source", "ownership_head")
-# heads that may come or go: the learner's only
-DROPPABLE_FIELDS = ("soft_policy_head",)
 # fields that must stay as they are
 FIXED_FIELDS = ("num_planes", "policy_head")
 
@@ -319,7 +323,7 @@ def check_growth(small: NetConfig, config: NetConfig) -> list[int]:
             raise GrowthError(f"{name}: {getattr(small, name)} -> {getattr(config, name)}: "
                               f"a shrink; growth only deepens or widens")
     known = {"attention_placement", *FIXED_FIELDS, *GROWABLE_FIELDS, *ADDABLE_FIELDS,
-             *DROPPABLE_FIELDS}
+             *TRAINING_ONLY_FIELDS}
     for field in dataclasses.fields(NetConfig):
         if field.name not in known and getattr(small, field.name) != getattr(config, field.name):
             raise GrowthError(f"{field.name}: {getattr(small, field.name)!r} -> "
@@ -502,7 +506,7 @@ def grow_state_dict(small: PolicyValueNet, config: NetConfig, method: str = "sil
     old_state = {_renamed(key, plan.rename): tensor.detach().cpu()
                  for key, tensor in small.state_dict().items()
                  if not any(key.startswith(f"{name}.") and not getattr(config, name)
-                            for name in DROPPABLE_FIELDS)}
+                            for name in TRAINING_ONLY_FIELDS)}
     old_modules = {key.split(".", 1)[0] for key in old_state}
     query_fractions: dict[tuple[str, str], np.ndarray] = {}
     grown: dict[str, torch.Tensor] = {}
@@ -591,7 +595,7 @@ def lineage_entry(model: PolicyValueNet, init_config: NetConfig | None = None,
     """
     grown = init_config is not None and any(
         getattr(init_config, field.name) != getattr(model.config, field.name)
-        for field in dataclasses.fields(NetConfig) if field.name not in DROPPABLE_FIELDS)
+        for field in dataclasses.fields(NetConfig) if field.name not in TRAINING_ONLY_FIELDS)
     return {"net": net_shape(model.config), "parameters": count_parameters(model),
             "grown_from": net_shape(init_config) if grown else None,
             "growth": growth if grown else None,

@@ -44,7 +44,8 @@ The search's `Evaluator` on this model, over batch buckets and CUDA graphs, is
 `amazons.neural.cuda_graphs.NetworkEvaluator`.
 
 Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
-`(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy and `amazons.engine`.
+`(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy, `amazons.engine` and
+`amazons.neural.backends` (the precision names).
 """
 
 from __future__ import annotations
@@ -62,6 +63,7 @@ from torch import nn
 
 from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE  # the squares a move can leave: the source term's rows
+from amazons.neural.backends import COMPUTED_PRECISIONS
 
 __all__ = [
     "AMAZONS_PER_SIDE",
@@ -110,9 +112,9 @@ TRAINING_ONLY_FIELDS = ("soft_policy_head",)
 TRAINING_ONLY_PREFIXES = tuple(f"{name}." for name in TRAINING_ONLY_FIELDS)
 POLICY_HEADS = ("joint", "factorized")
 ATTENTION_PLACEMENTS = ("end", "spread")
-# how training and inference compute (see `resolve_precision`)
-PRECISIONS = ("auto", "bf16", "fp16", "fp32")
-PRECISION_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
+# how training and inference compute (see `resolve_precision`): "auto" or a computed precision
+PRECISIONS = ("auto", *COMPUTED_PRECISIONS)
+PRECISION_DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 
 
 class NetConfigError(ValueError):
