@@ -12,6 +12,12 @@ keep-running line after it checked. Scripts, benchmarks and tests talk to a bot 
         print(bot.ask("1\\n-1 -1 -1 -1 -1 -1"))  # Black's first move, as Botzone asks for it
         print(bot.close())                       # (0, ''): the end of input ends the bot
 
+The program's stderr goes to an unlinked temporary file, not a pipe: a pipe nobody reads blocks a
+program that writes more than it holds (64 KiB on Linux; `--root-stats` writes that much) where
+its next reply is due, and the block looked like a timeout. The whole of it is kept (`close`,
+`stderr_text`); errors quote its end. `kill` and `close` leave no pipe or file of the program
+open here.
+
 It judges nothing: the arena's `botzone:` player (`amazons.botzone.program.BotzonePlayer`) also
 counts the program's CPU clock, pauses it between turns as Botzone does and turns every failure
 into a fault. Imports `amazons.botzone.program` (the marker) only.
@@ -19,9 +25,11 @@ into a fault. Imports `amazons.botzone.program` (the marker) only.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -29,6 +37,9 @@ from collections.abc import Mapping, Sequence
 from amazons.botzone.program import KEEP_RUNNING_MARKER
 
 __all__ = ["KeptProcess", "KeptProcessError"]
+
+QUOTED_STDERR_CHARS = 4000  # the end of the program's stderr that an error quotes, at most
+PUMP_END_S = 5.0  # how long `kill` waits for the end of the program's stdout before closing it
 
 
 class KeptProcessError(RuntimeError):
@@ -43,7 +54,8 @@ class KeptProcess:
         cwd, env: its working directory and environment (default: this process's).
 
     Attributes:
-        process: the `subprocess.Popen` (text mode, line-buffered pipes).
+        process: the `subprocess.Popen` (text mode, line-buffered stdin and stdout pipes; its
+            `stderr` reads the program's stderr file from where the last read stopped).
         started: `time.perf_counter()` just before the program was started.
         replied_at: `time.perf_counter()` when the last reply line arrived (`reply`).
         lines: the queue the pump thread fills with stdout lines, newline removed; None at the end.
@@ -51,14 +63,32 @@ class KeptProcess:
 
     def __init__(self, command: Sequence[str], cwd: str | os.PathLike | None = None,
                  env: Mapping[str, str] | None = None) -> None:
-        self.started = time.perf_counter()
-        self.process = subprocess.Popen(
-            [str(part) for part in command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE, text=True, bufsize=1, cwd=cwd,
-            env=None if env is None else dict(env))
+        descriptor, path = tempfile.mkstemp(prefix="amazons-kept-stderr-")
+        try:
+            # the program writes through one handle and this process reads through another, so
+            # neither moves the other's offset; the name goes at once, the file with its last handle
+            appended = open(path, "ab")
+            stderr = open(path, errors="replace")
+        finally:
+            os.close(descriptor)
+            os.unlink(path)
+        try:
+            self.started = time.perf_counter()
+            self.process = subprocess.Popen(
+                [str(part) for part in command], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=appended, text=True, bufsize=1, cwd=cwd,
+                env=None if env is None else dict(env))
+        except BaseException:
+            stderr.close()
+            raise
+        finally:
+            appended.close()  # the program holds its own
+        self.process.stderr = stderr
+        self._stderr_at_kill: str | None = None  # the whole of it, once `kill` closed the file
         self.replied_at = self.started
         self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
+        self._pump_thread = threading.Thread(target=self._pump, daemon=True)
+        self._pump_thread.start()
 
     def _pump(self) -> None:
         for line in self.process.stdout:
@@ -81,8 +111,8 @@ class KeptProcess:
         """The next stdout line.
 
         Raises:
-            KeptProcessError: no line within `timeout` seconds, or the program exited (its stderr
-                quoted).
+            KeptProcessError: no line within `timeout` seconds, or the program exited (the end
+                of its stderr quoted).
         """
         try:
             line = self.lines.get(timeout=timeout)
@@ -94,8 +124,10 @@ class KeptProcess:
                 status = self.process.wait(timeout)
             except subprocess.TimeoutExpired:
                 raise KeptProcessError("the program closed its output but did not exit") from None
-            raise KeptProcessError(f"the program exited (status {status}): "
-                                   f"{self.process.stderr.read().strip()}")
+            stderr = self.stderr_text().strip()
+            if len(stderr) > QUOTED_STDERR_CHARS:
+                stderr = "..." + stderr[-QUOTED_STDERR_CHARS:]
+            raise KeptProcessError(f"the program exited (status {status}): {stderr}")
         return line
 
     def reply(self, timeout: float = 30.0) -> str:
@@ -117,16 +149,44 @@ class KeptProcess:
         self.send(text)
         return self.reply(timeout)
 
+    def stderr_text(self) -> str:
+        """Everything the program has written to stderr so far (undecodable bytes replaced)."""
+        if self._stderr_at_kill is not None:
+            return self._stderr_at_kill
+        descriptor = self.process.stderr.fileno()
+        data = os.pread(descriptor, os.fstat(descriptor).st_size, 0)
+        return data.decode(self.process.stderr.encoding, errors="replace")
+
     def close(self, timeout: float = 30.0) -> tuple[int, str]:
-        """End the input and wait for the program: its exit status and the whole of its stderr."""
-        self.process.stdin.close()
+        """End the input and wait for the program: its exit status and the whole of its stderr.
+        Its pipes and its stderr file are closed then (`kill`).
+
+        Raises:
+            subprocess.TimeoutExpired: the program did not exit within `timeout` seconds (it
+                still runs: `kill` it).
+        """
+        with contextlib.suppress(OSError):  # a program gone already: nothing left to flush
+            self.process.stdin.close()
         code = self.process.wait(timeout)
-        stderr = self.process.stderr.read()
-        self.process.stderr.close()
+        stderr = self.stderr_text()
+        self.kill()
         return code, stderr
 
     def kill(self) -> None:
-        """Kill the program if it still runs, and reap it."""
+        """Kill the program if it still runs, reap it, and close its pipes and its stderr file.
+
+        The stdout pipe is closed once the pump thread has read its end, which comes as the
+        program exits; a process the program started that still holds the pipe keeps it open
+        until it exits too (the pump thread closes nothing, and a close would wait on it).
+        """
         if self.process.poll() is None:
             self.process.kill()
         self.process.wait()
+        with contextlib.suppress(OSError):
+            self.process.stdin.close()
+        if self._stderr_at_kill is None:
+            self._stderr_at_kill = self.stderr_text()
+            self.process.stderr.close()
+        self._pump_thread.join(PUMP_END_S)
+        if not self._pump_thread.is_alive():
+            self.process.stdout.close()
