@@ -90,7 +90,12 @@ def root_edges(search: BatchedSearch, game: int = 0) -> slice:
 
 
 def assert_same_tree(tree, game: int, naive_root) -> None:
-    """The Numba tree of `game` and the naive tree are identical, statistics included."""
+    """The Numba tree of `game` and the naive tree are identical, statistics included.
+
+    Bit for bit on purpose: the oracle repeats the kernels' scalar IEEE-754 operations in their
+    order (float32 stores rounded alike; Numba without fastmath reorders nothing), and those give
+    the same bits on every CPU. Last bits differ between CPUs in vector and BLAS kernels, which
+    neither side uses here; a float from a network would need a tolerance (tests/floats.py)."""
     stack = [(0, naive_root)]
     seen = 0
     while stack:
