@@ -158,6 +158,15 @@ def test_a_game_that_raises_in_a_worker_ends_the_other_workers_game_promptly(tmp
     assert wait_until(lambda: leftovers(str(log)) == [], 5), leftovers(str(log))
 
 
+def _worker_results():
+    """The result queue of the arena worker this is called in (a player's move)."""
+    frame = sys._getframe()
+    while frame is not None and frame.f_code.co_name != "_serving_worker":
+        frame = frame.f_back
+    assert frame is not None, "not called in an arena worker"
+    return frame.f_locals["results"]
+
+
 class _KilledMidResult(BasePlayer):
     """Writes the first half of a result into its worker's result queue, as a worker killed while
     writing one leaves it (SIGKILL, the OOM killer, a signal to its process group), then kills its
@@ -166,11 +175,7 @@ class _KilledMidResult(BasePlayer):
     name = "killed-mid-result"
 
     def choose_move(self, board: Board) -> Move:
-        frame = sys._getframe()
-        while frame is not None and frame.f_code.co_name != "_serving_worker":
-            frame = frame.f_back
-        assert frame is not None, "not called in an arena worker"
-        writer = frame.f_locals["results"]._writer
+        writer = _worker_results()._writer
         message = pickle.dumps((0, "a record cut short" * 100, None))
         os.write(writer.fileno(), struct.pack("!i", len(message)) + message[: len(message) // 2])
         os.kill(os.getpid(), signal.SIGKILL)
@@ -224,11 +229,7 @@ class _UnreadableResult(BasePlayer):
     name = "unreadable-result"
 
     def choose_move(self, board: Board) -> Move:
-        frame = sys._getframe()
-        while frame is not None and frame.f_code.co_name != "_serving_worker":
-            frame = frame.f_back
-        assert frame is not None, "not called in an arena worker"
-        frame.f_locals["results"].put(_LoadsAs(complex, ("x", "y")))
+        _worker_results().put(_LoadsAs(complex, ("x", "y")))
         return board.legal_moves()[0]
 
 

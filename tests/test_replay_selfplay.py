@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import struct
 import threading
 import time
+from collections.abc import Iterator
 
 import numpy as np
 import pytest
@@ -368,16 +370,23 @@ def test_selfplay_workers_apply_the_playout_cap(tmp_path):
     assert report.positions == samples.num_positions and 0 < report.positions < report.plies
 
 
+@contextlib.contextmanager
+def quick_actors(games_in_parallel: int) -> Iterator[SelfPlayWorkers]:
+    """Two actors searching 2 simulations a move, started at once, on a uniform evaluator's
+    server (batches of 16), which stops after the block; the caller closes the actors."""
+    config = SelfPlayConfig(num_actors=2, games_in_parallel=games_in_parallel,
+                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
+    with InferenceServer(UniformEvaluator, num_clients=2,
+                         config=InferenceConfig(inference_batch_size=16)) as server:
+        yield SelfPlayWorkers(server, config)
+
+
 def test_close_does_not_wait_on_actors_holding_games_nobody_collected():
     """Ctrl-C or SIGTERM in the main job closes endless actors whose finished games were never
     collected; their result queue's pipe is full, so an actor can only exit once they are read.
     Before `close` read them, each actor waited out the join timeout: 12 actors on a GPU took
     over 6 minutes."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=4,
-                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2,
-                         config=InferenceConfig(inference_batch_size=16)) as server:
-        workers = SelfPlayWorkers(server, config)
+    with quick_actors(games_in_parallel=4) as workers:
         try:
             workers.start(stream=0)
             workers.collect(60.0)  # the actors are playing
@@ -398,11 +407,7 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
     """A second Ctrl-C while `close` waits must not leave actors alive: multiprocessing joins a
     process's children when it exits, and an actor stuck flushing its results would hold the
     main job's exit for ever (seen when a stopped run was interrupted again)."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=4,
-                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2,
-                         config=InferenceConfig(inference_batch_size=16)) as server:
-        workers = SelfPlayWorkers(server, config)
+    with quick_actors(games_in_parallel=4) as workers:
         workers.start(stream=0)
         workers.collect(60.0)
         time.sleep(2.0)  # games queue up unread
@@ -422,11 +427,7 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
     process group) leaves part of a message in the pipe; this process holds the pipe's write end
     too, so a read of it never ends. `close` must still return (it hung an ablation's arm), and
     the stopped actors, which cannot act on SIGTERM, are killed and reaped, not left behind."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=2,
-                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2,
-                         config=InferenceConfig(inference_batch_size=16)) as server:
-        workers = SelfPlayWorkers(server, config)
+    with quick_actors(games_in_parallel=2) as workers:
         try:
             workers.start(stream=0)
             workers.collect(60.0)
@@ -461,11 +462,7 @@ def test_close_returns_when_an_actor_died_halfway_through_writing_a_result():
 def test_close_closes_the_result_queue_and_the_task_pipes():
     """`close` leaves no end of the actors' result queue or task pipes open in this process
     (the queue's stayed open for as long as the workers object lived)."""
-    config = SelfPlayConfig(num_actors=2, games_in_parallel=2,
-                            search=FAST_SEARCH.replace(simulations=2), start_jitter_s=0.0)
-    with InferenceServer(UniformEvaluator, num_clients=2,
-                         config=InferenceConfig(inference_batch_size=16)) as server:
-        workers = SelfPlayWorkers(server, config)
+    with quick_actors(games_in_parallel=2) as workers:
         try:
             owned = {pipe_name(workers._results._reader.fileno()),
                      *(pipe_name(tasks.fileno()) for tasks in workers._tasks)}

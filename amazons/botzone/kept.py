@@ -20,7 +20,7 @@ open here.
 
 It judges nothing: the arena's `botzone:` player (`amazons.botzone.program.BotzonePlayer`) also
 counts the program's CPU clock, pauses it between turns as Botzone does and turns every failure
-into a fault. Imports `amazons.botzone.program` (the marker) only.
+into a fault. Imports `amazons.botzone.limits` (the marker) only.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from amazons.botzone.program import KEEP_RUNNING_MARKER
+from amazons.botzone.limits import KEEP_RUNNING_MARKER
 
 __all__ = ["KeptProcess", "KeptProcessError"]
 
