@@ -22,6 +22,7 @@ import pytest
 from amazons import player_factory
 from amazons.arena import run_arena
 from amazons.board import Board, Move
+from amazons.botzone import program, watchdog
 from amazons.botzone.limits import KEEP_RUNNING_MARKER
 from amazons.botzone.program import BotzonePlayer, parse_botzone_spec, process_cpu_seconds
 from amazons.mcts import warm_up
@@ -362,6 +363,32 @@ def test_a_program_and_its_children_die_with_the_process_that_started_it(tmp_pat
         time.sleep(0.05)
     assert leftovers(str(log)) == [] and leftovers(nap) == []
     assert ended(watchdog)
+
+
+def test_the_watchdog_leaves_once_its_programs_have_ended_and_the_next_gets_a_fresh_one():
+    """This process lives on after its restart-per-turn program's turn (the program exited and
+    was reaped): its watchdog is ended and reaped IDLE_EXIT_SECONDS later, leaving no process
+    behind, not even a zombie; the next turn's program gets a fresh watchdog."""
+    def zombie_child(pid: int) -> bool:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return False
+        return fields[0] == "Z" and int(fields[1]) == os.getpid()
+
+    with make_player(bot_spec("time=2")) as player:
+        board = Board()
+        board.push(player.choose_move(board))
+        first = program._WATCHDOG.pid
+        assert first is not None
+        deadline = time.monotonic() + watchdog.IDLE_EXIT_SECONDS + 10
+        while program._WATCHDOG.pid is not None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert program._WATCHDOG.pid is None
+        assert ended(first) and not zombie_child(first)
+        board.push(board.legal_moves()[0])
+        board.push(player.choose_move(board))
+        assert program._WATCHDOG.pid not in (None, first)
 
 
 def test_a_program_lives_as_long_as_its_player_and_its_whole_group_dies_with_it(tmp_path):

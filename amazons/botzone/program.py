@@ -41,7 +41,8 @@ Every process runs in its own session, is killed with its whole process group wh
 is closed or reset, when it faults, and when the player is garbage-collected or the interpreter
 exits, and is reaped. A watchdog process (`amazons.botzone.watchdog`) kills the groups still
 running when the process that started them dies, however it dies (SIGKILL included), so a
-killed arena worker leaves none behind. Programs are started without a `preexec_fn` (which
+killed arena worker leaves none behind; it leaves a couple of seconds after the last of them
+has ended (the next program starts a fresh one). Programs are started without a `preexec_fn` (which
 Python calls unsafe in a process with threads, as the arena's workers are):
 `start_new_session` is done by `subprocess` itself.
 
@@ -253,18 +254,25 @@ def _peak_rss_mb(pid: int) -> float:
 class _Watchdog:
     """This process's watchdog: kills the programs' process groups when this process dies.
 
-    One per process, started with the first program (`amazons.botzone.watchdog`, run by its
-    path under `python -I -S`, in its own session, so a Ctrl-C at the terminal does not end it
-    before the process it guards). A process forked from this one closes its copy of the pipe
-    (the watchdog would otherwise wait for the fork too) and starts its own watchdog if it starts
-    programs. `forget` also runs in a program's finalizer, which the garbage collector may call
-    inside `watch`: the lock is re-entrant, the pipe unbuffered, and every line is written whole.
+    One per process at a time, started with a program when none is running
+    (`amazons.botzone.watchdog`, run by its path under `python -I -S`, in its own session, so a
+    Ctrl-C at the terminal does not end it before the process it guards). Once every program it
+    watched has ended it holds nothing and leaves: this process ends it (closing the pipe, and
+    reaping it) `IDLE_EXIT_SECONDS` later on a timer thread, and it exits by itself then anyway.
+    A `+GROUP` line written to a watchdog that holds nothing keeps the watchdog module's rule:
+    only within that time of the line that left it idle, else it is retired and a fresh one
+    started. A process forked from this one closes its copy of the pipe (the watchdog would
+    otherwise wait for the fork too) and starts its own watchdog if it starts programs. `forget`
+    also runs in a program's finalizer, which the garbage collector may call inside `watch`: the
+    lock is re-entrant, the pipe unbuffered, and every line is written whole.
     """
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
         self._process: subprocess.Popen | None = None
         self._groups: set[int] = set()  # the groups the watchdog holds
+        # time.monotonic() taken before writing the line that left the watchdog holding nothing
+        self._idle_since = 0.0
         os.register_at_fork(after_in_child=self._forget_in_fork)
         atexit.register(self.stop)
 
@@ -280,10 +288,16 @@ class _Watchdog:
             OSError: no watchdog could be started.
         """
         with self._lock:
+            was_idle = not self._groups
             self._groups.add(group)
             if self._process is not None and self._write(f"+{group}\n"):
-                return
-            # None yet, or it was killed: a new one takes every group.
+                if not was_idle or time.monotonic() < (self._idle_since
+                                                       + watchdog.IDLE_EXIT_SECONDS):
+                    return
+                # It may have left, idle, without reading the line: retire it holding nothing.
+                self._write(f"-{group}\n")
+                self._end()
+            # None yet, or it was killed or left: a new one takes every group.
             self._process = subprocess.Popen(
                 watchdog.command(), stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL, bufsize=0, start_new_session=True)
@@ -299,8 +313,26 @@ class _Watchdog:
         with self._lock:
             if group in self._groups:
                 self._groups.remove(group)
+                if not self._groups:
+                    self._idle_since = time.monotonic()
+                    if self._process is not None:
+                        timer = threading.Timer(watchdog.IDLE_EXIT_SECONDS, self._end_idle,
+                                                (self._process,))
+                        timer.daemon = True
+                        try:
+                            timer.start()
+                        except RuntimeError:  # at interpreter exit, where `stop` ends it
+                            pass
                 if self._process is not None:
                     self._write(f"-{group}\n")
+
+    def _end_idle(self, process: subprocess.Popen) -> None:
+        """End (and reap) `process`, the watchdog, if it has held nothing since it was left idle
+        `IDLE_EXIT_SECONDS` ago (the timer `forget` starts)."""
+        with self._lock:
+            if (self._process is process and not self._groups
+                    and time.monotonic() >= self._idle_since + watchdog.IDLE_EXIT_SECONDS):
+                self._end()
 
     def stop(self) -> None:
         """End the watchdog (registered at exit: it kills the groups it still holds and exits)."""
