@@ -69,6 +69,7 @@ from amazons.inference import (
     InferenceServer,
 )
 from amazons.mcts import Evaluator, SearchConfig
+from amazons.neural.backends import COMPUTED_PRECISIONS
 from amazons.player_factory import (
     DEFAULT_SIMULATIONS,
     NETWORK_PLAYERS,
@@ -735,7 +736,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--device", default="auto",
                         help="where network models run: auto (a GPU when there is one), cpu, "
                              "cuda, ...")
-    parser.add_argument("--precision", default="auto", choices=("auto", "fp32", "bf16", "fp16"),
+    parser.add_argument("--precision", default="auto", choices=("auto", *COMPUTED_PRECISIONS),
                         help="how network models compute (auto: bf16 on a GPU that has it, fp32 "
                              "on a CPU)")
     parser.add_argument("--no-server", action="store_true",
