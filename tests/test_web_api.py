@@ -139,6 +139,43 @@ def test_a_game_against_a_torch_checkpoint_runs_the_prepared_model(client):
     assert torch.get_num_threads() == 1
 
 
+def test_a_game_may_name_only_the_models_the_board_serves(tmp_path):
+    # The board serves its --models folder and its --run folder (and 'default', 'none', the
+    # shipped files): a model inside them plays; a path outside, a `..` climbing out of a served
+    # folder, and a link inside it that points out are refused, all in the same words whether
+    # or not a file is there (the refusal tells nothing of the server's files).
+    from amazons.models import default_model_path
+
+    served, run, outside = tmp_path / "served", tmp_path / "run", tmp_path / "outside"
+    for folder in (served, run / "models", outside):
+        folder.mkdir(parents=True)
+    for path in (served / "model.npz", run / "models" / "model-0001.npz", outside / "secret.npz"):
+        path.write_bytes(default_model_path().read_bytes())
+    (served / "link-out.npz").symlink_to(outside / "secret.npz")
+    app = create_app(WebConfig(model="none", model_dirs=(served,), run_dir=str(run),
+                               games_dir=None, warm_up=False))
+    game = {"side": "white", "simulations": 8, "seed": 0}
+    with TestClient(app) as client:
+        assert client.get("/api/info").json()["model_dirs"] == [str(served), str(run)]
+        for path in (served / "model.npz", run / "models" / "model-0001.npz"):
+            answer = client.post("/api/games", json={**game, "model": str(path)})
+            assert answer.status_code == 201, answer.json()
+            assert answer.json()["ai"]["name"] == f"mcts-net:{path}"
+            assert wait_idle(client, answer.json()["id"])["ply"] == 1
+        refusals = {}
+        for path in (str(outside / "secret.npz"), str(outside / "missing.npz"),
+                     f"{served}/../outside/secret.npz", f"{served}/../outside/missing.npz",
+                     str(served / "link-out.npz"), "/etc/passwd", "/no/such/model.npz"):
+            answer = client.post("/api/games", json={**game, "model": path})
+            assert answer.status_code == 400, (path, answer.json())
+            refusals[path] = answer.json()["error"].replace(repr(path), "MODEL")
+        assert len(set(refusals.values())) == 1, refusals  # the same words for every path
+        assert "is not one this board serves" in next(iter(refusals.values()))
+        missing = client.post("/api/games", json={**game, "model": str(served / "missing.npz")})
+        assert missing.status_code == 400 and "does not exist" in missing.json()["error"]
+        assert len(client.get("/api/games").json()) == 2  # the refused made no game
+
+
 def test_the_ai_opens_for_a_human_playing_white(client):
     state = client.post("/api/games", json={"side": "white", **FAST}).json()
     assert state["busy"] == "thinking"  # the answer already says the AI has started
@@ -155,7 +192,7 @@ BAD_GAMES = [
     ({"simulations": 0}, "'simulations' must be in 1.."),
     ({"simulations": "many"}, "'simulations' must be an integer"),
     ({"seed": True}, "'seed' must be an integer"),
-    ({"model": "/no/such/model.pt"}, "model file /no/such/model.pt does not exist"),
+    ({"model": "/no/such/model.pt"}, "'/no/such/model.pt' is not one this board serves"),
     ({"moves": "c8-c6/d7"}, "'moves' must be a list of move strings"),
     ({"moves": ["c8-c6/d7", "c8-c1/c2"]}, "moves[1]' ... "),
     ({"moves": ["c8-c6/d7", "z9"]}, "field 'moves[1]': bad move 'z9'"),
@@ -553,6 +590,7 @@ def test_the_oldest_idle_game_makes_room(tmp_path):
     (["--time", "-2"], "--time must be in"),
     (["--run", "/no/such/run"], "--run /no/such/run: no such folder"),
     (["--replay", "/no/such/file.txt"], "no such file"),
+    (["--models", "/no/such/models"], "--models /no/such/models: no such folder"),
     (["--games-dir", "g", "--no-save"], "not allowed with argument"),
 ])
 def test_bad_command_lines_exit_2(argv, message, capsys):

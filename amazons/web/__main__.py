@@ -1,7 +1,8 @@
 """Command line of the web board.
 
     python -m amazons.web [--host 127.0.0.1] [--port 8000] [--model default|none|PATH]
-                          [--time SECONDS] [--games-dir DIR | --no-save] [--run RUN_DIR]
+                          [--models DIR ...] [--time SECONDS] [--games-dir DIR | --no-save]
+                          [--run RUN_DIR]
                           [--replay FILE] [--search-threads N] [--torch-threads N]
                           [--log-level LEVEL]
 
@@ -31,6 +32,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="the AI of a new game unless the page picks another: 'default' (the "
                              "shipped network, in numpy), 'none' (rollout MCTS), an exported .npz "
                              "model or a .pt checkpoint (torch, the model prepared for inference)")
+    parser.add_argument("--models", action="append", type=Path, default=[], metavar="DIR",
+                        help="a folder whose model files a game may name (repeatable); the page "
+                             "may also name 'default', 'none', --model and the --run folder's "
+                             "files, and no other path")
     parser.add_argument("--time", type=float, default=1.0, metavar="SECONDS",
                         help="AI seconds per move unless the page picks another (default 1)")
     saving = parser.add_mutually_exclusive_group()
@@ -75,11 +80,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--torch-threads must be at least 1, got {args.torch_threads}")
     if args.run is not None and not Path(args.run).is_dir():
         parser.error(f"--run {args.run}: no such folder")
+    for folder in args.models:
+        if not folder.is_dir():
+            parser.error(f"--models {folder}: no such folder")
     if args.replay is not None and not Path(args.replay).is_file():
         parser.error(f"--replay {args.replay}: no such file")
     import uvicorn  # after the checks: a bad argument answers at once
 
-    config = WebConfig(model=args.model, time_per_move=args.time,
+    config = WebConfig(model=args.model, model_dirs=tuple(args.models), time_per_move=args.time,
                        games_dir=None if args.no_save else args.games_dir,
                        search_threads=args.search_threads, torch_threads=args.torch_threads,
                        run_dir=args.run, replay=args.replay,

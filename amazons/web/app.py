@@ -1,8 +1,9 @@
 """The web board's ASGI app: HTTP routes, websockets, static files (Starlette).
 
     GET  /                          the page (amazons/web/static/index.html)
-    GET  /api/info                  server defaults: model, time per move, games folder, ...
+    GET  /api/info                  server defaults: model, model folders, time per move, ...
     POST /api/games                 new game {side, model, time | simulations, seed, moves} -> state
+                                    (model: one the board serves, games.ServedModels)
     GET  /api/games                 the games the server holds (id, ply, turn, busy)
     GET  /api/games/{id}            state
     POST /api/games/{id}/move       {move: "d8-d4/f6" | "3 0 3 4 5 2"} -> state (AI replies later)
@@ -62,6 +63,8 @@ class WebConfig:
     """Settings of one server; the command line fills it, `create_app` receives it."""
 
     model: str = "default"  # the AI of a new game unless it names one: default, none or a path
+    # folders whose model files a game may name, besides run_dir's (games.ServedModels)
+    model_dirs: tuple[Path, ...] = ()
     time_per_move: float = 1.0  # seconds per AI move unless a new game says otherwise
     games_dir: Path | None = Path("games")  # where each game's record file goes (None: not saved)
     max_games: int = 16  # games held; a new one drops the least recently used idle game
@@ -153,8 +156,9 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     config = config or WebConfig()
     executor = ThreadPoolExecutor(max_workers=config.search_threads,
                                   thread_name_prefix="amazons-search")
+    model_folders = [*config.model_dirs, *([Path(config.run_dir)] if config.run_dir else [])]
     store = GameStore(executor, config.games_dir, config.max_games, config.model,
-                      config.time_per_move, config.torch_threads)
+                      config.time_per_move, config.torch_threads, model_folders)
     library = RecordLibrary()
 
     @contextlib.asynccontextmanager
@@ -174,6 +178,7 @@ def create_app(config: WebConfig | None = None) -> Starlette:
         return JSONResponse({
             "version": __version__,
             "model": config.model,
+            "model_dirs": [str(folder) for folder in model_folders],
             "time_per_move": config.time_per_move,
             "games_dir": None if config.games_dir is None else str(config.games_dir),
             "run_dir": config.run_dir,

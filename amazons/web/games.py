@@ -12,7 +12,12 @@ analysis meanwhile (`ConflictError`, HTTP 409). Numba kernels and the engine's b
 short and release the interpreter between rounds, so the event loop keeps answering during a
 search. Whoever waits for a change (a websocket) gets an `asyncio.Event` set on every change.
 
-Imports `board`, `player_factory`, `players`, `records` and the web package's own modules.
+Which models a game may name is `ServedModels`' to say: the names `default` and `none`, the
+board's own `--model`, the shipped model files, and the files inside the folders the board was
+started with (`--models`, `--run`); never any other path on the server.
+
+Imports `board`, `models` (the shipped files), `player_factory`, `players`, `records` and the web
+package's own modules.
 """
 
 from __future__ import annotations
@@ -21,13 +26,14 @@ import asyncio
 import datetime
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
+from amazons.models import default_checkpoint_path, default_model_path
 from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer
 from amazons.records import RESULT_TEXT, GameRecord, write_records
@@ -40,7 +46,7 @@ from amazons.web.views import (
     territory_view,
 )
 
-__all__ = ["GameSession", "GameSettings", "GameStore", "game_settings"]
+__all__ = ["GameSession", "GameSettings", "GameStore", "ServedModels", "game_settings"]
 
 SIDES = {"black": (BLACK,), "white": (WHITE,), "both": (BLACK, WHITE)}
 MAX_TIME = 60.0  # seconds per AI move or analysis a request may ask for
@@ -103,6 +109,61 @@ def game_settings(body: dict[str, Any], default_model: str, default_time: float)
     except IllegalMoveError as error:
         raise BadRequestError(f"field 'moves': {error}") from None
     return GameSettings(SIDES[side], model, time_budget, simulations, seed, tuple(opening))
+
+
+def _real_path(path: Path) -> Path | None:
+    """`path` made absolute with every symbolic link followed and `..` collapsed; None where that
+    cannot be done (a loop of links, a NUL byte)."""
+    try:
+        return path.resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+class ServedModels:
+    """The models a game on this board may name: the `model` of `POST /api/games`.
+
+    The names `default` and `none`; the board's own model (`--model`); the shipped model files
+    (`amazons.models`); and any file inside the folders the board was started with (`--models`,
+    `--run`). A path is read as the server reads it (relative to its working folder) and checked
+    once made real (`Path.resolve`: symbolic links followed, `..` collapsed), so a link inside a
+    folder that points out of it, or a path that climbs out with `..`, is refused; the file
+    loaded is the real path checked. The refusal is the same words for every path it refuses, so
+    it never tells whether a file exists there.
+
+    Args:
+        board_model: the board's `--model` (a name, or a path to serve).
+        folders: the folders whose files a game may name.
+    """
+
+    NAMES = ("default", "none")
+
+    def __init__(self, board_model: str = "default", folders: Iterable[Path] = ()) -> None:
+        self.folders = tuple(real for folder in folders
+                             if (real := _real_path(Path(folder))) is not None)
+        files = [] if board_model in self.NAMES else [Path(board_model)]
+        for shipped in (default_model_path, default_checkpoint_path):
+            try:
+                files.append(shipped())
+            except FileNotFoundError:  # a package installed without it
+                pass
+        self.files = frozenset(real for file in files if (real := _real_path(file)) is not None)
+
+    def resolve(self, model: str) -> str:
+        """What to load for the `model` a request names: the name itself, or the real path.
+
+        Raises:
+            BadRequestError: `model` is not a model this board serves (whatever the path is).
+        """
+        if model in self.NAMES:
+            return model
+        real = _real_path(Path(model))
+        if real is not None and (real in self.files
+                                 or any(real.is_relative_to(folder) for folder in self.folders)):
+            return str(real)
+        raise BadRequestError(
+            f"model {model!r} is not one this board serves: 'default', 'none', the board's "
+            "--model, or a model file inside a folder it was started with (--models, --run)")
 
 
 class GameSession:
@@ -359,28 +420,33 @@ class GameStore:
         torch_threads: torch's intra-op threads once a network model is loaded. Several games
             search at once on the worker threads, so one each is the default (docs/web.md has
             the measurement).
+        model_folders: the folders whose model files a game may name (`ServedModels`, with
+            `default_model`).
     """
 
     def __init__(self, executor: Executor, games_dir: Path | None, max_games: int = 16,
                  default_model: str = "default", default_time: float = 1.0,
-                 torch_threads: int = 1) -> None:
+                 torch_threads: int = 1, model_folders: Iterable[Path] = ()) -> None:
         self.executor = executor
         self.games_dir = games_dir
         self.max_games = max_games
         self.default_model = default_model
         self.default_time = default_time
         self.torch_threads = torch_threads
+        self.models = ServedModels(default_model, model_folders)
         self.games: dict[str, GameSession] = {}
         self._tasks: set[asyncio.Task] = set()
 
     async def _in_worker(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
-    def _build_ai(self, settings: GameSettings) -> MCTSPlayer:
-        """The game's AI; runs on a worker thread (a `.pt` checkpoint imports torch)."""
-        return build_model_player(settings.model, simulations=settings.simulations,
+    def _build_ai(self, settings: GameSettings, model: str) -> MCTSPlayer:
+        """The game's AI from `model` (`ServedModels.resolve` of the settings' model, which
+        names it); runs on a worker thread (a `.pt` checkpoint imports torch)."""
+        name = None if model == "none" else f"mcts-net:{settings.model}"
+        return build_model_player(model, simulations=settings.simulations,
                                   time_budget=settings.time_budget, seed=settings.seed,
-                                  allow_torch=True, torch_threads=self.torch_threads)
+                                  allow_torch=True, torch_threads=self.torch_threads, name=name)
 
     def get(self, game_id: str) -> GameSession:
         """The game named `game_id`.
@@ -397,11 +463,13 @@ class GameStore:
         """A new game from a `POST /api/games` body; the AI starts if it moves first.
 
         Raises:
-            BadRequestError: bad settings, or a model that cannot be loaded (says why).
+            BadRequestError: bad settings, a model the board does not serve (`ServedModels`),
+                or one that cannot be loaded (says why).
         """
         settings = game_settings(body, self.default_model, self.default_time)
+        model = self.models.resolve(settings.model)
         try:
-            ai = await self._in_worker(self._build_ai, settings)
+            ai = await self._in_worker(self._build_ai, settings, model)
         except (OSError, ValueError, ImportError) as error:
             raise BadRequestError(f"cannot load the model {settings.model!r}: {error}") from None
         game_id = secrets.token_hex(6)

@@ -37,6 +37,11 @@ export class PlayView {
       model.value = "path";
       this.form.elements.path.value = info.model;
     }
+    // The server loads model files from its --model, --models and --run folders only.
+    const folders = info.model_dirs || [];
+    this.form.elements.path.title = folders.length
+      ? `a model file inside ${folders.join(", ")} (or the board's --model)`
+      : "the board's --model (start it with --models DIR to serve a folder's files)";
     const showPath = () => { this.form.querySelector(".model-path").hidden = model.value !== "path"; };
     model.addEventListener("change", showPath);
     showPath();
