@@ -37,7 +37,13 @@ from amazons.models import default_checkpoint_path, default_model_path
 from amazons.player_factory import build_model_player
 from amazons.players import MCTSPlayer
 from amazons.records import RESULT_TEXT, GameRecord, write_records
-from amazons.web.inputs import BadRequestError, ConflictError, JsonFields, NotFoundError
+from amazons.web.inputs import (
+    BadRequestError,
+    ConflictError,
+    JsonFields,
+    NotFoundError,
+    ServedPaths,
+)
 from amazons.web.views import (
     analysis_view,
     board_squares,
@@ -111,25 +117,14 @@ def game_settings(body: dict[str, Any], default_model: str, default_time: float)
     return GameSettings(SIDES[side], model, time_budget, simulations, seed, tuple(opening))
 
 
-def _real_path(path: Path) -> Path | None:
-    """`path` made absolute with every symbolic link followed and `..` collapsed; None where that
-    cannot be done (a loop of links, a NUL byte)."""
-    try:
-        return path.resolve()
-    except (OSError, RuntimeError, ValueError):
-        return None
-
-
 class ServedModels:
     """The models a game on this board may name: the `model` of `POST /api/games`.
 
     The names `default` and `none`; the board's own model (`--model`); the shipped model files
     (`amazons.models`); and any file inside the folders the board was started with (`--models`,
-    `--run`). A path is read as the server reads it (relative to its working folder) and checked
-    once made real (`Path.resolve`: symbolic links followed, `..` collapsed), so a link inside a
-    folder that points out of it, or a path that climbs out with `..`, is refused; the file
-    loaded is the real path checked. The refusal is the same words for every path it refuses, so
-    it never tells whether a file exists there.
+    `--run`). A path is checked by `ServedPaths`, the web board's one rule for the paths a
+    request names: made real (links followed, `..` collapsed) and loaded from there, refused in
+    the same words whatever is at that path.
 
     Args:
         board_model: the board's `--model` (a name, or a path to serve).
@@ -139,15 +134,15 @@ class ServedModels:
     NAMES = ("default", "none")
 
     def __init__(self, board_model: str = "default", folders: Iterable[Path] = ()) -> None:
-        self.folders = tuple(real for folder in folders
-                             if (real := _real_path(Path(folder))) is not None)
         files = [] if board_model in self.NAMES else [Path(board_model)]
         for shipped in (default_model_path, default_checkpoint_path):
             try:
                 files.append(shipped())
             except FileNotFoundError:  # a package installed without it
                 pass
-        self.files = frozenset(real for file in files if (real := _real_path(file)) is not None)
+        self.paths = ServedPaths(
+            "model", "'default', 'none', the board's --model, or a model file inside a folder "
+            "it was started with (--models, --run)", exact=files, within=folders)
 
     def resolve(self, model: str) -> str:
         """What to load for the `model` a request names: the name itself, or the real path.
@@ -155,15 +150,7 @@ class ServedModels:
         Raises:
             BadRequestError: `model` is not a model this board serves (whatever the path is).
         """
-        if model in self.NAMES:
-            return model
-        real = _real_path(Path(model))
-        if real is not None and (real in self.files
-                                 or any(real.is_relative_to(folder) for folder in self.folders)):
-            return str(real)
-        raise BadRequestError(
-            f"model {model!r} is not one this board serves: 'default', 'none', the board's "
-            "--model, or a model file inside a folder it was started with (--models, --run)")
+        return model if model in self.NAMES else str(self.paths.resolve(model))
 
 
 class GameSession:

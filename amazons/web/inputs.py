@@ -3,14 +3,18 @@
 Every error a client can cause is a `WebError` (a `ValueError`) carrying its HTTP status; the app
 answers it with `{"error": message}` and changes nothing. `JsonFields` reads one JSON object: it
 refuses fields it does not know (a typo is an error, not a silent default) and names the field
-and the value when a type or range is wrong. Imports only `amazons.board` (move notation).
+and the value when a type or range is wrong. `ServedPaths` is the one check of a path a request
+names on the server's machine (a model, a record file, a run directory): only what the board was
+started with is served. Imports only `amazons.board` (move notation).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping
+from pathlib import Path
 from typing import Any
 
 from amazons.board import Move, NotationError
@@ -20,9 +24,11 @@ __all__ = [
     "ConflictError",
     "JsonFields",
     "NotFoundError",
+    "ServedPaths",
     "WebError",
     "parse_json_object",
     "parse_move",
+    "real_path",
 ]
 
 
@@ -49,6 +55,52 @@ class ConflictError(WebError):
     human's turn, the game is over, nothing to undo (409)."""
 
     status = 409
+
+
+def real_path(path: str | os.PathLike) -> Path | None:
+    """`path` as the server reads it, made real: `~` expanded, relative to the working folder,
+    every symbolic link followed and `..` collapsed; None where that cannot be done (a loop of
+    links, a NUL byte, no home folder)."""
+    try:
+        return Path(path).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+class ServedPaths:
+    """The paths on the server's machine that one kind of request may name, and their one check.
+
+    A path is served when, made real (`real_path`), it is one of `exact` or lies inside one of
+    `within` (made real when the board starts). Checking the real path means that a `..` that
+    climbs out of a served folder, or a link inside one that points out of it, is refused, and
+    the caller reads the real path `resolve` returns, the one checked. Every refusal is the same
+    words but for the path quoted, so it never tells whether anything exists at that path.
+
+    Args:
+        kind: what a request names, as the refusal calls it ("model", "record file").
+        served: the refusal's account of what the board serves.
+        exact: paths served themselves (files or folders).
+        within: folders whose contents are served, at any depth.
+    """
+
+    def __init__(self, kind: str, served: str, exact: Iterable[str | os.PathLike] = (),
+                 within: Iterable[str | os.PathLike] = ()) -> None:
+        self.kind = kind
+        self.served = served
+        self.exact = frozenset(real for path in exact if (real := real_path(path)) is not None)
+        self.within = tuple(real for path in within if (real := real_path(path)) is not None)
+
+    def resolve(self, path: str) -> Path:
+        """The real path to read for the `path` a request names.
+
+        Raises:
+            BadRequestError: `path` is not served (whether or not anything is there).
+        """
+        real = real_path(path)
+        if real is not None and (real in self.exact
+                                 or any(real.is_relative_to(folder) for folder in self.within)):
+            return real
+        raise BadRequestError(f"{self.kind} {path!r} is not one this board serves: {self.served}")
 
 
 def parse_json_object(body: bytes) -> dict[str, Any]:
