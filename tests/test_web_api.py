@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlencode
 
 import pytest
 from starlette.testclient import TestClient
@@ -32,7 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 
 @pytest.fixture()
 def client(tmp_path):
-    app = create_app(WebConfig(model="none", games_dir=tmp_path / "games", poll_seconds=0.05))
+    # The board serves the record files in tmp_path (--records) and watches tmp_path/run (--run).
+    app = create_app(WebConfig(model="none", games_dir=tmp_path / "games", record_dirs=(tmp_path,),
+                               run_dir=str(tmp_path / "run"), poll_seconds=0.05))
     with TestClient(app) as test_client:
         yield test_client
 
@@ -458,6 +461,56 @@ def test_record_files_for_replay(client, tmp_path):
         assert answer.status_code == status and message in answer.json()["error"], body
 
 
+def test_record_files_are_read_only_where_the_board_serves_them(tmp_path, monkeypatch):
+    # The board serves the record files inside the folders it was started with (--records,
+    # --games-dir, --run, --models) and its --replay file, paths read as the server reads them
+    # (relative to its working folder) and made real: a `..` that stays inside, or a link to a
+    # served file, is served; a path outside, a `..` climbing out, a link pointing out, are
+    # refused in the same words whether or not a file is there. Uploaded text is not a path.
+    monkeypatch.chdir(tmp_path)
+    kept, games, run, models, outside = (tmp_path / name for name in
+                                         ("kept", "games", "run", "models", "outside"))
+    for folder in (kept, games, run / "games", models, outside):
+        folder.mkdir(parents=True)
+    record = [GameRecord.from_game(random_game(5), "random", "random", event="test")]
+    served = [kept / "a.txt", games / "web-1.txt", run / "games" / "selfplay.txt",
+              models / "notes.txt", outside / "replay.txt"]
+    for path in (*served, outside / "secret.txt"):
+        write_records(path, record)
+    (kept / "link-in.txt").symlink_to(games / "web-1.txt")
+    (kept / "link-out.txt").symlink_to(outside / "secret.txt")
+    app = create_app(WebConfig(model="none", games_dir=Path("games"), record_dirs=(kept,),
+                               run_dir="run", model_dirs=(models,),
+                               replay=str(outside / "replay.txt"), warm_up=False))
+    with TestClient(app) as client:
+        assert client.get("/api/info").json()["record_dirs"] == \
+            [str(kept), "games", "run", str(models)]
+        for path in (*map(str, served), "games/web-1.txt", str(kept / "link-in.txt"),
+                     f"{kept}/../games/web-1.txt"):
+            answer = client.post("/api/records", json={"path": path, "game": 1})
+            assert answer.status_code == 200, (path, answer.json())
+            assert answer.json()["count"] == 1 and answer.json()["source"] == path
+        refusals = {}
+        for path in (str(outside / "secret.txt"), str(outside / "missing.txt"), str(outside),
+                     "outside/secret.txt", f"{kept}/../outside/secret.txt",
+                     f"{kept}/../outside/missing.txt", "games/../outside/secret.txt",
+                     str(kept / "link-out.txt"), "/etc/passwd", "/no/such/file.txt"):
+            answer = client.post("/api/records", json={"path": path})
+            assert answer.status_code == 400, (path, answer.json())
+            refusals[path] = answer.json()["error"].replace(repr(path), "PATH")
+        assert len(set(refusals.values())) == 1, refusals  # the same words for every path
+        assert "PATH is not one this board serves" in next(iter(refusals.values()))
+        missing = client.post("/api/records", json={"path": str(kept / "missing.txt")})
+        assert missing.status_code == 404 and "does not exist" in missing.json()["error"]
+        text = (outside / "secret.txt").read_text()
+        assert client.post("/api/records", json={"text": text}).json()["count"] == 1
+    bare = create_app(WebConfig(model="none", games_dir=None, warm_up=False))
+    with TestClient(bare) as client:
+        answer = client.post("/api/records", json={"path": str(kept / "a.txt")})
+        assert answer.status_code == 400
+        assert "is not one this board serves" in answer.json()["error"]
+
+
 def _write_run(run_dir: Path, games: list[list[Move]], iterations: int) -> None:
     """A run directory as `amazons.train` lays it out, with real games and metrics lines."""
     (run_dir / "games").mkdir(parents=True, exist_ok=True)
@@ -498,12 +551,47 @@ def test_watching_a_run_directory_pushes_new_games_and_metrics(client, tmp_path)
             stream.write('ss": 4.5}\n')
         update = socket.receive_json()["run"]
         assert [row["iteration"] for row in update["metrics"]] == [1.0, 2.0]
-    for params, status, message in [({"dir": str(tmp_path / "none")}, 404, "does not exist"),
-                                    ({}, 400, "'dir'")]:
-        answer = client.get("/api/runs", params=params)
-        assert answer.status_code == status and message in answer.json()["error"]
-    with client.websocket_connect(f"/api/runs/ws?dir={tmp_path / 'none'}") as socket:
-        assert "does not exist" in socket.receive_json()["error"]
+    answer = client.get("/api/runs")
+    assert answer.status_code == 400 and "'dir'" in answer.json()["error"]
+
+
+def test_only_the_boards_run_directory_is_watched(tmp_path):
+    # The watch view follows the board's --run folder and no other: the same folder named
+    # through a link or a `..` is it; another run, a `..` climbing out, a link inside it that
+    # points out, a folder inside it, are refused over HTTP and the websocket alike, in the same
+    # words whether or not a folder is there (400; the websocket closes with 4400).
+    run, other = tmp_path / "run", tmp_path / "other"
+    for folder in (run, other):
+        _write_run(folder, [random_game(10)], iterations=1)
+    (run / "link-out").symlink_to(other, target_is_directory=True)
+    (tmp_path / "alias").symlink_to(run, target_is_directory=True)
+    app = create_app(WebConfig(model="none", games_dir=None, run_dir=str(run), warm_up=False,
+                               poll_seconds=0.05))
+    with TestClient(app) as client:
+        for path in (str(run), str(tmp_path / "alias"), f"{other}/../run"):
+            answer = client.get("/api/runs", params={"dir": path})
+            assert answer.status_code == 200 and answer.json()["games_total"] == 1, path
+            with client.websocket_connect(f"/api/runs/ws?{urlencode({'dir': path})}") as socket:
+                assert socket.receive_json()["run"]["games_total"] == 1
+        refusals = {}
+        for path in (str(other), str(tmp_path / "missing"), f"{run}/../other",
+                     f"{run}/../missing", str(run / "link-out"), str(run / "games"), "/etc", "/"):
+            answer = client.get("/api/runs", params={"dir": path})
+            assert answer.status_code == 400, (path, answer.json())
+            refusals[path] = answer.json()["error"].replace(repr(path), "DIR")
+            with client.websocket_connect(f"/api/runs/ws?{urlencode({'dir': path})}") as socket:
+                assert socket.receive_json() == {"type": "error", "status": 400,
+                                                 "error": answer.json()["error"]}
+                with pytest.raises(WebSocketDisconnect) as closed:
+                    socket.receive_json()
+                assert closed.value.code == 4400
+        assert len(set(refusals.values())) == 1, refusals  # the same words for every path
+        assert "DIR is not one this board serves" in next(iter(refusals.values()))
+    bare = create_app(WebConfig(model="none", games_dir=None, warm_up=False))
+    with TestClient(bare) as client:
+        answer = client.get("/api/runs", params={"dir": str(run)})
+        assert answer.status_code == 400
+        assert "is not one this board serves" in answer.json()["error"]
 
 
 @pytest.mark.slow
@@ -591,6 +679,7 @@ def test_the_oldest_idle_game_makes_room(tmp_path):
     (["--run", "/no/such/run"], "--run /no/such/run: no such folder"),
     (["--replay", "/no/such/file.txt"], "no such file"),
     (["--models", "/no/such/models"], "--models /no/such/models: no such folder"),
+    (["--records", "/no/such/records"], "--records /no/such/records: no such folder"),
     (["--games-dir", "g", "--no-save"], "not allowed with argument"),
 ])
 def test_bad_command_lines_exit_2(argv, message, capsys):

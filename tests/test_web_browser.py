@@ -15,6 +15,7 @@ import sys
 import time
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import pytest
@@ -38,14 +39,28 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+class Server(NamedTuple):
+    """A running board and the folders it was started with."""
+
+    url: str
+    games: Path  # --games-dir: the record files of the games played
+    records: Path  # --records: the record files the replay view may name
+    run: Path  # --run: the one run directory the watch view may follow
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    """`python -m amazons.web` with rollout MCTS at 0.05 s a move; yields (url, games folder)."""
+    """`python -m amazons.web` with rollout MCTS at 0.05 s a move, serving a folder of record
+    files and a run directory (the page may name no other path)."""
     folder = tmp_path_factory.mktemp("web")
+    served = Server("", folder / "games", folder / "records", folder / "run")
+    for path in (served.records, served.run):
+        path.mkdir()
     port = free_port()
     process = subprocess.Popen(
         [sys.executable, "-m", "amazons.web", "--port", str(port), "--model", "none",
-         "--time", "0.05", "--games-dir", str(folder / "games"), "--log-level", "warning"],
+         "--time", "0.05", "--games-dir", str(served.games), "--records", str(served.records),
+         "--run", str(served.run), "--log-level", "warning"],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
@@ -60,7 +75,7 @@ def server(tmp_path_factory):
                 pytest.fail(f"the server did not start:\n{process.stdout.read()}")
             time.sleep(0.2)
     try:
-        yield url, folder / "games"
+        yield served._replace(url=url)
     finally:
         process.terminate()
         try:
@@ -135,11 +150,11 @@ def click_move(page: Page) -> Move:
     return Move(*squares)
 
 
-def test_a_whole_game_by_clicks_against_the_ai(server, page, tmp_path):
-    url, games_dir = server
+def test_a_whole_game_by_clicks_against_the_ai(server, page):
+    url, games_dir = server.url, server.games
     moves = random_game(21)
     start = len(moves) - 9  # a few moves from the end of a random game
-    source = tmp_path / "source.txt"
+    source = server.records / "source.txt"
     write_records(source, [GameRecord.from_game(moves, "random", "random", event="test")])
     load_record(page, url, source)
     page.click("#replay-controls button:text('End')")
@@ -182,15 +197,15 @@ def test_a_whole_game_by_clicks_against_the_ai(server, page, tmp_path):
     assert listed == [str(move) for move in record.moves]
 
 
-def test_analysis_territory_and_decided_positions(server, page, tmp_path):
-    url, _ = server
+def test_analysis_territory_and_decided_positions(server, page):
+    url = server.url
     moves = random_game(5)  # 6 plies before its end, Black to move has a proven win
-    source = tmp_path / "proven.txt"
+    source = server.records / "proven.txt"
     write_records(source, [GameRecord.from_game(moves, "random", "random", event="test")])
     separated = random_game(14)  # the amazons are separated from the first adjudicated ply on
     split = next(ply for ply in range(len(separated))
                  if Board.from_moves(separated[:ply]).adjudicate() is not None)
-    separated_source = tmp_path / "separated.txt"
+    separated_source = server.records / "separated.txt"
     write_records(separated_source,
                   [GameRecord.from_game(separated, "random", "random", event="test")])
     page.goto(f"{url}/#play")
@@ -236,10 +251,10 @@ def test_analysis_territory_and_decided_positions(server, page, tmp_path):
     assert tinted_squares(page, "#play-board") == owned_squares(position)
 
 
-def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):
-    url, _ = server
+def test_replaying_a_record_steps_jumps_and_autoplays(server, page):
+    url = server.url
     games = [random_game(31), random_game(32)]
-    path = tmp_path / "games.txt"
+    path = server.records / "games.txt"
     write_records(path, [GameRecord.from_game(moves, "random", "random", event="test")
                          for moves in games])
     moves = games[1]
@@ -293,10 +308,9 @@ def test_replaying_a_record_steps_jumps_and_autoplays(server, page, tmp_path):
     assert "games.txt: 2 games" in page.inner_text("#replay-message")
 
 
-def test_watching_a_run_shows_new_games_and_plots(server, page, tmp_path):
-    url, _ = server
-    run_dir = tmp_path / "run"
-    (run_dir / "games").mkdir(parents=True)
+def test_watching_a_run_shows_new_games_and_plots(server, page):
+    url, run_dir = server.url, server.run
+    (run_dir / "games").mkdir()
     (run_dir / "config.json").write_text(json.dumps({"preset": "cpu", "iterations": 5}))
     (run_dir / "elo.json").write_text(json.dumps({"ratings": {"random": 0, "iter-0001": 120.5}}))
     lines = [{"iteration": 1, "train/loss": 8.0, "train/policy_loss": 7.0, "train/value_mse": 1.0,

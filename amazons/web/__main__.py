@@ -2,9 +2,8 @@
 
     python -m amazons.web [--host 127.0.0.1] [--port 8000] [--model default|none|PATH]
                           [--models DIR ...] [--time SECONDS] [--games-dir DIR | --no-save]
-                          [--run RUN_DIR]
-                          [--replay FILE] [--search-threads N] [--torch-threads N]
-                          [--log-level LEVEL]
+                          [--run RUN_DIR] [--replay FILE] [--records DIR ...]
+                          [--search-threads N] [--torch-threads N] [--log-level LEVEL]
 
 Serves the page and its API with uvicorn until Ctrl-C. Exit status 2 for bad arguments.
 """
@@ -43,9 +42,14 @@ def _parser() -> argparse.ArgumentParser:
                         help="folder for the record files of played games (default games/)")
     saving.add_argument("--no-save", action="store_true", help="do not write record files")
     parser.add_argument("--run", default=None, metavar="RUN_DIR",
-                        help="open the page on this training run directory (watch view)")
+                        help="open the page on this training run directory (watch view), the "
+                             "one run it may watch")
     parser.add_argument("--replay", default=None, metavar="FILE",
                         help="open the page on this record file (replay view)")
+    parser.add_argument("--records", action="append", type=Path, default=[], metavar="DIR",
+                        help="a folder whose record files the replay view may name "
+                             "(repeatable); it may also name --replay and the files inside "
+                             "--games-dir, --run and --models, and no other path")
     parser.add_argument("--search-threads", type=int, default=2,
                         help="worker threads for searches (default 2)")
     parser.add_argument("--torch-threads", type=int, default=1,
@@ -80,21 +84,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.error(f"--torch-threads must be at least 1, got {args.torch_threads}")
     if args.run is not None and not Path(args.run).is_dir():
         parser.error(f"--run {args.run}: no such folder")
-    for folder in args.models:
-        if not folder.is_dir():
-            parser.error(f"--models {folder}: no such folder")
+    for option, folders in (("--models", args.models), ("--records", args.records)):
+        for folder in folders:
+            if not folder.is_dir():
+                parser.error(f"{option} {folder}: no such folder")
     if args.replay is not None and not Path(args.replay).is_file():
         parser.error(f"--replay {args.replay}: no such file")
     import uvicorn  # after the checks: a bad argument answers at once
 
-    config = WebConfig(model=args.model, model_dirs=tuple(args.models), time_per_move=args.time,
+    config = WebConfig(model=args.model, model_dirs=tuple(args.models),
+                       record_dirs=tuple(args.records), time_per_move=args.time,
                        games_dir=None if args.no_save else args.games_dir,
                        search_threads=args.search_threads, torch_threads=args.torch_threads,
                        run_dir=args.run, replay=args.replay,
                        allowed_hosts=LOOPBACK_HOSTS if _is_loopback(args.host) else None)
     if not _is_loopback(args.host):
         print(f"warning: listening on {args.host}: anyone who can reach it can play, and read "
-              "the record files and run directories they name", file=sys.stderr)
+              "the record files, models and run directory it serves", file=sys.stderr)
     host = f"[{args.host}]" if ":" in args.host else args.host
     print(f"amazons web board: http://{host}:{args.port}/  (Ctrl-C stops)", flush=True)
     uvicorn.run(create_app(config), host=args.host, port=args.port, log_level=args.log_level)

@@ -13,12 +13,16 @@
     DELETE /api/games/{id}          forget the game
     WS   /api/games/{id}/ws         pushes {"type": "state", "state": ...} on every change
     POST /api/records               {path | text, game} -> game summaries, or one game to replay
+                                    (path: a record file the board serves, library.RecordLibrary)
     GET  /api/runs?dir=RUN_DIR      a training run's snapshot (metrics, ladder, newest games)
     WS   /api/runs/ws?dir=RUN_DIR   pushes {"type": "run", "run": ...} when the run's files change
+                                    (dir: the board's --run folder, runs.served_run_dirs)
 
 Every refused request gets a 4xx answer `{"error": "..."}` that names what was wrong and changes
-nothing (`amazons.web.inputs`); an unexpected failure is a 500 with the same shape. Searches and
-file parsing run on worker threads; the event loop only moves data.
+nothing (`amazons.web.inputs`); an unexpected failure is a 500 with the same shape. A path a
+request names (a model, a record file, a run directory) is one the board was started with, or is
+refused in the same words whatever is there (`inputs.ServedPaths`). Searches and file parsing
+run on worker threads; the event loop only moves data.
 """
 
 from __future__ import annotations
@@ -50,7 +54,7 @@ from amazons.mcts import warm_up
 from amazons.web.games import GameStore
 from amazons.web.inputs import BadRequestError, JsonFields, WebError, parse_json_object, parse_move
 from amazons.web.library import RecordLibrary
-from amazons.web.runs import RunWatcher
+from amazons.web.runs import RunWatcher, served_run_dirs
 
 __all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "WebConfig", "create_app"]
 
@@ -65,14 +69,17 @@ class WebConfig:
     model: str = "default"  # the AI of a new game unless it names one: default, none or a path
     # folders whose model files a game may name, besides run_dir's (games.ServedModels)
     model_dirs: tuple[Path, ...] = ()
+    # folders whose record files the replay view may name, besides games_dir's, run_dir's and
+    # model_dirs' (library.RecordLibrary)
+    record_dirs: tuple[Path, ...] = ()
     time_per_move: float = 1.0  # seconds per AI move unless a new game says otherwise
     games_dir: Path | None = Path("games")  # where each game's record file goes (None: not saved)
     max_games: int = 16  # games held; a new one drops the least recently used idle game
     search_threads: int = 2  # worker threads for searches (games search in parallel up to this)
     torch_threads: int = 1  # torch's intra-op threads once a network model is loaded
     poll_seconds: float = 1.0  # how often a watched run directory is looked at
-    run_dir: str | None = None  # a run directory the page opens in the watch view
-    replay: str | None = None  # a record file the page opens in the replay view
+    run_dir: str | None = None  # the run directory the page opens in, and may watch
+    replay: str | None = None  # a record file the page opens in the replay view (served)
     warm_up: bool = True  # compile (or load) the search kernels before serving
     allowed_hosts: tuple[str, ...] | None = None  # Host headers served (None: any); the command
     #   line gives a loopback server LOOPBACK_HOSTS, so a web page cannot rebind a name onto it
@@ -156,10 +163,15 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     config = config or WebConfig()
     executor = ThreadPoolExecutor(max_workers=config.search_threads,
                                   thread_name_prefix="amazons-search")
-    model_folders = [*config.model_dirs, *([Path(config.run_dir)] if config.run_dir else [])]
+    run_folders = [Path(config.run_dir)] if config.run_dir else []
+    model_folders = [*config.model_dirs, *run_folders]
+    record_folders = [*config.record_dirs, *([config.games_dir] if config.games_dir else []),
+                      *run_folders, *config.model_dirs]
     store = GameStore(executor, config.games_dir, config.max_games, config.model,
                       config.time_per_move, config.torch_threads, model_folders)
-    library = RecordLibrary()
+    library = RecordLibrary(files=[config.replay] if config.replay else [],
+                            folders=record_folders)
+    runs = served_run_dirs(run_folders)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -179,6 +191,7 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             "version": __version__,
             "model": config.model,
             "model_dirs": [str(folder) for folder in model_folders],
+            "record_dirs": [str(folder) for folder in record_folders],
             "time_per_move": config.time_per_move,
             "games_dir": None if config.games_dir is None else str(config.games_dir),
             "run_dir": config.run_dir,
@@ -256,11 +269,11 @@ def create_app(config: WebConfig | None = None) -> Starlette:
         body = await _body(request)
         return JSONResponse(await asyncio.to_thread(library.answer, body))
 
-    def _run_dir(params: Any) -> str:
+    def _run_dir(params: Any) -> Path:
         run_dir = params.get("dir")
         if not run_dir:
             raise BadRequestError("query parameter 'dir' (the run directory) is missing")
-        return run_dir
+        return runs.resolve(run_dir)
 
     async def run_snapshot(request: Request) -> Response:
         watcher = RunWatcher(_run_dir(request.query_params))

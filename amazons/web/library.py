@@ -3,9 +3,11 @@
 `RecordLibrary.answer(body)` serves `POST /api/records`: the games of a record file named by a
 path on the server's machine, or of record text the browser sends (a file the user picked),
 either as a list of summaries or, with `game`, one game with the board after every ply
-(`amazons.web.views.record_view`). Parsing replays every move on the engine, so it runs on a
-worker thread; a parsed file is kept until its size or modification time changes. Imports
-`records` and the web package's own modules.
+(`amazons.web.views.record_view`). A path names one of the record files the board serves (its
+`--replay` file, files inside the folders it was started with), checked by `ServedPaths`; text
+is whatever the browser sends. Parsing replays every move on the engine, so it runs on a worker
+thread; a parsed file is kept until its size or modification time changes. Imports `records`
+and the web package's own modules.
 """
 
 from __future__ import annotations
@@ -13,11 +15,12 @@ from __future__ import annotations
 import os
 import threading
 from collections import OrderedDict
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from amazons.records import GameRecord, RecordError, parse_records, read_records
-from amazons.web.inputs import BadRequestError, JsonFields, NotFoundError
+from amazons.web.inputs import BadRequestError, JsonFields, NotFoundError, ServedPaths
 from amazons.web.views import record_summary, record_view
 
 __all__ = ["RecordLibrary", "load_record_file"]
@@ -48,18 +51,30 @@ def load_record_file(path: str | os.PathLike) -> list[GameRecord]:
 
 
 class RecordLibrary:
-    """Parsed record files, the newest `max_files` kept, each until the file changes.
+    """The record files a request may name, parsed: the newest `max_files` kept, each until the
+    file changes.
 
     Safe to call from several worker threads.
+
+    Args:
+        files: record files served themselves (the board's `--replay`).
+        folders: folders whose files are served (`--records`, `--games-dir`, `--run`,
+            `--models`); a path elsewhere is refused (`ServedPaths`).
+        max_files: parsed files kept.
     """
 
-    def __init__(self, max_files: int = 4) -> None:
+    def __init__(self, files: Iterable[str | os.PathLike] = (),
+                 folders: Iterable[str | os.PathLike] = (), max_files: int = 4) -> None:
+        self.served = ServedPaths(
+            "record file", "a file inside a folder the board was started with (--records, "
+            "--games-dir, --run, --models) or its --replay file", exact=files, within=folders)
         self.max_files = max_files
         self._files: OrderedDict[tuple[str, int, int], list[GameRecord]] = OrderedDict()
         self._lock = threading.Lock()
 
     def games(self, path: str | os.PathLike) -> list[GameRecord]:
-        """The games of the file at `path` (parsed again only when it changed).
+        """The games of the file at `path`, a path already served (parsed again only when it
+        changed).
 
         Raises:
             NotFoundError, BadRequestError: see `load_record_file`.
@@ -84,16 +99,17 @@ class RecordLibrary:
     def answer(self, body: dict[str, Any]) -> dict[str, Any]:
         """The answer to `POST /api/records`.
 
-        Body: `path` (a record file on the server's machine) or `text` (record text), and
-        optionally `game` (its number, from 1).
+        Body: `path` (a record file the board serves) or `text` (record text), and optionally
+        `game` (its number, from 1).
 
         Returns:
             `{"source", "count", "games": [summary, ...]}` without `game`; with it,
             `{"source", "count", "game": record_view}`.
 
         Raises:
-            BadRequestError: neither or both sources, bad record text, a game number that is not
-                in the file. NotFoundError: no file at `path`.
+            BadRequestError: neither or both sources, a path the board does not serve (the same
+                words whatever is there), bad record text, a game number that is not in the
+                file. NotFoundError: no file at a served `path`.
         """
         fields = JsonFields(body, RECORD_FIELDS)
         if ("path" in fields) == ("text" in fields):
@@ -101,7 +117,7 @@ class RecordLibrary:
         number = fields.integer("game", minimum=1)
         if "path" in fields:
             source = fields.string("path")
-            records = self.games(source)
+            records = self.games(self.served.resolve(source))
         else:
             text = fields.values["text"]
             if not isinstance(text, str):

@@ -11,7 +11,8 @@ changed, returns a new snapshot: every metrics line, the ladder, the number of s
 and the newest few in full. The game count is kept up to date by reading only the bytes appended
 since the last poll, and the newest games come from the end of the file, so a long run costs no
 more per poll than a short one. A line or game still being written when it is read is left for
-the next poll. Reads files only; imports `records` and the web package's own modules.
+the next poll. The one run directory a request may name is the board's `--run` folder
+(`served_run_dirs`). Reads files only; imports `records` and the web package's own modules.
 """
 
 from __future__ import annotations
@@ -19,19 +20,27 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from amazons.records import RecordError, parse_records
-from amazons.web.inputs import BadRequestError, NotFoundError
+from amazons.web.inputs import BadRequestError, NotFoundError, ServedPaths
 from amazons.web.views import record_view
 
-__all__ = ["RunWatcher", "SELFPLAY_GAMES"]
+__all__ = ["RunWatcher", "SELFPLAY_GAMES", "served_run_dirs"]
 
 SELFPLAY_GAMES = Path("games") / "selfplay.txt"
 _WATCHED = ("config.json", "state.json", "metrics.jsonl", "elo.json", str(SELFPLAY_GAMES), "models")
 _GAME_START = b"\n\n["  # games are blank-line separated and start with their headers
 _TAIL_CHUNK = 64 * 1024
+
+
+def served_run_dirs(run_dirs: Iterable[str | os.PathLike]) -> ServedPaths:
+    """The run directories a request may watch: `run_dirs` themselves (the board's `--run`), not
+    the folders inside them nor any other folder (`ServedPaths.resolve` gives the real one)."""
+    return ServedPaths("run directory", "the board watches only the run directory it was "
+                       "started with (--run)", exact=run_dirs)
 
 
 def _read_json(path: Path) -> Any:

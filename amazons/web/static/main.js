@@ -28,8 +28,9 @@ async function start() {
       play.start({ moves, side });
       location.hash = "#play";
     },
+    info,
   });
-  const watch = new WatchView();
+  const watch = new WatchView(info);
   window.addEventListener("hashchange", () => show(location.hash.slice(1)));
   document.addEventListener("keydown", (event) => {
     if (event.target.closest("input, select, textarea")) return;

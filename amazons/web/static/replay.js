@@ -150,8 +150,15 @@ export function gamesTable(games, onPick, current = null) {
 }
 
 export class ReplayView {
-  constructor({ continueGame }) {
+  // `info`: the server's /api/info, which names the record files it serves.
+  constructor({ continueGame, info }) {
     this.form = document.getElementById("replay-source");
+    // The server reads record files inside the folders it was started with, and its --replay.
+    const served = [...(info.record_dirs || []).map((folder) => `inside ${folder}`),
+                    ...(info.replay ? [info.replay] : [])];
+    this.form.elements.path.title = served.length
+      ? `a record file ${served.join(", ")}`
+      : "start the board with --records DIR to name the record files in a folder";
     this.message = document.getElementById("replay-message");
     this.list = document.getElementById("replay-games");
     this.viewer = new GameViewer(document.getElementById("replay-board"),

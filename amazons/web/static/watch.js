@@ -16,8 +16,13 @@ function series(metrics, key, name = key) {
 }
 
 export class WatchView {
-  constructor() {
+  // `info`: the server's /api/info; its run_dir is the one run the server lets the page watch.
+  constructor(info) {
     this.form = document.getElementById("watch-source");
+    if (info.run_dir) this.form.elements.dir.value = info.run_dir;
+    this.form.elements.dir.title = info.run_dir
+      ? `the board's run directory (--run): ${info.run_dir}`
+      : "start the board with --run RUN_DIR to watch a training run";
     this.status = document.getElementById("watch-status");
     this.follow = document.getElementById("watch-follow");
     this.viewer = new GameViewer(document.getElementById("watch-board"),
