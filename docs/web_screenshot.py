@@ -60,7 +60,7 @@ def main() -> None:
                                                     "mcts-net:default", event="self-play")])
         server = subprocess.Popen([sys.executable, "-m", "amazons.web", "--port", str(port),
                                    "--model", "default", "--time", "1", "--no-save",
-                                   "--log-level", "warning"], cwd=ROOT)
+                                   "--records", folder, "--log-level", "warning"], cwd=ROOT)
         url = f"http://127.0.0.1:{port}"
         try:
             for _ in range(300):
