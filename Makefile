@@ -46,7 +46,9 @@ browser: $(CHROMIUM)
 # (tests/conftest.py puts the longest files first; xdist's own order, by number of tests, would
 # leave the two-test learning file for last, alone on one worker); then the `serial` tests
 # alone (they time a reply or a stop on the wall clock, which a neighbouring test's load would
-# stretch). MARK narrows both parts, e.g. MARK="not slow".
+# stretch). MARK narrows both parts, e.g. MARK="not slow". Every test has a ceiling
+# (pyproject.toml's `timeout`, 4 times it for the tests marked slow: a hung test fails with its
+# stack), and each session fails if a process it started still runs at its end (tests/harness.py).
 TEST_WORKERS ?= 2
 MARK ?=
 PYTEST := AMAZONS_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -q --durations=15

@@ -10,6 +10,10 @@ locks created by this process or the processes it starts through multiprocessing
 carry this session's prefix, `sem.mp-amazons-test-PID-...`). Processes started otherwise (a
 `python -m amazons.train` subprocess, Ray's workers) are checked by their own tests.
 
+The suite's safety net is the plugin `tests/harness.py` (loaded below): every test's ceiling (a
+hung test fails with its stack), short reports of failed comparisons of large values, and the
+session-end check that nothing the session started is still running.
+
 Hypothesis profiles: `ci` (chosen when the `CI` environment variable is set) runs more examples;
 `dev` (the default) keeps the whole engine test set well under a minute on a laptop. Both
 switch the per-example deadline off: the oracle is slow on purpose and timings vary.
@@ -39,6 +43,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import oracle  # noqa: E402  (needs the path above when tests/ is imported as a package)
+
+pytest_plugins = ("harness", "pytester")
 
 from amazons._processes import process_context  # noqa: E402
 from amazons.inference import segment_prefix  # noqa: E402
