@@ -3,8 +3,11 @@
 A process that ignores SIGTERM, or cannot act on it (stopped with SIGSTOP, stuck in native code
 with the signal blocked), outlives `terminate`; one `join(timeout)` after another then waits the
 timeout once per such process and still leaves them all alive. `end_processes` gives all of them
-one shared grace and kills whatever is left, so every process is gone when it returns. The arena's
-workers (`amazons.arena`) and the self-play actors (`amazons.train.selfplay`) are ended so.
+one shared grace and kills whatever is left, then waits `KILL_WAIT_S` at most, in all, for the
+killed ones: every process is gone when it returns, but one whose end cannot be seen (stuck in
+the kernel, or a forkserver child whose forkserver is stopped and so never reports its exit) is
+named in a warning instead of holding its caller forever. The arena's workers (`amazons.arena`)
+and the self-play actors (`amazons.train.selfplay`) are ended so.
 
 `process_context` is how the package starts those processes, and its inference servers: from a
 forkserver that imported their modules once (NumPy, Numba, the engine, the search), so a new
@@ -13,7 +16,11 @@ again (about 2.4 s of CPU an actor on a 2-core EPYC, and again for each arena wo
 A network's server process also needs torch and the network evaluators (about 2.2 s more): an
 evaluator factory names such modules in its `preload` attribute
 (`amazons.neural.production.NetworkEvaluatorFactory` does), and the forkserver of a process that
-starts such a server imports them too.
+starts such a server imports them too. Every name is checked when it is asked for: one that names
+no module raises `ValueError` there (multiprocessing's forkserver would drop its ImportError
+without a word). A module that exists but fails to import in the forkserver is its children's to
+import: an ImportError is dropped there and a child that needs the module raises it on its own
+import; any other exception ends the forkserver, with its traceback on this process's stderr.
 
 `check_niceness` and `apply_niceness` are the one check and the one `os.nice` call of the `nice`
 that the inference server's and the self-play actors' configs add to their processes.
@@ -23,25 +30,29 @@ Imports nothing from the package (the forkserver's modules are named, not import
 
 from __future__ import annotations
 
+import importlib.util
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import time
+import warnings
 from collections.abc import Iterable, Sequence
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
-__all__ = ["FORKSERVER_PRELOAD", "MAX_NICENESS", "NETWORK_PRELOAD", "TERMINATE_GRACE_S",
+__all__ = ["FORKSERVER_PRELOAD", "KILL_WAIT_S", "MAX_NICENESS", "NETWORK_PRELOAD",
+           "TERMINATE_GRACE_S",
            "apply_niceness", "check_niceness", "end_processes", "factory_preload",
            "process_context", "start_forkserver"]
 
-# What the forkserver imports once for every process it forks: the parent's main module (as
-# multiprocessing's own default does), the inference protocol, self-play, and the search kernels
-# themselves, loaded (`amazons.mcts_warm`). Torch is not among them unless a caller asks (a
-# network's server): an actor or an arena worker never needs it. Importing torch initializes no
-# CUDA, so the children that use a GPU still can.
-FORKSERVER_PRELOAD = ("__main__", "amazons.inference", "amazons.train.selfplay",
-                      "amazons.mcts_warm")
+# What the forkserver imports once for every process it forks: the inference protocol, self-play,
+# and the search kernels themselves, loaded (`amazons.mcts_warm`). Torch is not among them unless
+# a caller asks (a network's server): an actor or an arena worker never needs it. Importing torch
+# initializes no CUDA, so the children that use a GPU still can. Not `__main__`, multiprocessing's
+# own default: it does nothing up to Python 3.13.7 and, from CPython's gh-126631 fix on (3.13.8,
+# 3.14), runs the parent's main script in the forkserver, which is wrong for a script without a
+# `__main__` guard (Ray's worker script, a user's); the package's processes run its functions.
+FORKSERVER_PRELOAD = ("amazons.inference", "amazons.train.selfplay", "amazons.mcts_warm")
 
 # What a network's inference server imports anyway: torch and the network evaluators
 # (`amazons.neural.production.NetworkEvaluatorFactory.preload`).
@@ -66,13 +77,30 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
     imports its own in its process). Its children take the parent's `sys.path` and working
     directory at their start, as spawn's do, but the environment of the moment the forkserver
     started.
+
+    Raises:
+        ValueError: a name of `preload` names no module (nothing is added then).
     """
-    _preload.extend(name for name in preload if name not in _preload)
+    added = [name for name in dict.fromkeys(preload) if name not in _preload]
+    for name in added:
+        _check_module(name)
+    _preload.extend(added)
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
     context.set_forkserver_preload(list(_preload))
     return context
+
+
+def _check_module(name: str) -> None:
+    """Raise ValueError unless `name` is a module that can be found (its parent packages are
+    imported to look, as by an import; the module itself is not)."""
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError) as error:  # a parent package missing, an empty name
+        raise ValueError(f"the forkserver cannot preload {name!r}: {error}") from error
+    if not found:
+        raise ValueError(f"the forkserver cannot preload {name!r}: no such module")
 
 
 def start_forkserver(preload: Iterable[str] = ()) -> None:
@@ -83,6 +111,9 @@ def start_forkserver(preload: Iterable[str] = ()) -> None:
     its own (torch, the network, the learner), it does so on another core meanwhile, and the
     first workers fork at once. A forkserver already running is left as it is; where the
     platform has none, nothing is started.
+
+    Raises:
+        ValueError: a name of `preload` names no module (no forkserver is started then).
     """
     context = process_context(preload)
     if context.get_start_method() == "forkserver":
@@ -95,12 +126,15 @@ def factory_preload(factory: object) -> tuple[str, ...]:
     return tuple(getattr(factory, "preload", ()))
 
 
-def end_processes(processes: Sequence[BaseProcess], grace: float) -> None:
+def end_processes(processes: Sequence[BaseProcess], grace: float,
+                  kill_wait: float | None = None) -> None:
     """Terminate the live `processes`, kill those still alive `grace` seconds later, reap all.
 
     Processes never started are skipped. Returns when every started process has exited and been
-    joined, also when a KeyboardInterrupt arrives during the grace: the kill and the joins run
-    before it propagates.
+    joined, and after `grace + kill_wait` seconds at most (`kill_wait` default: `KILL_WAIT_S`;
+    the killed processes share it): one whose end is not seen by then is named in a
+    RuntimeWarning and left unjoined. Also when a KeyboardInterrupt arrives during the grace,
+    the kill and the joins run before it propagates.
     """
     alive = [process for process in processes
              if process.pid is not None and process.exitcode is None]
@@ -114,11 +148,18 @@ def end_processes(processes: Sequence[BaseProcess], grace: float) -> None:
         for process in alive:
             if process.exitcode is None:
                 process.kill()
+        kill_wait = KILL_WAIT_S if kill_wait is None else kill_wait
+        deadline = time.monotonic() + kill_wait
         for process in alive:
-            process.join()
+            process.join(max(0.0, deadline - time.monotonic()))
+        unseen = [process.pid for process in alive if process.exitcode is None]
+        if unseen:
+            warnings.warn(f"processes {unseen} did not end within {kill_wait:g} s of their "
+                          "SIGKILL; left unjoined", RuntimeWarning, stacklevel=2)
 
 
 TERMINATE_GRACE_S = 5.0  # seconds from a worker's SIGTERM to its SIGKILL (arena workers, actors)
+KILL_WAIT_S = 5.0  # seconds `end_processes` waits, at most, for the processes it killed to end
 MAX_NICENESS = 19  # the largest niceness Linux gives a process (`nice` adds 0..19)
 
 

@@ -1,11 +1,13 @@
 """`amazons._processes`: `end_processes` leaves no started process behind, one that ignores SIGTERM
-included, within one shared grace; `process_context`'s forkserver imports what its callers asked
-for."""
+included, within one shared grace, and returns within its bound when a killed process's end
+cannot be seen; `process_context`'s forkserver imports what its callers asked for, refuses a name
+that is no module, and is never asked to run the main script."""
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
+import multiprocessing.forkserver
 import signal
 import subprocess
 import sys
@@ -13,7 +15,13 @@ import time
 
 import pytest
 
-from amazons._processes import NETWORK_PRELOAD, end_processes, factory_preload
+from amazons._processes import (
+    FORKSERVER_PRELOAD,
+    NETWORK_PRELOAD,
+    end_processes,
+    factory_preload,
+    process_context,
+)
 from amazons.mcts import UniformEvaluator
 from amazons.neural.production import NetworkEvaluatorFactory
 
@@ -28,9 +36,16 @@ def _sleep() -> None:
     time.sleep(60)
 
 
+# One grace for all: 3 processes that ignore SIGTERM are killed GRACE_S after the SIGTERM, where a
+# grace each would take 3 * GRACE_S; the kill and the reaping take milliseconds, so the bound of
+# 2 * GRACE_S tells the two apart with a whole grace to spare for a loaded machine.
+GRACE_S = 2.0
+STUBBORN = 3
+
+
 def test_a_process_that_ignores_sigterm_is_killed_after_one_shared_grace():
     context = mp.get_context("fork")
-    events = [context.Event() for _ in range(2)]
+    events = [context.Event() for _ in range(STUBBORN)]
     stubborn = [context.Process(target=_ignore_sigterm_and_sleep, args=(event,))
                 for event in events]
     polite = context.Process(target=_sleep)
@@ -42,12 +57,70 @@ def test_a_process_that_ignores_sigterm_is_killed_after_one_shared_grace():
         assert event.wait(30)
     done.join(30)
     started = time.monotonic()
-    end_processes([*stubborn, polite, done, never_started], grace=0.5)
+    end_processes([*stubborn, polite, done, never_started], grace=GRACE_S)
     seconds = time.monotonic() - started
-    assert [process.exitcode for process in stubborn] == [-signal.SIGKILL] * 2
+    assert [process.exitcode for process in stubborn] == [-signal.SIGKILL] * STUBBORN
     assert polite.exitcode == -signal.SIGTERM and done.exitcode == 0
     assert never_started.pid is None
-    assert seconds < 10.0  # one grace for both stubborn processes, not one each
+    # the stubborn ones had the whole grace, and one grace for all of them, not one each
+    assert GRACE_S <= seconds < 2 * GRACE_S, seconds
+
+
+STOPPED_FORKSERVER_SCRIPT = """
+import signal
+import sys
+import time
+import warnings
+
+import psutil
+
+from amazons._processes import end_processes, process_context
+
+
+def ignore_sigterm(ready):
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    ready.set()
+    time.sleep(120)
+
+
+if __name__ == "__main__":
+    grace, kill_wait = float(sys.argv[1]), float(sys.argv[2])
+    context = process_context()
+    ready = context.Event()
+    child = context.Process(target=ignore_sigterm, args=(ready,))
+    child.start()
+    assert ready.wait(120)
+    forkserver = next(process for process in psutil.Process().children()
+                      if "multiprocessing.forkserver" in " ".join(process.cmdline()))
+    # The forkserver reaps its children and reports their exits: stopped, it reports none.
+    forkserver.suspend()
+    started = time.monotonic()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        end_processes([child], grace=grace, kill_wait=kill_wait)
+    seconds = time.monotonic() - started
+    unjoined = child.exitcode is None
+    forkserver.resume()
+    child.join(60)
+    print(seconds, unjoined, child.pid, child.exitcode, [str(w.message) for w in caught])
+"""
+
+
+def test_ending_processes_returns_within_its_bound_when_a_kill_is_not_seen(tmp_path):
+    """A forkserver child whose forkserver is stopped: killed, it is gone, but nothing reports
+    its end, where the last join waited forever. `end_processes` returns after its grace and its
+    wait for the kill, naming the process; it is reaped once the forkserver runs again."""
+    script = tmp_path / "stopped.py"
+    script.write_text(STOPPED_FORKSERVER_SCRIPT)
+    grace, kill_wait = 0.5, 1.0
+    result = subprocess.run([sys.executable, str(script), str(grace), str(kill_wait)],
+                            capture_output=True, text=True, timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    seconds, unjoined, pid, exitcode, warned = result.stdout.strip().split(" ", 4)
+    # waited the grace and the kill's wait, then returned (well before another such wait)
+    assert grace + kill_wait <= float(seconds) < grace + 2 * kill_wait, seconds
+    assert unjoined == "True" and exitcode == str(-signal.SIGKILL)
+    assert f"processes [{pid}] did not end within 1 s of their SIGKILL" in warned, warned
 
 
 REPORT_SCRIPT = """
@@ -91,6 +164,8 @@ def test_the_forkserver_imports_what_its_process_asked_for_before_it_started(tmp
 
 START_SCRIPT = """
 import sys
+import time
+from pathlib import Path
 
 import psutil
 
@@ -101,22 +176,43 @@ def report(queue):
     queue.put("torch" in sys.modules)
 
 
+def forkserver_has_torch():
+    # A child's command line reads empty until its exec is done (start_forkserver returns
+    # before), and torch is mapped once the preload imported it.
+    for child in psutil.Process().children():
+        try:
+            if ("multiprocessing.forkserver" in " ".join(child.cmdline())
+                    and "libtorch" in Path(f"/proc/{child.pid}/maps").read_text()):
+                return True
+        except (psutil.Error, OSError):
+            pass
+    return False
+
+
 if __name__ == "__main__":
     start_forkserver(sys.argv[1:])
-    running = any("forkserver" in " ".join(child.cmdline())
-                  for child in psutil.Process().children())
+    deadline = time.monotonic() + 120
+    while not forkserver_has_torch() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    loaded = forkserver_has_torch()  # no worker has started yet
     context = process_context()
     queue = context.Queue()
     child = context.Process(target=report, args=(queue,))
     child.start()
-    print(running, queue.get(timeout=120))
+    print(loaded, queue.get(timeout=120))
     child.join(60)
 """
 
 
 def test_the_main_job_can_start_its_forkserver_before_its_first_worker(tmp_path):
-    """`start_forkserver` (what `python -m amazons.train` calls first) leaves a forkserver
-    running before any worker starts, with the modules it was given: its children have torch."""
+    """`start_forkserver` (what `python -m amazons.train` calls once its arguments parse) starts
+    a forkserver that imports the modules it was given before any worker starts: it has torch
+    loaded with no worker started, and its children have torch.
+
+    The forkserver is found by its command line, which is empty until its exec is done:
+    `start_forkserver` returns right after the fork, so a check made at once saw no forkserver
+    whenever it read the command line first (2 of 5 runs of the old check in a PID namespace,
+    where the scan of /proc is short, as on a fresh machine): the check waits for it instead."""
     script = tmp_path / "start.py"
     script.write_text(START_SCRIPT)
     result = subprocess.run([sys.executable, str(script), *NETWORK_PRELOAD],
@@ -125,9 +221,63 @@ def test_the_main_job_can_start_its_forkserver_before_its_first_worker(tmp_path)
     assert result.stdout.split() == ["True", "True"]
 
 
-def test_a_network_factory_names_torch_for_its_servers_forkserver():
-    assert factory_preload(NetworkEvaluatorFactory("model.pt")) == NETWORK_PRELOAD
-    assert NETWORK_PRELOAD == ("amazons.neural.production",)
+NO_MODULE_SCRIPT = """
+import sys
+
+import psutil
+
+from amazons._processes import start_forkserver
+
+try:
+    start_forkserver(sys.argv[1:])
+except ValueError as error:
+    print(error)
+print(len(psutil.Process().children()))
+"""
+
+
+@pytest.mark.parametrize(("name", "why"), [("amazons.no_such_module", "no such module"),
+                                           ("no_such_package.module", "No module named")])
+def test_a_preload_that_names_no_module_is_refused_before_a_forkserver_starts(tmp_path, name,
+                                                                             why):
+    """multiprocessing's forkserver drops the ImportError of a name it cannot import, without a
+    word: the name is refused where it is asked for, and no forkserver starts."""
+    script = tmp_path / "no_module.py"
+    script.write_text(NO_MODULE_SCRIPT)
+    result = subprocess.run([sys.executable, str(script), "amazons.mcts", name],
+                            capture_output=True, text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    message, children = result.stdout.strip().splitlines()
+    assert message.startswith(f"the forkserver cannot preload {name!r}: {why}"), message
+    assert children == "0"
+    with pytest.raises(ValueError, match="cannot preload 'amazons.no_such_module'"):
+        process_context(["amazons.no_such_module"])
+
+
+def test_the_forkserver_is_given_the_packages_modules_and_never_the_main_script():
+    """What multiprocessing is handed: `__main__` would run the parent's main script in the
+    forkserver from CPython's gh-126631 fix on (3.13.8, 3.14)."""
+    context = process_context()
+    if context.get_start_method() != "forkserver":
+        pytest.skip("no forkserver on this platform")
+    handed = multiprocessing.forkserver._forkserver._preload_modules
+    assert handed[:len(FORKSERVER_PRELOAD)] == list(FORKSERVER_PRELOAD)
+    assert "__main__" not in handed
+
+
+def test_a_network_factorys_preload_holds_what_its_server_imports_anyway():
+    """A network's server unpickles its factory (the factory's module) and runs torch: the
+    factory's preload, imported in a fresh interpreter, loads both, so the server's forkserver
+    has them. A factory of no network names nothing."""
+    factory = NetworkEvaluatorFactory("model.pt")
+    code = ("import importlib, sys\n"
+            f"for name in {factory_preload(factory)!r}:\n"
+            "    importlib.import_module(name)\n"
+            f"print(all(name in sys.modules for name in ('torch', {type(factory).__module__!r})))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "True"
     assert factory_preload(UniformEvaluator) == ()
     # a preload is not a field: factories compare by their settings alone
     assert NetworkEvaluatorFactory("model.pt") == NetworkEvaluatorFactory("model.pt")
