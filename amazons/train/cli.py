@@ -3,9 +3,8 @@ self-play backends, with neither torch nor the training stack imported.
 
 `amazons.train.__main__` parses the command line with it before it imports the main job, so that
 a command line that does not parse fails at once and the forkserver starts only for one that runs
-the local backend (`amazons._processes.start_forkserver`); `amazons.train.run.main` parses the
-same command line again (`tests/test_train_command.py` checks that both parsers take the same
-arguments).
+the local backend (`amazons._processes.start_forkserver`); `amazons.train.run.main` builds its
+parser here too, so the command has one definition of its arguments.
 """
 
 from __future__ import annotations

@@ -82,6 +82,7 @@ from amazons.neural.learner import (
 from amazons.neural.model import NetConfig, PolicyValueNet, count_parameters
 from amazons.neural.production import resolve_device, server_evaluator_factory
 from amazons.records import GameRecord, write_records
+from amazons.train.cli import BACKENDS_GROUP, backend_names, build_parser
 from amazons.train.config import TrainConfig, apply_overrides, preset_config, training_steps
 from amazons.train.evaluation import Evaluation, fit_elo
 from amazons.train.pipeline import (
@@ -93,7 +94,6 @@ from amazons.train.pipeline import (
 from amazons.train.replay import GameSamples, ReplayBuffer
 from amazons.train.selfplay import FinishedGame, SelfPlayReport, SelfPlayWorkers
 
-BACKENDS_GROUP = "amazons.backends"  # entry-point group of the backends beside the local one
 # The run's state that the checkpoint carries in its `extra` and `state.json` copies
 # (`Run.run_state`); a checkpoint without these keys was written before checkpoints carried it.
 RUN_STATE_KEYS = ("iteration", "matches", "trained_games", "minutes", "lineage")
@@ -137,11 +137,6 @@ class Backend(Protocol):
     def __call__(self, config: TrainConfig, run_dir: Path, resume: bool,
                  address: str | None = None) -> Run:
         ...
-
-
-def backend_names() -> list[str]:
-    """`local` and the installed backends' names."""
-    return ["local", *sorted(point.name for point in entry_points(group=BACKENDS_GROUP))]
 
 
 def load_backend(name: str) -> Backend:
@@ -824,29 +819,7 @@ def _stop_on_sigterm(stopped_by: list[int]) -> typing.Any:
 
 def main(argv: list[str] | None = None) -> int:
     """Command line entry point (exit status 0, or 130 / 143 after SIGINT / SIGTERM)."""
-    parser = argparse.ArgumentParser(prog="python -m amazons.train", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--preset", choices=("cpu", "gpu"), default=None,
-                        help="default: gpu when CUDA is available, else cpu")
-    parser.add_argument("--run-dir", type=Path, default=None, help="default: runs/<preset>")
-    parser.add_argument("--iterations", type=int, default=None,
-                        help="iterations to reach (overrides the config)")
-    parser.add_argument("--resume", action="store_true", help="continue the run in --run-dir")
-    parser.add_argument("--init", default=None, metavar="MODEL",
-                        help="start a new run from a model's weights (a .pt model or learner "
-                             "checkpoint, or 'default': the shipped model) with a fresh optimizer; "
-                             "sets init_model")
-    parser.add_argument("--no-progress", action="store_true", help="no progress bars (logs only)")
-    parser.add_argument("--backend", choices=backend_names(), default="local",
-                        help="local: this machine's processes; ray: self-play on every node of a "
-                             "Ray cluster, DDP training (pip install 'amazons[ray]'; "
-                             "docs/distributed.md)")
-    parser.add_argument("--address", default=None,
-                        help="a backend that joins a cluster (ray): the cluster ('auto': the one "
-                             "`ray start` began on this machine, or HOST:PORT); default: start one "
-                             "on this machine")
-    parser.add_argument("overrides", nargs="*", metavar="KEY=VALUE",
-                        help="config overrides, e.g. net.blocks=4")
+    parser = build_parser(__doc__)
     args = parser.parse_args(argv)
     if args.run_dir is None:
         args.run_dir = Path("runs") / (args.preset
