@@ -44,9 +44,9 @@ browser: $(CHROMIUM)
 # The suite runs in two parts: first every test not marked `serial` on $(TEST_WORKERS) pytest-xdist
 # workers, each worker taking whole files (module fixtures stay shared), in the order of collection
 # (tests/conftest.py puts the longest files first; xdist's own order, by number of tests, would
-# leave the two-test learning file for last, alone on one worker); then the `serial` tests
-# alone (they time a reply or a stop on the wall clock, which a neighbouring test's load would
-# stretch). MARK narrows both parts, e.g. MARK="not slow". Every test has a ceiling
+# leave a long file of few tests for last, alone on one worker); then the `serial` tests alone
+# (they time a reply or a stop on the wall clock, which a neighbouring test's load would stretch,
+# or run the cpu preset, whose niceness-10 self-play would give way to a neighbouring worker). MARK narrows both parts, e.g. MARK="not slow". Every test has a ceiling
 # (pyproject.toml's `timeout`, 4 times it for the tests marked slow: a hung test fails with its
 # stack), and each session fails if a process it started still runs at its end (tests/harness.py).
 TEST_WORKERS ?= 2

@@ -183,7 +183,7 @@ def default_bot(tmp_path_factory, request) -> Path:
 # workers in collection order, so a long file collected last would run alone at the end while the
 # other worker idles: these go first. (Without `--no-loadscope-reorder` xdist orders the files by
 # their number of tests, and the learning test's file of two tests, the longest, ran last.)
-LONG_FILES = ("test_learning.py", "test_train.py", "test_distributed.py", "test_benchmarks.py",
+LONG_FILES = ("test_train.py", "test_distributed.py", "test_benchmarks.py",
               "test_replay_selfplay.py", "test_ablation.py", "test_cpp_parity.py",
               "test_evaluation.py", "test_botzone_player.py", "test_botzone.py", "test_web_api.py",
               "test_layering.py", "test_learn.py")
