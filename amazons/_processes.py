@@ -17,10 +17,14 @@ A network's server process also needs torch and the network evaluators (about 2.
 evaluator factory names such modules in its `preload` attribute
 (`amazons.neural.production.NetworkEvaluatorFactory` does), and the forkserver of a process that
 starts such a server imports them too. Every name is checked when it is asked for: one that names
-no module raises `ValueError` there (multiprocessing's forkserver would drop its ImportError
-without a word). A module that exists but fails to import in the forkserver is its children's to
-import: an ImportError is dropped there and a child that needs the module raises it on its own
-import; any other exception ends the forkserver, with its traceback on this process's stderr.
+no module raises `ValueError` there. The forkserver is handed one module,
+`amazons._forkserver_preload`, and the names in `PRELOAD_VARIABLE`; that module imports them
+itself (why, in its docstring): one that exists but fails to import there (a missing optional
+dependency, a broken build) is named with its error in one line on stderr, the forkserver
+imports the others and serves on, and a child that needs the module imports it itself and
+raises its error. Handed the modules, multiprocessing's forkserver would drop an ImportError
+without a word and die of any other exception, every later start then failing with an error
+that names nothing.
 
 `check_niceness` and `apply_niceness` are the one check and the one `os.nice` call of the `nice`
 that the inference server's and the self-play actors' configs add to their processes.
@@ -41,7 +45,7 @@ from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
 __all__ = ["FORKSERVER_PRELOAD", "KILL_WAIT_S", "MAX_NICENESS", "NETWORK_PRELOAD",
-           "TERMINATE_GRACE_S",
+           "PRELOAD_VARIABLE", "TERMINATE_GRACE_S",
            "apply_niceness", "check_niceness", "end_processes", "factory_preload",
            "process_context", "start_forkserver"]
 
@@ -62,6 +66,12 @@ NETWORK_PRELOAD = ("amazons.neural.production",)
 # process's callers asked for, in the order asked.
 _preload: list[str] = list(FORKSERVER_PRELOAD)
 
+# The one module multiprocessing's forkserver is handed: it imports the modules named in the
+# environment variable PRELOAD_VARIABLE (comma-separated), each failure reported on stderr.
+# Named, not imported: importing it preloads.
+_PRELOAD_MODULE = "amazons._forkserver_preload"
+PRELOAD_VARIABLE = "AMAZONS_FORKSERVER_PRELOAD"
+
 
 def process_context(preload: Iterable[str] = ()) -> BaseContext:
     """The multiprocessing context for the package's worker processes: a forkserver that preloads
@@ -74,9 +84,11 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
 
     The forkserver is one per process and starts on first use, with the modules asked for until
     then (a forkserver already started keeps the ones it was given: a server asked for later
-    imports its own in its process). Its children take the parent's `sys.path` and working
-    directory at their start, as spawn's do, but the environment of the moment the forkserver
-    started.
+    imports its own in its process). A module that fails to import there is named, with its
+    error, on stderr, and its children import it themselves. The list is set in this process's
+    environment (`PRELOAD_VARIABLE`), where the forkserver reads it whenever it starts. Its
+    children take the parent's `sys.path` and working directory at their start, as spawn's do,
+    but the environment of the moment the forkserver started.
 
     Raises:
         ValueError: a name of `preload` names no module (nothing is added then).
@@ -88,7 +100,10 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
     if "forkserver" not in multiprocessing.get_all_start_methods():
         return multiprocessing.get_context("spawn")
     context = multiprocessing.get_context("forkserver")
-    context.set_forkserver_preload(list(_preload))
+    # The forkserver starts on the first child of any caller, or again after it died: the
+    # variable always holds the whole list, so whichever start it is reads it.
+    os.environ[PRELOAD_VARIABLE] = ",".join(_preload)
+    context.set_forkserver_preload([_PRELOAD_MODULE])
     return context
 
 

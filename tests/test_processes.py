@@ -1,13 +1,15 @@
 """`amazons._processes`: `end_processes` leaves no started process behind, one that ignores SIGTERM
 included, within one shared grace, and returns within its bound when a killed process's end
 cannot be seen; `process_context`'s forkserver imports what its callers asked for, refuses a name
-that is no module, and is never asked to run the main script."""
+that is no module, names on stderr a module that fails to import in it and serves on, and is
+never asked to run the main script."""
 
 from __future__ import annotations
 
 import dataclasses
 import multiprocessing as mp
 import multiprocessing.forkserver
+import os
 import signal
 import subprocess
 import sys
@@ -18,6 +20,7 @@ import pytest
 from amazons._processes import (
     FORKSERVER_PRELOAD,
     NETWORK_PRELOAD,
+    PRELOAD_VARIABLE,
     end_processes,
     factory_preload,
     process_context,
@@ -255,14 +258,117 @@ def test_a_preload_that_names_no_module_is_refused_before_a_forkserver_starts(tm
 
 
 def test_the_forkserver_is_given_the_packages_modules_and_never_the_main_script():
-    """What multiprocessing is handed: `__main__` would run the parent's main script in the
-    forkserver from CPython's gh-126631 fix on (3.13.8, 3.14)."""
+    """What multiprocessing is handed: the package's preload module alone, the modules it
+    imports in the environment the forkserver starts with. `__main__` would run the parent's
+    main script in the forkserver from CPython's gh-126631 fix on (3.13.8, 3.14)."""
     context = process_context()
     if context.get_start_method() != "forkserver":
         pytest.skip("no forkserver on this platform")
-    handed = multiprocessing.forkserver._forkserver._preload_modules
-    assert handed[:len(FORKSERVER_PRELOAD)] == list(FORKSERVER_PRELOAD)
-    assert "__main__" not in handed
+    assert multiprocessing.forkserver._forkserver._preload_modules == [
+        "amazons._forkserver_preload"]
+    named = os.environ[PRELOAD_VARIABLE].split(",")
+    assert named[:len(FORKSERVER_PRELOAD)] == list(FORKSERVER_PRELOAD)
+    assert "__main__" not in named
+
+
+BROKEN_PRELOAD_SCRIPT = """
+import sys
+
+from amazons._processes import process_context
+
+
+def report(queue, broken):
+    preloaded = [name for name in ("amazons.mcts_warm", "fine_preload") if name in sys.modules]
+    try:
+        __import__(broken)
+    except Exception as error:
+        queue.put((preloaded, f"{type(error).__name__}: {error}"))
+    else:
+        queue.put((preloaded, "imported"))
+
+
+if __name__ == "__main__":
+    broken = sys.argv[1]
+    context = process_context([broken, "fine_preload"])
+    queue = context.Queue()
+    for _ in range(2):
+        child = context.Process(target=report, args=(queue, broken))
+        child.start()
+        print(queue.get(timeout=120), child.pid)
+        child.join(60)
+"""
+
+BROKEN_MODULES = {
+    "broken_by_import": ImportError("libamazons_missing.so: cannot open shared object file"),
+    "broken_by_runtime": RuntimeError("the extension was built for another NumPy"),
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_MODULES))
+def test_a_preload_that_fails_in_the_forkserver_is_reported_and_the_forkserver_serves_on(
+        tmp_path, broken):
+    """A module that exists but raises at import, in the forkserver: multiprocessing dropped an
+    ImportError without a word and died of any other exception (every later start then failed
+    with an EOFError). Now the failure is one line on stderr naming the module and its error,
+    written once (not again by each child), the modules after it are still preloaded, the
+    forkserver forks child after child, and a child that imports the module gets its error."""
+    error = BROKEN_MODULES[broken]
+    (tmp_path / f"{broken}.py").write_text(f"raise {error!r}\n")
+    (tmp_path / "fine_preload.py").write_text("")
+    script = tmp_path / "broken.py"
+    script.write_text(BROKEN_PRELOAD_SCRIPT)
+    # The forkserver of Python 3.10 and 3.11 does not take its parent's sys.path (the script's
+    # folder): the environment gives it the modules' folder.
+    environment = {**os.environ,
+                   "PYTHONPATH": os.pathsep.join(filter(None, [str(tmp_path),
+                                                               os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, str(script), broken], capture_output=True,
+                            text=True, timeout=180, check=False, env=environment)
+    assert result.returncode == 0, result.stderr
+    described = f"{type(error).__name__}: {error}"
+    line = (f"amazons: the forkserver could not preload {broken}: {described}; "
+            f"its children import {broken} themselves")
+    assert result.stderr.splitlines().count(line) == 1, result.stderr
+    reports = result.stdout.strip().splitlines()
+    assert len(reports) == 2, result.stdout
+    for report in reports:
+        assert report.startswith(repr((["amazons.mcts_warm", "fine_preload"], described))), report
+    assert reports[0].split()[-1] != reports[1].split()[-1]  # two children, two processes
+
+
+NO_VARIABLE_SCRIPT = """
+import os
+import sys
+
+from amazons._processes import PRELOAD_VARIABLE, process_context
+
+
+def report(queue):
+    queue.put("amazons.mcts_warm" in sys.modules)
+
+
+if __name__ == "__main__":
+    context = process_context()
+    del os.environ[PRELOAD_VARIABLE]
+    queue = context.Queue()
+    child = context.Process(target=report, args=(queue,))
+    child.start()
+    print(queue.get(timeout=120))
+    child.join(60)
+"""
+
+
+def test_a_forkserver_started_without_its_list_says_it_preloads_nothing(tmp_path):
+    """The list travels in the environment: a forkserver started after it was removed from
+    there says so, and its children import their modules themselves."""
+    script = tmp_path / "no_variable.py"
+    script.write_text(NO_VARIABLE_SCRIPT)
+    result = subprocess.run([sys.executable, str(script)], capture_output=True, text=True,
+                            timeout=180, check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "False"
+    assert (f"amazons: the forkserver was started without {PRELOAD_VARIABLE} in its environment "
+            "and preloads nothing") in result.stderr, result.stderr
 
 
 def test_a_network_factorys_preload_holds_what_its_server_imports_anyway():
