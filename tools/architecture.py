@@ -31,8 +31,8 @@ END = "<!-- import-graph: end -->"
 LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
     ("base", "standard library and numpy only: configs, the Evaluator protocol, "
      "file and memory helpers",
-     ("amazons._atomic", "amazons._memory", "amazons._moved", "amazons._processes",
-      "amazons._queue_reader",
+     ("amazons._atomic", "amazons._forkserver_preload", "amazons._memory", "amazons._moved",
+      "amazons._processes", "amazons._queue_reader",
       "amazons.config", "amazons.evaluator", "amazons.models", "amazons.botzone.limits",
       "amazons.neural.backends")),
     ("game", "the rules and their Python face",
