@@ -352,15 +352,21 @@ class _Watchdog:
             return False
 
     def _end(self) -> None:
-        process, self._process = self._process, None
+        """Close the watchdog's pipe and reap it (killed after 5 s). `pid` turns None only once
+        it is reaped, so that a reader who sees None sees no process, not even a zombie."""
+        process = self._process
         if process is None:
             return
-        process.stdin.close()
         try:
-            process.wait(5.0)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+            process.stdin.close()
+            try:
+                process.wait(5.0)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        finally:
+            if self._process is process:
+                self._process = None
 
     def _forget_in_fork(self) -> None:
         """In a forked child: close the inherited pipe end; the parent's watchdog and groups are
