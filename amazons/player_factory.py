@@ -98,8 +98,8 @@ ROLLOUT_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, fpu_reduction=0.0
                               root_noise=True)
 # A network's priors carry information: the search's defaults, no noise, and the move with the
 # best lower confidence bound of Q among the well-visited ones (`lcb`, KataGo's rule), which beat
-# the most visited move at 1 s a move (docs/search.md; the match in docs/BENCHMARKS.md, "Issue 22
-# play-time settings at the bots' clocks"). What the arena, the bot, terminal play and the web
+# the most visited move at 1 s a move (docs/search.md; the match in docs/experiments.md, "Play-time
+# settings at the bots' clocks"). What the arena, the bot, terminal play and the web
 # board play.
 NET_SEARCH = SearchConfig(simulations=DEFAULT_SIMULATIONS, lcb=True)
 

@@ -42,7 +42,7 @@ from _pytest.assertion import util as assertion_util
 
 # The ceiling of a test marked slow, in ceilings of an ordinary one (pyproject's `timeout`, 300
 # s): 1,200 s. The longest slow test, the learning test, took 135-230 s alone and up to 334 s
-# beside the other worker (docs/BENCHMARKS.md); the longest others take under a minute.
+# beside the other worker (docs/experiments.md); the longest others take under a minute.
 SLOW_TIMEOUT_FACTOR = 4
 
 # A comparison is large when a side holds more items than this (a sequence's elements, a

@@ -2,7 +2,7 @@
 self-play pipeline, DistributedDataParallel over gloo, and what `ray.shutdown()` leaves behind.
 
 All are marked slow: each starts Ray and several processes, and the two-node cluster takes its own
-time to start (the suite's times: docs/BENCHMARKS.md, the test suite's wall clock).
+time to start (the suite's times: docs/experiments.md, the test suite's wall clock).
 
 They run beside other tests (the suite's parallel part), so what they count is their own: the
 processes under this one (Ray's are, the node actors included), the shared-memory segments of

@@ -30,8 +30,8 @@ from amazons.train.run import main
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 
 # 4 iterations of the preset's 64 games. The scores of each iteration's raw policy against random
-# and this test's running time are in docs/training.md ("Measured"): the preset's run passed the
-# bar (36 of 40) from iteration 2 or 3 on, with room at 4.
+# and this test's running time are in docs/BENCHMARKS.md ("The learning test"): the preset's run
+# passed the bar (36 of 40) from iteration 2 or 3 on, with room at 4.
 ITERATIONS = 4
 RAW_POLICY_BAR = 0.9
 GAMES = 40

@@ -80,7 +80,7 @@ def test_config_round_trips_through_json_and_overrides_follow_types():
 
 def test_the_cpu_preset_trains_in_bf16_where_the_cpu_computes_it(tmp_path, monkeypatch):
     """bf16 autocast in the learner won at equal wall clock on a CPU with AVX-512 BF16
-    (docs/BENCHMARKS.md); elsewhere the preset keeps "auto" (fp32 on a CPU)."""
+    (docs/experiments.md); elsewhere the preset keeps "auto" (fp32 on a CPU)."""
     cpuinfo = tmp_path / "cpuinfo"
     cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu sse2 avx2 avx512f avx512_bf16 avx512_vnni\n")
     assert train_config.cpu_has_native_bf16(str(cpuinfo))

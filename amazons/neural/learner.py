@@ -656,7 +656,7 @@ class OptimConfig:
     ownership_weight: float = 1.5
     # weight of the soft policy head's terms (networks with the head). KataGo trains it at 8; here,
     # with the gradient clipped to norm 1, 8 made the soft term most of the clipped step and lost
-    # at equal learner steps where 1 was level (docs/training.md, docs/BENCHMARKS.md)
+    # at equal learner steps where 1 was level (docs/training.md, docs/experiments.md)
     soft_policy_weight: float = 1.0
     soft_policy_temperature: float = 4.0  # T of the soft policy target pi^(1 / T); > 0
     # steps between two computations of the policy metrics that need the whole move

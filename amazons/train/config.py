@@ -180,7 +180,7 @@ def preset_config(name: str) -> TrainConfig:
             preset="cpu",
             net=net_config("tiny"),
             # bf16 autocast in the learner where the CPU has it: faster steps, and stronger than
-            # fp32 at equal wall clock (docs/BENCHMARKS.md, issue 30 ablations).
+            # fp32 at equal wall clock (docs/experiments.md, issue 30's ablations).
             optim=OptimConfig(lr=2e-3, weight_decay=1e-4, schedule="constant", warmup_steps=50,
                               precision="bf16" if cpu_has_native_bf16() else "auto"),
             selfplay=SelfPlayConfig(
@@ -193,7 +193,7 @@ def preset_config(name: str) -> TrainConfig:
                                     fpu_reduction=0.0, temperature_moves=10, node_capacity=1024,
                                     edge_capacity=1 << 17, c_scale=0.3),
                 # A sharper completed-Q target than the paper's 0.1: with 96 PUCT simulations most
-                # legal moves go unvisited and keep their prior share (docs/BENCHMARKS.md). The
+                # legal moves go unvisited and keep their prior share (docs/experiments.md). The
                 # search's c_scale matches it, so that root=gumbel searches with the same sigma.
                 target_c_scale=0.3,
                 nice=CPU_SELFPLAY_NICE,
@@ -207,7 +207,7 @@ def preset_config(name: str) -> TrainConfig:
             replay_chunk_games=32,
             replay_chunk_seconds=30.0,
             # 20: with its core to itself the learner steps about a fifth faster than self-play
-            # at 16 samples a position could feed it (docs/BENCHMARKS.md, --suite train).
+            # at 16 samples a position could feed it (docs/experiments.md, "The learner first").
             sample_reuse=20.0,
             eval=EvalConfig(every=2, games=10, simulations=48, processes=2),
             pipeline=PipelineConfig(mode="async", publish_every_steps=10, slack_steps=100),

@@ -51,8 +51,8 @@ class EvalConfig:
     opponents: tuple[str, ...] = ("previous", "random", "greedy")
     processes: int = 2  # arena worker processes (each holds a slot on both model servers)
     # The network players' search (new and previous model): play's, but the most visited move: at
-    # the ladder's 64 simulations LCB measured no gain (docs/BENCHMARKS.md, issue 22's play-time
-    # matches), and the ladder's figures stay comparable with earlier runs'.
+    # the ladder's 64 simulations LCB measured no gain (docs/experiments.md, the play-time
+    # settings at the bots' clocks), and the ladder's figures stay comparable with earlier runs'.
     search: SearchConfig = field(default_factory=lambda: NET_SEARCH.replace(lcb=False))
     # an `mcts-rollout` opponent's search
     rollout_search: SearchConfig = field(default_factory=lambda: ROLLOUT_SEARCH)
