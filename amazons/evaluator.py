@@ -3,7 +3,7 @@ batch it is handed (`check_batch`, which every evaluator that checks its input c
 
 It lives apart from the search (`amazons.mcts`, which loads Numba and LLVM) so that modules that
 only name the protocol, or implement it, load numpy alone: the inference server and its clients
-(`amazons.inference`), the learner, the network evaluators (`amazons.neural.model`,
+(`amazons.serving.server`), the learner, the network evaluators (`amazons.neural.model`,
 `amazons.neural.numpy_net`) and the web board. `amazons.mcts` re-exports both names.
 
 Imports numpy only.

@@ -1,7 +1,8 @@
 """AlphaZero search over many games at once: simple implementations of the `Evaluator` protocol
 (`amazons.evaluator`, re-exported here), the search configuration, and `BatchedSearch`, the
 checked wrapper around `amazons.mcts_numba`. The training targets read off a searched root are
-in `amazons.search_targets`, which imports this module (never the other way round).
+in `amazons.search_targets`, below this module: the driver samples its temperature moves from
+their arithmetic.
 
 One search round alternates Numba kernels with batch calls into the Cython engine, so the rules
 exist only in the engine and no Python loop ever runs over moves or nodes:
@@ -32,9 +33,9 @@ import numpy as np
 
 from amazons import _engine, engine
 from amazons import mcts_numba as kernels
-from amazons._root_targets import completed_q_policy, pruned_visits
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE, adjudicated_plies
 from amazons.evaluator import Evaluator, EvaluatorError
+from amazons.search_targets import SearchInputError, completed_q_policy, pruned_visits
 
 __all__ = [
     "EDGE_BYTES",
@@ -62,10 +63,6 @@ EDGE_BYTES = 30
 
 class SearchConfigError(ValueError):
     """A `SearchConfig` field is out of range; the message names the field."""
-
-
-class SearchInputError(ValueError):
-    """A position, game index or move passed to `BatchedSearch` is wrong; the message says which."""
 
 
 ROOT_RULES = ("puct", "gumbel")

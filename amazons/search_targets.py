@@ -6,24 +6,54 @@
   (KataGo's policy target pruning), the visit target where forced playouts ran;
 * `proof_policy`: the target of a proven root, its proof.
 
-`amazons.train.selfplay` writes its training rows from these. They read a `SearchResult` (or a
-root's arrays) and the `SearchConfig` of `amazons.mcts`, which never imports this module: the
-search driver samples its temperature moves from the same arithmetic, which lives below both in
-`amazons._root_targets`. Numpy only; no torch.
+`amazons.train.selfplay` writes its training rows from these, and the search driver
+(`amazons.mcts.BatchedSearch`) samples its temperature moves from the same arithmetic on a root's
+plain arrays `(L,)` (`completed_q_policy`, `pruned_visits`): this module lies below the driver,
+which imports it, and reads a search's result and settings through the small protocols below
+(`amazons.mcts.SearchResult` and `SearchConfig` fit them). Numpy and the proof codes of
+`amazons.mcts_numba` only; no torch.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Protocol
+
 import numpy as np
 
-from amazons._root_targets import completed_q_policy, pruned_visits
-from amazons.mcts import SearchConfig, SearchInputError, SearchResult
-from amazons.mcts_numba import PROOF_WIN
+from amazons.mcts_numba import PROOF_LOSS, PROOF_WIN
 
-__all__ = ["improved_policy", "proof_policy", "prune_forced_visits"]
+__all__ = ["PruningSettings", "SearchInputError", "SearchedRoot", "completed_q_policy",
+           "improved_policy", "proof_policy", "prune_forced_visits", "pruned_visits"]
 
 
-def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float = 0.1, *,
+class SearchInputError(ValueError):
+    """Wrong input to the search (a position, game index or move passed to
+    `amazons.mcts.BatchedSearch`) or to a target read off it; the message says which."""
+
+
+class SearchedRoot(Protocol):
+    """What the targets read of a searched root (`amazons.mcts.SearchResult` has it all): arrays
+    `(L,)` over its legal moves, and the root's evaluation and proof."""
+
+    priors: np.ndarray  # (L,) float32, the evaluator's noise-free priors
+    visits: np.ndarray  # (L,) int32, visit counts
+    q_values: np.ndarray  # (L,) float32, mean values for the root's side to move
+    move_proofs: np.ndarray  # (L,) int8, PROOF_* of each move
+    move_proof_plies: np.ndarray  # (L,) int16, plies from the move to the end when proven
+    raw_value: float  # the evaluator's value of the root position
+    proven: int  # +1 proven win for the side to move, -1 proven loss, 0 unknown
+
+
+class PruningSettings(Protocol):
+    """The search settings the pruning of forced playouts reads (`amazons.mcts.SearchConfig`)."""
+
+    forced_playouts_k: float
+    c_puct: float
+    c_puct_base: float
+
+
+def improved_policy(result: SearchedRoot, c_visit: float = 50.0, c_scale: float = 0.1, *,
                     min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
     """The Gumbel MuZero policy improvement over every legal move (completed Q with v_mix).
 
@@ -65,7 +95,7 @@ def improved_policy(result: SearchResult, c_visit: float = 50.0, c_scale: float 
 
 def prune_forced_visits(visits: np.ndarray, q_values: np.ndarray, search_priors: np.ndarray,
                         move_proofs: np.ndarray, parent_visits: int,
-                        config: SearchConfig) -> np.ndarray:
+                        config: PruningSettings) -> np.ndarray:
     """KataGo's policy target pruning: root visit counts less the forced playouts PUCT would not
     have given (Wu 2019, "Accelerating Self-Play Learning in Go", section 3.2).
 
@@ -105,7 +135,7 @@ def prune_forced_visits(visits: np.ndarray, q_values: np.ndarray, search_priors:
                          config.c_puct_base)
 
 
-def proof_policy(result: SearchResult) -> np.ndarray:
+def proof_policy(result: SearchedRoot) -> np.ndarray:
     """The policy target of a proven root: its proof, over `result.moves`.
 
     A proven win's target is uniform over its winning moves with the fewest plies to the end
@@ -132,3 +162,63 @@ def proof_policy(result: SearchResult) -> np.ndarray:
     else:
         chosen = plies == plies.max()
     return (chosen / chosen.sum()).astype(np.float32)
+
+
+def completed_q_policy(priors: np.ndarray, visits: np.ndarray, q_values: np.ndarray,
+                       move_proofs: np.ndarray, raw_value: float, c_visit: float, c_scale: float,
+                       min_visits: int = 1, q_prior_visits: float = 0.0) -> np.ndarray:
+    """`improved_policy` on a root's arrays `(L,)`: the noise-free
+    priors, the visits, the mean values (NaN where neither visited nor proven), the PROOF_* of
+    each move; `(L,) float32` probabilities."""
+    priors = np.maximum(priors.astype(np.float64), np.finfo(np.float32).tiny)
+    known = (visits >= max(min_visits, 1)) | (move_proofs != 0)
+    q = np.where(move_proofs != 0, move_proofs.astype(np.float64),
+                 np.nan_to_num(q_values.astype(np.float64)))
+    visits = visits.astype(np.float64)
+    total_visits = float(visits.sum())
+    if known.any():
+        weighted_q = float((priors[known] * q[known]).sum() / priors[known].sum())
+        mixed_value = (raw_value + total_visits * weighted_q) / (total_visits + 1.0)
+    else:
+        mixed_value = float(raw_value)
+    if q_prior_visits > 0:
+        shrunk = (visits * q + q_prior_visits * mixed_value) / (visits + q_prior_visits)
+        q = np.where(move_proofs != 0, q, shrunk)
+    completed = np.where(known, q, mixed_value)
+    low, high = float(completed.min()), float(completed.max())
+    rescaled = (completed - low) / max(high - low, 1e-8)
+    sigma = (c_visit + float(visits.max(initial=0.0))) * c_scale * rescaled
+    logits = np.log(priors) + sigma
+    weights = np.exp(logits - logits.max())
+    return (weights / weights.sum()).astype(np.float32)
+
+
+def pruned_visits(visits: np.ndarray, q_values: np.ndarray, search_priors: np.ndarray,
+                  move_proofs: np.ndarray, parent_visits: int, forced_playouts_k: float,
+                  c_puct: float, c_puct_base: float) -> np.ndarray:
+    """`prune_forced_visits` on a root's arrays `(L,)`, of one length
+    (not checked here), with the search's constants; `(L,) int32` pruned visit counts."""
+    visits = np.asarray(visits).astype(np.int64)
+    q = np.asarray(q_values).astype(np.float64)
+    priors = np.asarray(search_priors).astype(np.float64)
+    pruned = visits.copy()
+    candidates = np.flatnonzero((np.asarray(move_proofs) != PROOF_LOSS) & (visits > 0))
+    if candidates.shape[0] == 0 or forced_playouts_k <= 0:
+        return pruned.astype(np.int32)
+    best = int(candidates[np.argmax(visits[candidates])])
+    c = c_puct
+    if c_puct_base > 0:
+        c += math.log((1.0 + parent_visits + c_puct_base) / c_puct_base)
+    scale = c * math.sqrt(max(parent_visits, 0))
+    best_score = q[best] + scale * priors[best] / (1.0 + visits[best])
+    caps = np.floor(np.sqrt(forced_playouts_k * priors * float(visits.sum()))).astype(np.int64)
+    for move in np.flatnonzero(visits > 0).tolist():
+        if move == best:
+            continue
+        count, lowest = int(visits[move]), max(int(visits[move] - caps[move]), 0)
+        while count > lowest and q[move] + scale * priors[move] / count < best_score:
+            count -= 1
+        if count == 1 and visits[move] > 1:
+            count = 0
+        pruned[move] = count
+    return pruned.astype(np.int32)

@@ -48,7 +48,7 @@ from amazons.neural.checkpoint import load_model_for_play  # noqa: E402
 from amazons.neural.growth import grow  # noqa: E402
 from amazons.neural.learner import Learner  # noqa: E402
 from amazons.neural.model import NetConfig, PolicyValueNet, count_parameters  # noqa: E402
-from amazons.neural.production import numpy_net  # noqa: E402
+from amazons.neural.served import numpy_net  # noqa: E402
 from amazons.train.config import preset_config  # noqa: E402
 
 

@@ -6,7 +6,7 @@
 The profile builds the cpu preset's learner (`amazons.train.config` preset "cpu": its `net`,
 `optim` with the `KEY=VALUE` overrides, e.g. `dense_policy_targets=false`, and
 `train_batch_size`) on one torch thread, and `--steps` batches (default 16) drawn from a replay
-window of real self-play samples (`suite_train.uniform_window`: short uniform-search games, every
+window of real self-play samples (`replay_window.uniform_window`: short uniform-search games, every
 legal move a label, as the completed-Q target labels them) and augmented. It prints:
 
 * the step's wall and CPU milliseconds and samples per second, each batch prepared before its
@@ -65,7 +65,7 @@ from collections.abc import Callable
 
 import numpy as np
 import torch
-from suite_train import uniform_window
+from replay_window import uniform_window
 
 from amazons.neural.learner import (
     BatchPrefetcher,

@@ -41,7 +41,7 @@ REPOSITORY = Path(__file__).resolve().parents[1]
 # (role, part, test): the first test that a sample's project frames pass names its part. Each test
 # gets the sample's project frames, leaf last, as "function (amazons/file.py:line)" strings.
 ROLES = (
-    ("inference server", ("_serve (amazons/inference.py", "_BatchLoop.")),
+    ("inference server", ("_serve (amazons/serving/server.py", "_BatchLoop.")),
     ("self-play actors", ("actor_main (amazons/train/selfplay.py", "ChunkWriter.")),
 )
 

@@ -3,10 +3,10 @@
 For each model the suite starts a fresh `python -m amazons.botzone` process (keep-running, the
 default; cold: a new interpreter, imports, model load, Numba's kernels from its on-disk cache as
 this checkout has it), sends Black's first request at once and times the first reply from the
-process start; then it plays the whole game against the greedy player (`amazons.players`), timing
-each later reply from the moment the request is written. The talk is Botzone's JSON interaction,
-so every reply's `debug` field says how many simulations the search ran and whether the tree
-filled up. After the last reply it reads the bot process's peak resident memory (`VmHWM` in
+process start; then it plays the whole game against the greedy player (`amazons.players.player`),
+timing each later reply from the moment the request is written. The talk is Botzone's JSON
+interaction, so every reply's `debug` field says how many simulations the search ran and whether the
+tree filled up. After the last reply it reads the bot process's peak resident memory (`VmHWM` in
 `/proc/PID/status`) and checks that torch is not mapped into it.
 
 Keys, for the shipped model `amazons/models/default.npz` (bare `botzone.*`) and for
@@ -65,15 +65,15 @@ from pathlib import Path
 import numpy as np
 
 from amazons import engine
-from amazons._memory import peak_rss_mb, rss_mb
 from amazons.board import BLACK, Board, Move
 from amazons.botzone.bot import MOVE_KEYS, TimeControl
 from amazons.botzone.cpp_export import SOURCE_NAME, compile_command, write_bot
-from amazons.botzone.kept import KeptProcess
+from amazons.botzone.memory import peak_rss_mb, rss_mb
 from amazons.export import random_positions
 from amazons.models import default_model_path
 from amazons.neural import numpy_net
-from amazons.players import GreedyPlayer
+from amazons.players.keep_running import KeptProcess
+from amazons.players.player import GreedyPlayer
 
 REPO = Path(__file__).resolve().parents[1]
 FIRST_REQUEST = {"requests": [dict.fromkeys(MOVE_KEYS, -1)], "responses": []}

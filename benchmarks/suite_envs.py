@@ -23,7 +23,7 @@ import numpy as np
 
 from amazons.board import Board
 from amazons.envs.actions import action_mask, action_masks
-from amazons.players import RandomPlayer
+from amazons.players.player import RandomPlayer
 
 
 def _positions(games: int) -> np.ndarray:

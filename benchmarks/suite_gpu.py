@@ -6,7 +6,7 @@ each a function of the device and the sizes, so that `tests/test_benchmarks.py` 
 code on a CPU with a tiny net (`device="cpu"`):
 
 * **Inference through the production path** (`inference`): the inference server's evaluator, built
-  by the function the main job calls (`amazons.neural.production.server_evaluator_factory` with the
+  by the function the main job calls (`amazons.neural.served.server_evaluator_factory` with the
   gpu preset's `inference_batch_size`, 1,024: the model `prepare_for_inference` makes, autocast, a
   CUDA graph per batch bucket up to 1,024) on ResNet-40 in bf16, at batch 256 and 1024:
   - `gpu.inference.b<N>.forward_positions_per_s`: the evaluator's forward (`_forward`: padded to
@@ -68,11 +68,11 @@ import numpy as np
 import torch
 
 from amazons import engine
-from amazons.inference import InferenceConfig
 from amazons.neural.checkpoint import save_model
 from amazons.neural.learner import Learner, MetricSums, SampleBatch, augment_batch
 from amazons.neural.model import PolicyValueNet, flatten_weights, net_config, weights_elements
-from amazons.neural.production import server_evaluator_factory
+from amazons.neural.served import server_evaluator_factory
+from amazons.serving.server import InferenceConfig
 from amazons.train.config import preset_config
 
 REPOSITORY = Path(__file__).resolve().parents[1]
@@ -214,8 +214,8 @@ def weights(device: torch.device, preset: str = "resnet40", precision: str = "bf
 def learner(device: torch.device, preset: str = "gpu", window: int = LEARNER_WINDOW,
             steps: int = LEARNER_STEPS, batch_size: int | None = None) -> dict[str, float]:
     """Samples/s of the `preset`'s learner fed as the main job feeds it (module docstring)."""
+    from replay_window import uniform_window
     from suite_nn import synchronize
-    from suite_train import uniform_window
 
     config = preset_config(preset)
     batch_size = batch_size or config.train_batch_size

@@ -1,7 +1,7 @@
 """Benchmark suite `nn`: network inference and training throughput.
 
 Inference figures measure the path production runs: the model of
-`amazons.neural.production.ReloadableNetworkEvaluator` (the inference server's, the arena's network
+`amazons.neural.served.ReloadableNetworkEvaluator` (the inference server's, the arena's network
 players', the web board's and evaluation's evaluator), i.e. `prepare_for_inference(model)` (batch
 norms folded, channels_last, eval, no autograd, fp32 weights) under autocast to the precision.
 
@@ -68,7 +68,7 @@ from amazons import engine
 from amazons.neural.learner import Learner, OptimConfig, SampleBatch
 from amazons.neural.model import PRESETS, PolicyValueNet, net_config, prepare_for_inference
 from amazons.neural.native import NativeEvaluator, native_available
-from amazons.neural.production import NativeReloadableEvaluator, ReloadableNetworkEvaluator
+from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
 PRECISIONS = ("fp32", "bf16")
 BATCHES = (1, 4, 16, 64, 256, 1024)

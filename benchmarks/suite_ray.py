@@ -35,11 +35,11 @@ import torch
 from amazons.distributed.node import request_stream
 from amazons.distributed.pool import NodePool
 from amazons.distributed.ray_backend import connect
-from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import SearchConfig
 from amazons.neural.checkpoint import save_model
 from amazons.neural.model import PolicyValueNet, net_config
-from amazons.neural.production import NetworkEvaluatorFactory
+from amazons.neural.served import NetworkEvaluatorFactory
+from amazons.serving.server import InferenceConfig, InferenceServer
 from amazons.train.config import RayConfig, TrainConfig, preset_config
 from amazons.train.replay import GameSamples, ReplayBuffer
 from amazons.train.selfplay import SelfPlayConfig, SelfPlayReport, SelfPlayWorkers

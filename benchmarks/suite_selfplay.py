@@ -5,7 +5,7 @@ evaluations/s and search simulations/s, the ratio of evaluations/s in self-play 
 network's standalone throughput, the server's round-trip latency seen by the actors, and the
 mean batch fill. On a GPU the net is ResNet-40 in bf16. The server runs the production
 evaluator, built by the function the main job calls
-(`amazons.neural.production.server_evaluator_factory`: the model `prepare_for_inference` makes,
+(`amazons.neural.served.server_evaluator_factory`: the model `prepare_for_inference` makes,
 autocast at the resolved precision, on a GPU CUDA graphs over batch buckets up to the server's
 `inference_batch_size`).
 
@@ -38,12 +38,12 @@ import numpy as np
 import torch
 
 from amazons import engine
-from amazons.inference import InferenceConfig, InferenceServer
 from amazons.mcts import Evaluator, SearchConfig
 from amazons.neural.checkpoint import save_model
 from amazons.neural.model import PolicyValueNet, net_config, resolve_precision
 from amazons.neural.native import native_available
-from amazons.neural.production import NetworkEvaluatorFactory, server_evaluator_factory
+from amazons.neural.served import NetworkEvaluatorFactory, server_evaluator_factory
+from amazons.serving.server import InferenceConfig, InferenceServer
 from amazons.train.selfplay import SelfPlayConfig, SelfPlayWorkers
 
 STANDALONE_BATCHES = 16  # full batches of recorded leaves the standalone figure cycles through

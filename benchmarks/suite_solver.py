@@ -25,7 +25,7 @@ from amazons import engine
 from amazons.board import Board, Move
 from amazons.mcts import BatchedSearch
 from amazons.models import default_checkpoint_path
-from amazons.neural.production import load_network_evaluator
+from amazons.neural.served import load_network_evaluator
 from amazons.train.config import preset_config
 from amazons.train.selfplay import play_games
 

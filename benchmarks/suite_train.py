@@ -82,17 +82,18 @@ from pathlib import Path
 import numpy as np
 import psutil
 import torch
+from profile_learner import learner_figures
+from replay_window import uniform_window
 
-from amazons.inference import InferenceServer
-from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator, warm_up
+from amazons.mcts import warm_up
 from amazons.neural.checkpoint import save_model
 from amazons.neural.learner import Learner, SampleBatch, augment_batch
 from amazons.neural.model import PolicyValueNet, net_config
 from amazons.neural.native import native_available
-from amazons.neural.production import server_evaluator_factory
+from amazons.neural.served import server_evaluator_factory
+from amazons.serving.server import InferenceServer
 from amazons.train.config import preset_config
-from amazons.train.replay import GameSamples, ReplayBuffer
-from amazons.train.selfplay import SelfPlayWorkers, play_games
+from amazons.train.selfplay import SelfPlayWorkers
 
 ITERATIONS = 3
 MODES = ("async", "sync")
@@ -194,24 +195,6 @@ def _machine_busy_seconds() -> float:
     return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
-def uniform_window(window: int = 200_000) -> ReplayBuffer:
-    """A replay window of `window` positions.
-
-    Six short uniform-search games, added over and over.
-    """
-    games: list[GameSamples] = []
-    search = BatchedSearch(UniformEvaluator(),
-                           SearchConfig(simulations=8, leaves_per_game=4, root_noise=True,
-                                        temperature_moves=56, node_capacity=64,
-                                        edge_capacity=1 << 15), num_games=3, seed=0)
-    play_games(search, 6, lambda samples, moves, adjudication: games.append(samples))
-    buffer = ReplayBuffer(None, window_positions=window, seed=0)
-    while len(buffer) < window:
-        for samples in games:
-            buffer.add_to_window(samples)
-    return buffer
-
-
 def replay_sample_ms(window: int = 200_000, batch: int = 256, rounds: int = 7,
                      draws: int = 50) -> float:
     """Median milliseconds of `ReplayBuffer.sample(batch)` over a window of `window` positions."""
@@ -299,8 +282,6 @@ def run(quick: bool) -> dict[str, float]:
                                  "train.replay_sample_ms": replay_sample_ms()}
     if not quick:
         metrics.update(learner_step_ms())
-    from profile_learner import learner_figures  # it imports this module: here, not at the top
-
     metrics.update(learner_figures())
     backends = BACKENDS if native_available() else ("torch",)
     for backend in backends:

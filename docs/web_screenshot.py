@@ -23,8 +23,8 @@ from PIL import Image
 from playwright.sync_api import sync_playwright
 
 from amazons.board import Board
-from amazons.player_factory import build_model_player
-from amazons.records import GameRecord, write_records
+from amazons.players.factory import build_model_player
+from amazons.players.records import GameRecord, write_records
 
 ROOT = Path(__file__).resolve().parent.parent
 FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",

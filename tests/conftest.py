@@ -46,14 +46,15 @@ import oracle  # noqa: E402  (needs the path above when tests/ is imported as a 
 
 pytest_plugins = ("harness", "pytester")
 
-from amazons._processes import process_context  # noqa: E402
-from amazons.inference import segment_prefix  # noqa: E402
-from amazons.neural.production import NetworkEvaluatorFactory  # noqa: E402
+from amazons.core.processes import process_context  # noqa: E402
+from amazons.serving.server import segment_prefix  # noqa: E402
+from amazons.train.cli import JOB_PRELOAD  # noqa: E402
 
 # Most of the suite's inference servers run a network: the forkserver of each pytest process
 # (started by its first test that starts a process, whatever that test's servers are) imports
-# torch and the network evaluators once, as a main job's does.
-process_context(NetworkEvaluatorFactory.preload)
+# what a main job's does: the actors' modules, the search kernels loaded, torch and the network
+# evaluators.
+process_context(JOB_PRELOAD)
 
 # Multiprocessing names its semaphores `<semprefix>-<random>` and copies the prefix into every
 # process it starts (spawn and forkserver alike), so this session's semaphores are recognizable.

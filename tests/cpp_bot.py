@@ -27,9 +27,9 @@ from botzone_inputs import MOVE_KEYS, NO_MOVE
 from amazons import engine
 from amazons.board import Move
 from amazons.botzone.cpp_export import SOURCE_NAME, compile_command
-from amazons.botzone.kept import KeptProcess
-from amazons.botzone.limits import KEEP_RUNNING_MARKER
 from amazons.export import main
+from amazons.players.botzone_limits import KEEP_RUNNING_MARKER
+from amazons.players.keep_running import KeptProcess
 
 NEEDS_GXX = pytest.mark.skipif(shutil.which("g++") is None,
                                reason="g++ is not installed (the C++ bot needs it)")
@@ -175,8 +175,8 @@ def search_cpu_seconds(reply: str) -> float:
 
 
 class KeptBot(KeptProcess):
-    """The compiled bot in keep-running mode (`amazons.botzone.kept.KeptProcess`); `close` returns
-    the exit status alone and keeps stderr's text in `stderr`."""
+    """The compiled bot in keep-running mode (`amazons.players.keep_running.KeptProcess`); `close`
+    returns the exit status alone and keeps stderr's text in `stderr`."""
 
     def __init__(self, binary: Path, *args: str) -> None:
         super().__init__([binary, *args])

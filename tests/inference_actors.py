@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from amazons import engine
-from amazons.inference import ClientHandle, InferenceClient, InferenceError
+from amazons.serving.server import ClientHandle, InferenceClient, InferenceError
 
 
 def echo_outputs(

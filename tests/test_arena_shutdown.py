@@ -1,6 +1,6 @@
-"""Stopping the arena's workers (`amazons.arena.ArenaWorkers`): an interrupted match, or a worker
-that neither stops nor terminates, leaves no worker process and no Botzone program behind, within a
-bounded time (the Ctrl-C of the arena command itself: `tests/test_botzone_player.py`)."""
+"""Stopping the arena's workers (`amazons.matches.arena.ArenaWorkers`): an interrupted match, or a
+worker that neither stops nor terminates, leaves no worker process and no Botzone program behind,
+within a bounded time (the Ctrl-C of the arena command itself: `tests/test_botzone_player.py`)."""
 
 from __future__ import annotations
 
@@ -20,12 +20,12 @@ import pytest
 from inference_actors import make_echo_evaluator
 from test_botzone_player import TEST_BOT, bot_spec, ended, leftovers, process_report, read_log
 
-from amazons import player_factory
-from amazons._processes import TERMINATE_GRACE_S
-from amazons.arena import ABORT_GRACE_S, ArenaError, ArenaWorkers, run_arena
 from amazons.board import Board, Move
-from amazons.player_factory import PlayerOptions
-from amazons.players import BasePlayer, Player
+from amazons.core.processes import TERMINATE_GRACE_S
+from amazons.matches.arena import ABORT_GRACE_S, ArenaError, ArenaWorkers, run_arena
+from amazons.players import factory as player_factory
+from amazons.players.factory import PlayerOptions
+from amazons.players.player import BasePlayer, Player
 
 SLACK_S = 10.0  # for a loaded machine
 
@@ -189,8 +189,8 @@ def _make_killed_mid_result(argument: str | None, options: PlayerOptions) -> Pla
 KILLED_MID_RESULT_MATCH = """
 import sys
 sys.path.insert(0, {tests!r})
-from amazons.arena import ArenaError, ArenaWorkers, run_arena
-from amazons.player_factory import register_player
+from amazons.matches.arena import ArenaError, ArenaWorkers, run_arena
+from amazons.players.factory import register_player
 from test_arena_shutdown import _make_killed_mid_result
 
 register_player("killed-mid-result", _make_killed_mid_result)

@@ -1,8 +1,8 @@
-"""The one backend chooser (`amazons.neural.backends.choose_backend`): its table, its refusals,
+"""The one backend chooser (`amazons.core.backends.choose_backend`): its table, its refusals,
 and that it needs no torch.
 
-The callers that run what it chooses (`amazons.neural.production.resolve_backend` for
-checkpoints, `amazons.player_factory.numpy_model_evaluator` for exported models) are checked
+The callers that run what it chooses (`amazons.neural.served.resolve_backend` for
+checkpoints, `amazons.players.factory.numpy_model_evaluator` for exported models) are checked
 against it in tests/test_nativenet.py and tests/test_player_factory.py.
 """
 
@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from amazons.neural.backends import (
+from amazons.core.backends import (
     BACKENDS,
     COMPUTED_PRECISIONS,
     MODEL_KINDS,
@@ -124,7 +124,7 @@ def test_bad_arguments_are_refused_by_name():
 
 def test_the_chooser_loads_no_torch():
     """The inference server's config and the bot's builders read the backends without torch."""
-    code = ("import sys\nfrom amazons.neural.backends import choose_backend\n"
+    code = ("import sys\nfrom amazons.core.backends import choose_backend\n"
             "assert choose_backend('auto', '.pt', '', 'cpu', 'fp32') == 'native'\n"
             "assert 'torch' not in sys.modules, 'torch was imported'\nprint('ok')")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -14,8 +14,9 @@ import pytest
 import torch
 
 from amazons.neural.model import net_config, resolve_precision
-from amazons.neural.production import resolve_device, server_evaluator_factory
+from amazons.neural.served import resolve_device, server_evaluator_factory
 from amazons.train import run as train
+from amazons.train.config import preset_config
 
 BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))
@@ -116,7 +117,7 @@ def test_the_main_job_and_the_benchmarks_build_the_same_server_evaluator(tmp_pat
     """Each builds its server's evaluator factory through `server_evaluator_factory`: for the gpu
     preset all have the preset's batch as their largest bucket, one precision and one device (the
     Ray node's: `test_distributed.py`)."""
-    config = dataclasses.replace(train.preset_config("gpu"), net=net_config("tiny"), device="cpu")
+    config = dataclasses.replace(preset_config("gpu"), net=net_config("tiny"), device="cpu")
     factories = {}
 
     def capturing(name: str):

@@ -20,7 +20,6 @@ import pytest
 from botzone_inputs import LIMIT_FORMS, move_json, wiki_json_line
 
 from amazons.board import BLACK, Board, Move
-from amazons.botzone import limits as botzone_limits
 from amazons.botzone.bot import (
     KEEP_RUNNING_MARKER,
     NO_MOVE,
@@ -34,9 +33,10 @@ from amazons.botzone.bot import (
     parse_simple,
     parse_update,
 )
-from amazons.botzone.kept import KeptProcess, KeptProcessError
-from amazons.player_factory import build_model_player
-from amazons.players import RandomPlayer
+from amazons.players import botzone_limits
+from amazons.players.factory import build_model_player
+from amazons.players.keep_running import KeptProcess, KeptProcessError
+from amazons.players.player import RandomPlayer
 
 REPO = Path(__file__).resolve().parents[1]
 BOT = [sys.executable, "-m", "amazons.botzone"]
@@ -664,7 +664,7 @@ def status_kib(pid: int, field: str) -> int:
 def test_a_whole_game_with_the_default_model_stays_under_200_mb():
     """Keep-running, the shipped model, the default tree: peak RSS over a whole game against the
     greedy player; no torch in the process."""
-    from amazons.players import GreedyPlayer
+    from amazons.players.player import GreedyPlayer
 
     bot = bot_process(["--model", "default", "--time", "1", "--first-time", "3"])
     try:

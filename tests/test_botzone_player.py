@@ -19,16 +19,16 @@ from pathlib import Path
 
 import pytest
 
-from amazons import player_factory
-from amazons.arena import run_arena
 from amazons.board import Board, Move
-from amazons.botzone import program, watchdog
-from amazons.botzone.limits import KEEP_RUNNING_MARKER
-from amazons.botzone.program import BotzonePlayer, parse_botzone_spec, process_cpu_seconds
+from amazons.matches.arena import run_arena
 from amazons.mcts import warm_up
-from amazons.player_factory import PlayerOptions, PlayerSpecError, make_player
-from amazons.players import BasePlayer, Player, PlayerFault
-from amazons.records import read_records
+from amazons.players import factory as player_factory
+from amazons.players import program, watchdog
+from amazons.players.botzone_limits import KEEP_RUNNING_MARKER
+from amazons.players.factory import PlayerOptions, PlayerSpecError, make_player
+from amazons.players.player import BasePlayer, Player, PlayerFault
+from amazons.players.program import BotzonePlayer, parse_botzone_spec, process_cpu_seconds
+from amazons.players.records import read_records
 
 REPO = Path(__file__).resolve().parents[1]
 TEST_BOT = REPO / "tests" / "botzone_test_bot.py"
@@ -148,7 +148,7 @@ def test_whole_games_against_random_in_both_interactions_and_process_modes(tmp_p
             assert (len(value["requests"]) == len(value["responses"]) + 1
                     and value["globaldata"] == "")
             # the per-turn limit, also on the first turn (which may use twice it):
-            # amazons.botzone.limits
+            # amazons.players.botzone_limits
             assert value["time_limit"] == 2.0 and value["memory_limit"] == 256
             known = (len(value["requests"]) + len(value["responses"])
                      - (value["requests"][0]["x0"] == -1))
@@ -341,8 +341,8 @@ def test_a_program_and_its_children_die_with_the_process_that_started_it(tmp_pat
     nap = f"sleep {300 + os.getpid() % 1000}.5"  # the program's child, in its process group
     spec = (f"botzone:time=2:sh -c '{nap} </dev/null >/dev/null 2>&1 & "
             f"exec {sys.executable} {TEST_BOT} keep=1 log={log}'")
-    code = ("import sys\nfrom amazons.botzone import program\nfrom amazons.board import Board\n"
-            f"from amazons.player_factory import make_player\nplayer = make_player({spec!r})\n"
+    code = ("import sys\nfrom amazons.players import program\nfrom amazons.board import Board\n"
+            f"from amazons.players.factory import make_player\nplayer = make_player({spec!r})\n"
             "player.choose_move(Board())\nprint(program._WATCHDOG.pid, flush=True)\n"
             "import time; time.sleep(60)\n")
     parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,

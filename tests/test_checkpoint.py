@@ -203,7 +203,7 @@ def test_extra_must_hold_plain_values(trained, tmp_path):
 
 
 def test_a_checkpoint_with_an_older_config_field_set_still_loads(trained, tmp_path):
-    """Configs are read by `amazons.config.config_from_dict`: fields added since take defaults,
+    """Configs are read by `amazons.core.config.config_from_dict`: fields added since take defaults,
     betas stored as a tuple (older saves) or a list compare equal, unknown fields are named."""
     learner, path = trained
     payload = load_checkpoint(path)

@@ -49,8 +49,8 @@ from suite_botzone import costly_position  # noqa: E402
 
 from amazons import BLACK
 from amazons.board import Board
-from amazons.botzone import limits as botzone_limits
 from amazons.botzone.cpp_export import SOURCE_NAME
+from amazons.players import botzone_limits
 
 pytestmark = NEEDS_GXX
 
@@ -194,8 +194,8 @@ def test_turns_stay_inside_their_cpu_budget(default_bot):
 
 
 def test_a_json_time_limit_is_the_turns_limit_doubled_for_the_first_turn(default_bot):
-    # One reading for the C++ bot, the Python bot and the arena (amazons.botzone.limits): the
-    # first turn may use FIRST_TURN_FACTOR x time_limit, a later one time_limit, each less the
+    # One reading for the C++ bot, the Python bot and the arena (amazons.players.botzone_limits):
+    # the first turn may use FIRST_TURN_FACTOR x time_limit, a later one time_limit, each less the
     # margin (written into the source from botzone_limits, as the defaults are).
     source = (default_bot.parent / SOURCE_NAME).read_text()
     for name, value in (("TURN_SECONDS", botzone_limits.LANGUAGE_TURN_SECONDS["cpp"]),

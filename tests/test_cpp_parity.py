@@ -215,7 +215,7 @@ def test_the_bots_search_settings_follow_their_python_definitions(default_bot, t
     # The exporter writes the search's constants from NET_SEARCH (settings_block), read when the
     # bot is written: change them on the Python side and the bot's search follows, with nothing
     # typed twice in the C++.
-    from amazons import player_factory
+    from amazons.players import factory as player_factory
 
     changed = player_factory.NET_SEARCH.replace(c_puct=0.05, c_puct_base=0.0, lcb=False)
     monkeypatch.setattr(player_factory, "NET_SEARCH", changed)

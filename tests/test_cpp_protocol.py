@@ -4,8 +4,8 @@ The protocol part (`amazons/native/protocol.h`) is built alone and fed Botzone's
 plays whole games against random moves through both interactions and both process modes (every
 reply checked on a `Board`), directly and as the arena's `botzone:` player; it answers the wiki's
 documented input with its limits in every form, reads a `time_limit` as
-`amazons.botzone.limits.read_limit` does, and refuses bad input and bad options with a message
-and exit status 2. Helpers and the compiled bot: `tests/cpp_bot.py`, `default_bot` in
+`amazons.players.botzone_limits.read_limit` does, and refuses bad input and bad options with a
+message and exit status 2. Helpers and the compiled bot: `tests/cpp_bot.py`, `default_bot` in
 `tests/conftest.py`.
 """
 
@@ -34,10 +34,10 @@ from cpp_bot import (
 )
 
 from amazons import BLACK, WHITE
-from amazons.arena import run_arena
 from amazons.board import Board, Move
-from amazons.botzone import limits as botzone_limits
 from amazons.botzone.cpp_export import NATIVE_DIR
+from amazons.matches.arena import run_arena
+from amazons.players import botzone_limits
 
 pytestmark = NEEDS_GXX
 
@@ -361,7 +361,7 @@ def test_help_prints_the_options(default_bot):
 
 
 # ----------------------------------------------------------------------------------------------
-# Whole games through the arena's `botzone:` player (amazons.botzone.program), as Botzone runs it
+# Whole games through the arena's `botzone:` player (amazons.players.program), as Botzone runs it
 
 
 @pytest.mark.parametrize(("interaction", "process_mode"),

@@ -33,20 +33,20 @@ import psutil  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
 
 from amazons.board import Board, Move  # noqa: E402
-from amazons.config import config_to_dict  # noqa: E402
+from amazons.core.config import config_to_dict  # noqa: E402
 from amazons.distributed import node as node_module  # noqa: E402
 from amazons.distributed.ddp import TrainingGroup  # noqa: E402
 from amazons.distributed.pool import NodePool  # noqa: E402
 from amazons.distributed.ray_backend import RayRun, connect  # noqa: E402
-from amazons.inference import SEGMENT_PREFIX  # noqa: E402
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator  # noqa: E402
 from amazons.neural.checkpoint import save_model  # noqa: E402
 from amazons.neural.learner import Learner, OptimConfig, SampleBatch, augment_batch  # noqa: E402
 from amazons.neural.model import NetOutput, PolicyValueNet, net_config  # noqa: E402
-from amazons.records import read_records  # noqa: E402
+from amazons.players.records import read_records  # noqa: E402
+from amazons.serving.server import SEGMENT_PREFIX  # noqa: E402
+from amazons.train.command import main  # noqa: E402
 from amazons.train.config import RayConfig, apply_overrides, preset_config  # noqa: E402
 from amazons.train.replay import GameSamples, ReplayBuffer, load_chunk  # noqa: E402
-from amazons.train.run import main  # noqa: E402
 from amazons.train.selfplay import play_games  # noqa: E402
 
 MiB = 1024**2
@@ -111,7 +111,7 @@ def wait_until(condition, seconds: float, step: float = 0.25) -> bool:
 
 
 def test_the_ray_backend_is_the_ray_entry_point_and_refuses_the_async_pipeline(tmp_path):
-    from amazons.train.run import load_backend
+    from amazons.train.backends import load_backend
 
     assert load_backend("ray") is RayRun
     config = apply_overrides(preset_config("cpu"), ["pipeline.mode=async"])
@@ -468,7 +468,7 @@ def test_ray_shutdown_leaves_no_process_or_shared_memory(ray_tmpdir, tmp_path):
 def test_the_node_builds_its_server_evaluator_as_the_main_job_does(tmp_path):
     """The node's factory is `server_evaluator_factory` (the main job's one builder, checked
     against the benchmarks in test_benchmarks.py) on the node's device."""
-    from amazons.neural.production import server_evaluator_factory
+    from amazons.neural.served import server_evaluator_factory
 
     for node_gpus, device in ((0.0, "cpu"), (1.0, "cuda")):
         config = dataclasses.replace(preset_config("gpu"), ray=RayConfig(node_gpus=node_gpus))

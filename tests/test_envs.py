@@ -37,7 +37,7 @@ from amazons.envs.actions import (
     observation_planes,
     player_view,
 )
-from amazons.players import RandomPlayer
+from amazons.players.player import RandomPlayer
 
 
 def board_of(moves) -> Board:
@@ -332,7 +332,7 @@ def test_gymnasium_illegal_actions_lose_or_raise(gymnasium_env) -> None:
 
 
 def test_gymnasium_accepts_a_player_object_and_rejects_bad_arguments(gymnasium_env) -> None:
-    from amazons.player_factory import PlayerSpecError
+    from amazons.players.factory import PlayerSpecError
 
     env = gymnasium_env.AmazonsEnv(RandomPlayer(seed=3), agent_color="white")
     _, info = env.reset()

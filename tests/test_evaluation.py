@@ -1,5 +1,5 @@
-"""Evaluation through the inference servers (`amazons.train.evaluation`,
-`amazons.arena.ArenaWorkers`): real servers, real worker processes, real shared memory, tiny
+"""Evaluation through the inference servers (`amazons.matches.evaluation`,
+`amazons.matches.arena.ArenaWorkers`): real servers, real worker processes, real shared memory, tiny
 networks."""
 
 from __future__ import annotations
@@ -12,15 +12,15 @@ import time
 import pytest
 import torch
 
-from amazons import arena
-from amazons.arena import ArenaError, ArenaWorkers, network_servers, run_arena
-from amazons.config import config_from_dict, config_to_dict
-from amazons.inference import segment_prefix
+from amazons.core.config import config_from_dict, config_to_dict
+from amazons.matches import arena
+from amazons.matches.arena import ArenaError, ArenaWorkers, network_servers, run_arena
+from amazons.matches.evaluation import EvalConfig, Evaluation
 from amazons.neural.checkpoint import save_model
 from amazons.neural.model import PolicyValueNet, net_config
-from amazons.player_factory import ROLLOUT_SEARCH
+from amazons.players.factory import ROLLOUT_SEARCH
+from amazons.serving.server import segment_prefix
 from amazons.train.config import apply_overrides, preset_config
-from amazons.train.evaluation import EvalConfig, Evaluation
 from amazons.train.run import Run
 
 torch.set_num_threads(1)

@@ -27,7 +27,7 @@ from amazons.mcts import (
     SearchConfigError,
     SearchInputError,
 )
-from amazons.player_factory import NET_SEARCH, PlayerSpecError, apply_search_overrides
+from amazons.players.factory import NET_SEARCH, PlayerSpecError, apply_search_overrides
 from amazons.search_targets import improved_policy, prune_forced_visits
 from amazons.train.config import apply_overrides, preset_config
 from amazons.train.selfplay import SelfPlayConfig, play_games

@@ -49,7 +49,8 @@ from amazons.neural.model import (
     policy_log_tables,
     segment_ids,
 )
-from amazons.train.run import Run, resolve_config
+from amazons.train.command import resolve_config
+from amazons.train.run import Run
 
 torch.set_num_threads(1)
 
@@ -430,7 +431,7 @@ def test_a_lineage_entry_names_the_net_it_grew_from():
 def test_exports_of_a_grown_net_match_torch(changes, name):
     from amazons.neural import numpy_net as npnet
     from amazons.neural.native import NativeEvaluator, native_available
-    from amazons.neural.production import numpy_net
+    from amazons.neural.served import numpy_net
 
     small_config = NetConfig(blocks=2, channels=32, attention_dim=8, head_dim=16,
                              value_channels=2, value_hidden=32, ownership_head=True)

@@ -25,7 +25,7 @@ from inference_actors import (
 )
 
 from amazons import engine
-from amazons.inference import InferenceClient, InferenceConfig, InferenceError, InferenceServer
+from amazons.serving.server import InferenceClient, InferenceConfig, InferenceError, InferenceServer
 
 SPAWN = mp.get_context("spawn")
 

@@ -1,5 +1,5 @@
-"""`amazons.botzone.kept.KeptProcess` with real child processes: a program that writes more to
-stderr than a pipe holds still replies, and `kill` and `close` leave nothing of the program open
+"""`amazons.players.keep_running.KeptProcess` with real child processes: a program that writes more
+to stderr than a pipe holds still replies, and `kill` and `close` leave nothing of the program open
 in this process. (Its replies and errors with the Python bot: `tests/test_botzone.py`; with the
 C++ bot: `tests/test_cpp_protocol.py`.)"""
 
@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from amazons.botzone.kept import KEEP_RUNNING_MARKER, KeptProcess, KeptProcessError
+from amazons.players.keep_running import KEEP_RUNNING_MARKER, KeptProcess, KeptProcessError
 
 PIPE_BYTES = 1 << 16  # what a Linux pipe holds by default: a writer past it waits for a reader
 LOUD_STDERR = 3 * PIPE_BYTES

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from amazons import engine
-from amazons.config import ConfigError, config_from_dict, config_to_dict
+from amazons.core.config import ConfigError, config_from_dict, config_to_dict
 from amazons.neural.learner import (
     Learner,
     MetricSums,

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import pytest
 
-from amazons.arena import run_arena
-from amazons.train.run import main
+from amazons.matches.arena import run_arena
+from amazons.train.command import main
 
 pytestmark = [pytest.mark.slow, pytest.mark.serial]
 

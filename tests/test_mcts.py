@@ -33,7 +33,7 @@ from amazons.mcts import (
     SearchResult,
     UniformEvaluator,
 )
-from amazons.players import MCTSPlayer
+from amazons.players.player import MCTSPlayer
 from amazons.search_targets import improved_policy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -25,7 +25,7 @@ def test_the_shipped_model_is_small_loadable_and_described():
     info = default_model_info()
     for key in ("command", "training_wall_clock_s", "hardware", "config", "iterations"):
         assert key in info, key
-    from amazons.config import config_from_dict
+    from amazons.core.config import config_from_dict
     from amazons.neural.checkpoint import load_model_for_play
     from amazons.neural.model import TRAINING_ONLY_FIELDS, NetConfig
     from amazons.neural.numpy_net import load_model
@@ -64,10 +64,10 @@ def test_the_candidate_model_starts_a_run_from_outside_the_package(tmp_path, mon
                                                                    candidate):
     import torch
 
-    from amazons.config import config_from_dict
+    from amazons.core.config import config_from_dict
     from amazons.neural.checkpoint import init_weights_from, load_model_for_play
     from amazons.neural.model import NetConfig, PolicyValueNet
-    from amazons.train.run import resolve_config
+    from amazons.train.command import resolve_config
 
     torch.set_num_threads(1)
     monkeypatch.chdir(ROOT)  # the documented command, run from the repository's root

@@ -23,7 +23,6 @@ from test_npnet import random_model
 from amazons import engine
 from amazons.evaluator import EvaluatorInputError
 from amazons.export import TOLERANCE, random_positions, torch_outputs
-from amazons.inference import InferenceClient, InferenceConfig, InferenceServer
 from amazons.models import default_model_path
 from amazons.neural import numpy_net as npnet
 from amazons.neural.checkpoint import save_model
@@ -33,7 +32,7 @@ from amazons.neural.native import (
     native_available,
     native_support,
 )
-from amazons.neural.production import (
+from amazons.neural.served import (
     BackendError,
     NativeReloadableEvaluator,
     ReloadableNetworkEvaluator,
@@ -42,7 +41,8 @@ from amazons.neural.production import (
     resolve_backend,
     server_evaluator_factory,
 )
-from amazons.player_factory import PlayerSpecError, model_evaluator
+from amazons.players.factory import PlayerSpecError, model_evaluator
+from amazons.serving.server import InferenceClient, InferenceConfig, InferenceServer
 
 pytestmark = pytest.mark.skipif(not native_available(),
                                 reason="the extension amazons._native is not built")

@@ -11,7 +11,7 @@ import torch
 from test_learn import full_log_probs, naive_log_probs, random_positions
 
 from amazons import engine
-from amazons.config import ConfigError, config_from_dict, config_to_dict
+from amazons.core.config import ConfigError, config_from_dict, config_to_dict
 from amazons.evaluator import EvaluatorInputError
 from amazons.mcts import BatchedSearch, SearchConfig
 from amazons.neural.cuda_graphs import NetworkEvaluator

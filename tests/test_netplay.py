@@ -1,4 +1,4 @@
-"""The production evaluator (`amazons.neural.production`): the prepared model matches the original.
+"""The production evaluator (`amazons.neural.served`): the prepared model matches the original.
 
 The server, the arena's network players, the web board and evaluation run the model
 `prepare_for_inference` makes (batch norms folded, channels_last, autocast at the resolved
@@ -31,8 +31,7 @@ from test_learn import random_positions
 from torch import nn
 
 from amazons import engine
-from amazons.inference import InferenceConfig
-from amazons.neural.backends import BACKENDS, choose_backend
+from amazons.core.backends import BACKENDS, choose_backend
 from amazons.neural.checkpoint import CheckpointError, save_model
 from amazons.neural.cuda_graphs import NetworkEvaluator, batch_buckets
 from amazons.neural.model import (
@@ -51,7 +50,7 @@ from amazons.neural.model import (
     weights_elements,
 )
 from amazons.neural.native import native_available
-from amazons.neural.production import (
+from amazons.neural.served import (
     BackendError,
     NativeReloadableEvaluator,
     NetworkEvaluatorFactory,
@@ -60,6 +59,7 @@ from amazons.neural.production import (
     resolve_backend,
     server_evaluator_factory,
 )
+from amazons.serving.server import InferenceConfig
 
 torch.set_num_threads(1)
 
@@ -210,10 +210,10 @@ sys.modules["amazons._native"] = None  # `from amazons import _native` raises Im
 import torch
 torch.set_num_threads(1)
 from amazons.neural.native import native_available
-from amazons.neural.production import (BackendError, ReloadableNetworkEvaluator,
+from amazons.neural.served import (BackendError, ReloadableNetworkEvaluator,
                                        load_network_evaluator)
 from amazons.neural.numpy_net import NumpyEvaluator
-from amazons.player_factory import PlayerSpecError, model_evaluator
+from amazons.players.factory import PlayerSpecError, model_evaluator
 assert not native_available()
 evaluator = load_network_evaluator(sys.argv[1], "cpu")
 assert type(evaluator) is ReloadableNetworkEvaluator and evaluator.precision == "fp32", evaluator

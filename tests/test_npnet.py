@@ -381,7 +381,7 @@ def test_the_bot_and_terminal_play_never_import_torch():
         "            io.StringIO('1\\n-1 -1 -1 -1 -1 -1\\n'), out, sys.stderr)\n"
         "assert code == 0 and len(out.getvalue().split()) == 6, out.getvalue()\n"
         "import amazons.play\n"
-        "from amazons.player_factory import build_model_player\n"
+        "from amazons.players.factory import build_model_player\n"
         "build_model_player('default', simulations=8)\n"
         "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)\n"
         "print('torch-free')\n")

@@ -13,7 +13,7 @@ import random
 import pytest
 
 from amazons import Board, Move
-from amazons.openspiel_player import cell_of, square_of
+from amazons.players.openspiel import cell_of, square_of
 
 pyspiel = pytest.importorskip("pyspiel")
 
@@ -70,7 +70,7 @@ def test_legal_move_sets_agree_along_random_games(game, seed: int) -> None:
 
 
 def test_openspiel_mcts_player_plays_legal_games_in_the_arena() -> None:
-    from amazons.arena import run_arena
+    from amazons.matches.arena import run_arena
 
     result = run_arena("openspiel-mcts", "random", games=2, simulations=30, processes=1, seed=3)
     for record in result.records:
@@ -84,7 +84,7 @@ def test_openspiel_mcts_player_with_a_time_budget() -> None:
     OpenSpiel's MCTSBot (open-spiel 2.0.2), a third of the move's budget per decision."""
     import time
 
-    from amazons.arena import make_player, run_arena
+    from amazons.matches.arena import make_player, run_arena
 
     player = make_player("openspiel-mcts", seed=1, time_budget=0.3)
     board = Board.from_moves([Move.from_botzone(text) for text in ("5 0 3 2 6 5", "0 5 4 5 3 4")])

@@ -24,7 +24,7 @@ from test_npnet import random_model
 from amazons import engine
 from amazons.board import BLACK, WHITE, Board, Move
 from amazons.botzone.bot import Bot
-from amazons.config import config_from_dict, config_to_dict
+from amazons.core.config import config_from_dict, config_to_dict
 from amazons.export import TOLERANCE, export_model, random_positions
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
@@ -55,11 +55,11 @@ from amazons.neural.model import (
     prepare_for_inference,
 )
 from amazons.play import PlaySession
-from amazons.player_factory import build_model_player
-from amazons.players import MCTSPlayer, describe_territory, predicted_territory
+from amazons.players.factory import build_model_player
+from amazons.players.player import MCTSPlayer, describe_territory, predicted_territory
 from amazons.symmetry import NUM_SYMMETRIES, SYMMETRIES
+from amazons.train.command import main
 from amazons.train.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
-from amazons.train.run import main
 from amazons.train.selfplay import final_ownership, play_games
 
 torch.set_num_threads(1)

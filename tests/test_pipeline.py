@@ -14,10 +14,10 @@ import torch
 from inference_actors import random_leaves
 
 from amazons import engine
-from amazons.inference import InferenceClient, InferenceConfig, InferenceServer
 from amazons.neural.checkpoint import save_model
 from amazons.neural.model import PolicyValueNet, net_config
-from amazons.neural.production import ReloadableNetworkEvaluator, server_evaluator_factory
+from amazons.neural.served import ReloadableNetworkEvaluator, server_evaluator_factory
+from amazons.serving.server import InferenceClient, InferenceConfig, InferenceServer
 from amazons.train.config import TrainConfig, training_steps
 from amazons.train.pipeline import (
     BackgroundEvaluation,

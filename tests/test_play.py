@@ -14,9 +14,9 @@ from hypothesis import strategies as st
 from amazons.board import BLACK, WHITE, Board, Move
 from amazons.mcts import RolloutEvaluator
 from amazons.play import PlaySession, ReplaySession, main, render_board
-from amazons.player_factory import ROLLOUT_SEARCH
-from amazons.players import MCTSPlayer
-from amazons.records import GameRecord, read_records, write_records
+from amazons.players.factory import ROLLOUT_SEARCH
+from amazons.players.player import MCTSPlayer
+from amazons.players.records import GameRecord, read_records, write_records
 
 FAST = ["--model", "none", "--simulations", "16", "--seed", "3"]
 AI_MOVE = re.compile(r"^AI \((black|white)\) plays [a-h][1-8]-[a-h][1-8]/[a-h][1-8]  "

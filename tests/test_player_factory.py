@@ -1,16 +1,17 @@
-"""`amazons.player_factory`: one builder for every model-backed player, and the spec registry."""
+"""`amazons.players.factory`: one builder for every model-backed player, and the spec registry."""
 
 from __future__ import annotations
 
 import pytest
 
 from amazons.board import Board
+from amazons.core.backends import BackendError, choose_backend
+from amazons.matches.evaluation import EvalConfig
 from amazons.mcts import RolloutEvaluator, UniformEvaluator
 from amazons.models import default_checkpoint_path, default_model_path
-from amazons.neural.backends import BackendError, choose_backend
 from amazons.neural.native import NativeEvaluator, native_available, native_support
 from amazons.neural.numpy_net import ModelFileError, NumpyEvaluator, load_model
-from amazons.player_factory import (
+from amazons.players.factory import (
     NET_SEARCH,
     ROLLOUT_SEARCH,
     PlayerSpecError,
@@ -19,8 +20,7 @@ from amazons.player_factory import (
     numpy_model_evaluator,
     served_evaluator_factory,
 )
-from amazons.players import PolicyPlayer
-from amazons.train.evaluation import EvalConfig
+from amazons.players.player import PolicyPlayer
 
 
 def test_each_model_spec_gives_its_evaluator_and_search():
@@ -54,7 +54,7 @@ def test_network_players_play_the_lower_confidence_bound_and_the_ladder_the_most
 
 @pytest.mark.parametrize("backend", ["torch", "auto"])
 def test_a_checkpoint_runs_prepared_where_torch_is_allowed(backend):
-    from amazons.neural.production import NativeReloadableEvaluator, ReloadableNetworkEvaluator
+    from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 
     player = build_model_player(str(default_checkpoint_path()), simulations=8, seed=0,
                                 allow_torch=True, device="cpu", torch_threads=1, backend=backend)

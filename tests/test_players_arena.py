@@ -12,17 +12,17 @@ from pathlib import Path
 
 import pytest
 
-from amazons.arena import (
+from amazons.board import BLACK, WHITE, Board, Move
+from amazons.matches.arena import (
     elo_from_score,
     elo_interval,
     play_game,
     random_opening,
     run_arena,
 )
-from amazons.board import BLACK, WHITE, Board, Move
 from amazons.mcts import RolloutEvaluator, SearchConfig, UniformEvaluator
-from amazons.player_factory import PlayerSpecError, make_player, player_names, register_player
-from amazons.players import (
+from amazons.players.factory import PlayerSpecError, make_player, player_names, register_player
+from amazons.players.player import (
     GreedyPlayer,
     HumanPlayer,
     MCTSPlayer,

@@ -1,5 +1,5 @@
-"""`amazons._processes`: `end_processes` leaves no started process behind, one that ignores SIGTERM
-included, within one shared grace, and returns within its bound when a killed process's end
+"""`amazons.core.processes`: `end_processes` leaves no started process behind, one that ignores
+SIGTERM included, within one shared grace, and returns within its bound when a killed process's end
 cannot be seen; `process_context`'s forkserver imports what its callers asked for, refuses a name
 that is no module, names on stderr a module that fails to import in it and serves on, and is
 never asked to run the main script."""
@@ -17,16 +17,18 @@ import time
 
 import pytest
 
-from amazons._processes import (
-    FORKSERVER_PRELOAD,
-    NETWORK_PRELOAD,
+from amazons.core.processes import (
     PRELOAD_VARIABLE,
     end_processes,
     factory_preload,
     process_context,
 )
+from amazons.matches.arena import ARENA_PRELOAD
 from amazons.mcts import UniformEvaluator
-from amazons.neural.production import NetworkEvaluatorFactory
+from amazons.neural.served import NETWORK_PRELOAD, NetworkEvaluatorFactory
+from amazons.serving.server import SERVER_PRELOAD
+from amazons.train.cli import JOB_PRELOAD
+from amazons.train.selfplay import SELFPLAY_PRELOAD
 
 
 def _ignore_sigterm_and_sleep(ready) -> None:
@@ -77,7 +79,7 @@ import warnings
 
 import psutil
 
-from amazons._processes import end_processes, process_context
+from amazons.core.processes import end_processes, process_context
 
 
 def ignore_sigterm(ready):
@@ -129,11 +131,11 @@ def test_ending_processes_returns_within_its_bound_when_a_kill_is_not_seen(tmp_p
 REPORT_SCRIPT = """
 import sys
 
-from amazons._processes import process_context
+from amazons.core.processes import process_context
 
 
 def report(queue):
-    queue.put(sorted(name for name in ("torch", "amazons.neural.production", "amazons.mcts")
+    queue.put(sorted(name for name in ("torch", "amazons.neural.served", "amazons.mcts")
                      if name in sys.modules))
 
 
@@ -149,13 +151,16 @@ if __name__ == "__main__":
 
 
 @pytest.mark.parametrize(("asked", "loaded"), [
-    ((), ["amazons.mcts"]),
-    (NetworkEvaluatorFactory.preload, ["amazons.mcts", "amazons.neural.production", "torch"]),
+    ((), []),
+    (SELFPLAY_PRELOAD, ["amazons.mcts"]),
+    ((*SELFPLAY_PRELOAD, *NetworkEvaluatorFactory.preload),
+     ["amazons.mcts", "amazons.neural.served", "torch"]),
 ])
 def test_the_forkserver_imports_what_its_process_asked_for_before_it_started(tmp_path, asked,
                                                                             loaded):
-    """A child starts with the search loaded, and with torch only where a caller of the process
-    (a network's server) asked for it. Each case in a fresh interpreter: a forkserver is one per
+    """A child starts with what the callers of its process asked for: nothing unless asked, the
+    search loaded where the actors' caller asked, and torch only where a caller (a network's
+    server) asked for it. Each case in a fresh interpreter: a forkserver is one per
     process, and this one's may have started already."""
     script = tmp_path / "report.py"
     script.write_text(REPORT_SCRIPT)
@@ -172,7 +177,7 @@ from pathlib import Path
 
 import psutil
 
-from amazons._processes import process_context, start_forkserver
+from amazons.core.processes import process_context, start_forkserver
 
 
 def report(queue):
@@ -229,7 +234,7 @@ import sys
 
 import psutil
 
-from amazons._processes import start_forkserver
+from amazons.core.processes import start_forkserver
 
 try:
     start_forkserver(sys.argv[1:])
@@ -261,24 +266,35 @@ def test_the_forkserver_is_given_the_packages_modules_and_never_the_main_script(
     """What multiprocessing is handed: the package's preload module alone, the modules it
     imports in the environment the forkserver starts with. `__main__` would run the parent's
     main script in the forkserver from CPython's gh-126631 fix on (3.13.8, 3.14)."""
-    context = process_context()
+    context = process_context(SELFPLAY_PRELOAD)
     if context.get_start_method() != "forkserver":
         pytest.skip("no forkserver on this platform")
     assert multiprocessing.forkserver._forkserver._preload_modules == [
-        "amazons._forkserver_preload"]
+        "amazons.core.forkserver_preload"]
     named = os.environ[PRELOAD_VARIABLE].split(",")
-    assert named[:len(FORKSERVER_PRELOAD)] == list(FORKSERVER_PRELOAD)
+    assert set(SELFPLAY_PRELOAD) <= set(named)
     assert "__main__" not in named
+
+
+def test_the_preload_lists_come_from_their_callers():
+    """Each caller names what its processes run; the main job's forkserver, started before the
+    job imports them, names them all (the actors', a network server's), and the arena's
+    workers are never asked to preload self-play or torch."""
+    assert set(JOB_PRELOAD) == {*SELFPLAY_PRELOAD, *SERVER_PRELOAD, *NETWORK_PRELOAD}
+    assert "amazons.mcts:warm_up" in SELFPLAY_PRELOAD and "amazons.mcts:warm_up" in ARENA_PRELOAD
+    assert not {"amazons.train.selfplay", *NETWORK_PRELOAD} & set(ARENA_PRELOAD)
+    with pytest.raises(ValueError, match="'not a name' is no function name"):
+        process_context(["amazons.mcts:not a name"])
 
 
 BROKEN_PRELOAD_SCRIPT = """
 import sys
 
-from amazons._processes import process_context
+from amazons.core.processes import process_context
 
 
 def report(queue, broken):
-    preloaded = [name for name in ("amazons.mcts_warm", "fine_preload") if name in sys.modules]
+    preloaded = [name for name in ("amazons.mcts", "fine_preload") if name in sys.modules]
     try:
         __import__(broken)
     except Exception as error:
@@ -289,7 +305,7 @@ def report(queue, broken):
 
 if __name__ == "__main__":
     broken = sys.argv[1]
-    context = process_context([broken, "fine_preload"])
+    context = process_context(["amazons.mcts:warm_up", broken, "fine_preload"])
     queue = context.Queue()
     for _ in range(2):
         child = context.Process(target=report, args=(queue, broken))
@@ -332,7 +348,7 @@ def test_a_preload_that_fails_in_the_forkserver_is_reported_and_the_forkserver_s
     reports = result.stdout.strip().splitlines()
     assert len(reports) == 2, result.stdout
     for report in reports:
-        assert report.startswith(repr((["amazons.mcts_warm", "fine_preload"], described))), report
+        assert report.startswith(repr((["amazons.mcts", "fine_preload"], described))), report
     assert reports[0].split()[-1] != reports[1].split()[-1]  # two children, two processes
 
 
@@ -340,15 +356,15 @@ NO_VARIABLE_SCRIPT = """
 import os
 import sys
 
-from amazons._processes import PRELOAD_VARIABLE, process_context
+from amazons.core.processes import PRELOAD_VARIABLE, process_context
 
 
 def report(queue):
-    queue.put("amazons.mcts_warm" in sys.modules)
+    queue.put("amazons.mcts" in sys.modules)
 
 
 if __name__ == "__main__":
-    context = process_context()
+    context = process_context(["amazons.mcts:warm_up"])
     del os.environ[PRELOAD_VARIABLE]
     queue = context.Queue()
     child = context.Process(target=report, args=(queue,))

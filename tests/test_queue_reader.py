@@ -1,4 +1,4 @@
-"""`amazons._queue_reader.QueueReader`: a queue's messages from its pipe's raw bytes, never
+"""`amazons.core.queue_reader.QueueReader`: a queue's messages from its pipe's raw bytes, never
 waiting for the rest of a message cut short (the arena and self-play read their workers' results
 so), a message that does not unpickle raised in its turn without losing the others."""
 
@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from amazons._queue_reader import QueueMessageError, QueueReader
+from amazons.core.queue_reader import QueueMessageError, QueueReader
 
 CONTEXT = mp.get_context("spawn")
 RECEIVE_TIMEOUT_S = 0.5

@@ -18,8 +18,9 @@ ray = pytest.importorskip("ray")  # the `ray` extra, which `make test` installs
 from test_distributed import REPLACED  # noqa: E402
 
 from amazons.distributed.ray_backend import RayRun  # noqa: E402
+from amazons.train.command import main  # noqa: E402
 from amazons.train.config import apply_overrides, preset_config  # noqa: E402
-from amazons.train.run import Run, main  # noqa: E402
+from amazons.train.run import Run  # noqa: E402
 
 
 @pytest.mark.parametrize("preset", ["cpu", "gpu"])

@@ -11,9 +11,15 @@ from conftest import oracle_game, random_games
 from hypothesis import given
 from hypothesis import strategies as st
 
-from amazons import arena
 from amazons.board import BLACK, WHITE, Board, Move
-from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
+from amazons.matches import arena
+from amazons.players.records import (
+    GameRecord,
+    RecordError,
+    parse_records,
+    read_records,
+    write_records,
+)
 
 STANDARD = {"Event", "Black", "White", "Date", "Result"}
 header_keys = st.from_regex(r"[A-Za-z][A-Za-z0-9_]{0,11}", fullmatch=True).filter(

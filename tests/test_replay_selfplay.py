@@ -15,11 +15,18 @@ import pytest
 from conftest import owned_shm_entries
 from test_queue_reader import open_pipes, pipe_name
 
-from amazons import _queue_reader, engine
+from amazons import engine
 from amazons.board import Adjudication, Board, Move
-from amazons.inference import InferenceConfig, InferenceServer
+from amazons.core import queue_reader
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult, UniformEvaluator
-from amazons.records import GameRecord, RecordError, parse_records, read_records, write_records
+from amazons.players.records import (
+    GameRecord,
+    RecordError,
+    parse_records,
+    read_records,
+    write_records,
+)
+from amazons.serving.server import InferenceConfig, InferenceServer
 from amazons.symmetry import INVERSE, transform_moves, transform_positions
 from amazons.train.replay import GameSamples, ReplayBuffer, ReplayChunkError, load_chunk, save_chunk
 from amazons.train.selfplay import SelfPlayConfig, SelfPlayError, SelfPlayWorkers, play_games
@@ -416,7 +423,7 @@ def test_an_interrupt_inside_close_still_ends_every_actor(monkeypatch):
             raise KeyboardInterrupt
 
         # the Ctrl-C reaches close while it waits
-        monkeypatch.setattr(_queue_reader, "wait", interrupted)
+        monkeypatch.setattr(queue_reader, "wait", interrupted)
         with pytest.raises(KeyboardInterrupt):
             workers.close(timeout=20.0)
         assert not any(process.is_alive() for process in workers._actors)

@@ -19,16 +19,16 @@ import pytest
 
 from amazons import engine
 from amazons import mcts_numba as kernels
-from amazons.arena import run_arena
 from amazons.board import Board
+from amazons.matches.arena import run_arena
 from amazons.mcts import (
     BatchedSearch,
     SearchConfig,
     SearchConfigError,
     UniformEvaluator,
 )
-from amazons.player_factory import PlayerSpecError, apply_search_overrides
-from amazons.players import MCTSPlayer
+from amazons.players.factory import PlayerSpecError, apply_search_overrides
+from amazons.players.player import MCTSPlayer
 from amazons.search_targets import improved_policy
 from amazons.train.selfplay import play_games
 

@@ -19,7 +19,7 @@ import torch
 from test_netplay import flat_weights, trained_looking
 
 from amazons import engine
-from amazons.config import config_from_dict, config_to_dict
+from amazons.core.config import config_from_dict, config_to_dict
 from amazons.export import export_model, random_positions, torch_outputs
 from amazons.neural import numpy_net
 from amazons.neural.checkpoint import (
@@ -46,12 +46,12 @@ from amazons.neural.model import (
     prepare_for_inference,
 )
 from amazons.neural.native import native_available
-from amazons.neural.production import (
+from amazons.neural.served import (
     NativeReloadableEvaluator,
     ReloadableNetworkEvaluator,
     model_arrays,
 )
-from amazons.train.run import main
+from amazons.train.command import main
 
 torch.set_num_threads(1)
 

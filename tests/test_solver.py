@@ -228,7 +228,7 @@ def test_solver_off_keeps_the_tree_free_of_proofs():
 
 
 def test_players_play_the_proven_win_at_once():
-    from amazons.players import MCTSPlayer
+    from amazons.players.player import MCTSPlayer
 
     board = Board(WIN_IN_THREE[0])
     winning = wins_in_three(board.canonical_position())

@@ -18,9 +18,9 @@ import numpy as np
 import pytest
 import torch
 
-from amazons.arena import ArenaResult
-from amazons.config import ConfigError, config_from_dict, config_to_dict
-from amazons.inference import segment_prefix
+from amazons.core.config import ConfigError, config_from_dict, config_to_dict
+from amazons.matches.arena import ArenaResult
+from amazons.matches.evaluation import EvalConfig, fit_elo
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator
 from amazons.neural.checkpoint import (
     CheckpointError,
@@ -39,14 +39,17 @@ from amazons.neural.learner import (
     sample_batch,
 )
 from amazons.neural.model import PolicyValueNet, net_config
-from amazons.records import GameRecord
+from amazons.players.records import GameRecord
+from amazons.serving.server import segment_prefix
 from amazons.train import config as train_config
 from amazons.train import run as train_module
+from amazons.train import signals as train_signals
+from amazons.train.backends import backend_names, load_backend
+from amazons.train.command import main, resolve_config
 from amazons.train.config import TrainConfig, apply_overrides, preset_config
-from amazons.train.evaluation import EvalConfig, fit_elo
 from amazons.train.pipeline import EvaluationError, steps_for_positions
 from amazons.train.replay import GameSamples
-from amazons.train.run import Run, backend_names, load_backend, main, resolve_config
+from amazons.train.run import Run
 from amazons.train.selfplay import play_games
 
 # Small enough for CI: a couple of games per iteration, few simulations, tiny evaluation.
@@ -369,14 +372,14 @@ def test_a_stop_during_a_checkpoint_is_taken_once_the_checkpoint_is_whole(tmp_pa
     wait for it: the file is complete, then the stop's KeyboardInterrupt comes."""
     learner = Learner(PolicyValueNet(net_config("tiny")), OptimConfig())
     stopped: list[int] = []
-    previous = train_module._stop_on_sigterm(stopped)
+    previous = train_signals.stop_on_sigterm(stopped)
     # Python's own Ctrl-C handler, as in the main job (an xdist worker starts with SIGINT ignored)
     previous_int = signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         for signum in (signal.SIGTERM, signal.SIGINT):
             path = tmp_path / f"checkpoint-{signum}.pt"
             with pytest.raises(KeyboardInterrupt):
-                with train_module.signals_deferred():
+                with train_signals.signals_deferred():
                     os.kill(os.getpid(), signum)
                     time.sleep(0.05)  # an undeferred handler would have run by now
                     save_checkpoint(path, learner, {"iteration": 1})

@@ -1,4 +1,4 @@
-"""The watchdog of Botzone programs on its own (`amazons.botzone.watchdog`): real process groups,
+"""The watchdog of Botzone programs on its own (`amazons.players.watchdog`): real process groups,
 killed when the watchdog's input ends or its starter dies (its input still open elsewhere),
 spared once let go; a watchdog holding nothing leaves while its starter lives on, and a line
 written within the idle time is read; and its start loads nothing of the package. The whole
@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from amazons.botzone import watchdog
+from amazons.players import watchdog
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -43,7 +43,7 @@ def ended(pid: int) -> bool:
 
 
 def module_command() -> list[str]:
-    return [sys.executable, "-m", "amazons.botzone.watchdog"]
+    return [sys.executable, "-m", "amazons.players.watchdog"]
 
 
 @pytest.mark.parametrize("make_command", [watchdog.command, module_command],
@@ -129,7 +129,7 @@ def test_a_watchdog_holding_nothing_leaves_while_its_starter_lives_on():
 
 
 def test_a_line_written_within_the_idle_time_is_always_read():
-    # The starter's rule (amazons.botzone.program._Watchdog): a group written to a watchdog that
+    # The starter's rule (amazons.players.program._Watchdog): a group written to a watchdog that
     # holds nothing, within IDLE_EXIT_SECONDS of the line that left it idle, is held.
     first, second = start_group(), start_group()
     guard = subprocess.Popen(watchdog.command(), stdin=subprocess.PIPE, start_new_session=True)
@@ -163,7 +163,7 @@ def test_a_starter_that_dies_while_its_pipe_stays_open_still_has_its_groups_kill
     held = start_group()
     read_end, write_end = os.pipe()
     code = ("import subprocess, sys, time\n"
-            "from amazons.botzone import watchdog\n"
+            "from amazons.players import watchdog\n"
             "guard = subprocess.Popen(watchdog.command(), stdin=int(sys.argv[1]),\n"
             "                         start_new_session=True)\n"
             "print(guard.pid, flush=True)\n"

@@ -18,10 +18,10 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
-from amazons.arena import play_game
 from amazons.board import COLOR_NAMES, Board, Move
-from amazons.players import RandomPlayer
-from amazons.records import GameRecord, read_records, write_records
+from amazons.matches.arena import play_game
+from amazons.players.player import RandomPlayer
+from amazons.players.records import GameRecord, read_records, write_records
 from amazons.web import WebConfig, create_app
 from amazons.web.__main__ import main as web_main
 from amazons.web.app import LOOPBACK_HOSTS

@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from playwright.sync_api import Page, sync_playwright
 
-from amazons.arena import play_game
 from amazons.board import Board, Move
-from amazons.players import RandomPlayer
-from amazons.records import GameRecord, read_records, write_records
+from amazons.matches.arena import play_game
+from amazons.players.player import RandomPlayer
+from amazons.players.records import GameRecord, read_records, write_records
 from amazons.web.views import board_squares
 
 CHROMIUM = os.environ.get("AMAZONS_CHROMIUM", "/usr/bin/chromium")

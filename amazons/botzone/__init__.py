@@ -1,13 +1,14 @@
-"""Everything Botzone: the Python bot, its limits, the C++ export, Botzone programs as players.
+"""The Botzone bot, a command: `python -m amazons.botzone` runs the Python bot (`bot`).
 
-`python -m amazons.botzone` runs the Python bot (`bot`). Beside it: `limits` (Botzone's time and
-memory limits and how a JSON input's limits are read: the one definition every other part
-reads), `cpp_export` (the native parts joined into one C++ source to upload, with the model's
-weights), `program` (any Botzone program as an arena player, `botzone:COMMAND`) and `watchdog`
-(the process that ends those programs when their player's process dies).
+Beside it: `cpp_export` (the native parts joined into one C++ source to upload, with the model's
+weights: `python -m amazons.export MODEL --botzone DIR`) and `memory` (the bot's resident memory:
+its peak, and giving back the pages of read-only libraries). What the arena and the bot share
+sits a layer below, in `amazons.players`: Botzone's limits (`botzone_limits`), any Botzone
+program as a player (`program`, `watchdog`) and driving one in keep-running mode
+(`keep_running`).
 
-Importing the package imports none of them (the arena reads `limits` without loading the bot);
-the bot's public names are re-exported on first use, so `from amazons.botzone import Bot` works.
+Importing the package imports none of them; the bot's public names are re-exported on first use,
+so `from amazons.botzone import Bot` works.
 """
 
 from __future__ import annotations

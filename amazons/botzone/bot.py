@@ -25,15 +25,16 @@ classes; `main` wires them to the streams.
 Memory: the network runs in numpy from an exported model (`amazons.neural.numpy_net`), never torch;
 the search trees are allocated once at `--tree-mb` MiB (`SearchConfig.with_tree_memory`) and a full
 tree ends the turn's search early; after loading Numba's kernels the bot gives back LLVM's code
-pages (`amazons._memory`). See docs/botzone.md for the measured peak.
+pages (`amazons.botzone.memory`). See docs/botzone.md for the measured peak.
 
-The player is built by `amazons.player_factory.build_model_player` (the builder of every
+The player is built by `amazons.players.factory.build_model_player` (the builder of every
 model-backed player), with the bot's choices: the tree's memory bound, a search that stops when
 the tree is full, and `--simulations` (when given) instead of the clock.
 
-Imports `amazons.board`, `amazons.mcts`, `amazons.player_factory`, `amazons.players`,
-`amazons._memory` and Botzone's limits and protocol constants (`amazons.botzone.limits`, which the
-arena's player for Botzone programs reads too); never torch.
+Imports `amazons.board`, `amazons.mcts`, `amazons.players.factory`, `amazons.players.player`,
+`amazons.botzone.memory` and Botzone's limits and protocol constants
+(`amazons.players.botzone_limits`, which the arena's player for Botzone programs reads too); never
+torch.
 """
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
-from amazons._memory import release_library_pages, releasing_library_pages
 from amazons.board import Board, IllegalMoveError, Move, NotationError
-from amazons.botzone import limits as botzone_limits
-from amazons.botzone.limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
+from amazons.botzone.memory import release_library_pages, releasing_library_pages
 from amazons.mcts import SearchConfigError, warm_up
-from amazons.player_factory import build_model_player
-from amazons.players import MCTSPlayer, describe_territory, predicted_territory
+from amazons.players import botzone_limits
+from amazons.players.botzone_limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
+from amazons.players.factory import build_model_player
+from amazons.players.player import MCTSPlayer, describe_territory, predicted_territory
 
 __all__ = [
     "KEEP_RUNNING_MARKER",

@@ -7,8 +7,8 @@ C++ source compiled with g++ can. `join_sources` joins the native core's parts
 JSON interaction in `protocol.h`, and `bot.cpp`: the weights, the command line and the main loop)
 into one file: the parts in order, their local `#include` lines dropped, the settings block
 (`settings_block`: the search's constants from `NET_SEARCH`, the adjudication's budgets from
-`amazons.engine`, Botzone's limits and the margin rule from `amazons.botzone.limits`, written
-from the Python definitions, never typed twice) where the first part includes `settings.h`
+`amazons.engine`, Botzone's limits and the margin rule from `amazons.players.botzone_limits`,
+written from the Python definitions, never typed twice) where the first part includes `settings.h`
 (`settings_header` writes the same block as that header, so that each part also compiles alone;
 `amazons/native/common.h` says how the parts are joined), and the model block where `bot.cpp` has
 its marker: the network's shape (`model_shape()`, from the one mapping
@@ -23,8 +23,8 @@ its marker: the network's shape (`model_shape()`, from the one mapping
   SHA-256 and the FNV-1a digest of the floats and refuses a file that does not match.
 
 `compile_command` is the g++ line the docs and the tests use. Imports numpy, `amazons.engine`,
-`amazons.botzone.limits` and `amazons.neural.numpy_net`, and the search's defaults
-(`amazons.player_factory`) when a bot is written (the exporter, `amazons.export`, turns torch
+`amazons.players.botzone_limits` and `amazons.neural.numpy_net`, and the search's defaults
+(`amazons.players.factory`) when a bot is written (the exporter, `amazons.export`, turns torch
 checkpoints into a `NumpyNet` first).
 """
 
@@ -39,9 +39,9 @@ from typing import Any
 import numpy as np
 
 from amazons import engine
-from amazons._atomic import atomic_write
-from amazons.botzone import limits as botzone_limits
+from amazons.core.atomic import atomic_write
 from amazons.neural.numpy_net import NumpyNet, native_shape
+from amazons.players import botzone_limits
 
 __all__ = [
     "LARGE_SOURCE_BYTES",
@@ -131,16 +131,17 @@ def settings_block(search: Any = None) -> str:
 
     Args:
         search: the bot's search (`amazons.mcts.SearchConfig`); None: the network players'
-            defaults, `amazons.player_factory.NET_SEARCH`, read when called.
+            defaults, `amazons.players.factory.NET_SEARCH`, read when called.
 
     Returns:
         C++ definitions: the search's c_puct, its base, the FPU reduction, LCB's candidate
         fraction, width and whether it is on, the adjudication's budgets of `amazons.engine`,
         and Botzone's limits with the bot's margin rule and tree size
-        (`amazons.botzone.limits`).
+        (`amazons.players.botzone_limits`).
     """
     if search is None:
-        from amazons import player_factory  # the search's defaults; loads the search (Numba) lazily
+        # the search's defaults; loads the search (Numba) lazily
+        from amazons.players import factory as player_factory
 
         search = player_factory.NET_SEARCH
     lines = [

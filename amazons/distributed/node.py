@@ -34,9 +34,9 @@ import numpy as np
 import ray
 import torch
 
-from amazons.inference import InferenceServer
-from amazons.neural.production import NetworkEvaluatorFactory, server_evaluator_factory
-from amazons.records import GameRecord
+from amazons.neural.served import NetworkEvaluatorFactory, server_evaluator_factory
+from amazons.players.records import GameRecord
+from amazons.serving.server import InferenceServer
 from amazons.train.replay import GameSamples
 from amazons.train.selfplay import SelfPlayWorkers
 
@@ -95,7 +95,7 @@ def node_device(config: TrainConfig) -> str:
 
 def node_evaluator_factory(config: TrainConfig, model_path: str | Path) -> NetworkEvaluatorFactory:
     """The node's inference server evaluator:
-    `amazons.neural.production.server_evaluator_factory` (the main job's) on the node's device
+    `amazons.neural.served.server_evaluator_factory` (the main job's) on the node's device
     (`node_device`)."""
     return server_evaluator_factory(model_path, node_device(config), config.inference_dtype,
                                     config.inference)
@@ -141,7 +141,8 @@ class SelfPlayNode:
             The games' samples, concatenated, and their `NodeResult`.
 
         Raises:
-            amazons.train.selfplay.SelfPlayError, amazons.inference.InferenceError: the pipeline
+            amazons.train.selfplay.SelfPlayError, amazons.serving.server.InferenceError: the
+            pipeline
                 failed (it is stopped, and started again by the next request).
         """
         try:

@@ -42,7 +42,7 @@ from amazons.distributed.node import (
     owned_samples,
     request_stream,
 )
-from amazons.records import GameRecord
+from amazons.players.records import GameRecord
 from amazons.train.replay import GameSamples
 from amazons.train.selfplay import SelfPlayReport
 

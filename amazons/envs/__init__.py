@@ -5,7 +5,8 @@
 * `amazons.envs.pettingzoo_env`: `AmazonsAECEnv`, a two-agent PettingZoo AEC environment
   (`black_0`, `white_0`) with action masks.
 * `amazons.envs.gymnasium_env`: `AmazonsEnv`, a single-agent Gymnasium environment against any
-  `amazons` player (`amazons.player_factory.make_player` specs), registered as `amazons/Amazons-v0`.
+  `amazons` player (`amazons.players.factory.make_player` specs), registered as
+  `amazons/Amazons-v0`.
 * `amazons.envs.openspiel_game`: `python_amazons`, an OpenSpiel game on the engine, and state
   conversion to and from OpenSpiel's own C++ `amazons`.
 

@@ -1,6 +1,6 @@
 """The Game of the Amazons as a single-agent Gymnasium environment against an `amazons` player.
 
-The agent plays one colour; the opponent is any player `amazons.player_factory.make_player` builds
+The agent plays one colour; the opponent is any player `amazons.players.factory.make_player` builds
 (`random`, `greedy`, `mcts-uniform`, `mcts-rollout`, `mcts-net:PATH`, `policy-net:PATH`,
 `openspiel-mcts`) or a `Player` object. Observations and actions are the PettingZoo
 environment's (`amazons.envs.pettingzoo_env`), from the agent's side:
@@ -49,8 +49,8 @@ from amazons.envs.actions import (
     action_to_move,
     observation_planes,
 )
-from amazons.player_factory import make_player
-from amazons.players import Player
+from amazons.players.factory import make_player
+from amazons.players.player import Player
 
 __all__ = ["ENV_ID", "AmazonsEnv"]
 
@@ -65,7 +65,7 @@ class AmazonsEnv(gymnasium.Env):
     """Amazons (Botzone 8x8 rules) for one agent against an `amazons` player.
 
     Args:
-        opponent: a player spec for `amazons.player_factory.make_player` (built again with a seed
+        opponent: a player spec for `amazons.players.factory.make_player` (built again with a seed
             from the environment's generator at the first reset and at seeded resets) or a
             `Player` object (only `reset()` between episodes).
         agent_color: `"black"` (moves first), `"white"`, or `"random"` (drawn on every reset).
@@ -79,7 +79,8 @@ class AmazonsEnv(gymnasium.Env):
             (prints it after every step).
 
     Raises:
-        ValueError: on a bad argument; `amazons.player_factory.PlayerSpecError` for an unknown spec.
+        ValueError: on a bad argument; `amazons.players.factory.PlayerSpecError` for an unknown
+        spec.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}

@@ -18,7 +18,7 @@ game differently:
 * one move is three actions by the same player: the amazon's cell, its landing cell, the arrow
   cell (64 actions, each a cell `row * 8 + column`);
 * its rows count from the bottom of Botzone's picture: Botzone square `y * 8 + x` is its cell
-  `(7 - y) * 8 + x` (`amazons.openspiel_player.cell_of` / `square_of`); its player 0 is Black.
+  `(7 - y) * 8 + x` (`amazons.players.openspiel.cell_of` / `square_of`); its player 0 is Black.
 
 `to_openspiel_amazons` and `from_openspiel_amazons` convert states between the two by replaying
 the moves (the C++ game has no way to set up a position), so a state converts when its game was
@@ -46,7 +46,7 @@ from amazons.envs.actions import (
     move_to_action,
     observation_planes,
 )
-from amazons.openspiel_player import cell_of, square_of
+from amazons.players.openspiel import cell_of, square_of
 from amazons.symmetry import canonical_to_real
 
 __all__ = [

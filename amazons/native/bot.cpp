@@ -34,10 +34,10 @@
 // process with a message on stderr and exit status 2.
 //
 // Command line: all optional (Botzone runs the bot without arguments); `bot --help` lists them
-// (USAGE, below). The clock's defaults are Botzone's limits (amazons/botzone/limits.py), written
+// (USAGE, below). The clock's defaults are Botzone's limits (amazons/players/botzone_limits.py), written
 // into the settings block by the exporter. The search stops before a turn's allowance is spent,
 // keeping back the margin (--margin) but never more than MARGIN_FRACTION of the allowance
-// (kept_back_seconds: amazons.botzone.limits.kept_back_seconds's rule), so a short clock searches.
+// (kept_back_seconds: amazons.players.botzone_limits.kept_back_seconds's rule), so a short clock searches.
 
 #include "network.h"
 #include "protocol.h"
@@ -444,7 +444,7 @@ static int run_selftest(const std::string& path) {
 }
 
 // The CPU seconds a turn keeps back from its `allowance`: the margin, but never more than
-// MARGIN_FRACTION of the allowance (amazons.botzone.limits.kept_back_seconds: one rule for both
+// MARGIN_FRACTION of the allowance (amazons.players.botzone_limits.kept_back_seconds: one rule for both
 // bots), so a short clock (--time 0.03, CodinGame's 0.1 s) searches three quarters of its turn.
 static double kept_back_seconds(double allowance, double margin) {
     return margin < MARGIN_FRACTION * allowance ? margin : MARGIN_FRACTION * allowance;
@@ -466,7 +466,7 @@ static int play(const Options& options) {
         bool first_turn = turn.history.size() <= 1;
         double allowance = first_turn ? options.first_turn_seconds : options.turn_seconds;
         // A JSON time_limit is Botzone's per-turn limit; the game's first turn gets
-        // FIRST_TURN_FACTOR times that (amazons.botzone.limits.turn_seconds_from_time_limit).
+        // FIRST_TURN_FACTOR times that (amazons.players.botzone_limits.turn_seconds_from_time_limit).
         double limit = turn.time_limit * (first_turn ? FIRST_TURN_FACTOR : 1.0);
         if (limit > 0 && limit < allowance) allowance = limit;
         double deadline = 0.0;  // none: a fixed number of simulations

@@ -2,7 +2,7 @@
 // simple interaction (a turn number n, then 2n - 1 move lines) or JSON interaction (one line
 // {"requests": [...], "responses": [...]}), read into a Turn, the game's moves in Botzone's frame;
 // the later inputs of a kept process (the newest request only); a JSON time_limit read as
-// amazons.botzone.limits.read_limit reads it (read_limit); the reply in either interaction; and
+// amazons.players.botzone_limits.read_limit reads it (read_limit); the reply in either interaction; and
 // the keep-running marker. Its JSON value and parser hold only what Botzone's input holds. Bad
 // input is a BotError naming the line, field or column. The program that includes this part
 // (bot.cpp) plays the moves and writes the replies.
@@ -302,7 +302,7 @@ static RealMove move_from_json(const Json& value, const std::string& where, bool
     return parse_move_numbers(v, where, allow_no_move, no_move);
 }
 
-// A JSON limit field (time_limit, memory_limit) as amazons.botzone.limits.read_limit reads it: a
+// A JSON limit field (time_limit, memory_limit) as amazons.players.botzone_limits.read_limit reads it: a
 // finite positive number, or a string holding one (limit_number_text, blanks around it ignored);
 // 0 (no limit: the bot's own allowance applies) for every other value, the empty forms Botzone's
 // wiki shows ("", null, a missing field) included. A limit can only lower the allowance.

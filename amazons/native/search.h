@@ -1,6 +1,6 @@
 // The bot's search (amazons/mcts_numba.py with the Python bot's settings): the CPU clock, the
 // tree, the network cache, PUCT with the MCTS-solver and LCB. Its constants come from the Python
-// definitions (amazons.player_factory.NET_SEARCH, amazons.botzone.limits) through "settings.h",
+// definitions (amazons.players.factory.NET_SEARCH, amazons.players.botzone_limits) through "settings.h",
 // which amazons.botzone.cpp_export writes (common.h says how the parts are joined). The program that
 // includes this part defines evaluate_leaf, the network's value and move priors of a position
 // (bot.cpp: the network part).

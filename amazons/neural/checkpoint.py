@@ -27,10 +27,10 @@ A checkpoint is one `torch.save` file holding a dict of tensors and plain values
   mismatch with the learner it should restore.
 * `load_model_for_play` builds the network from the stored config and weights only; it reads
   learner and model-only (`save_model`) checkpoints alike.
-* Stored configs are read with `amazons.config.config_from_dict`: a field a newer version added
+* Stored configs are read with `amazons.core.config.config_from_dict`: a field a newer version added
   takes its default, so older checkpoints still load.
 
-Imports torch, numpy, `amazons.config`, `amazons.neural.model`, `amazons.neural.growth` and
+Imports torch, numpy, `amazons.core.config`, `amazons.neural.model`, `amazons.neural.growth` and
 `amazons.neural.learner`.
 """
 
@@ -46,8 +46,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from amazons._atomic import atomic_write
-from amazons.config import config_from_dict, config_to_dict
+from amazons.core.atomic import atomic_write
+from amazons.core.config import config_from_dict, config_to_dict
 from amazons.neural.growth import GROWTH_METHODS, GrowthError, check_growth, grow_state_dict
 from amazons.neural.learner import Learner, OptimConfig
 from amazons.neural.model import (

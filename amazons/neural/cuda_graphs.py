@@ -11,7 +11,7 @@ What this module owns:
 
 The model, its precision and its folded weights are `amazons.neural.model`'s; what production
 builds on this evaluator (the prepared, reloadable model of the inference server and the network
-players) is `amazons.neural.production`'s. A batch that breaks the protocol's contract is refused
+players) is `amazons.neural.served`'s. A batch that breaks the protocol's contract is refused
 by `amazons.evaluator.check_batch`, as every evaluator refuses it.
 
 Imports torch, numpy, `amazons.engine`, `amazons.evaluator` and `amazons.neural.model`.
@@ -60,7 +60,7 @@ class NetworkEvaluator:
     the legal moves with `amazons.neural.model.gather_legal_priors`. The model is used as given
     (not copied): weights changed by a learner are seen by the next call. Production passes the
     model `amazons.neural.model.prepare_for_inference` makes
-    (`amazons.neural.production.load_network_evaluator`).
+    (`amazons.neural.served.load_network_evaluator`).
 
     Fixed batch sizes: with `batch_buckets`, a batch of B positions runs padded (with empty
     boards, whose outputs are dropped) to the smallest bucket >= B, and batches above the largest

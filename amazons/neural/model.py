@@ -33,7 +33,7 @@ What this module owns:
   `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst), renormalized
   over the position's legal moves.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
-  chosen dtype and memory format (what production evaluates: `amazons.neural.production`);
+  chosen dtype and memory format (what production evaluates: `amazons.neural.served`);
   `load_prepared_weights` copies new weights, folded where they live (`folded_state_dict`), into
   such a copy in place, so CUDA graphs captured on it stay valid.
 * `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
@@ -45,7 +45,7 @@ The search's `Evaluator` on this model, over batch buckets and CUDA graphs, is
 
 Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
 `(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy, `amazons.engine` and
-`amazons.neural.backends` (the precision names).
+`amazons.core.backends` (the precision names).
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ from torch import nn
 
 from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE  # the squares a move can leave: the source term's rows
-from amazons.neural.backends import COMPUTED_PRECISIONS
+from amazons.core.backends import COMPUTED_PRECISIONS
 
 __all__ = [
     "AMAZONS_PER_SIDE",
@@ -662,7 +662,7 @@ def weights_elements(model: nn.Module) -> int:
 def flatten_weights(model: nn.Module, out: torch.Tensor) -> None:
     """Write `model`'s floating state (parameters and batch-norm statistics, state-dict order)
     into `out`, `[weights_elements(model)] float32` on any device (a shared-memory view on the
-    host, for `amazons.inference.InferenceServer.publish_shared_weights`).
+    host, for `amazons.serving.server.InferenceServer.publish_shared_weights`).
 
     Raises:
         NetInputError: `out` is not a flat float32 tensor of that length.

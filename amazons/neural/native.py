@@ -19,8 +19,8 @@ threads (docs/network.md says what more buys). One evaluator may be shared betwe
 native network runs one call at a time (a mutex held across evaluate and load_net).
 
 `amazons.neural.numpy_net` stays the reference that needs no compiler: where the extension is not
-built, `native_available()` is False and the builders (`amazons.player_factory`,
-`amazons.neural.production`) fall back to npnet or torch. Imports numpy, `amazons.evaluator`,
+built, `native_available()` is False and the builders (`amazons.players.factory`,
+`amazons.neural.served`) fall back to npnet or torch. Imports numpy, `amazons.evaluator`,
 `amazons.neural.numpy_net` and the extension; never torch.
 """
 

@@ -7,7 +7,7 @@ What this module owns:
   - `header`: a `uint8` array of UTF-8 JSON: `{"format": "amazons-npnet", "version": 2 | 3,
     "net_config": {...}, "trunk": ["residual", ..., "attention"], "sha256": "...",
     "source": {...}}`; `net_config` is the network's `NetConfig` as
-    `amazons.config.config_to_dict` writes it, `trunk` names the
+    `amazons.core.config.config_to_dict` writes it, `trunk` names the
     trunk's layers in order, `sha256` digests every array (name, dtype, shape, bytes) and
     `source` says where the weights came from (checkpoint file, its digest, step, torch version);
   - every weight as a `float32` array named like the inference-prepared torch model's state dict
@@ -18,7 +18,7 @@ What this module owns:
   the joint head's arrow source term (`policy_head.arrow_source`, present when
   `net_config["arrow_source"]`); a network without the term is still written as version 2, which
   readers older than the term load, and a config without the field describes one without it.
-  `write_model` writes it atomically (`amazons._atomic`); `load_model` checks the header, the
+  `write_model` writes it atomically (`amazons.core.atomic`); `load_model` checks the header, the
   names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
   the file and what is wrong.
 * `NumpyNet`: the forward pass of `amazons.neural.model.PolicyValueNet` in float32 numpy, every
@@ -37,7 +37,7 @@ What this module owns:
 
 The exported file is written by `amazons.export` from a torch checkpoint; the Botzone bot and
 terminal play load it. Imports numpy, the rules (`amazons.engine`, `amazons._engine`),
-`amazons.evaluator` (the batch contract) and `amazons._atomic`; never torch.
+`amazons.evaluator` (the batch contract) and `amazons.core.atomic`; never torch.
 """
 
 from __future__ import annotations
@@ -52,8 +52,8 @@ from typing import Any, NamedTuple
 import numpy as np
 
 from amazons import engine
-from amazons._atomic import atomic_write
 from amazons._engine import AMAZONS_PER_SIDE
+from amazons.core.atomic import atomic_write
 from amazons.evaluator import EvaluatorInputError, check_batch, check_positions, describe_array
 
 __all__ = [
@@ -266,7 +266,7 @@ def write_model(
 
     Args:
         path: the target, conventionally `*.npz`.
-        net_config: the network's `NetConfig`, as a dict (`amazons.config.config_to_dict`).
+        net_config: the network's `NetConfig`, as a dict (`amazons.core.config.config_to_dict`).
         trunk: its trunk layers in order (`"residual"` / `"attention"`).
         arrays: every weight `expected_shapes` names, float32, batch norms already folded.
         source: plain JSON values describing where the weights came from.

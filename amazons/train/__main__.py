@@ -1,4 +1,4 @@
-"""`python -m amazons.train`: the main job (`amazons.train.run.main`).
+"""`python -m amazons.train`: the main job (`amazons.train.command.main`).
 
 The command line is parsed first, with the main job's parser (`amazons.train.cli`, which imports
 neither torch nor the training stack): one that does not parse exits 2 at once, with the
@@ -7,7 +7,7 @@ that forks the job's processes (the inference servers, the actors, the arena's w
 this process imports the main job: the forkserver imports their modules (the search kernels;
 torch and the network evaluators, which every network server needs) on another core while this
 process imports its own, and the first of them start at once
-(`amazons._processes.start_forkserver`). Another backend (`--backend ray`) starts no local
+(`amazons.core.processes.start_forkserver`). Another backend (`--backend ray`) starts no local
 workers, and a request for help starts nothing: `main` prints the help, with the job's
 description.
 """
@@ -16,8 +16,8 @@ import contextlib
 import io
 import sys
 
-from amazons._processes import NETWORK_PRELOAD, start_forkserver
-from amazons.train.cli import build_parser
+from amazons.core.processes import start_forkserver
+from amazons.train.cli import JOB_PRELOAD, build_parser
 
 
 def _main() -> int:
@@ -31,8 +31,8 @@ def _main() -> int:
             return exit_request.code
         arguments = None  # help, which `main` prints with the job's description
     if arguments is not None and arguments.backend == "local":
-        start_forkserver(NETWORK_PRELOAD)
-    from amazons.train.run import main
+        start_forkserver(JOB_PRELOAD)
+    from amazons.train.command import main
 
     return main()
 

@@ -1,26 +1,27 @@
-"""The command line of the main job, `python -m amazons.train`: its parser and the names of the
-self-play backends, with neither torch nor the training stack imported.
+"""The command line of the main job, `python -m amazons.train`: its parser and what its
+forkserver preloads, with neither torch nor the training stack imported.
 
 `amazons.train.__main__` parses the command line with it before it imports the main job, so that
 a command line that does not parse fails at once and the forkserver starts only for one that runs
-the local backend (`amazons._processes.start_forkserver`); `amazons.train.run.main` builds its
-parser here too, so the command has one definition of its arguments.
+the local backend (`amazons.core.processes.start_forkserver`); `amazons.train.command.main` builds
+its parser here too, so the command has one definition of its arguments.
 """
 
 from __future__ import annotations
 
 import argparse
-from importlib.metadata import entry_points
 from pathlib import Path
 
-__all__ = ["BACKENDS_GROUP", "backend_names", "build_parser"]
+from amazons.train.backends import backend_names
 
-BACKENDS_GROUP = "amazons.backends"  # entry-point group of the backends beside the local one
+__all__ = ["JOB_PRELOAD", "build_parser"]
 
-
-def backend_names() -> list[str]:
-    """`local` and the installed backends' names."""
-    return ["local", *sorted(point.name for point in entry_points(group=BACKENDS_GROUP))]
+# What the forkserver of the local backend imports, started before the main job imports its own
+# modules (named, not imported, so that it does so on another core): the actors' modules and the
+# search kernels loaded (`amazons.train.selfplay.SELFPLAY_PRELOAD`) and a network server's torch
+# (`amazons.neural.served.NETWORK_PRELOAD`).
+JOB_PRELOAD = ("amazons.serving.server", "amazons.train.selfplay", "amazons.mcts:warm_up",
+               "amazons.neural.served")
 
 
 def build_parser(description: str | None = None) -> argparse.ArgumentParser:

@@ -7,9 +7,9 @@ directory and passes it explicitly to every process entry point. `training_steps
 of new positions into the optimizer steps they are owed.
 
 Imports the config dataclasses of the modules it groups (`amazons.neural.model`,
-`amazons.neural.learner`, `amazons.mcts`, `amazons.train.selfplay`, `amazons.inference`,
-`amazons.train.evaluation`, `amazons.train.pipeline`), the growth methods
-(`amazons.neural.growth`) and `amazons.config`; never a backend:
+`amazons.neural.learner`, `amazons.mcts`, `amazons.train.selfplay`, `amazons.serving.server`,
+`amazons.matches.evaluation`, `amazons.train.pipeline`), the growth methods
+(`amazons.neural.growth`) and `amazons.core.config`; never a backend:
 `RayConfig`, the Ray backend's group, lives here as plain values so that `amazons.distributed`
 depends on this module and not the other way round.
 """
@@ -20,13 +20,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
-from amazons.config import config_from_dict, config_to_dict
-from amazons.inference import InferenceConfig
+from amazons.core.config import config_from_dict, config_to_dict
+from amazons.matches.evaluation import EvalConfig
 from amazons.mcts import SearchConfig
 from amazons.neural.growth import GROWTH_METHODS
 from amazons.neural.learner import OptimConfig
 from amazons.neural.model import NetConfig, net_config
-from amazons.train.evaluation import EvalConfig
+from amazons.serving.server import InferenceConfig
 from amazons.train.pipeline import PipelineConfig, steps_for_positions
 from amazons.train.selfplay import SelfPlayConfig
 
@@ -240,7 +240,7 @@ def preset_config(name: str) -> TrainConfig:
 
 
 # ------------------------------------------------------------------------------------------------
-# Config overrides (dicts <-> configs: `amazons.config`)
+# Config overrides (dicts <-> configs: `amazons.core.config`)
 
 
 def _parse_value(text: str, current: Any, path: str) -> Any:

@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from amazons.inference import InferenceServer
 from amazons.neural.model import flatten_weights, weights_elements
+from amazons.serving.server import InferenceServer
 
 PIPELINE_MODES = ("async", "sync")
 
@@ -203,7 +203,7 @@ class WeightsPublisher:
 
         Raises:
             ValueError: a version not above the last one.
-            amazons.inference.InferenceError: the server has failed, or still loads the last
+            amazons.serving.server.InferenceError: the server has failed, or still loads the last
                 publish (`InferenceServer.shared_weights_ready`).
         """
         if self.versions and version <= self.versions[-1]:
@@ -232,7 +232,7 @@ class WeightsPublisher:
         publish (else a later call does); return whether it published.
 
         Raises:
-            amazons.inference.InferenceError: the server has failed.
+            amazons.serving.server.InferenceError: the server has failed.
         """
         if not self.due(step) or not self.server.shared_weights_ready():
             return False

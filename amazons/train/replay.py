@@ -20,7 +20,7 @@ to move as a sign (+1 Black, -1 White, 0 no target). `GameSamples.ownership_targ
 into each sample's target in its own canonical frame (+1 the side to move's square).
 
 On disk, games are stored in chunks `replay/chunk-NNNNNNNN.npz` (numpy's compressed archive, no
-pickles), each written to a temporary file and renamed (`amazons._atomic`). A `ReplayBuffer`
+pickles), each written to a temporary file and renamed (`amazons.core.atomic`). A `ReplayBuffer`
 with a directory writes them from a thread of its own (`ChunkWriter`), which gathers the games
 added into one chunk until it holds `chunk_games` games or its oldest game waited `chunk_seconds`
 seconds: a crash loses at most that unwritten batch, `flush` and `close` write it. A chunk that
@@ -60,7 +60,7 @@ from pathlib import Path
 
 import numpy as np
 
-from amazons._atomic import atomic_write
+from amazons.core.atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 # 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target;

@@ -1,69 +1,28 @@
-"""The main job: `python -m amazons.train`.
+"""`Run`, the main job's local backend: one training run in its run directory, this machine's
+self-play actors and inference server, the learner, the replay window, the evaluation.
 
-    python -m amazons.train [--preset cpu|gpu] [--run-dir DIR] [--iterations N]
-        [--resume | --init MODEL] [--backend local|ray [--address ADDR]] [KEY=VALUE ...]
-
-An iteration is `games_per_iteration` self-play games and the training steps they are owed,
-`ceil(new_positions * sample_reuse / train_batch_size)` (bounded), on uniformly sampled,
-symmetry-augmented batches from the replay window; then a model file for play, the checkpoint
-(model, optimizer, scheduler, RNGs, step), `state.json` and a metrics line; every `eval.every`
-iterations an evaluation (arena matches of the new model against the previous one and the
-baseline players, the network players served by inference servers on the run's device
-(`amazons.train.evaluation`), fitted into an Elo ladder with RandomPlayer at 0).
-
-`pipeline.mode` says how the parts share the machine (`amazons.train.pipeline`):
-* `async` (the presets'): persistent actor processes play without pause through the
-  shared-memory inference server (a lane whose game ends starts the next at once), the learner
-  trains in this process at the same time, holding `sample_reuse` samples per position played,
-  and publishes its weights to the server through shared memory every
-  `pipeline.publish_every_steps` steps or `pipeline.publish_interval_s` seconds; the evaluation
-  runs in a thread beside them (`Run.run_async`);
-* `sync`: self-play, training and evaluation one after the other, the weights published once
-  per iteration (`Run.run_iteration`).
-
-Everything a run needs is in its run directory: `config.json` (the resolved config),
-`checkpoints/latest.pt`, `models/model-NNNN.pt`, `replay/chunk-*.npz`, `games/*.txt`,
-`metrics.jsonl`, `elo.json` and TensorBoard logs under `tensorboard/`. Ctrl-C stops every
-process and unlinks the shared memory; `--resume` continues from the last finished iteration
-with all persisted games. The checkpoint is an iteration's commit point: it carries the run's
-state (the iteration, the games trained on, the Elo matches, the lineage), and `state.json` is a
-copy of that state written after it. A hard kill between the two leaves them an iteration apart:
-`--resume` continues from the checkpoint and rewrites `state.json` (`Run.resumed_state`).
-
-`--init MODEL` starts a new run from a trained model's weights (a warm start: fresh optimizer,
-schedule and replay, iteration 0 is that model); the path is kept as `init_model` in `config.json`.
-
-Config overrides use dotted paths into `TrainConfig`, e.g. `selfplay.search.simulations=64` or
-`net.blocks=4`.
-
-`--backend ray` runs the same iterations with self-play on every node of a Ray cluster and,
-optionally, data-parallel training (`amazons.distributed`, docs/distributed.md); it runs the
-presets in the sync mode (`Run.fit_config`).
+What a run does, iteration by iteration, and the command that starts it, are
+`amazons.train.command`'s description (the command's help); the async pipeline's parts are
+`amazons.train.pipeline`'s.
 """
 
 from __future__ import annotations
 
-import argparse
-import contextlib
 import dataclasses
 import json
-import os
-import signal
 import sys
 import threading
 import time
-import typing
-from collections.abc import Callable, Iterator
-from importlib.metadata import entry_points
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
 import torch
 
-from amazons._atomic import atomic_write
-from amazons.config import config_from_dict, config_to_dict
-from amazons.inference import InferenceServer
+from amazons.core.atomic import atomic_write
+from amazons.core.config import config_from_dict
+from amazons.matches.evaluation import Evaluation, fit_elo
 from amazons.neural.checkpoint import (
     init_weights_from,
     load_checkpoint,
@@ -80,19 +39,20 @@ from amazons.neural.learner import (
     augment_batch,
 )
 from amazons.neural.model import NetConfig, PolicyValueNet, count_parameters
-from amazons.neural.production import resolve_device, server_evaluator_factory
-from amazons.records import GameRecord, write_records
-from amazons.train.cli import BACKENDS_GROUP, backend_names, build_parser
-from amazons.train.config import TrainConfig, apply_overrides, preset_config, training_steps
-from amazons.train.evaluation import Evaluation, fit_elo
+from amazons.neural.served import resolve_device, server_evaluator_factory
+from amazons.players.records import GameRecord, write_records
+from amazons.serving.server import InferenceServer
+from amazons.train.config import TrainConfig, preset_config, training_steps
 from amazons.train.pipeline import (
     BackgroundEvaluation,
     IterationLedger,
     StepBudget,
     WeightsPublisher,
 )
+from amazons.train.progress import AsyncClock, progress_bar
 from amazons.train.replay import GameSamples, ReplayBuffer
 from amazons.train.selfplay import FinishedGame, SelfPlayReport, SelfPlayWorkers
+from amazons.train.signals import signals_deferred
 
 # The run's state that the checkpoint carries in its `extra` and `state.json` copies
 # (`Run.run_state`); a checkpoint without these keys was written before checkpoints carried it.
@@ -121,37 +81,6 @@ class WeightsSink(Protocol):
     def publish_weights(self, path: str, version: int) -> None:
         """Serve the model file `path` from now on; later games carry `version`."""
         ...
-
-
-class Backend(Protocol):
-    """A self-play backend: builds the run for a resolved config. The local backend is `Run`;
-    others (`--backend ray`: `amazons.distributed.ray_backend.RayRun`) register under the
-    entry-point group `amazons.backends` (pyproject.toml), so this module never imports them.
-    `fit_config` first adapts the preset's settings it does not run; the backend then refuses,
-    with a `ValueError` naming the field, settings it does not honour."""
-
-    def fit_config(self, config: TrainConfig, overrides: list[str]) -> TrainConfig:
-        """The config this backend runs for `config`, resolved with the KEY=VALUE `overrides`."""
-        ...
-
-    def __call__(self, config: TrainConfig, run_dir: Path, resume: bool,
-                 address: str | None = None) -> Run:
-        ...
-
-
-def load_backend(name: str) -> Backend:
-    """The backend called `name`: `Run` for `local`, else the entry point of that name.
-
-    Raises:
-        ValueError: no backend of that name is installed (lists those that are).
-    """
-    if name == "local":
-        return Run
-    points = [point for point in entry_points(group=BACKENDS_GROUP) if point.name == name]
-    if not points:
-        raise ValueError(f"no backend named {name!r} is installed; "
-                         f"installed: {', '.join(backend_names())}")
-    return points[0].load()
 
 
 class Run:
@@ -379,7 +308,7 @@ class Run:
 
     def self_play(self, workers: SelfPlaySource, iteration: int, progress: bool) -> SelfPlayReport:
         config = self.config
-        bar = _progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game",
+        bar = progress_bar(config.games_per_iteration, f"iter {iteration} self-play", "game",
                             progress)
         def on_games(samples: list[GameSamples], records: list[GameRecord]) -> None:
             self.replay.add(GameSamples.concatenate(samples), records)
@@ -402,7 +331,7 @@ class Run:
         """The synchronous training phase: `training_steps` steps on the replay window."""
         config = self.config
         steps = training_steps(config, new_positions, self.world_size)
-        bar = _progress_bar(steps, f"iter {self.iteration + 1} training", "step", progress)
+        bar = progress_bar(steps, f"iter {self.iteration + 1} training", "step", progress)
         sums = MetricSums()
         started = time.perf_counter()
         prefetcher = self.batch_prefetcher()
@@ -464,8 +393,8 @@ class Run:
                                      config.pipeline.publish_interval_s)
         publisher.publish(self.learner.step, self.learner.model)
         evaluation = BackgroundEvaluation(self.evaluate)
-        clock = _AsyncClock(workers)
-        bar = _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game",
+        clock = AsyncClock(workers)
+        bar = progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}", "game",
                             progress)
         last_counters: dict[int, tuple[float, float]] = {}
 
@@ -505,9 +434,9 @@ class Run:
                         bar.close()
                     self.finish_async_iteration(budget.finish_iteration(), clock, evaluation,
                                                 workers, publisher, take_late_games)
-                    clock = _AsyncClock(workers)
+                    clock = AsyncClock(workers)
                     bar = (None if self.iteration >= config.iterations else
-                           _progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}",
+                           progress_bar(config.games_per_iteration, f"iter {self.iteration + 1}",
                                          "game", progress))
             workers.stop()
         finally:
@@ -551,7 +480,7 @@ class Run:
             ledger.lag_versions += float(publisher.lag_versions(game.versions).sum())
             ledger.lag_steps += float((self.learner.step - game.versions).sum())
 
-    def finish_async_iteration(self, ledger: IterationLedger, clock: _AsyncClock,
+    def finish_async_iteration(self, ledger: IterationLedger, clock: AsyncClock,
                                evaluation: BackgroundEvaluation, workers: SelfPlayWorkers,
                                publisher: WeightsPublisher,
                                take_late_games: Callable[[list[FinishedGame]], None]) -> None:
@@ -616,7 +545,7 @@ class Run:
 
     def evaluate(self, iteration: int) -> dict[str, float]:
         """Arena matches of this iteration's model against the previous one and the baselines
-        (`amazons.train.evaluation.Evaluation`: the network players served by inference servers on
+        (`amazons.matches.evaluation.Evaluation`: the network players served by inference servers on
         the run's device), then the Elo ladder over every match so far, written to `elo.json`."""
         config = self.config.eval
         name = f"iter-{iteration:04d}"
@@ -696,159 +625,3 @@ class Run:
 
 LOG_EVERY_STEPS = 10  # the training progress bar reads the loss (waiting for the device) this often
 ASYNC_WAIT_S = 0.05  # async: how long the learner waits for games at a time when it is ahead
-
-
-class _AsyncClock:
-    """Timers and metric sums of one iteration of the async pipeline."""
-
-    def __init__(self, workers: SelfPlayWorkers) -> None:
-        self.started = time.perf_counter()
-        self.sums = MetricSums()
-        self.learner_seconds = 0.0
-        self.learner_wait = 0.0
-        self.paused_at_start = workers.paused_seconds
-        self._shown = 0.0
-
-    def show(self, bar: Any, ledger: IterationLedger) -> None:
-        """Refresh the progress bar, at most once a second (the loss read waits for the device)."""
-        now = time.perf_counter()
-        if bar is None or now - self._shown < 1.0:
-            return
-        self._shown = now
-        bar.n = min(ledger.games, bar.total)
-        loss = self.sums.means().get("loss", float("nan"))
-        bar.set_postfix(steps=ledger.steps, loss=f"{loss:.3f}",
-                        pos_s=f"{ledger.positions / (now - self.started):.0f}", refresh=True)
-
-
-def _progress_bar(total: int, description: str, unit: str, enabled: bool) -> Any:
-    if not enabled:
-        return None
-    from tqdm import tqdm
-
-    return tqdm(total=total, desc=description, unit=unit, leave=False, dynamic_ncols=True)
-
-
-def resolve_config(args: argparse.Namespace) -> TrainConfig:
-    """The run's config: from `run_dir/config.json` when resuming, else from the preset; then
-    `--iterations` and the KEY=VALUE overrides.
-
-    A resumed run takes every override (optimizer, schedule, self-play, search, evaluation,
-    replay) except a change of the network, which it refuses naming the field.
-    """
-    init = getattr(args, "init", None)
-    if init is not None and args.resume:
-        raise SystemExit("--init starts a new run from a model's weights; --resume continues from "
-                         "the run's own checkpoint: pass one of them")
-    config_path = args.run_dir / "config.json"
-    if args.resume:
-        if not (args.run_dir / "checkpoints" / "latest.pt").exists() or not config_path.exists():
-            raise SystemExit(f"--resume: {args.run_dir} holds no finished iteration to resume from")
-        config = config_from_dict(TrainConfig, json.loads(config_path.read_text()))
-    else:
-        if (args.run_dir / "checkpoints" / "latest.pt").exists():
-            raise SystemExit(f"{args.run_dir} already holds a run: "
-                             "pass --resume, or another --run-dir")
-        preset = args.preset or ("gpu" if torch.cuda.is_available() else "cpu")
-        config = preset_config(preset)
-    stored = config
-    config = apply_overrides(config, args.overrides)
-    if args.resume and config.net != stored.net:
-        changed = [f"net.{name}: {getattr(stored.net, name)!r} -> {getattr(config.net, name)!r}"
-                   for name in (item.name for item in dataclasses.fields(config.net))
-                   if getattr(stored.net, name) != getattr(config.net, name)]
-        raise SystemExit(f"--resume cannot change the network's shape or head "
-                         f"({'; '.join(changed)}): start a new run in another --run-dir")
-    if args.iterations is not None:
-        config = dataclasses.replace(config, iterations=args.iterations)
-    if init is not None:
-        if init == "default":
-            from amazons.models import default_checkpoint_path
-
-            init = str(default_checkpoint_path())
-        config = dataclasses.replace(config, init_model=str(Path(init).resolve()))
-    if not args.resume and config.init_model and not Path(config.init_model).is_file():
-        raise SystemExit(f"init_model: no such model file {config.init_model}")
-    return config
-
-
-@contextlib.contextmanager
-def signals_deferred() -> Iterator[None]:
-    """Hold SIGINT and SIGTERM until the block is done, then deliver the first that came.
-
-    A KeyboardInterrupt raised inside `torch.save` (Ctrl-C, or SIGTERM through the main job's
-    handler) leaves its zip writer half done, whose cleanup then fails with its own error: the run
-    would end with that error instead of the stop, and the checkpoint and `state.json` could
-    disagree. Off the main thread, where handlers cannot be set, the block just runs.
-    """
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    pending: list[int] = []
-
-    def hold(signum: int, frame: object) -> None:
-        pending.append(signum)
-
-    previous = {signum: signal.signal(signum, hold) for signum in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, signal.SIG_DFL if handler is None else handler)
-        if pending:
-            os.kill(os.getpid(), pending[0])  # now to the handler it was meant for
-
-
-def _stop_on_sigterm(stopped_by: list[int]) -> typing.Any:
-    """Make SIGTERM (`kill PID`, a scheduler's stop) shut the run down like Ctrl-C: actors, server
-    and shared memory cleaned up, finished iterations kept for `--resume`. Further SIGTERMs are
-    ignored while that happens. Returns the previous handler (None off the main thread, where
-    handlers cannot be set)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-
-    def stop(signum: int, frame: object) -> None:
-        if stopped_by:  # a signal that arrived before the first call could ignore it
-            return
-        stopped_by.append(signum)
-        signal.signal(signal.SIGTERM, signal.SIG_IGN)
-        raise KeyboardInterrupt
-
-    return signal.signal(signal.SIGTERM, stop)
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line entry point (exit status 0, or 130 / 143 after SIGINT / SIGTERM)."""
-    parser = build_parser(__doc__)
-    args = parser.parse_args(argv)
-    if args.run_dir is None:
-        args.run_dir = Path("runs") / (args.preset
-                                       or ("gpu" if torch.cuda.is_available() else "cpu"))
-    try:
-        backend = load_backend(args.backend)
-        config = backend.fit_config(resolve_config(args), args.overrides)
-    except ValueError as error:
-        parser.error(str(error))
-    args.run_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        run = backend(config, args.run_dir, args.resume, address=args.address)
-    except ValueError as error:
-        parser.error(str(error))
-    (args.run_dir / "config.json").write_text(json.dumps(config_to_dict(config), indent=2) + "\n")
-    stopped_by: list[int] = []
-    previous_handler = _stop_on_sigterm(stopped_by)
-    try:
-        run.run(progress=not args.no_progress)
-    except KeyboardInterrupt:
-        signum = stopped_by[0] if stopped_by else signal.SIGINT
-        print(f"\n{signal.Signals(signum).name}: stopped after iteration {run.iteration}; "
-              f"continue with: python -m amazons.train --run-dir {args.run_dir} --resume"
-              + (f" --backend {args.backend}" if args.backend != "local" else ""), file=sys.stderr)
-        return 128 + signum
-    finally:
-        run.close()
-        if previous_handler is not None:
-            signal.signal(signal.SIGTERM, previous_handler)
-    print(f"finished {run.iteration} iterations in {args.run_dir}")
-    return 0
-

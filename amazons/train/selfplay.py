@@ -44,19 +44,19 @@ from multiprocessing.connection import Connection
 
 import numpy as np
 
-from amazons._processes import (
+from amazons.board import BLACK, WHITE, Adjudication, Board, Move
+from amazons.core.processes import (
     TERMINATE_GRACE_S,
     apply_niceness,
     check_niceness,
     end_processes,
     process_context,
 )
-from amazons._queue_reader import QueueMessageError, QueueReader
-from amazons.board import BLACK, WHITE, Adjudication, Board, Move
-from amazons.inference import ClientHandle, InferenceClient, InferenceError, InferenceServer
+from amazons.core.queue_reader import QueueMessageError, QueueReader
 from amazons.mcts import BatchedSearch, SearchConfig, SearchResult
-from amazons.records import GameRecord
+from amazons.players.records import GameRecord
 from amazons.search_targets import improved_policy, proof_policy
+from amazons.serving.server import ClientHandle, InferenceClient, InferenceError, InferenceServer
 from amazons.symmetry import canonical_to_real
 from amazons.train.replay import GameSamples
 
@@ -65,6 +65,10 @@ class SelfPlayError(RuntimeError):
     """An actor or the inference server failed during self-play; the message says which."""
 
 
+# What the forkserver that forks the actors imports for them: the server's client, this module,
+# and the search kernels loaded (`amazons.mcts.warm_up`, called there once): each actor then
+# starts with them in memory instead of loading them from Numba's cache (about a second of CPU).
+SELFPLAY_PRELOAD = ("amazons.serving.server", "amazons.train.selfplay", "amazons.mcts:warm_up")
 POLICY_TARGETS = ("completed_q", "visits")
 PLAYOUT_CAP_STREAM = 0x9C4F  # tags the generator that draws full or fast searches
 ENDLESS_STREAM = 0xE0D1  # tags the seeds of endless tasks (apart from the per-iteration tasks')
@@ -634,7 +638,7 @@ class SelfPlayWorkers:
     Args:
         server: a started InferenceServer with at least `config.num_actors` slots.
         config: self-play settings (fixed for the workers' lifetime).
-        context: multiprocessing context (`amazons._processes.process_context` by default).
+        context: multiprocessing context (`amazons.core.processes.process_context` by default).
 
     Two ways to use them: `play(...)` once per iteration (every actor plays its share of the
     games, then waits), or `start(...)` once, then `collect(...)` the games as they finish,
@@ -655,7 +659,7 @@ class SelfPlayWorkers:
                              f"for {config.num_actors} actors")
         self.server = server
         self.config = config
-        context = context or process_context()
+        context = context or process_context(SELFPLAY_PRELOAD)
         self._results: mp.Queue = context.Queue()
         # Read as raw bytes only: an actor killed while writing leaves half a message, on which
         # `Queue.get` would wait for ever (this process holds the pipe's write end too).

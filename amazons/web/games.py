@@ -1,6 +1,6 @@
 """Games on the web board: one `GameSession` per game, and the `GameStore` that runs their searches.
 
-A session holds a `Board`, the AI (`amazons.player_factory.build_model_player`, the builder the
+A session holds a `Board`, the AI (`amazons.players.factory.build_model_player`, the builder the
 arena, the Botzone bot and terminal play use too; here a `.pt` checkpoint is accepted and runs as
 the model `amazons.neural.model.prepare_for_inference` makes), the colours the human plays (one, or
 both for an analysis board), the last search's analysis and where the record is saved.
@@ -34,9 +34,9 @@ from typing import Any, TypeVar
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
 from amazons.models import default_checkpoint_path, default_model_path
-from amazons.player_factory import build_model_player
-from amazons.players import MCTSPlayer
-from amazons.records import RESULT_TEXT, GameRecord, write_records
+from amazons.players.factory import build_model_player
+from amazons.players.player import MCTSPlayer
+from amazons.players.records import RESULT_TEXT, GameRecord, write_records
 from amazons.web.inputs import (
     BadRequestError,
     ConflictError,

@@ -19,7 +19,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from amazons.records import GameRecord, RecordError, parse_records, read_records
+from amazons.players.records import GameRecord, RecordError, parse_records, read_records
 from amazons.web.inputs import BadRequestError, JsonFields, NotFoundError, ServedPaths
 from amazons.web.views import record_summary, record_view
 

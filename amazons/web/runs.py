@@ -24,7 +24,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from amazons.records import RecordError, parse_records
+from amazons.players.records import RecordError, parse_records
 from amazons.web.inputs import BadRequestError, NotFoundError, ServedPaths
 from amazons.web.views import record_view
 

@@ -15,8 +15,8 @@ import numpy as np
 
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
 from amazons.mcts import SearchResult
-from amazons.players import SearchReport
-from amazons.records import GameRecord
+from amazons.players.player import SearchReport
+from amazons.players.records import GameRecord
 from amazons.symmetry import canonical_to_real
 
 __all__ = [

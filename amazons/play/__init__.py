@@ -10,7 +10,7 @@
 `ReplaySession` steps through a record. `main(argv, stdin, stdout, stderr)` wires both to the
 command line and returns the exit status, so the whole loop runs under tests with string streams.
 
-The AI is built by `amazons.player_factory.build_model_player`, the builder of every model-backed
+The AI is built by `amazons.players.factory.build_model_player`, the builder of every model-backed
 player: rollout MCTS for `--model none`; a network model (`default`, the shipped one, or an exported
 `.npz` model) runs in numpy (`amazons.neural.numpy_net`), one BLAS thread: terminal play never
 imports torch. Imports `board`, `player_factory`, `players` and `records`.
@@ -40,9 +40,15 @@ from amazons.board import (
     Move,
     NotationError,
 )
-from amazons.player_factory import build_model_player
-from amazons.players import MCTSPlayer, describe_territory, predicted_territory
-from amazons.records import RESULT_TEXT, GameRecord, RecordError, read_records, write_records
+from amazons.players.factory import build_model_player
+from amazons.players.player import MCTSPlayer, describe_territory, predicted_territory
+from amazons.players.records import (
+    RESULT_TEXT,
+    GameRecord,
+    RecordError,
+    read_records,
+    write_records,
+)
 
 __all__ = ["PlaySession", "ReplaySession", "main", "render_board"]
 
@@ -512,11 +518,3 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
     print(f"Game saved to {path} (replay: python -m amazons.play --replay {path})", file=stdout)
     return status
 
-
-if __name__ == "__main__":
-    try:
-        exit_status = main()
-    except BrokenPipeError:  # e.g. a replay piped into `head`: stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        exit_status = 1
-    raise SystemExit(exit_status)

@@ -6,30 +6,33 @@ timeout once per such process and still leaves them all alive. `end_processes` g
 one shared grace and kills whatever is left, then waits `KILL_WAIT_S` at most, in all, for the
 killed ones: every process is gone when it returns, but one whose end cannot be seen (stuck in
 the kernel, or a forkserver child whose forkserver is stopped and so never reports its exit) is
-named in a warning instead of holding its caller forever. The arena's workers (`amazons.arena`)
-and the self-play actors (`amazons.train.selfplay`) are ended so.
+named in a warning instead of holding its caller forever. The arena's workers
+(`amazons.matches.arena`) and the self-play actors (`amazons.train.selfplay`) are ended so.
 
 `process_context` is how the package starts those processes, and its inference servers: from a
 forkserver that imported their modules once (NumPy, Numba, the engine, the search), so a new
 actor or worker is a fork of a ready process instead of a fresh interpreter that imports them
 again (about 2.4 s of CPU an actor on a 2-core EPYC, and again for each arena worker and server).
-A network's server process also needs torch and the network evaluators (about 2.2 s more): an
-evaluator factory names such modules in its `preload` attribute
-(`amazons.neural.production.NetworkEvaluatorFactory` does), and the forkserver of a process that
-starts such a server imports them too. Every name is checked when it is asked for: one that names
-no module raises `ValueError` there. The forkserver is handed one module,
-`amazons._forkserver_preload`, and the names in `PRELOAD_VARIABLE`; that module imports them
-itself (why, in its docstring): one that exists but fails to import there (a missing optional
-dependency, a broken build) is named with its error in one line on stderr, the forkserver
-imports the others and serves on, and a child that needs the module imports it itself and
-raises its error. Handed the modules, multiprocessing's forkserver would drop an ImportError
-without a word and die of any other exception, every later start then failing with an error
-that names nothing.
+What the forkserver imports comes from the callers, never from here: each names the modules its
+processes run (`amazons.train.selfplay.SELFPLAY_PRELOAD`, `amazons.matches.arena.ARENA_PRELOAD`,
+the server's own module), and a name `module:function` also calls that function once imported
+(`amazons.mcts:warm_up`, the search kernels loaded). A network's server process also needs torch
+and the network evaluators (about 2.2 s more): an evaluator factory names such modules in its
+`preload` attribute (`amazons.neural.served.NetworkEvaluatorFactory` does), and the forkserver of
+a process that starts such a server imports them too. Every name is checked when it is asked
+for: one whose module does not exist raises `ValueError` there. The forkserver is handed one
+module, `amazons.core.forkserver_preload`, and the names in `PRELOAD_VARIABLE`; that module
+imports them itself (why, in its docstring): one that exists but fails to import there (a missing
+optional dependency, a broken build), or whose function raises, is named with its error in one
+line on stderr, the forkserver imports the others and serves on, and a child that needs the
+module imports it itself and raises its error. Handed the modules, multiprocessing's forkserver
+would drop an ImportError without a word and die of any other exception, every later start then
+failing with an error that names nothing.
 
 `check_niceness` and `apply_niceness` are the one check and the one `os.nice` call of the `nice`
 that the inference server's and the self-play actors' configs add to their processes.
 
-Imports nothing from the package (the forkserver's modules are named, not imported).
+Imports nothing from the package, and names none: the forkserver's modules are its callers'.
 """
 
 from __future__ import annotations
@@ -44,43 +47,34 @@ from collections.abc import Iterable, Sequence
 from multiprocessing.context import BaseContext
 from multiprocessing.process import BaseProcess
 
-__all__ = ["FORKSERVER_PRELOAD", "KILL_WAIT_S", "MAX_NICENESS", "NETWORK_PRELOAD",
-           "PRELOAD_VARIABLE", "TERMINATE_GRACE_S",
+from amazons.core import PRELOAD_VARIABLE
+
+__all__ = ["KILL_WAIT_S", "MAX_NICENESS", "PRELOAD_VARIABLE", "TERMINATE_GRACE_S",
            "apply_niceness", "check_niceness", "end_processes", "factory_preload",
            "process_context", "start_forkserver"]
 
-# What the forkserver imports once for every process it forks: the inference protocol, self-play,
-# and the search kernels themselves, loaded (`amazons.mcts_warm`). Torch is not among them unless
-# a caller asks (a network's server): an actor or an arena worker never needs it. Importing torch
-# initializes no CUDA, so the children that use a GPU still can. Not `__main__`, multiprocessing's
-# own default: it does nothing up to Python 3.13.7 and, from CPython's gh-126631 fix on (3.13.8,
-# 3.14), runs the parent's main script in the forkserver, which is wrong for a script without a
-# `__main__` guard (Ray's worker script, a user's); the package's processes run its functions.
-FORKSERVER_PRELOAD = ("amazons.inference", "amazons.train.selfplay", "amazons.mcts_warm")
-
-# What a network's inference server imports anyway: torch and the network evaluators
-# (`amazons.neural.production.NetworkEvaluatorFactory.preload`).
-NETWORK_PRELOAD = ("amazons.neural.production",)
-
-# What this process's forkserver imports when it starts: FORKSERVER_PRELOAD, then what the
-# process's callers asked for, in the order asked.
-_preload: list[str] = list(FORKSERVER_PRELOAD)
+# What this process's forkserver imports when it starts: what the process's callers asked for,
+# in the order asked. Never `__main__`, multiprocessing's own default: it does nothing up to
+# Python 3.13.7 and, from CPython's gh-126631 fix on (3.13.8, 3.14), runs the parent's main script
+# in the forkserver, which is wrong for a script without a `__main__` guard (Ray's worker script,
+# a user's); the package's processes run its functions.
+_preload: list[str] = []
 
 # The one module multiprocessing's forkserver is handed: it imports the modules named in the
 # environment variable PRELOAD_VARIABLE (comma-separated), each failure reported on stderr.
 # Named, not imported: importing it preloads.
-_PRELOAD_MODULE = "amazons._forkserver_preload"
-PRELOAD_VARIABLE = "AMAZONS_FORKSERVER_PRELOAD"
+_PRELOAD_MODULE = "amazons.core.forkserver_preload"
 
 
 def process_context(preload: Iterable[str] = ()) -> BaseContext:
     """The multiprocessing context for the package's worker processes: a forkserver that preloads
-    `FORKSERVER_PRELOAD` where the platform has one, else spawn.
+    what the callers asked for where the platform has one, else spawn.
 
     Args:
-        preload: more modules for the forkserver to import, such as a network server's torch
-            (an evaluator factory's `preload`). They add to what earlier calls of this process
-            asked for; none is ever taken back.
+        preload: modules for the forkserver to import, the modules the caller's processes run
+            (`module:function` also calls the function, once imported, with no arguments), such
+            as a network server's torch (an evaluator factory's `preload`). They add to what
+            earlier calls of this process asked for; none is ever taken back.
 
     The forkserver is one per process and starts on first use, with the modules asked for until
     then (a forkserver already started keeps the ones it was given: a server asked for later
@@ -91,7 +85,8 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
     but the environment of the moment the forkserver started.
 
     Raises:
-        ValueError: a name of `preload` names no module (nothing is added then).
+        ValueError: a name of `preload` names no module, or a function badly (nothing is added
+            then).
     """
     added = [name for name in dict.fromkeys(preload) if name not in _preload]
     for name in added:
@@ -108,8 +103,14 @@ def process_context(preload: Iterable[str] = ()) -> BaseContext:
 
 
 def _check_module(name: str) -> None:
-    """Raise ValueError unless `name` is a module that can be found (its parent packages are
-    imported to look, as by an import; the module itself is not)."""
+    """Raise ValueError unless `name` is a module that can be found, or `module:function` with
+    such a module and a function name (its parent packages are imported to look, as by an import;
+    the module itself is not)."""
+    module, colon, function = name.partition(":")
+    if colon and not function.isidentifier():
+        raise ValueError(f"the forkserver cannot preload {name!r}: "
+                         f"{function!r} is no function name")
+    name = module
     try:
         found = importlib.util.find_spec(name) is not None
     except (ImportError, ValueError) as error:  # a parent package missing, an empty name
@@ -119,8 +120,8 @@ def _check_module(name: str) -> None:
 
 
 def start_forkserver(preload: Iterable[str] = ()) -> None:
-    """Start this process's forkserver now, with `FORKSERVER_PRELOAD`, `preload` and what earlier
-    calls of `process_context` asked for, instead of when the first worker process starts.
+    """Start this process's forkserver now, with `preload` and what earlier calls of
+    `process_context` asked for, instead of when the first worker process starts.
 
     The forkserver imports its modules in its own process: started before this process imports
     its own (torch, the network, the learner), it does so on another core meanwhile, and the

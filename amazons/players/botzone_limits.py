@@ -1,7 +1,7 @@
 """Botzone's limits and protocol constants, and what the project's bots keep back from the
 limits: one definition for all.
 
-Read by the arena's `botzone:` player (`amazons.botzone.program`: the CPU limits it charges, the
+Read by the arena's `botzone:` player (`amazons.players.program`: the CPU limits it charges, the
 `time_limit` / `memory_limit` it tells JSON programs, the protocol's constants), the Python bot
 (`amazons.botzone`: how it reads a JSON `time_limit`, the margin it keeps, the protocol's
 constants) and the C++ bot (`amazons.botzone.cpp_export.settings_block` writes these numbers and

@@ -2,9 +2,9 @@
 among them.
 
 A backend names what computes a network's priors and values, wherever one is chosen: the
-inference server's (`amazons.inference.InferenceConfig.backend`, `inference.backend=` on the
-main job's command line), `amazons.neural.production.resolve_backend` (torch checkpoints), and
-the `backend` of the builders in `amazons.player_factory` (`numpy_model_evaluator` for exported
+inference server's (`amazons.serving.server.InferenceConfig.backend`, `inference.backend=` on the
+main job's command line), `amazons.neural.served.resolve_backend` (torch checkpoints), and
+the `backend` of the builders in `amazons.players.factory` (`numpy_model_evaluator` for exported
 models). Each name has one meaning whatever the model: "torch" is the prepared torch model and
 runs torch checkpoints (`.pt`) only; "numpy" is the numpy network and runs exported models
 (`.npz`) only; "native" (the compiled CPU evaluator) runs both; "auto" picks. `choose_backend`
@@ -24,7 +24,7 @@ __all__ = ["BACKENDS", "MODEL_KINDS", "BackendError", "backend_error", "choose_b
 BACKENDS: dict[str, tuple[str, ...]] = {
     # native on a CPU where it is built and runs the network at fp32; else torch (.pt), numpy (.npz)
     "auto": (".pt", ".npz"),
-    # the prepared torch model (`amazons.neural.production.ReloadableNetworkEvaluator`)
+    # the prepared torch model (`amazons.neural.served.ReloadableNetworkEvaluator`)
     "torch": (".pt",),
     "native": (".pt", ".npz"),  # the compiled CPU evaluator (`amazons.neural.native`), fp32
     "numpy": (".npz",),  # the numpy network (`amazons.neural.numpy_net`), which needs no compiler
@@ -82,7 +82,7 @@ def choose_backend(backend: str, model_kind: str, native_support: str, device: s
         native_support: why the native evaluator cannot run the network here, "" where it can
             (`amazons.neural.native.native_support`).
         device: where a `.pt` model runs, resolved: "cpu", "cuda", "cuda:1", ... (not "auto":
-            `amazons.neural.production.resolve_device`).
+            `amazons.neural.served.resolve_device`).
         precision: what a `.pt` model computes at, resolved: "fp32", "bf16" or "fp16" (not
             "auto": `amazons.neural.model.resolve_precision`).
 

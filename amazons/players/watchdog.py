@@ -20,12 +20,12 @@ The starter may write `+GROUP` to a watchdog that has held nothing for a while o
 completes within `IDLE_EXIT_SECONDS` of when it wrote the line that left the watchdog idle: the
 watchdog's last look at its input before an idle exit comes after that much time, so such a line
 is always read. Otherwise the starter lets the group go again (`-GROUP`), closes the pipe and
-starts a fresh watchdog (`amazons.botzone.program._Watchdog` keeps this rule).
+starts a fresh watchdog (`amazons.players.program._Watchdog` keeps this rule).
 
-`amazons.botzone.program` starts one with `command()`: this file run by its path under `python
+`amazons.players.program` starts one with `command()`: this file run by its path under `python
 -I -S`, so it loads the standard library only (neither the package nor numpy), and starts in a
 few tens of milliseconds; the command names the starter's pid. `python -m
-amazons.botzone.watchdog [PID]` runs the same `main()`, after importing the package's root.
+amazons.players.watchdog [PID]` runs the same `main()`, after importing the package's root.
 
 Standard library only, and only modules that load fast (no `typing`): nothing of the package
 may be imported here.

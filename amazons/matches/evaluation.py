@@ -1,8 +1,8 @@
 """Evaluation of each new model in training: arena matches whose network players are served.
 
 `Evaluation` plays the new model against the previous one and the baseline players on
-`amazons.arena.ArenaWorkers`: two inference servers, `"new"` and `"previous"`, each holding one
-model (the prepared network of `amazons.neural.production`, on the GPU when there is one, batching
+`amazons.matches.arena.ArenaWorkers`: two inference servers, `"new"` and `"previous"`, each holding
+one model (the prepared network of `amazons.neural.served`, on the GPU when there is one, batching
 the leaves of every arena worker) and one slot per worker. Nothing loads a model in the arena's
 worker processes. It can be started once and reused: every `run` publishes the two models' weights
 to the servers (`InferenceServer.publish_weights`) before the matches, so a training loop may keep
@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from amazons.arena import ArenaResult, ArenaWorkers, run_arena
-from amazons.inference import InferenceConfig
+from amazons.matches.arena import ArenaResult, ArenaWorkers, run_arena
 from amazons.mcts import Evaluator, SearchConfig
-from amazons.player_factory import NET_SEARCH, ROLLOUT_SEARCH, served_evaluator_factory, split_spec
+from amazons.players.factory import NET_SEARCH, ROLLOUT_SEARCH, served_evaluator_factory, split_spec
+from amazons.serving.server import InferenceConfig
 
 __all__ = ["EvalConfig", "Evaluation", "fit_elo"]
 
@@ -82,10 +82,11 @@ class Evaluation:
         inference: the servers' batching (default: batches up to `processes` x
             `search.leaves_per_game` rows, flushed after 1 ms).
         evaluator_factory: model path -> the servers' picklable evaluator factory (default
-            `amazons.player_factory.served_evaluator_factory` with `device` and `precision`).
+            `amazons.players.factory.served_evaluator_factory` with `device` and `precision`).
 
     Attributes:
-        stats: each server's statistics (`amazons.inference`: batches, rows, ...), after `close`.
+        stats: each server's statistics (`amazons.serving.server`: batches, rows, ...), after
+        `close`.
     """
 
     def __init__(self, config: EvalConfig, device: str = "auto", precision: str = "auto",
@@ -123,9 +124,10 @@ class Evaluation:
             Opponent (as named in `config.opponents`) -> the match's result, A being the new model.
 
         Raises:
-            amazons.arena.ArenaError: an arena worker died or a server failed (nothing is left
+            amazons.matches.arena.ArenaError: an arena worker died or a server failed (nothing is
+            left
                 running or in shared memory once the `Evaluation` is closed).
-            amazons.player_factory.PlayerSpecError: an unknown opponent.
+            amazons.players.factory.PlayerSpecError: an unknown opponent.
         """
         config = self.config
         if self._workers is None:

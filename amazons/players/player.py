@@ -7,14 +7,14 @@ its tree across turns. `BasePlayer` gives both hooks as no-ops, and `close()`, w
 calls after each game (a player that runs a program ends its process there).
 
 A player that cannot give a move for a reason the game must record (an external program's
-timeout, crash, malformed reply or illegal move: `amazons.botzone.program`) raises `PlayerFault`;
+timeout, crash, malformed reply or illegal move: `amazons.players.program`) raises `PlayerFault`;
 the arena ends the game as that player's loss with the reason in the record.
 
 Players here: `RandomPlayer`, `GreedyPlayer` (one-ply mobility/territory heuristic),
 `MCTSPlayer` (any `Evaluator`; a simulation count or a time budget), `PolicyPlayer` (an
 evaluator's highest prior, no search) and `HumanPlayer` (terminal). They never import torch: a
 network player is an `MCTSPlayer` or a `PolicyPlayer` given a network evaluator, built by
-`amazons.player_factory`.
+`amazons.players.factory`.
 
 `predicted_territory` reads an evaluator's ownership head (`NumpyEvaluator.ownership`,
 `NetworkEvaluator.ownership`) as Black's expected territory lead; `describe_territory` words it

@@ -9,8 +9,8 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
   saved last turn and an empty `globaldata` line. JSON interaction (option `json`): one line
   `{"requests": [...], "responses": [...], "data": ..., "globaldata": "", "time_limit": S,
   "memory_limit": 256}`, `S` the per-turn limit `time` (the first turn may use twice it:
-  Botzone's limits and what `time_limit` means are in `amazons.botzone.limits`). Moves a random
-  opening played count as the program's responses or requests by colour, as if it had played
+  Botzone's limits and what `time_limit` means are in `amazons.players.botzone_limits`). Moves a
+  random opening played count as the program's responses or requests by colour, as if it had played
   them.
 * **Output.** The first line is the reply: `x0 y0 x1 y1 x2 y2`, or in JSON
   `{"response": {"x0": .., ..., "y2": ..}, "debug": .., "data": .., "globaldata": ..}`; in simple
@@ -29,7 +29,7 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
   process start-up included); a kept process is charged what it used since its last reply. A
   wall-clock guard (`wall` times the CPU limit) ends a turn whose program sleeps or hangs.
 
-Faults end the game as the program's loss (`amazons.players.PlayerFault`, with the reason the
+Faults end the game as the program's loss (`amazons.players.player.PlayerFault`, with the reason the
 arena records): `timeout` (the CPU limit or the wall guard passed), `crash` (the program exited
 without a reply or with a non-zero status, or could not be started), `malformed` (a reply that
 is not six integers or not the JSON reply, the keep-running line before any reply, more than
@@ -39,7 +39,7 @@ quotes the last lines of the program's stderr, which is read as the program runs
 
 Every process runs in its own session, is killed with its whole process group when the player
 is closed or reset, when it faults, and when the player is garbage-collected or the interpreter
-exits, and is reaped. A watchdog process (`amazons.botzone.watchdog`) kills the groups still
+exits, and is reaped. A watchdog process (`amazons.players.watchdog`) kills the groups still
 running when the process that started them dies, however it dies (SIGKILL included), so a
 killed arena worker leaves none behind; it leaves a couple of seconds after the last of them
 has ended (the next program starts a fresh one). Programs are started without a `preexec_fn` (which
@@ -52,9 +52,9 @@ the language: C++ 1 s a turn and 2 s for the first, Python 6 s and 12 s; the def
 `python` when the program's name starts with `python`, else `cpp`), `time=S`, `first-time=S`
 (default: twice `time`), `wall=X` (the wall guard as a multiple of the CPU limit, default 3).
 
-Imports `amazons.board`, `amazons.botzone.limits` (Botzone's limits and the protocol's constants,
-which the project's own bot reads there too), `amazons.botzone.watchdog` and `amazons.players`;
-`amazons.player_factory` registers the spec.
+Imports `amazons.board`, `amazons.players.botzone_limits` (Botzone's limits and the protocol's
+constants, which the project's own bot reads there too), `amazons.players.watchdog` and
+`amazons.players.player`; `amazons.players.factory` registers the spec.
 """
 
 from __future__ import annotations
@@ -77,10 +77,9 @@ from pathlib import Path
 from typing import Any
 
 from amazons.board import BLACK, Board, IllegalMoveError, Move, NotationError
-from amazons.botzone import limits as botzone_limits
-from amazons.botzone import watchdog
-from amazons.botzone.limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
-from amazons.players import BasePlayer, PlayerError, PlayerFault
+from amazons.players import botzone_limits, watchdog
+from amazons.players.botzone_limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
+from amazons.players.player import BasePlayer, PlayerError, PlayerFault
 
 __all__ = [
     "INTERACTIONS",
@@ -93,7 +92,7 @@ __all__ = [
 ]
 
 INTERACTIONS = ("simple", "json")
-# CPU seconds per language (amazons.botzone.limits): (a turn, the first turn)
+# CPU seconds per language (amazons.players.botzone_limits): (a turn, the first turn)
 LANGUAGE_LIMITS = {language: (seconds, botzone_limits.first_turn_seconds(seconds))
                    for language, seconds in botzone_limits.LANGUAGE_TURN_SECONDS.items()}
 # told to JSON programs as `memory_limit` (not enforced here)
@@ -255,7 +254,7 @@ class _Watchdog:
     """This process's watchdog: kills the programs' process groups when this process dies.
 
     One per process at a time, started with a program when none is running
-    (`amazons.botzone.watchdog`, run by its path under `python -I -S`, in its own session, so a
+    (`amazons.players.watchdog`, run by its path under `python -I -S`, in its own session, so a
     Ctrl-C at the terminal does not end it before the process it guards). Once every program it
     watched has ended it holds nothing and leaves: this process ends it (closing the pipe, and
     reaping it) `IDLE_EXIT_SECONDS` later on a timer thread, and it exits by itself then anyway.
@@ -711,7 +710,7 @@ class BotzonePlayer(BasePlayer):
         requests, responses = _history_messages(history, color)
         if self.settings.interaction == "json":
             # time_limit is the per-turn limit, also on the first turn, which may use twice it
-            # (amazons.botzone.limits: one reading for this player and both bots)
+            # (amazons.players.botzone_limits: one reading for this player and both bots)
             value = {"requests": [_move_object(move) for move in requests],
                      "responses": [_move_object(move) for move in responses],
                      "data": self._data, "globaldata": "", "time_limit": self.settings.turn_seconds,

@@ -6,14 +6,14 @@ row 0 at the bottom of Botzone's picture, so Botzone `(x, y)` is cell `(7 - y) *
 player 0 is Black. The player replays the game so far into an OpenSpiel state and asks the bot
 for the three decisions in turn, giving each a third of the move's time budget (or
 `simulations` simulations each). Spec: `openspiel-mcts` or `openspiel-mcts:N` (N rollouts per
-leaf), built by `amazons.player_factory`. This module imports `pyspiel` only when a player is
+leaf), built by `amazons.players.factory`. This module imports `pyspiel` only when a player is
 built.
 """
 
 from __future__ import annotations
 
 from amazons.board import Board, Move
-from amazons.players import BasePlayer, PlayerError
+from amazons.players.player import BasePlayer, PlayerError
 
 __all__ = ["OpenSpielMCTSPlayer", "cell_of", "square_of"]
 

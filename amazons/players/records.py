@@ -26,7 +26,7 @@ Reading replays every move on a `Board`; a malformed header, a bad move line or 
 raises `RecordError` naming the file, the line number, the line and the game. Writing and reading
 back gives the same records (headers in order, moves), and the same text.
 
-Imports `amazons.board` and `amazons._atomic` only.
+Imports `amazons.board` and `amazons.core.atomic` only.
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from amazons._atomic import atomic_write
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move, NotationError
+from amazons.core.atomic import atomic_write
 
 __all__ = [
     "GameRecord",

@@ -35,7 +35,7 @@ shared memory. A server that dies is seen by clients as a closed pipe, and by th
 `check()`.
 
 Imports numpy, the package's engine constants, the `Evaluator` protocol (`amazons.evaluator`) and
-the backend names (`amazons.neural.backends`); the server process imports torch only through the
+the backend names (`amazons.core.backends`); the server process imports torch only through the
 evaluator factory it is given.
 """
 
@@ -57,7 +57,8 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
-from amazons._processes import (
+from amazons.core.backends import backend_error
+from amazons.core.processes import (
     apply_niceness,
     check_niceness,
     end_processes,
@@ -66,7 +67,6 @@ from amazons._processes import (
 )
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
 from amazons.evaluator import Evaluator
-from amazons.neural.backends import backend_error
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
 
@@ -85,7 +85,7 @@ class InferenceConfig:
     slot_moves: int = 256 * 1024  # legal moves one round trip can carry (>= MAX_MOVES)
     start_timeout_s: float = 300.0  # the server must build its evaluator within this time
     torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
-    # The server's network, from a checkpoint (amazons.neural.backends): "torch" (the prepared
+    # The server's network, from a checkpoint (amazons.core.backends): "torch" (the prepared
     # torch model), "native" (the compiled CPU evaluator, amazons.neural.native) or "auto" (native
     # on a CPU where it is built and runs the network at fp32, torch on a GPU or at another
     # precision).
@@ -149,6 +149,9 @@ class SlotLayout:
         }
 
 
+# What the forkserver of a process that starts a server imports for it (with what the evaluator
+# factory names in its `preload`): the server's own loop.
+SERVER_PRELOAD = ("amazons.serving.server",)
 WEIGHTS_HEADER_BYTES = 64  # the weights segment's header: int64 version, int64 floats, padding
 WEIGHTS_HEADER_DTYPE = np.int64
 
@@ -285,7 +288,7 @@ class InferenceServer:
             process imports anyway (torch, for a network), for the forkserver to import once.
         num_clients: number of actor slots.
         config: batching parameters.
-        context: multiprocessing context (default: `amazons._processes.process_context`, a
+        context: multiprocessing context (default: `amazons.core.processes.process_context`, a
             forkserver that preloads the package's modules, or spawn where there is none).
     """
 
@@ -301,7 +304,8 @@ class InferenceServer:
         self.config = config or InferenceConfig()
         self.num_clients = num_clients
         self._factory = evaluator_factory
-        self._context = context or process_context(factory_preload(evaluator_factory))
+        self._context = context or process_context(
+            (*SERVER_PRELOAD, *factory_preload(evaluator_factory)))
         self._layout = SlotLayout(self.config.slot_rows, self.config.slot_moves)
         self._memories: list[SharedMemory] = []
         self._client_ends: list[Connection] = []

@@ -6,7 +6,7 @@ keep-running line after it checked. Scripts, benchmarks and tests talk to a bot 
 
     import sys
 
-    from amazons.botzone.kept import KeptProcess
+    from amazons.players.keep_running import KeptProcess
 
     with KeptProcess([sys.executable, "-m", "amazons.botzone", "--model", "none"]) as bot:
         print(bot.ask("1\\n-1 -1 -1 -1 -1 -1"))  # Black's first move, as Botzone asks for it
@@ -18,9 +18,9 @@ its next reply is due, and the block looked like a timeout. The whole of it is k
 `stderr_text`); errors quote its end. `kill` and `close` leave no pipe or file of the program
 open here.
 
-It judges nothing: the arena's `botzone:` player (`amazons.botzone.program.BotzonePlayer`) also
+It judges nothing: the arena's `botzone:` player (`amazons.players.program.BotzonePlayer`) also
 counts the program's CPU clock, pauses it between turns as Botzone does and turns every failure
-into a fault. Imports `amazons.botzone.limits` (the marker) only.
+into a fault. Imports `amazons.players.botzone_limits` (the marker) only.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 
-from amazons.botzone.limits import KEEP_RUNNING_MARKER
+from amazons.players.botzone_limits import KEEP_RUNNING_MARKER
 
 __all__ = ["KeptProcess", "KeptProcessError"]
 

@@ -11,28 +11,28 @@ What this module owns:
     (`amazons.neural.numpy_net`);
   - `PATH.pt`: a torch checkpoint, where torch is allowed (`allow_torch`: the arena, the web
     board, evaluation): the model `amazons.neural.model.prepare_for_inference` makes
-    (`amazons.neural.production.load_network_evaluator`), on the native evaluator on a CPU, on
+    (`amazons.neural.served.load_network_evaluator`), on the native evaluator on a CPU, on
     torch on a GPU. Where it is not (the bot, terminal play) it is refused with the command that
     exports it.
-  `backend` picks the network's backend, each name with one meaning (`amazons.neural.backends`):
+  `backend` picks the network's backend, each name with one meaning (`amazons.core.backends`):
   "native" (either file), "torch" (`.pt` only), "numpy" (`.npz` only) or "auto"; a name that
   does not run the model's file is refused before anything loads, with the names that do, and
-  the one chooser (`amazons.neural.backends.choose_backend`) picks what runs.
+  the one chooser (`amazons.core.backends.choose_backend`) picks what runs.
   A network searches with `NET_SEARCH`.
 * `model_evaluator` (a model spec -> its evaluator and default search) and `build_model_player`,
   the one function that builds a model-backed `MCTSPlayer` for the arena, the Botzone bot,
   terminal play, the web board and evaluation; callers differ only in its arguments.
 * `served_evaluator_factory`: a network model as the picklable recipe an inference server builds
-  its evaluator from (`amazons.inference.InferenceServer`).
+  its evaluator from (`amazons.serving.server.InferenceServer`).
 * The search defaults of the built-in players (`UNIFORM_SEARCH`, `ROLLOUT_SEARCH`, `NET_SEARCH`).
 * The player registry: specs `random`, `greedy`, `mcts-uniform`, `mcts-rollout[:N]`,
   `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]`, `botzone:[OPTIONS:]COMMAND` (any
-  Botzone program, `amazons.botzone.program`) and `human`, plus whatever
+  Botzone program, `amazons.players.program`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
 Torch-free: imports numpy, `mcts`, `neural.numpy_net`, `neural.native`, `neural.backends`,
 `players`, `models`, `botzone.program` and `openspiel_player` (which imports pyspiel only when its
-player is built); `amazons.neural.production`, and with it torch, is imported only when a `.pt`
+player is built); `amazons.neural.served`, and with it torch, is imported only when a `.pt`
 model is asked for.
 """
 
@@ -44,10 +44,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amazons.botzone.program import BotzonePlayer, parse_botzone_spec
+from amazons.core.backends import BackendError, backend_error, choose_backend
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
-from amazons.neural.backends import BackendError, backend_error, choose_backend
 from amazons.neural.native import NativeEvaluator, native_support
 from amazons.neural.numpy_net import (
     ModelFileError,
@@ -56,8 +55,8 @@ from amazons.neural.numpy_net import (
     limit_blas_threads,
     load_model,
 )
-from amazons.openspiel_player import OpenSpielMCTSPlayer
-from amazons.players import (
+from amazons.players.openspiel import OpenSpielMCTSPlayer
+from amazons.players.player import (
     GreedyPlayer,
     HumanPlayer,
     MCTSPlayer,
@@ -66,6 +65,7 @@ from amazons.players import (
     PolicyPlayer,
     RandomPlayer,
 )
+from amazons.players.program import BotzonePlayer, parse_botzone_spec
 
 __all__ = [
     "DEFAULT_SIMULATIONS",
@@ -134,7 +134,7 @@ def numpy_model_evaluator(net: NumpyNet, backend: str = "auto") -> Evaluator:
     """An exported network's evaluator: the compiled CPU evaluator (`amazons.neural.native`)
     where `backend` is "auto" and it runs the network, or "native"; numpy
     (`amazons.neural.numpy_net`) where it is "numpy" or the native evaluator cannot run (the one
-    chooser decides: `amazons.neural.backends.choose_backend`).
+    chooser decides: `amazons.core.backends.choose_backend`).
 
     Raises:
         PlayerSpecError: an unknown backend or "torch" (which runs checkpoints only), or
@@ -177,7 +177,7 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
         amazons.neural.numpy_net.ModelFileError: not a usable model file, or a torch checkpoint
             where torch is not allowed (the message gives the export command).
         amazons.neural.checkpoint.CheckpointError: an unusable torch checkpoint.
-        amazons.neural.production.BackendError: "native" where it cannot run a checkpoint.
+        amazons.neural.served.BackendError: "native" where it cannot run a checkpoint.
     """
     if model == "none":
         return RolloutEvaluator(seed=seed), ROLLOUT_SEARCH
@@ -188,7 +188,7 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
             raise ModelFileError(
                 f"{path} is a torch checkpoint; export it first (the bot and terminal play run "
                 f"without torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
-        netplay = importlib.import_module("amazons.neural.production")
+        netplay = importlib.import_module("amazons.neural.served")
         return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads,
                                               backend=backend), NET_SEARCH
     return numpy_model_evaluator(load_model(path), backend), NET_SEARCH
@@ -214,7 +214,7 @@ def build_model_player(model: str, *, search: SearchConfig | None = None,
             None keeps the search's capacities.
         allow_torch, device, precision, torch_threads: see `model_evaluator`.
         evaluator: score leaves with this evaluator instead of loading the model (an
-            `amazons.inference.InferenceClient` of a server that holds the model); the model
+            `amazons.serving.server.InferenceClient` of a server that holds the model); the model
             spec still picks the default search and the name.
         name: the player's name (default `mcts-rollout` for `none`, else `mcts-net:MODEL`).
         stop_when_full: end a time-budgeted search once the tree is full (the bot).
@@ -225,7 +225,7 @@ def build_model_player(model: str, *, search: SearchConfig | None = None,
         FileNotFoundError, amazons.neural.numpy_net.ModelFileError,
         amazons.neural.checkpoint.CheckpointError: see `model_evaluator`.
         amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
-        amazons.players.PlayerError: simulations < 1 or time_budget <= 0.
+        amazons.players.player.PlayerError: simulations < 1 or time_budget <= 0.
     """
     if evaluator is None:
         evaluator, default_search = model_evaluator(model, seed=seed, allow_torch=allow_torch,
@@ -246,9 +246,9 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
                              max_batch: int = 256,
                              backend: str = "auto") -> Callable[[], Evaluator]:
     """A network model as the picklable zero-argument recipe an inference server runs in its own
-    process to build its evaluator (`amazons.inference.InferenceServer`).
+    process to build its evaluator (`amazons.serving.server.InferenceServer`).
 
-    A `.pt` checkpoint gives `amazons.neural.production.NetworkEvaluatorFactory` (the prepared
+    A `.pt` checkpoint gives `amazons.neural.served.NetworkEvaluatorFactory` (the prepared
     model on `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs
     run; `load_weights` for `publish_weights`; on a CPU the native evaluator: `backend`);
     `default` or a `.npz` file the native evaluator, or the numpy network
@@ -264,7 +264,7 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     path = _model_path(model)
     _check_backend(backend, path)
     if path.suffix == ".pt":
-        netplay = importlib.import_module("amazons.neural.production")
+        netplay = importlib.import_module("amazons.neural.served")
         return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch,
                                                backend=backend)
     return _NumpyEvaluatorFactory(str(path), backend)

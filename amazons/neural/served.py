@@ -18,7 +18,7 @@
   `resolve_backend` chooses between the two (`InferenceConfig.backend`: "auto" takes the native
   one on a CPU where the extension is built and runs the network at fp32, torch on a GPU or at an
   explicit bf16 or fp16): it resolves the device and the precision and asks the one chooser,
-  `amazons.neural.backends.choose_backend`.
+  `amazons.core.backends.choose_backend`.
 * `load_network_evaluator`: a checkpoint as that evaluator, in this process.
 * `NetworkEvaluatorFactory`: the picklable recipe the inference server runs in its own process to
   build the same evaluator; `server_evaluator_factory` is the one builder of it from a run's
@@ -27,7 +27,7 @@
 
 The bot and terminal play never come here: they run exported numpy models
 (`amazons.neural.numpy_net`), whose batch norms were folded at export. Players are built by
-`amazons.player_factory`, which imports this module when a `.pt` model is asked for.
+`amazons.players.factory`, which imports this module when a `.pt` model is asked for.
 
 Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`).
 """
@@ -41,10 +41,8 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from amazons._processes import NETWORK_PRELOAD
-from amazons.inference import InferenceConfig
+from amazons.core.backends import BackendError, choose_backend
 from amazons.neural import native
-from amazons.neural.backends import BackendError, choose_backend
 from amazons.neural.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
 from amazons.neural.cuda_graphs import NetworkEvaluator, batch_buckets
 from amazons.neural.model import (
@@ -59,6 +57,11 @@ from amazons.neural.model import (
     unflatten_weights,
 )
 from amazons.neural.numpy_net import NumpyNet
+from amazons.serving.server import InferenceConfig
+
+# What a network's inference server imports anyway: torch and the network evaluators, this
+# module (`NetworkEvaluatorFactory.preload`).
+NETWORK_PRELOAD = ("amazons.neural.served",)
 
 __all__ = [
     "BackendError",
@@ -181,7 +184,7 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet,
     Resolves `device` and `precision` ("auto": `resolve_device`,
     `amazons.neural.model.resolve_precision`), asks whether the native evaluator runs the
     network, and returns what the one chooser picks for a checkpoint
-    (`amazons.neural.backends.choose_backend`): "auto" takes the native evaluator on a CPU where
+    (`amazons.core.backends.choose_backend`): "auto" takes the native evaluator on a CPU where
     the extension is built and runs the network (every network npnet runs) at fp32, torch on a
     GPU, at an explicit "bf16" or "fp16" (never dropped for fp32), or where the native evaluator
     cannot run. "native" is refused on a GPU, at another precision than fp32, or where it cannot
@@ -309,7 +312,7 @@ class NetworkEvaluatorFactory:
     """
 
     # The modules its server process imports (torch among them), for the forkserver to import
-    # once (`amazons._processes.process_context`); not a field.
+    # once (`amazons.core.processes.process_context`); not a field.
     preload: ClassVar[tuple[str, ...]] = NETWORK_PRELOAD
 
     model_path: str

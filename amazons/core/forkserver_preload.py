@@ -1,7 +1,7 @@
 """What the package's forkserver imports: the one module it is handed, which imports the modules
 the forkserver preloads itself, so that one that fails to import there is reported, not silent.
 
-`amazons._processes.process_context` hands multiprocessing this module alone and names the
+`amazons.core.processes.process_context` hands multiprocessing this module alone and names the
 modules to preload in the environment variable `PRELOAD_VARIABLE` (comma-separated, in order).
 Imported in the forkserver, it imports each of them, and for one that raises (any `Exception`: a
 missing optional dependency, an extension built for another NumPy, a bug at import) writes one
@@ -37,7 +37,7 @@ the parent imported both, so the forkserver fails there only where it cannot fin
 the forkserver only from CPython's gh-117378 fix on, not on 3.10 or 3.11); its children, given
 the parent's `sys.path`, still import it.
 
-Imports only `amazons._processes` (standard library only) of the package.
+Imports only `amazons.core.processes` (standard library only) of the package.
 """
 
 from __future__ import annotations
@@ -48,7 +48,7 @@ import sys
 from collections.abc import Iterable
 from typing import TextIO
 
-from amazons._processes import PRELOAD_VARIABLE
+from amazons.core import PRELOAD_VARIABLE
 
 __all__ = ["preload"]
 
@@ -58,7 +58,8 @@ def preload(names: Iterable[str], stream: TextIO) -> list[str]:
     others.
 
     Args:
-        names: dotted module names.
+        names: dotted module names, or `module:function` to call that function (no arguments)
+            once the module is imported.
         stream: where a failure is reported, one line each (the forkserver's stderr).
 
     Returns:
@@ -66,13 +67,16 @@ def preload(names: Iterable[str], stream: TextIO) -> list[str]:
     """
     failed = []
     for name in names:
+        module_name, _, function = name.partition(":")
         try:
-            importlib.import_module(name)
+            module = importlib.import_module(module_name)
+            if function:
+                getattr(module, function)()
         except Exception as error:  # whatever a module raises, the forkserver must serve on
             message = " ".join(str(error).splitlines())
             stream.write(f"amazons: the forkserver could not preload {name}: "
                          f"{type(error).__name__}: {message}; "
-                         f"its children import {name} themselves\n")
+                         f"its children import {module_name} themselves\n")
             failed.append(name)
     # Written before the forkserver forks: a line left in the buffer would be written again by
     # every child.

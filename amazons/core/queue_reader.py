@@ -5,8 +5,8 @@ however long it takes. A worker killed while writing a message (SIGKILL, the OOM
 to its process group) leaves the rest never to come, and the reading process holds the pipe's
 write end too (the queue was made there), so no end of file comes either: `get` waits for ever.
 `QueueReader` takes the bytes that are there instead, keeps a message until all of it has
-arrived, and never waits longer than it is told. The arena's workers (`amazons.arena`) and the
-self-play actors (`amazons.train.selfplay`) hand their results over such queues.
+arrived, and never waits longer than it is told. The arena's workers (`amazons.matches.arena`) and
+the self-play actors (`amazons.train.selfplay`) hand their results over such queues.
 
 A message that cannot be read (its pickle fails to load here, whatever `pickle.loads` raises, or
 the pipe holds a length no message has) is one `QueueMessageError`, raised in its turn: the

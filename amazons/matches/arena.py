@@ -1,12 +1,13 @@
-"""Matches between two players: `python -m amazons.arena A B --games N`.
+"""Matches between two players: the arena's library (its command line is `amazons.arena`,
+`python -m amazons.arena A B --games N`).
 
 Players are named by specs (`random`, `greedy`, `mcts-uniform`, `mcts-rollout`, `mcts-net:MODEL`,
 `policy-net:MODEL`, `openspiel-mcts`, `botzone:[OPTIONS:]COMMAND`, `human`, and whatever
-`register_player` adds), built by `amazons.player_factory.make_player`.
+`register_player` adds), built by `amazons.players.factory.make_player`.
 
-A player that faults (`amazons.players.PlayerFault`: a Botzone program's timeout, crash, malformed
-reply or illegal move) loses the game: its record keeps the moves so far, the result, and the
-headers `Termination` (the reason) and `Fault` (the side, the player and the message), and the
+A player that faults (`amazons.players.player.PlayerFault`: a Botzone program's timeout, crash,
+malformed reply or illegal move) loses the game: its record keeps the moves so far, the result, and
+the headers `Termination` (the reason) and `Fault` (the side, the player and the message), and the
 result counts each player's faults by reason. Every player is closed after its game
 (`BasePlayer.close`: a program's process ends), also when the game fails or is interrupted.
 
@@ -15,34 +16,32 @@ with colours swapped, so deterministic players do not replay one game and neithe
 a lucky opening. Games run in parallel worker processes (`ArenaWorkers`, spawn or forkserver; one
 process when they cannot start). The result gives wins, the win rate of A and the Elo difference
 A - B with a 95% interval (Wilson score interval on the win rate, mapped to Elo), and every game as
-an `amazons.records.GameRecord` (`--record FILE` writes them).
+an `amazons.players.records.GameRecord` (`--record FILE` writes them).
 
 Served network players: `ArenaWorkers` keeps worker processes and one inference server per
-network (`amazons.inference.InferenceServer`, one slot per worker) across matches. A network
+network (`amazons.serving.server.InferenceServer`, one slot per worker) across matches. A network
 player whose spec is served scores its leaves through its worker's `InferenceClient`, so the
 network is loaded once, on the GPU when there is one, and batched across the workers, instead of
 once per process on one CPU thread. The command line serves `mcts-net` and `policy-net` players
 whenever it runs more than one process (`--no-server` loads them in every process instead);
-evaluation in training always serves them (`amazons.train.evaluation`).
+evaluation in training always serves them (`amazons.matches.evaluation`).
 
 Stopping: a match stopped by Ctrl-C or by a failure ends every worker before its exception
 leaves `ArenaWorkers`: a worker gets `ABORT_GRACE_S` to end its game (Ctrl-C reaches the workers
 too, and a worker's players are closed as the interrupt unwinds), then SIGTERM, then SIGKILL
 `TERMINATE_GRACE_S` later, and is reaped, also when a second Ctrl-C interrupts the shutdown. A
 Botzone program dies with the worker that started it, however the worker ends
-(`amazons.botzone.program`). A worker that dies while writing a result (SIGKILL, the OOM killer,
+(`amazons.players.program`). A worker that dies while writing a result (SIGKILL, the OOM killer,
 a signal to its process group) fails the match with an `ArenaError` naming it: the results are
-read as raw bytes (`amazons._queue_reader`), never waiting for the rest of a message.
+read as raw bytes (`amazons.core.queue_reader`), never waiting for the rest of a message.
 
-Torch-free: network models are loaded by `amazons.player_factory` (in the workers, or in the
+Torch-free: network models are loaded by `amazons.players.factory` (in the workers, or in the
 servers' processes).
 """
 
 from __future__ import annotations
 
-import argparse
 import contextlib
-import json
 import math
 import multiprocessing
 import os
@@ -53,38 +52,39 @@ import traceback
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from multiprocessing.connection import wait
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from amazons._processes import TERMINATE_GRACE_S, end_processes, factory_preload, process_context
-from amazons._queue_reader import QueueMessageError, QueueReader
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
-from amazons.inference import (
-    ClientHandle,
-    InferenceClient,
-    InferenceConfig,
-    InferenceError,
-    InferenceServer,
+from amazons.core.processes import (
+    TERMINATE_GRACE_S,
+    end_processes,
+    factory_preload,
+    process_context,
 )
+from amazons.core.queue_reader import QueueMessageError, QueueReader
 from amazons.mcts import Evaluator, SearchConfig
-from amazons.neural.backends import COMPUTED_PRECISIONS
-from amazons.player_factory import (
-    DEFAULT_SIMULATIONS,
+from amazons.players.factory import (
     NETWORK_PLAYERS,
     PlayerFactory,
     PlayerSpecError,
     apply_search_overrides,
     make_player,
     player_factories,
-    player_names,
     register_player,
     served_evaluator_factory,
     split_spec,
 )
-from amazons.players import FAULT_REASONS, Player, PlayerFault
-from amazons.records import GameRecord, write_records
+from amazons.players.player import FAULT_REASONS, Player, PlayerFault
+from amazons.players.records import GameRecord
+from amazons.serving.server import (
+    ClientHandle,
+    InferenceClient,
+    InferenceConfig,
+    InferenceError,
+    InferenceServer,
+)
 
 __all__ = [
     "ArenaError",
@@ -100,6 +100,9 @@ __all__ = [
 ]
 
 Z_95 = 1.959963984540054  # two-sided 95% quantile of the standard normal
+# What the forkserver that forks the arena's workers imports for them: the servers' client and
+# the search kernels loaded (`amazons.mcts.warm_up`, called there once).
+ARENA_PRELOAD = ("amazons.serving.server", "amazons.mcts:warm_up")
 ABORT_GRACE_S = 2.0  # seconds the workers of a failed or interrupted match get to end their games
 
 
@@ -127,7 +130,8 @@ def random_opening(plies: int, seed: int) -> list[Move]:
 
 
 class GameForfeit(Exception):
-    """A player faulted (`amazons.players.PlayerFault`) and lost the game `play_game` was playing.
+    """A player faulted (`amazons.players.player.PlayerFault`) and lost the game `play_game` was
+    playing.
 
     Attributes:
         loser: BLACK or WHITE, the side that faulted.
@@ -275,11 +279,11 @@ class ArenaWorkers:
     """Arena worker processes and their network players' inference servers, kept across matches.
 
     Each server holds one network (built in its own process by a picklable evaluator factory, e.g.
-    `amazons.neural.production.NetworkEvaluatorFactory`) and one slot per worker; every worker
+    `amazons.neural.served.NetworkEvaluatorFactory`) and one slot per worker; every worker
     holds one `InferenceClient` of every server. `run_arena(..., workers=self, served={spec: name})`
     plays a match on these workers, the player `spec` scoring its leaves through server `name`.
     `publish_weights` loads new weights into a server between matches (evaluation in training
-    keeps one server for the new model and one for the previous, `amazons.train.evaluation`).
+    keeps one server for the new model and one for the previous, `amazons.matches.evaluation`).
 
     Example:
         >>> servers = network_servers(["mcts-net:runs/cpu/models/model-0010.pt"])  # doctest: +SKIP
@@ -310,8 +314,8 @@ class ArenaWorkers:
         self.factories = dict(factories or {})
         self.stats: dict[str, dict[str, float]] = {}  # each server's statistics, after `close`
         self._factories = dict(servers)
-        self._context = process_context(
-            name for factory in servers.values() for name in factory_preload(factory))
+        self._context = process_context((*ARENA_PRELOAD, *(
+            name for factory in servers.values() for name in factory_preload(factory))))
         self._servers: dict[str, InferenceServer] = {}
         self._workers: list[multiprocessing.process.BaseProcess] = []
         self._tasks: Any = None
@@ -338,7 +342,8 @@ class ArenaWorkers:
         """Start the servers (each builds its evaluator), then the workers.
 
         Raises:
-            amazons.inference.InferenceError: a server failed to start (its traceback is included).
+            amazons.serving.server.InferenceError: a server failed to start (its traceback is
+            included).
         """
         try:
             for name, factory in self._factories.items():
@@ -366,7 +371,7 @@ class ArenaWorkers:
         """Have server `server` load the weights of checkpoint `path` before its next batch.
 
         Raises:
-            KeyError: no such server. amazons.inference.InferenceError: the server has failed.
+            KeyError: no such server. amazons.serving.server.InferenceError: the server has failed.
         """
         self._servers[server].publish_weights(str(path), version)
 
@@ -411,7 +416,7 @@ class ArenaWorkers:
         waiting = len(tasks)
         while waiting:
             # Raw reads: a worker killed while writing a result leaves half of it in the pipe,
-            # and `Queue.get` would wait for the rest for ever (`amazons._queue_reader`).
+            # and `Queue.get` would wait for the rest for ever (`amazons.core.queue_reader`).
             try:
                 results = self._reader.receive(0.2)
             except QueueMessageError as error:
@@ -437,7 +442,7 @@ class ArenaWorkers:
 
     def close(self, timeout: float = 30.0) -> dict[str, dict[str, float]]:
         """Stop the workers, then the servers, and unlink every segment; returns each server's
-        statistics (`amazons.inference` batches, rows, ...), also kept in `stats`.
+        statistics (`amazons.serving.server` batches, rows, ...), also kept in `stats`.
 
         Each worker is sent its stop and given `timeout` seconds, for all together, to exit
         (`ABORT_GRACE_S` after a failed or interrupted match, whose workers are mid-game; results
@@ -505,7 +510,7 @@ def network_servers(specs: Sequence[str], device: str = "auto", precision: str =
                     max_batch: int = 256) -> dict[str, Callable[[], Evaluator]]:
     """The network players among `specs` (`mcts-net:MODEL`, `policy-net:MODEL`) -> the evaluator
     factory of a server for each, keyed by the spec
-    (`amazons.player_factory.served_evaluator_factory`).
+    (`amazons.players.factory.served_evaluator_factory`).
 
     Raises:
         PlayerSpecError: an unknown player, or a network player without a model.
@@ -619,7 +624,7 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     """Play `games` games of A against B, colours alternating (A has Black in even games).
 
     Args:
-        spec_a, spec_b: player specs (see `amazons.player_factory.make_player`).
+        spec_a, spec_b: player specs (see `amazons.players.factory.make_player`).
         games: number of games (pairs share an opening).
         simulations: MCTS simulations per move for MCTS players (None: their default).
         processes: worker processes (default: CPU count, at most `games`); 1 runs in-process.
@@ -707,96 +712,3 @@ def _run_tasks(tasks: list[_GameTask], processes: int,
             finally:
                 workers.close()
     return [_play_task(task) for task in tasks]
-
-
-def main(argv: list[str] | None = None) -> int:
-    """Command line: `python -m amazons.arena A B --games N [--simulations N] ...`."""
-    parser = argparse.ArgumentParser(
-        prog="python -m amazons.arena",
-        description="Play a match between two players and report wins, win rate and Elo. With more "
-                    "than one process, network players (mcts-net, policy-net) are served: one "
-                    "inference server per network batches the leaves of every worker process.")
-    parser.add_argument("player_a", help=f"player spec, one of: {', '.join(player_names())}")
-    parser.add_argument("player_b", help="player spec")
-    parser.add_argument("--games", type=int, default=20, help="games to play (default 20)")
-    parser.add_argument("--simulations", type=int, default=None,
-                        help=f"MCTS simulations per move (default {DEFAULT_SIMULATIONS})")
-    parser.add_argument("--time-budget", type=float, default=None,
-                        help="MCTS seconds per move instead of --simulations")
-    parser.add_argument("--processes", type=int, default=None,
-                        help="worker processes (default: CPUs)")
-    parser.add_argument("--seed", type=int, default=0, help="seed of openings and players")
-    parser.add_argument("--opening-plies", type=int, default=4,
-                        help="random opening plies (default 4)")
-    parser.add_argument("--search-a", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a SearchConfig override for A's search, e.g. solver=false "
-                             "(repeatable)")
-    parser.add_argument("--search-b", action="append", default=[], metavar="FIELD=VALUE",
-                        help="a SearchConfig override for B's search (repeatable)")
-    parser.add_argument("--device", default="auto",
-                        help="where network models run: auto (a GPU when there is one), cpu, "
-                             "cuda, ...")
-    parser.add_argument("--precision", default="auto", choices=("auto", *COMPUTED_PRECISIONS),
-                        help="how network models compute (auto: bf16 on a GPU that has it, fp32 "
-                             "on a CPU)")
-    parser.add_argument("--no-server", action="store_true",
-                        help="load network models in every worker process instead of serving "
-                             "them")
-    parser.add_argument("--json", type=Path, default=None,
-                        help="also write the result as JSON here")
-    parser.add_argument("--record", type=Path, default=None,
-                        help="also write every game to this file (game record format, "
-                             "docs/play.md)")
-    args = parser.parse_args(argv)
-    try:
-        overrides = []
-        for texts in (args.search_a, args.search_b):
-            pairs = [text.partition("=") for text in texts]
-            bad = [text for text, (_, equals, _) in zip(texts, pairs, strict=True) if not equals]
-            if bad:
-                raise ValueError(f"bad search override {bad[0]!r}: expected FIELD=VALUE, "
-                                 f"e.g. solver=false")
-            overrides.append(tuple((name.strip(), value.strip()) for name, _, value in pairs))
-        processes = min(args.games, args.processes or os.cpu_count() or 1) if args.games >= 1 else 1
-        specs = [args.player_a, args.player_b]
-        servers = ({} if args.no_server or processes < 2
-                   else network_servers(specs, args.device, args.precision))
-        if servers:
-            humans = [spec for spec in specs if split_spec(spec)[0] == "human"]
-            if humans:
-                raise ValueError("a human plays in this process: pass --processes 1")
-        arena_args = (args.player_a, args.player_b, args.games, args.simulations, processes,
-                      args.seed, args.opening_plies, args.time_budget, overrides[0], overrides[1])
-        if servers:
-            with ArenaWorkers(processes, servers, factories=player_factories(
-                    sorted({split_spec(spec)[0] for spec in specs}))) as workers:
-                result = run_arena(*arena_args, workers=workers,
-                                   served={spec: spec for spec in servers},
-                                   device=args.device, precision=args.precision)
-        else:
-            result = run_arena(*arena_args, device=args.device, precision=args.precision)
-    except (ValueError, FileNotFoundError) as error:
-        parser.error(str(error))
-    except (ArenaError, InferenceError) as error:
-        print(f"arena: {error}", file=sys.stderr)
-        return 1
-    print(result.summary())
-    try:
-        if args.json is not None:
-            args.json.parent.mkdir(parents=True, exist_ok=True)
-            args.json.write_text(json.dumps(result.to_json(), indent=2) + "\n")
-        if args.record is not None:
-            write_records(args.record, result.records)
-            print(f"{len(result.records)} games written to {args.record}")
-    except OSError as error:
-        print(f"arena: cannot write the results: {error}", file=sys.stderr)
-        return 1
-    return 0
-
-
-if __name__ == "__main__":
-    # Run the imported module's main, not this __main__ copy: worker processes unpickle the game
-    # tasks as `amazons.arena` classes.
-    from amazons.arena import main as arena_main
-
-    raise SystemExit(arena_main())

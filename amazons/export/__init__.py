@@ -47,7 +47,7 @@ from amazons.neural.model import (
     policy_log_tables,
     segment_ids,
 )
-from amazons.neural.production import model_arrays
+from amazons.neural.served import model_arrays
 
 __all__ = [
     "TOLERANCE",
@@ -321,6 +321,3 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
         return 2
     return 0
 
-
-if __name__ == "__main__":
-    raise SystemExit(main())
