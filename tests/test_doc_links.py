@@ -36,7 +36,7 @@ def heading_anchors(path: Path) -> set[str]:
 
 def test_anchors_follow_github(tmp_path):
     page = tmp_path / "page.md"
-    page.write_text("# Self-play and replay (`amazons.train.selfplay`, `amazons.players.records`)\n"
+    page.write_text("# Self-play and replay (`amazons.train.selfplay`, `amazons.records`)\n"
                     "## GPU (`--suite gpu`)\n```\n# not a heading\n```\n## Notes\n### Notes\n")
     assert heading_anchors(page) == {
         "self-play-and-replay-amazonstrainselfplay-amazonsrecords", "gpu---suite-gpu", "notes",
