@@ -12,8 +12,8 @@ import time
 import pytest
 import torch
 
+from amazons import arena
 from amazons.core.config import config_from_dict, config_to_dict
-from amazons.matches import arena
 from amazons.matches.arena import ArenaError, ArenaWorkers, network_servers, run_arena
 from amazons.matches.evaluation import EvalConfig, Evaluation
 from amazons.neural.checkpoint import save_model

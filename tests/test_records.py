@@ -11,8 +11,8 @@ from conftest import oracle_game, random_games
 from hypothesis import given
 from hypothesis import strategies as st
 
+from amazons import arena
 from amazons.board import BLACK, WHITE, Board, Move
-from amazons.matches import arena
 from amazons.players.records import (
     GameRecord,
     RecordError,

@@ -1,7 +1,7 @@
 """`python -m amazons.train` parses its command line before anything else: one that does not parse
 exits 2 without importing torch or starting a forkserver, help starts none, and one that runs the
 local backend starts its forkserver before the main job's imports; its parser
-(`amazons.train.cli`) is the one the main job parses with (`amazons.train.run.main`).
+(`amazons.train.cli`) is the one the main job parses with (`amazons.train.command.main`).
 """
 
 from __future__ import annotations

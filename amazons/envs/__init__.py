@@ -13,8 +13,8 @@
 Each RL library (the `envs` extra: pettingzoo, gymnasium; open-spiel from the `bench` extra) is
 imported only when its module or one of its names is first used: `from amazons.envs import
 AmazonsEnv` imports gymnasium but not pettingzoo or pyspiel. `import amazons` imports none of
-this package. Everything here sits on top of the library (board, engine, player_factory); nothing
-in the library imports it.
+this package. Everything here sits on top of the library (board, engine, players.factory);
+nothing in the library imports it.
 """
 
 from __future__ import annotations

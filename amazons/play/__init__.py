@@ -13,7 +13,7 @@ command line and returns the exit status, so the whole loop runs under tests wit
 The AI is built by `amazons.players.factory.build_model_player`, the builder of every model-backed
 player: rollout MCTS for `--model none`; a network model (`default`, the shipped one, or an exported
 `.npz` model) runs in numpy (`amazons.neural.numpy_net`), one BLAS thread: terminal play never
-imports torch. Imports `board`, `player_factory`, `players` and `records`.
+imports torch. Imports `board`, `players.factory`, `players.player` and `players.records`.
 """
 
 from __future__ import annotations

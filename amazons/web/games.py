@@ -16,8 +16,8 @@ Which models a game may name is `ServedModels`' to say: the names `default` and 
 board's own `--model`, the shipped model files, and the files inside the folders the board was
 started with (`--models`, `--run`); never any other path on the server.
 
-Imports `board`, `models` (the shipped files), `player_factory`, `players`, `records` and the web
-package's own modules.
+Imports `board`, `models` (the shipped files), `players.factory`, `players.player`,
+`players.records` and the web package's own modules.
 """
 
 from __future__ import annotations
