@@ -33,8 +33,8 @@ the tree is full, and `--simulations` (when given) instead of the clock.
 
 Imports `amazons.board`, `amazons.mcts`, `amazons.players.factory`, `amazons.players.player`,
 `amazons.botzone.memory` and Botzone's limits and protocol constants
-(`amazons.players.botzone_limits`, which the arena's player for Botzone programs reads too); never
-torch.
+(`amazons.players.botzone_limits`, which the arena's player for Botzone programs reads too);
+never torch.
 """
 
 from __future__ import annotations

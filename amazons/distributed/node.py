@@ -142,8 +142,7 @@ class SelfPlayNode:
 
         Raises:
             amazons.train.selfplay.SelfPlayError, amazons.serving.server.InferenceError: the
-            pipeline
-                failed (it is stopped, and started again by the next request).
+                pipeline failed (it is stopped, and started again by the next request).
         """
         try:
             self._use_weights(weights[0], request.weights_version)

@@ -79,8 +79,8 @@ class AmazonsEnv(gymnasium.Env):
             (prints it after every step).
 
     Raises:
-        ValueError: on a bad argument; `amazons.players.factory.PlayerSpecError` for an unknown
-        spec.
+        ValueError: on a bad argument; `amazons.players.factory.PlayerSpecError` for an
+            unknown spec.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}

@@ -342,8 +342,8 @@ class ArenaWorkers:
         """Start the servers (each builds its evaluator), then the workers.
 
         Raises:
-            amazons.serving.server.InferenceError: a server failed to start (its traceback is
-            included).
+            amazons.serving.server.InferenceError: a server failed to start (its traceback
+                is included).
         """
         try:
             for name, factory in self._factories.items():

@@ -85,8 +85,8 @@ class Evaluation:
             `amazons.players.factory.served_evaluator_factory` with `device` and `precision`).
 
     Attributes:
-        stats: each server's statistics (`amazons.serving.server`: batches, rows, ...), after
-        `close`.
+        stats: each server's statistics (`amazons.serving.server`: batches, rows, ...),
+            after `close`.
     """
 
     def __init__(self, config: EvalConfig, device: str = "auto", precision: str = "auto",
@@ -124,9 +124,8 @@ class Evaluation:
             Opponent (as named in `config.opponents`) -> the match's result, A being the new model.
 
         Raises:
-            amazons.matches.arena.ArenaError: an arena worker died or a server failed (nothing is
-            left
-                running or in shared memory once the `Evaluation` is closed).
+            amazons.matches.arena.ArenaError: an arena worker died or a server failed
+                (nothing is left running or in shared memory once the `Evaluation` is closed).
             amazons.players.factory.PlayerSpecError: an unknown opponent.
         """
         config = self.config
