@@ -75,6 +75,24 @@ def write_tree(root: Path, sources: dict[str, str]) -> None:
         path.write_text(source)
 
 
+def test_a_name_imported_from_a_module_that_has_no_such_name_is_caught(tmp_path):
+    # `from amazons.players import gone` runs only where the module is imported; the rule reads
+    # every module's names (its lazy tables' too) and reports the one that neither defines nor
+    # holds as a submodule.
+    write_tree(tmp_path, {
+        "amazons/__init__.py": "",
+        "amazons/players/__init__.py": "_PLAYER_NAMES = frozenset({'MCTSPlayer'})\n",
+        "amazons/players/player.py": "class MCTSPlayer:\n    pass\n",
+        "amazons/players/records.py": "",
+        "amazons/botzone/__init__.py": "",
+        "amazons/botzone/bot.py": ("from amazons.players.player import MCTSPlayer, limits\n"
+                                   "from amazons.players import MCTSPlayer, records, gone\n")})
+    unknown: dict[str, set[str]] = {}
+    architecture.import_graph(unknown, root=tmp_path)
+    assert unknown == {"amazons.botzone.bot": {"amazons.players.player.limits",
+                                               "amazons.players.gone"}}
+
+
 def test_the_check_catches_a_folder_that_spans_two_layers(tmp_path, monkeypatch):
     # The house before this rule: Botzone's limits (base) in amazons/botzone/ beside the bot
     # (commands), and a base module at the top beside the game. No arrow points upward, yet the

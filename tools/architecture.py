@@ -138,15 +138,50 @@ def _is_importer_call(node: ast.AST) -> bool:
     return name in _IMPORTERS
 
 
+def defined_names(path: Path) -> set[str] | None:
+    """The names a module defines at its top level (functions, classes, assignments, imports,
+    also inside a top-level `if` or `try`), and every string in it (its `__all__`, the tables of
+    names a `__getattr__` re-exports on first use); None for a Cython source or a star import,
+    whose names the rule cannot list."""
+    if path.suffix != ".py":
+        return None
+    tree = ast.parse(path.read_text())
+    names = {node.value for node in ast.walk(tree)
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)}
+    statements = list(tree.body)
+    while statements:
+        node = statements.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign, ast.AugAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(name.id for target in targets for name in ast.walk(target)
+                         if isinstance(name, ast.Name))
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            names.update((alias.asname or alias.name).split(".")[0] for alias in node.names)
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            statements.extend(node.body)
+            statements.extend(getattr(node, "orelse", []))
+            statements.extend(getattr(node, "finalbody", []))
+            for handler in getattr(node, "handlers", []):
+                statements.extend(handler.body)
+    return names
+
+
 def imports_of(path: Path, modules: set[str], root: Path = REPO,
-               unknown: set[str] | None = None, computed: list[int] | None = None) -> set[str]:
+               unknown: set[str] | None = None, computed: list[int] | None = None,
+               names: dict[str, set[str] | None] | None = None) -> set[str]:
     """The modules of the graph that `path` imports, at any depth of its code.
 
     `from X import name` counts as importing `X.name` where that is a module, else `X`. A string
     in the code that names a module of the package (or `module:function`) counts as importing
     it; in `benchmarks/`, so does a sibling script's name given to `importlib.import_module`.
     Cython sources are scanned for their Python-level imports only. Imports of `amazons...`
-    names that are no module of the package are added to `unknown` when it is given; the lines
+    names that are no module of the package are added to `unknown` when it is given, and so is
+    `X.name` for `from X import name` where `names` (module -> `defined_names`) says that X
+    defines no such name and X has no such submodule (a module moved out of a package); the lines
     of calls of `importlib.import_module` or `__import__` whose name is computed at run time are
     added to `computed` when it is given.
     """
@@ -202,6 +237,10 @@ def imports_of(path: Path, modules: set[str], root: Path = REPO,
             continue
         if isinstance(node, ast.ImportFrom) and base.startswith("amazons") and base not in modules:
             unknown.add(base)  # `from X import ...` where X is no module of the package
+        elif isinstance(node, ast.ImportFrom) and names is not None and names.get(base) is not None:
+            unknown.update(f"{base}.{alias.name}" for alias in node.names
+                           if f"{base}.{alias.name}" not in modules
+                           and alias.name not in names[base])
         for target in targets:
             if (isinstance(node, ast.Import) and target.startswith("amazons")
                     and target not in modules):
@@ -225,11 +264,13 @@ def import_graph(unknown: dict[str, set[str]] | None = None,
     when given, gets module -> the lines where it imports a name computed at run time."""
     files = {module_name(path, root): path for path in source_files(root)}
     modules = set(files)
+    names = {name: defined_names(path) for name, path in files.items()}
     graph = {}
     for name, path in sorted(files.items()):
         missing: set[str] = set()
         lines: list[int] = []
-        graph[name] = imports_of(path, modules, root, unknown=missing, computed=lines)
+        graph[name] = imports_of(path, modules, root, unknown=missing, computed=lines,
+                                 names=names)
         if missing and unknown is not None:
             unknown[name] = missing
         if lines and computed is not None:
@@ -398,7 +439,7 @@ def main(argv: list[str] | None = None) -> int:
     graph = import_graph(unknown, computed)
     problems = (violations(graph) + folder_violations(module_folders())
                 + computed_violations(computed)
-                + [f"{module} imports {', '.join(sorted(names))}: no such module"
+                + [f"{module} imports {', '.join(sorted(names))}: no such module or name"
                    for module, names in unknown.items()])
     block = generated_block(graph)
     text = DOC.read_text()
