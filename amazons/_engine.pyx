@@ -1185,3 +1185,124 @@ def territory_batch(const uint64_t[:, ::1] positions, int8_t[:, ::1] out):
     with nogil:
         for row in range(positions.shape[0]):
             write_territory(load(positions, row), &out[row, 0])
+
+
+# ---------------------------------------------------------------------------------------------
+# Classical evaluation terms (canonical frame)
+# ---------------------------------------------------------------------------------------------
+#
+# The terms of an Amazong-style evaluation (Lieberum 2005), counted here because the engine is
+# the one place positions are walked; `amazons.engine.classical_terms` documents them and
+# `amazons.players.classical` weighs them. Distances are breadth-first levels through empty
+# squares (amazons and arrows block), both sides a level at a time, as in `write_territory`.
+
+cdef enum:
+    NUM_SQUARES_C = 64                # squares of the board (the C twin of NUM_SQUARES)
+    EVAL_TERMS_C = 6                  # terms write_classical_terms writes
+    UNREACHED = 255                   # distance of a square no amazon of the side reaches
+
+EVAL_TERMS = EVAL_TERMS_C  # columns of classical_terms_batch's output (named in amazons.engine)
+
+
+cdef void queen_distances(uint64_t amazons, uint64_t empty, uint8_t *distance) noexcept nogil:
+    """Queen distance of every square from `amazons` into `distance[0:64]` (UNREACHED if none)."""
+    cdef uint64_t front = amazons, seen = 0, fresh
+    cdef int level = 0, square
+    memset(distance, UNREACHED, NUM_SQUARES_C)
+    while front:
+        level += 1
+        fresh = attacks_from_set(front, empty) & ~seen
+        seen |= fresh
+        front = fresh
+        while fresh:
+            square = amz_ctz(fresh)
+            fresh &= fresh - 1
+            distance[square] = <uint8_t>level
+
+
+cdef void king_distances(uint64_t amazons, uint64_t empty, uint8_t *distance) noexcept nogil:
+    """King distance of every square from `amazons` into `distance[0:64]` (UNREACHED if none)."""
+    cdef uint64_t front = amazons, seen = 0, fresh
+    cdef int level = 0, square
+    memset(distance, UNREACHED, NUM_SQUARES_C)
+    while front:
+        level += 1
+        fresh = king_step(front) & empty & ~seen
+        seen |= fresh
+        front = fresh
+        while fresh:
+            square = amz_ctz(fresh)
+            fresh &= fresh - 1
+            distance[square] = <uint8_t>level
+
+
+cdef inline int amazon_reach(uint64_t amazons, uint64_t occupied) noexcept nogil:
+    """Sum over `amazons` of the empty squares each reaches with one queen move."""
+    cdef int total = 0, square
+    while amazons:
+        square = amz_ctz(amazons)
+        amazons &= amazons - 1
+        total += amz_popcount(queen_moves(square, occupied))
+    return total
+
+
+cdef void write_classical_terms(CPos pos, double *out) noexcept nogil:
+    """The six evaluation terms of `pos` from the side to move's view into `out[0:6]`.
+
+    out[0] queen balance: empty squares the side to move is strictly queen-closer to, minus the
+    opponent's; out[1] queen ties: empty squares both reach at the same finite queen distance;
+    out[2], out[3] the same with king distances; out[4] mobility: the one-move queen reach of
+    each of my amazons summed, minus the opponent's; out[5] contest w = sum over empty squares
+    both reach of 2^-|D_mine - D_theirs| (queen distances), large while the sides are interwoven,
+    0 once they are separated.
+    """
+    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef uint64_t empty = ~occupied
+    cdef uint8_t mine_q[NUM_SQUARES_C]
+    cdef uint8_t theirs_q[NUM_SQUARES_C]
+    cdef uint8_t mine_k[NUM_SQUARES_C]
+    cdef uint8_t theirs_k[NUM_SQUARES_C]
+    cdef int square, balance_q = 0, ties_q = 0, balance_k = 0, ties_k = 0, gap
+    cdef double contest = 0.0
+    queen_distances(pos.mine, empty, mine_q)
+    queen_distances(pos.theirs, empty, theirs_q)
+    king_distances(pos.mine, empty, mine_k)
+    king_distances(pos.theirs, empty, theirs_k)
+    for square in range(NUM_SQUARES_C):
+        if mine_q[square] < theirs_q[square]:
+            balance_q += 1
+        elif theirs_q[square] < mine_q[square]:
+            balance_q -= 1
+        elif mine_q[square] != UNREACHED:
+            ties_q += 1
+        if mine_k[square] < theirs_k[square]:
+            balance_k += 1
+        elif theirs_k[square] < mine_k[square]:
+            balance_k -= 1
+        elif mine_k[square] != UNREACHED:
+            ties_k += 1
+        if mine_q[square] != UNREACHED and theirs_q[square] != UNREACHED:
+            gap = <int>mine_q[square] - <int>theirs_q[square]
+            if gap < 0:
+                gap = -gap
+            contest += 1.0 / <double>(ONE << gap)
+    out[0] = balance_q
+    out[1] = ties_q
+    out[2] = balance_k
+    out[3] = ties_k
+    out[4] = amazon_reach(pos.mine, occupied) - amazon_reach(pos.theirs, occupied)
+    out[5] = contest
+
+
+def classical_terms_batch(const uint64_t[:, ::1] positions, double[:, ::1] out):
+    """Evaluation terms [B, EVAL_TERMS] float64 of canonical positions (see
+    `write_classical_terms`)."""
+    if positions.shape[1] != 3:
+        raise ValueError("positions must have 3 columns")
+    if out.shape[1] != EVAL_TERMS:
+        raise ValueError(f"out must have {EVAL_TERMS} columns")
+    _check_rows("out", out.shape[0], positions.shape[0])
+    cdef Py_ssize_t row
+    with nogil:
+        for row in range(positions.shape[0]):
+            write_classical_terms(load(positions, row), &out[row, 0])

@@ -331,3 +331,40 @@ def territory(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarra
     out = _output(out, "out", np.int8, (positions.shape[0], NUM_SQUARES))
     _engine.territory_batch(positions, out)
     return out
+
+
+# Columns of `classical_terms`' output, each from the side to move's view.
+(QUEEN_BALANCE, QUEEN_TIES, KING_BALANCE, KING_TIES, MOBILITY, CONTEST) = range(6)
+EVAL_TERMS = _engine.EVAL_TERMS
+
+
+def classical_terms(positions: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """The terms of an Amazong-style evaluation (Lieberum 2005), `(B, EVAL_TERMS) float64`.
+
+    Distances run through empty squares (amazons and arrows block): the queen distance of a square
+    from a side is the least number of queen moves that brings one of its amazons there, the king
+    distance the least number of king steps. Per position, from the side to move's view:
+
+    * `QUEEN_BALANCE`: empty squares the side to move is strictly queen-closer to, minus those the
+      opponent is (Lieberum's t1 without its tie term);
+    * `QUEEN_TIES`: empty squares both sides reach at the same queen distance;
+    * `KING_BALANCE`, `KING_TIES`: the same with king distances (t2);
+    * `MOBILITY`: the one-queen-move reach of each of the mover's amazons, summed, minus the
+      opponent's;
+    * `CONTEST`: w = sum over empty squares both sides reach of 2^-|D_mine - D_theirs| (queen
+      distances): large while the armies are interwoven, 0 once they are separated.
+
+    Balances and mobility change sign when the sides are swapped; ties and `CONTEST` do not.
+    `amazons.players.classical` weighs them.
+
+    Args:
+        positions: `(B, 3) uint64` canonical positions (or one `(3,)` position).
+        out: optional `(B, EVAL_TERMS) float64` buffer.
+
+    Raises:
+        EngineInputError: on a wrong dtype or shape.
+    """
+    positions = _positions(positions)
+    out = _output(out, "out", np.float64, (positions.shape[0], EVAL_TERMS))
+    _engine.classical_terms_batch(positions, out)
+    return out

@@ -26,8 +26,9 @@ What this module owns:
   its evaluator from (`amazons.serving.server.InferenceServer`).
 * The search defaults of the built-in players (`UNIFORM_SEARCH`, `ROLLOUT_SEARCH`, `NET_SEARCH`).
 * The player registry: specs `random`, `greedy`, `mcts-uniform`, `mcts-rollout[:N]`,
-  `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]`, `botzone:[OPTIONS:]COMMAND` (any
-  Botzone program, `amazons.players.program`) and `human`, plus whatever
+  `mcts-net:MODEL`, `policy-net:MODEL`, `openspiel-mcts[:N]`, `classical[:KEY=VALUE,...]`
+  (`amazons.players.classical`), `botzone:[OPTIONS:]COMMAND` (any Botzone program,
+  `amazons.players.program`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
 Torch-free: imports numpy, `mcts`, `neural.numpy_net`, `neural.native`, `neural.backends`,
@@ -55,6 +56,7 @@ from amazons.neural.numpy_net import (
     limit_blas_threads,
     load_model,
 )
+from amazons.players.classical import ClassicalConfig, ClassicalPlayer
 from amazons.players.openspiel import OpenSpielMCTSPlayer
 from amazons.players.player import (
     GreedyPlayer,
@@ -481,6 +483,43 @@ def _make_openspiel_mcts(argument: str | None, options: PlayerOptions) -> Player
     return OpenSpielMCTSPlayer(options.simulations, options.time_budget, rollouts, options.seed)
 
 
+# seconds a move of `classical` where neither the spec nor the caller gives a budget
+CLASSICAL_TIME_BUDGET = 1.0
+_CLASSICAL_KEYS = {"depth": "max_depth", "width": "width", "root": "root_width"}
+
+
+def _make_classical(argument: str | None, options: PlayerOptions) -> Player:
+    """`classical` or `classical:KEY=VALUE,...`: the Amazong-style alpha-beta player.
+
+    Keys: `depth` (plies at most), `width` (children searched deeper at inner nodes), `root` (root
+    moves searched deeper), `time` (seconds a move; `none` searches to the depth whatever it
+    takes). The caller's `time_budget` (the arena's `--time-budget`) applies where `time` is not
+    given; `simulations` does not apply.
+    """
+    fields: dict[str, int] = {}
+    time_budget: float | None = options.time_budget or CLASSICAL_TIME_BUDGET
+    for item in (argument.split(",") if argument else []):
+        key, _, text = item.partition("=")
+        try:
+            if key == "time":
+                time_budget = None if text == "none" else float(text)
+            elif key in _CLASSICAL_KEYS:
+                fields[_CLASSICAL_KEYS[key]] = int(text)
+            else:
+                raise PlayerSpecError(f"classical: unknown option {key!r} "
+                                      f"(known: {', '.join([*_CLASSICAL_KEYS, 'time'])})")
+        except ValueError as error:
+            if isinstance(error, PlayerSpecError):
+                raise
+            raise PlayerSpecError(f"classical: option {item!r} needs a number") from None
+    try:
+        return ClassicalPlayer(ClassicalConfig(**fields), time_budget=time_budget,
+                               seed=options.seed, name=f"classical:{argument}" if argument
+                               else "classical")
+    except PlayerError as error:
+        raise PlayerSpecError(str(error)) from None
+
+
 def _make_botzone(argument: str | None, options: PlayerOptions) -> Player:
     """`botzone:[OPTIONS:]COMMAND`: a Botzone program run as Botzone runs it, named by its spec."""
     try:
@@ -502,5 +541,6 @@ register_player("mcts-rollout", _make_mcts_rollout)
 register_player("mcts-net", _make_mcts_net)
 register_player("policy-net", _make_policy_net)
 register_player("openspiel-mcts", _make_openspiel_mcts)
+register_player("classical", _make_classical)
 register_player("botzone", _make_botzone)
 register_player("human", _make_human)
