@@ -1,6 +1,7 @@
 """The players layer: everything that picks a move in a game, and the games' records.
 
-`player` (the `Player` protocol; random, greedy, search, policy and human players), `factory`
+`player` (the `Player` protocol; random, greedy, search, policy and human players), `classical`
+(the Amazong-style alpha-beta player, no network), `factory`
 (the one builder of model-backed players and the player registry, `make_player`), `openspiel`
 (OpenSpiel's C++ MCTS as a player), `program`, `watchdog` and `keep_running` (any Botzone program
 as a player, the watchdog that ends it, driving one in keep-running mode), `botzone_limits`
