@@ -145,6 +145,23 @@ def test_takes_an_immediate_win_with_either_colour(text):
     assert after.is_game_over() and after.winner() == board.turn
 
 
+# A wall of arrows down the e-file with one gap, e5, beside a White amazon: Black's four amazons
+# hold the 28 squares to its left, White's the 20 to its right. Of Black's 515 moves, 11 shoot into
+# the gap and seal a separated, adjudicated win; the others let White through.
+SEAL_THE_GAP = "B3x2W/4x3/B3x2W/5W2/B3x3/4x3/B3x2W/4x3 b"
+
+
+@pytest.mark.parametrize("text", [SEAL_THE_GAP, _rotated(SEAL_THE_GAP)])
+@pytest.mark.parametrize("depth", [1, 2])
+def test_plays_the_move_that_decides_the_territory(text, depth):
+    board = Board(text)
+    player = ClassicalPlayer(ClassicalConfig(max_depth=depth), time_budget=None, seed=0)
+    after = board.copy()
+    after.push(player.choose_move(board))
+    result = after.adjudicate()
+    assert result is not None and result.winner == board.turn
+
+
 def test_moves_are_legal_and_seeded_on_random_positions():
     config = ClassicalConfig(max_depth=2, width=4, root_width=6)
     for seed, opening in enumerate(random_opening(plies, 11) for plies in (0, 7, 20, 31)):
