@@ -1204,30 +1204,19 @@ cdef enum:
 EVAL_TERMS = EVAL_TERMS_C  # columns of classical_terms_batch's output (named in amazons.engine)
 
 
-cdef void queen_distances(uint64_t amazons, uint64_t empty, uint8_t *distance) noexcept nogil:
-    """Queen distance of every square from `amazons` into `distance[0:64]` (UNREACHED if none)."""
+cdef void step_distances(uint64_t amazons, uint64_t empty, bint king_steps,
+                         uint8_t *distance) noexcept nogil:
+    """Distance of every square from `amazons` into `distance[0:64]` (UNREACHED if none): in queen
+    moves through `empty`, or in king steps onto it with `king_steps`."""
     cdef uint64_t front = amazons, seen = 0, fresh
     cdef int level = 0, square
     memset(distance, UNREACHED, NUM_SQUARES_C)
     while front:
         level += 1
-        fresh = attacks_from_set(front, empty) & ~seen
-        seen |= fresh
-        front = fresh
-        while fresh:
-            square = amz_ctz(fresh)
-            fresh &= fresh - 1
-            distance[square] = <uint8_t>level
-
-
-cdef void king_distances(uint64_t amazons, uint64_t empty, uint8_t *distance) noexcept nogil:
-    """King distance of every square from `amazons` into `distance[0:64]` (UNREACHED if none)."""
-    cdef uint64_t front = amazons, seen = 0, fresh
-    cdef int level = 0, square
-    memset(distance, UNREACHED, NUM_SQUARES_C)
-    while front:
-        level += 1
-        fresh = king_step(front) & empty & ~seen
+        if king_steps:
+            fresh = king_step(front) & empty & ~seen
+        else:
+            fresh = attacks_from_set(front, empty) & ~seen
         seen |= fresh
         front = fresh
         while fresh:
@@ -1264,10 +1253,10 @@ cdef void write_classical_terms(CPos pos, double *out) noexcept nogil:
     cdef uint8_t theirs_k[NUM_SQUARES_C]
     cdef int square, balance_q = 0, ties_q = 0, balance_k = 0, ties_k = 0, gap
     cdef double contest = 0.0
-    queen_distances(pos.mine, empty, mine_q)
-    queen_distances(pos.theirs, empty, theirs_q)
-    king_distances(pos.mine, empty, mine_k)
-    king_distances(pos.theirs, empty, theirs_k)
+    step_distances(pos.mine, empty, False, mine_q)
+    step_distances(pos.theirs, empty, False, theirs_q)
+    step_distances(pos.mine, empty, True, mine_k)
+    step_distances(pos.theirs, empty, True, theirs_k)
     for square in range(NUM_SQUARES_C):
         if mine_q[square] < theirs_q[square]:
             balance_q += 1
