@@ -42,6 +42,14 @@ def ended(pid: int) -> bool:
         return True
 
 
+def ends_within(pid: int, seconds: float = 10.0) -> bool:
+    """Whether process `pid` has exited (see `ended`) within `seconds`."""
+    deadline = time.monotonic() + seconds
+    while not ended(pid) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return ended(pid)
+
+
 def module_command() -> list[str]:
     return [sys.executable, "-m", "amazons.players.watchdog"]
 
@@ -77,10 +85,7 @@ def test_the_whole_group_dies_not_only_its_leader():
     try:
         guard.communicate(f"+{leader.pid}\n".encode(), timeout=10)
         assert wait_for(leader) == -signal.SIGKILL
-        deadline = time.monotonic() + 10
-        while not ended(child) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert ended(child)
+        assert ends_within(child)
     finally:
         if leader.poll() is None:
             os.killpg(leader.pid, signal.SIGKILL)
@@ -181,10 +186,7 @@ def test_a_starter_that_dies_while_its_pipe_stays_open_still_has_its_groups_kill
         starter.kill()
         starter.wait()
         assert wait_for(held) == -signal.SIGKILL
-        deadline = time.monotonic() + 10
-        while not ended(guard) and time.monotonic() < deadline:
-            time.sleep(0.02)
-        assert ended(guard)
+        assert ends_within(guard)
     finally:
         os.close(write_end)
         if starter.poll() is None:
