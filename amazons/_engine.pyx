@@ -57,6 +57,8 @@ cdef int DIR_DY[8]
 cdef int DIR_SHIFT[8]
 cdef bb_t FILE_FIRST                  # x == 0
 cdef bb_t FILE_LAST                   # x == N - 1
+cdef bb_t NOT_FILE_FIRST              # the board's squares with x > 0
+cdef bb_t NOT_FILE_LAST               # the board's squares with x < N - 1
 cdef bb_t DIR_WRAP[8]
 cdef bb_t RAYS[8][AMZ_SQUARES]
 cdef bb_t NEIGHBOURS[AMZ_SQUARES]
@@ -74,7 +76,7 @@ cdef uint64_t splitmix64(uint64_t *state) noexcept nogil:
 
 cdef int _init_tables():
     """Fill the ray, neighbour, wrap and Zobrist tables; return the queen's widest reach."""
-    global ZOBRIST_WHITE_TO_MOVE, FILE_FIRST, FILE_LAST
+    global ZOBRIST_WHITE_TO_MOVE, FILE_FIRST, FILE_LAST, NOT_FILE_FIRST, NOT_FILE_LAST
     cdef int d, square, x, y, step, reach, widest = 0
     cdef uint64_t seed = 20261121
     dx = (1, 0, 1, -1, -1, 0, -1, 1)
@@ -84,11 +86,13 @@ cdef int _init_tables():
     for y in range(AMZ_SIZE):
         FILE_FIRST |= ONE << (y * AMZ_SIZE)
         FILE_LAST |= ONE << (y * AMZ_SIZE + AMZ_SIZE - 1)
+    NOT_FILE_FIRST = FULL & ~FILE_FIRST
+    NOT_FILE_LAST = FULL & ~FILE_LAST
     for d in range(8):
         DIR_DX[d] = dx[d]
         DIR_DY[d] = dy[d]
         DIR_SHIFT[d] = abs(dy[d] * AMZ_SIZE + dx[d])
-        DIR_WRAP[d] = (FULL & ~FILE_FIRST) if dx[d] == 1 else ((FULL & ~FILE_LAST) if dx[d] == -1 else FULL)
+        DIR_WRAP[d] = NOT_FILE_FIRST if dx[d] == 1 else (NOT_FILE_LAST if dx[d] == -1 else FULL)
     for square in range(AMZ_SQUARES):
         NEIGHBOURS[square] = 0
         reach = 0
@@ -923,10 +927,11 @@ cdef struct FillSearch:
 cdef inline bb_t king_step(bb_t board) noexcept nogil:
     """`board` grown by one king step in every direction, without wrapping across the files.
 
-    The result may have bits off the board (at or above N * N): callers mask it with a set of
-    board squares.
+    The sideways step keeps board squares only: a bit pushed past the last square would come back
+    onto the first file with the vertical step (below 8x8's full word). The result may still have
+    bits off the board (at or above N * N): callers mask it with a set of board squares.
     """
-    board |= ((board << 1) & ~FILE_FIRST) | ((board >> 1) & ~FILE_LAST)
+    board |= ((board << 1) & NOT_FILE_FIRST) | ((board >> 1) & NOT_FILE_LAST)
     return board | (board << AMZ_SIZE) | (board >> AMZ_SIZE)
 
 
