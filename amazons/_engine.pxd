@@ -13,7 +13,6 @@ cdef extern from "_engine_board.h":
     # as a 64-bit integer only so that it does C arithmetic on it; it never meets a Python object
     # (amz_lo / amz_hi / amz_join convert through uint64 words).
     ctypedef unsigned long long bb_t "amz_bb"
-    bb_t ONE "AMZ_ONE"
     bb_t FULL "AMZ_FULL"              # every square; complements are masked with it
     int amz_ctz(bb_t b) nogil
     int amz_msb(bb_t b) nogil
