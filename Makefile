@@ -11,7 +11,7 @@ CHROMIUM ?= /usr/bin/chromium
 
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-ENGINE_SRC := amazons/_engine.pyx amazons/_engine.pxd amazons/_native.pyx $(wildcard amazons/native/*) setup.py
+ENGINE_SRC := amazons/_engine.pyx amazons/_engine.pxd amazons/_engine_board.h amazons/_native.pyx $(wildcard amazons/native/*) setup.py
 ENGINE_SO := amazons/.engine-built
 
 .PHONY: install build browser test test-fast lint train bench clean
@@ -71,5 +71,7 @@ train: build
 bench: build
 	$(BIN)/python benchmarks/run.py $(ARGS)
 
+# Besides the builds: setup.py's copies of _engine.pyx/.pxd for the other board sizes, and their C.
 clean:
 	rm -rf build amazons/*.so amazons/_engine.c amazons/_native.cpp $(ENGINE_SO) *.egg-info
+	rm -f $(foreach n,6 7 9 10,amazons/_engine$(n).pyx amazons/_engine$(n).pxd amazons/_engine$(n).c)

@@ -1,19 +1,28 @@
 # cython: language_level=3
-"""The rules of the Game of the Amazons (8x8, Botzone) on 64-bit bitboards.
+"""The rules of the Game of the Amazons on bitboards, for one board size (6x6 to 10x10).
 
 This module owns the rules: move generation, make/unmake, terminal tests, perft, random
-playouts and feature planes. Nothing else in the package re-implements them. It imports nothing
-from the package (it is the first link of the chain).
+playouts, feature planes, adjudication, territory and the classical evaluation terms. Nothing
+else in the package re-implements them. It imports nothing from the package (it is the first
+link of the chain).
 
-Squares are `y * 8 + x` in Botzone coordinates (x = column, y = row from the top), so bit `s` of a
-bitboard is square `s`. Two frames are used:
+One source, one module per board size: setup.py compiles this file as `amazons._engine` (8x8,
+N = 8) and, from generated copies under their own names, `amazons._engine6`, `_engine7`,
+`_engine9` and `_engine10`. The size is the C macro AMZ_N; `_engine_board.h` turns it into
+compile-time constants (AMZ_SIZE, AMZ_SQUARES, AMZ_WORDS, the all-squares mask FULL) and the
+bitboard word `bb_t` with its bit-scan helpers: a uint64 for N <= 8, an unsigned __int128 for
+N = 9, 10. For N = 8 the kernels are the same 64-bit code as always, constants folded in.
+
+Squares are `y * N + x` (x = column, y = row from the top, Botzone's convention), so bit `s` of a
+bitboard is square `s`; bits at or above N * N are always zero (every complement is masked with
+FULL before it can spread there). Two frames are used:
 
 * the real frame (`State`), with Black's and White's amazons;
-* the canonical frame (`CPos`, and `(B, 3) uint64` arrays at the Python level): the side to move's
-  view, (mine, theirs, arrows). White's view is the real board rotated 180 degrees, which on
-  bitboards is bit reversal (square `s` -> `63 - s`). Applying a canonical move to a canonical
-  position yields the child's canonical position, so callers working in this frame (the search,
-  the network) never deal with colours.
+* the canonical frame (`CPos`, and `(B, 3 * WORDS) uint64` arrays at the Python level, each
+  bitboard as WORDS words, low squares first): the side to move's view, (mine, theirs, arrows).
+  White's view is the real board rotated 180 degrees (square `s` -> `N * N - 1 - s`). Applying a
+  canonical move to a canonical position yields the child's canonical position, so callers
+  working in this frame (the search, the network) never deal with colours.
 
 Sliding moves use ray tables: for each of the 8 directions and each square, the bitboard of the
 ray; the first blocker on a ray is found with one bit scan (forward for directions that increase
@@ -22,49 +31,41 @@ occluded fills instead, which move all sources at once.
 
 Batch entry points take typed memoryviews of caller-owned numpy arrays and release the GIL; they
 check shapes and capacities, while dtypes are checked by the memoryview conversion itself (and
-once more, with friendlier messages, by `amazons.engine`).
+once more, with friendlier messages, by `amazons.engine`). A `bb_t` never meets a Python object:
+Python ints and numpy words go through `amz_join` / `amz_lo` / `amz_hi`.
 """
 
 from libc.stdint cimport int32_t, int64_t, uint8_t, uint64_t
 from libc.string cimport memcpy
 
-cdef extern from *:
-    """
-    #include <stdint.h>
-    static inline int amz_ctz(uint64_t b) { return __builtin_ctzll(b); }
-    static inline int amz_msb(uint64_t b) { return 63 - __builtin_clzll(b); }
-    static inline int amz_popcount(uint64_t b) { return __builtin_popcountll(b); }
-    static inline uint64_t amz_bswap(uint64_t b) { return __builtin_bswap64(b); }
-    """
-    int amz_ctz(uint64_t b) nogil
-    int amz_msb(uint64_t b) nogil
-    int amz_popcount(uint64_t b) nogil
-    uint64_t amz_bswap(uint64_t b) nogil
+import operator
 
 BLACK = 0
 WHITE = 1
-NUM_SQUARES = 64
-AMAZONS_PER_SIDE = 4  # the Botzone start's; every move keeps the count
-# The 8x8 upper bound on legal moves: each amazon reaches at most 27 squares, and so does its
-# arrow (2,916). The native core's rules.h keeps both as literals; tests check they agree.
-MAX_MOVES = AMAZONS_PER_SIDE * 27 * 27
-MAX_GAME_PLIES = 56  # each move fills one of the 56 squares empty at the start
+BOARD_SIZE = AMZ_SIZE
+NUM_SQUARES = AMZ_SQUARES
+WORDS = AMZ_WORDS  # uint64 words per bitboard in position arrays: positions are (B, 3 * WORDS)
+AMAZONS_PER_SIDE = 4  # every named start's (Botzone's 8x8 one included); every move keeps the count
+MAX_GAME_PLIES = AMZ_SQUARES - 8  # each move fills one of the squares empty at a 4-a-side start
 
+cdef uint64_t MASK64 = 0xFFFFFFFFFFFFFFFF
+# A module variable, as it always was, not the header's constant AMZ_ONE: with the constant, GCC
+# inlines queen_moves into count_moves and vectorizes it, and 8x8 perft ran 20% slower.
+cdef bb_t ONE = 1
 
-cdef uint64_t ONE = 1
-cdef uint64_t FULL = 0xFFFFFFFFFFFFFFFF
-cdef uint64_t FILE_A = 0x0101010101010101  # x == 0
-cdef uint64_t FILE_H = 0x8080808080808080  # x == 7
-
-# Directions 0..3 increase the square index (E +1, S +8, SE +9, SW +7), 4..7 decrease it
-# (W -1, N -8, NW -9, NE -7). DIR_WRAP masks out squares that a shift would wrap onto.
+# Directions 0..3 increase the square index (E +1, S +N, SE +N+1, SW +N-1), 4..7 decrease it
+# (W -1, N -N, NW -N-1, NE -N+1). DIR_WRAP masks out squares that a shift would wrap onto.
 cdef int DIR_DX[8]
 cdef int DIR_DY[8]
 cdef int DIR_SHIFT[8]
-cdef uint64_t DIR_WRAP[8]
-cdef uint64_t RAYS[8][64]
-cdef uint64_t NEIGHBOURS[64]
-cdef uint64_t ZOBRIST[3][64]  # [black amazon, white amazon, arrow][square]
+cdef bb_t FILE_FIRST                  # x == 0
+cdef bb_t FILE_LAST                   # x == N - 1
+cdef bb_t NOT_FILE_FIRST              # the board's squares with x > 0
+cdef bb_t NOT_FILE_LAST               # the board's squares with x < N - 1
+cdef bb_t DIR_WRAP[8]
+cdef bb_t RAYS[8][AMZ_SQUARES]
+cdef bb_t NEIGHBOURS[AMZ_SQUARES]
+cdef uint64_t ZOBRIST[3][AMZ_SQUARES]  # [black amazon, white amazon, arrow][square]
 cdef uint64_t ZOBRIST_WHITE_TO_MOVE
 
 
@@ -76,71 +77,92 @@ cdef uint64_t splitmix64(uint64_t *state) noexcept nogil:
     return z ^ (z >> 31)
 
 
-cdef void _init_tables():
-    global ZOBRIST_WHITE_TO_MOVE
-    cdef int d, square, x, y, step
+cdef int _init_tables():
+    """Fill the ray, neighbour, wrap and Zobrist tables; return the queen's widest reach."""
+    global ZOBRIST_WHITE_TO_MOVE, FILE_FIRST, FILE_LAST, NOT_FILE_FIRST, NOT_FILE_LAST
+    cdef int d, square, x, y, step, reach, widest = 0
     cdef uint64_t seed = 20261121
     dx = (1, 0, 1, -1, -1, 0, -1, 1)
     dy = (0, 1, 1, 1, 0, -1, -1, -1)
+    FILE_FIRST = 0
+    FILE_LAST = 0
+    for y in range(AMZ_SIZE):
+        FILE_FIRST |= ONE << (y * AMZ_SIZE)
+        FILE_LAST |= ONE << (y * AMZ_SIZE + AMZ_SIZE - 1)
+    NOT_FILE_FIRST = FULL & ~FILE_FIRST
+    NOT_FILE_LAST = FULL & ~FILE_LAST
     for d in range(8):
         DIR_DX[d] = dx[d]
         DIR_DY[d] = dy[d]
-        DIR_SHIFT[d] = abs(dy[d] * 8 + dx[d])
-        DIR_WRAP[d] = ~FILE_A if dx[d] == 1 else (~FILE_H if dx[d] == -1 else FULL)
-    for square in range(64):
+        DIR_SHIFT[d] = abs(dy[d] * AMZ_SIZE + dx[d])
+        DIR_WRAP[d] = NOT_FILE_FIRST if dx[d] == 1 else (NOT_FILE_LAST if dx[d] == -1 else FULL)
+    for square in range(AMZ_SQUARES):
         NEIGHBOURS[square] = 0
+        reach = 0
         for d in range(8):
             RAYS[d][square] = 0
-            x = square % 8 + DIR_DX[d]
-            y = square // 8 + DIR_DY[d]
+            x = square % AMZ_SIZE + DIR_DX[d]
+            y = square // AMZ_SIZE + DIR_DY[d]
             step = 0
-            while 0 <= x < 8 and 0 <= y < 8:
-                RAYS[d][square] |= ONE << (y * 8 + x)
+            while 0 <= x < AMZ_SIZE and 0 <= y < AMZ_SIZE:
+                RAYS[d][square] |= ONE << (y * AMZ_SIZE + x)
                 if step == 0:
-                    NEIGHBOURS[square] |= ONE << (y * 8 + x)
+                    NEIGHBOURS[square] |= ONE << (y * AMZ_SIZE + x)
                 step += 1
+                reach += 1
                 x += DIR_DX[d]
                 y += DIR_DY[d]
+        widest = max(widest, reach)
     for d in range(3):
-        for square in range(64):
+        for square in range(AMZ_SQUARES):
             ZOBRIST[d][square] = splitmix64(&seed)
     ZOBRIST_WHITE_TO_MOVE = splitmix64(&seed)
+    return widest
 
 
-_init_tables()
+# The most squares a queen reaches on the empty board (6: 19, 7: 24, 8: 27, 9: 32, 10: 35).
+QUEEN_REACH = _init_tables()
+# The upper bound on legal moves in one position of AMAZONS_PER_SIDE amazons a side: each amazon
+# reaches at most QUEEN_REACH squares, and so does its arrow (8x8: 2,916; 10x10: 4,900). The
+# native core's rules.h keeps the 8x8 figures as literals; tests check they agree.
+MAX_MOVES = AMAZONS_PER_SIDE * QUEEN_REACH * QUEEN_REACH
 
 
 # ---------------------------------------------------------------------------------------------
 # Bitboard kernels
 # ---------------------------------------------------------------------------------------------
 
-cdef uint64_t queen_moves(int square, uint64_t occupied) noexcept nogil:
+cdef bb_t queen_moves(int square, bb_t occupied) noexcept nogil:
     """Empty squares a queen on `square` reaches; `occupied` blocks (the square itself is ignored).
 
-    Branch-free: a sentinel bit (63 for rays that grow the index, 0 for the others) stands in for
-    "no blocker"; the ray beyond the first blocker is cut with that square's own ray, which is
-    empty for the sentinel, and the blocker itself is removed by the final mask.
+    Branch-free: a sentinel bit (the last square, N * N - 1, for rays that grow the index, 0 for
+    the others) stands in for "no blocker": it lies beyond every square of such a ray, and its own
+    ray in that direction is empty. The ray beyond the first blocker is cut with that square's own
+    ray, and the blocker itself is removed by the final mask.
     """
-    cdef uint64_t result = 0, ray
+    cdef bb_t result = 0, ray
     cdef int d
     for d in range(4):
         ray = RAYS[d][square]
-        result |= ray & ~RAYS[d][amz_ctz((ray & occupied) | (ONE << 63))]
+        result |= ray & ~RAYS[d][amz_ctz((ray & occupied) | (ONE << (AMZ_SQUARES - 1)))]
     for d in range(4, 8):
         ray = RAYS[d][square]
         result |= ray & ~RAYS[d][amz_msb((ray & occupied) | ONE)]
     return result & ~occupied
 
 
-cdef inline uint64_t shift_towards(uint64_t board, int d, int steps) noexcept nogil:
+cdef inline bb_t shift_towards(bb_t board, int d, int steps) noexcept nogil:
     if d < 4:
         return board << (DIR_SHIFT[d] * steps)
     return board >> (DIR_SHIFT[d] * steps)
 
 
-cdef uint64_t attacks_from_set(uint64_t sources, uint64_t empty) noexcept nogil:
-    """Union of the queen moves of every square in `sources` over the `empty` squares."""
-    cdef uint64_t result = 0, generated, propagator
+cdef bb_t attacks_from_set(bb_t sources, bb_t empty) noexcept nogil:
+    """Union of the queen moves of every square in `sources` over the `empty` squares.
+
+    `empty` may have bits off the board: DIR_WRAP holds only board squares.
+    """
+    cdef bb_t result = 0, generated, propagator
     cdef int d
     for d in range(8):
         propagator = empty & DIR_WRAP[d]
@@ -150,19 +172,20 @@ cdef uint64_t attacks_from_set(uint64_t sources, uint64_t empty) noexcept nogil:
         generated |= propagator & shift_towards(generated, d, 2)
         propagator &= shift_towards(propagator, d, 2)
         generated |= propagator & shift_towards(generated, d, 4)
+        if AMZ_SIZE > 8:
+            # Rays of 8 or 9 squares: one more doubling (a constant test, folded away for N <= 8).
+            propagator &= shift_towards(propagator, d, 4)
+            generated |= propagator & shift_towards(generated, d, 8)
         result |= shift_towards(generated, d, 1) & DIR_WRAP[d] & empty
     return result
 
 
-cdef uint64_t reverse_bits(uint64_t board) noexcept nogil:
-    """Square s -> 63 - s: the 180-degree rotation that turns White's view into Black's."""
-    board = ((board >> 1) & <uint64_t>0x5555555555555555) | ((board & <uint64_t>0x5555555555555555) << 1)
-    board = ((board >> 2) & <uint64_t>0x3333333333333333) | ((board & <uint64_t>0x3333333333333333) << 2)
-    board = ((board >> 4) & <uint64_t>0x0F0F0F0F0F0F0F0F) | ((board & <uint64_t>0x0F0F0F0F0F0F0F0F) << 4)
-    return amz_bswap(board)
+cdef bb_t reverse_bits(bb_t board) noexcept nogil:
+    """Square s -> N * N - 1 - s: the 180-degree rotation that turns White's view into Black's."""
+    return amz_rotate180(board)
 
 
-cdef bint has_move(uint64_t movers, uint64_t occupied) noexcept nogil:
+cdef bint has_move(bb_t movers, bb_t occupied) noexcept nogil:
     """Whether any amazon in `movers` has a legal move.
 
     An amazon that can step anywhere can step to an adjacent empty square and shoot back onto the
@@ -179,8 +202,8 @@ cdef bint has_move(uint64_t movers, uint64_t occupied) noexcept nogil:
 
 cdef int64_t count_moves(CPos pos) noexcept nogil:
     """Number of legal moves of the side to move (bulk counting: no list is built)."""
-    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
-    cdef uint64_t movers = pos.mine, destinations, vacated
+    cdef bb_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef bb_t movers = pos.mine, destinations, vacated
     cdef int src, dst
     cdef int64_t total = 0
     while movers:
@@ -201,8 +224,8 @@ cdef int64_t write_moves(CPos pos, int32_t[:, ::1] out, int64_t start, int64_t c
     Returns:
         The number of legal moves. Rows at or past `capacity` are counted but not written.
     """
-    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
-    cdef uint64_t movers = pos.mine, destinations, arrows, vacated
+    cdef bb_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef bb_t movers = pos.mine, destinations, arrows, vacated
     cdef int src, dst
     cdef int64_t row = start
     while movers:
@@ -236,8 +259,8 @@ cdef CPos child_position(CPos pos, int src, int dst, int arrow) noexcept nogil:
 
 
 cdef inline bint is_legal(CPos pos, int src, int dst, int arrow) noexcept nogil:
-    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
-    if src < 0 or src > 63 or dst < 0 or dst > 63 or arrow < 0 or arrow > 63:
+    cdef bb_t occupied = pos.mine | pos.theirs | pos.arrows
+    if not (0 <= src < AMZ_SQUARES and 0 <= dst < AMZ_SQUARES and 0 <= arrow < AMZ_SQUARES):
         return False
     if not (pos.mine >> src) & 1:
         return False
@@ -252,8 +275,8 @@ cdef int64_t perft_count(CPos pos, int depth) noexcept nogil:
         return 1
     if depth == 1:
         return count_moves(pos)
-    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
-    cdef uint64_t movers = pos.mine, destinations, arrows, vacated
+    cdef bb_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef bb_t movers = pos.mine, destinations, arrows, vacated
     cdef int src, dst, arrow
     cdef int64_t total = 0
     while movers:
@@ -272,9 +295,9 @@ cdef int64_t perft_count(CPos pos, int depth) noexcept nogil:
     return total
 
 
-cdef inline uint64_t shoot_potential(uint64_t movers, uint64_t occupied) noexcept nogil:
+cdef inline bb_t shoot_potential(bb_t movers, bb_t occupied) noexcept nogil:
     """Squares an arrow reaches in some legal move of the amazons in `movers`."""
-    cdef uint64_t result = 0, vacated_empty
+    cdef bb_t result = 0, vacated_empty
     cdef int src
     while movers:
         src = amz_ctz(movers)
@@ -284,15 +307,15 @@ cdef inline uint64_t shoot_potential(uint64_t movers, uint64_t occupied) noexcep
     return result
 
 
-cdef inline void write_plane(float[:, :, ::1] planes, int channel, uint64_t board) noexcept nogil:
+cdef inline void write_plane(float[:, :, ::1] planes, int channel, bb_t board) noexcept nogil:
     cdef int square
-    for square in range(64):
-        planes[channel, square >> 3, square & 7] = <float>((board >> square) & 1)
+    for square in range(AMZ_SQUARES):
+        planes[channel, square // AMZ_SIZE, square % AMZ_SIZE] = <float>((board >> square) & 1)
 
 
 cdef void write_features(CPos pos, float[:, :, ::1] planes, int num_planes) noexcept nogil:
-    """Write the 3- or 7-plane encoding of one canonical position into `planes` [C, 8, 8]."""
-    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
+    """Write the 3- or 7-plane encoding of one canonical position into `planes` [C, N, N]."""
+    cdef bb_t occupied = pos.mine | pos.theirs | pos.arrows
     write_plane(planes, 0, pos.mine)
     write_plane(planes, 1, pos.theirs)
     if num_planes == 3:
@@ -306,7 +329,7 @@ cdef void write_features(CPos pos, float[:, :, ::1] planes, int num_planes) noex
 
 
 cdef inline uint64_t next_random(uint64_t *state) noexcept nogil:
-    # xorshift64*: fast, and plenty for choosing uniformly among at most 2,916 moves.
+    # xorshift64*: fast, and plenty for choosing uniformly among at most MAX_MOVES moves.
     state[0] ^= state[0] >> 12
     state[0] ^= state[0] << 25
     state[0] ^= state[0] >> 27
@@ -315,7 +338,7 @@ cdef inline uint64_t next_random(uint64_t *state) noexcept nogil:
 
 cdef float random_playout(CPos pos, uint64_t *rng) noexcept nogil:
     """Play uniformly random legal moves to the end; +1 if the side to move at `pos` wins."""
-    cdef uint64_t occupied, movers, destinations, arrows, vacated
+    cdef bb_t occupied, movers, destinations, arrows, vacated
     cdef int src, dst, arrow, plies = 0
     cdef int64_t total, pick
     while True:
@@ -347,18 +370,41 @@ cdef float random_playout(CPos pos, uint64_t *rng) noexcept nogil:
         plies += 1
 
 
-cdef inline CPos load(const uint64_t[:, ::1] positions, Py_ssize_t row) noexcept nogil:
+cdef inline bb_t load_board(const uint64_t *words, int board) noexcept nogil:
+    # Bitboard `board` of a position row is its WORDS words, low squares first (a constant test).
+    if AMZ_WORDS == 1:
+        return words[board]
+    return amz_join(words[2 * board], words[2 * board + 1])
+
+
+cdef inline CPos load_words(const uint64_t *words) noexcept nogil:
     cdef CPos pos
-    pos.mine = positions[row, 0]
-    pos.theirs = positions[row, 1]
-    pos.arrows = positions[row, 2]
+    pos.mine = load_board(words, 0)
+    pos.theirs = load_board(words, 1)
+    pos.arrows = load_board(words, 2)
     return pos
 
 
+cdef inline CPos load(const uint64_t[:, ::1] positions, Py_ssize_t row) noexcept nogil:
+    return load_words(&positions[row, 0])
+
+
+cdef inline void store_board(uint64_t *words, int board, bb_t value) noexcept nogil:
+    if AMZ_WORDS == 1:
+        words[board] = amz_lo(value)
+    else:
+        words[2 * board] = amz_lo(value)
+        words[2 * board + 1] = amz_hi(value)
+
+
+cdef inline void store_words(uint64_t *words, CPos pos) noexcept nogil:
+    store_board(words, 0, pos.mine)
+    store_board(words, 1, pos.theirs)
+    store_board(words, 2, pos.arrows)
+
+
 cdef inline void store(uint64_t[:, ::1] positions, Py_ssize_t row, CPos pos) noexcept nogil:
-    positions[row, 0] = pos.mine
-    positions[row, 1] = pos.theirs
-    positions[row, 2] = pos.arrows
+    store_words(&positions[row, 0], pos)
 
 
 cdef inline bint overlapping(CPos pos) noexcept nogil:
@@ -370,6 +416,16 @@ def _check_rows(name, Py_ssize_t rows, Py_ssize_t expected):
         raise ValueError(f"{name} has {rows} rows; expected {expected}")
 
 
+cdef enum:
+    POSITION_WIDTH = 3 * AMZ_WORDS    # uint64 columns of a position row: mine, theirs, arrows
+
+
+def _check_width(name, Py_ssize_t columns):
+    if columns != POSITION_WIDTH:
+        raise ValueError(f"{name} has {columns} columns; expected {POSITION_WIDTH} (3 bitboards "
+                         f"of {AMZ_WORDS} uint64 words on {AMZ_SIZE}x{AMZ_SIZE})")
+
+
 # ---------------------------------------------------------------------------------------------
 # Batch entry points (canonical frame)
 # ---------------------------------------------------------------------------------------------
@@ -379,7 +435,7 @@ def legal_moves_batch(const uint64_t[:, ::1] positions, int32_t[:, ::1] out_move
     """Legal moves of every position, concatenated into `out_moves` (CSR layout).
 
     Args:
-        positions: [B, 3] uint64, canonical positions.
+        positions: [B, 3 * WORDS] uint64, canonical positions.
         out_moves: [capacity, 3] int32, receives (src, dst, arrow) rows.
         out_offsets: [B + 1] int64, receives the CSR offsets; moves of position i are rows
             out_offsets[i]:out_offsets[i + 1].
@@ -388,8 +444,9 @@ def legal_moves_batch(const uint64_t[:, ::1] positions, int32_t[:, ::1] out_move
         The total number of legal moves. When it exceeds `out_moves`' capacity, the offsets are
         still exact but the rows past the capacity were not written (the caller must check).
     """
-    if positions.shape[1] != 3 or out_moves.shape[1] != 3:
-        raise ValueError("positions and out_moves must have 3 columns")
+    _check_width("positions", positions.shape[1])
+    if out_moves.shape[1] != 3:
+        raise ValueError("out_moves must have 3 columns")
     _check_rows("out_offsets", out_offsets.shape[0], positions.shape[0] + 1)
     cdef Py_ssize_t row, count = positions.shape[0]
     cdef int64_t total = 0, capacity = out_moves.shape[0]
@@ -403,8 +460,7 @@ def legal_moves_batch(const uint64_t[:, ::1] positions, int32_t[:, ::1] out_move
 
 def count_moves_batch(const uint64_t[:, ::1] positions, int32_t[::1] out_counts):
     """Count the legal moves of every position into `out_counts` [B] int32, without listing them."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
+    _check_width("positions", positions.shape[1])
     _check_rows("out_counts", out_counts.shape[0], positions.shape[0])
     cdef Py_ssize_t row
     with nogil:
@@ -414,8 +470,7 @@ def count_moves_batch(const uint64_t[:, ::1] positions, int32_t[::1] out_counts)
 
 def terminal_batch(const uint64_t[:, ::1] positions, uint8_t[::1] out_terminal):
     """Write 1 into `out_terminal` [B] uint8 where the side to move has no legal move, else 0."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
+    _check_width("positions", positions.shape[1])
     _check_rows("out_terminal", out_terminal.shape[0], positions.shape[0])
     cdef Py_ssize_t row
     cdef CPos pos
@@ -435,7 +490,7 @@ def winning_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] 
     around the opponent's amazons is empty after it: a few bit operations per move.
 
     Args:
-        positions: [B, 3] uint64, canonical positions.
+        positions: [B, 3 * WORDS] uint64, canonical positions.
         moves: [M, 3] int32, their legal moves (as `legal_moves_batch` lists them).
         offsets: [B + 1] int64, position i owns rows offsets[i]:offsets[i + 1].
         out_wins: [M] uint8, receives 1 for a winning move, else 0.
@@ -443,15 +498,16 @@ def winning_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] 
     Returns:
         The number of winning moves.
     """
-    if positions.shape[1] != 3 or moves.shape[1] != 3:
-        raise ValueError("positions and moves must have 3 columns")
+    _check_width("positions", positions.shape[1])
+    if moves.shape[1] != 3:
+        raise ValueError("moves must have 3 columns")
     _check_rows("offsets", offsets.shape[0], positions.shape[0] + 1)
     _check_rows("out_wins", out_wins.shape[0], moves.shape[0])
     if offsets[0] != 0 or offsets[positions.shape[0]] > moves.shape[0]:
         raise ValueError("offsets must run from 0 to at most the number of moves")
     cdef Py_ssize_t row, i
     cdef int64_t wins = 0
-    cdef uint64_t around, empty, after, theirs
+    cdef bb_t around, empty, after, theirs
     cdef CPos pos
     with nogil:
         for row in range(positions.shape[0]):
@@ -476,13 +532,15 @@ def winning_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] 
 
 def apply_moves_batch(const uint64_t[:, ::1] positions, const int32_t[:, ::1] moves,
                       uint64_t[:, ::1] out_positions, bint check_legal=True):
-    """Children of `positions` [B, 3] after `moves` [B, 3] (canonical), into `out_positions`.
+    """Children of `positions` [B, 3 * WORDS] after `moves` [B, 3] (canonical), into `out_positions`.
 
     Returns:
         -1 if every move was legal (or `check_legal` is False), else the first illegal row.
     """
-    if positions.shape[1] != 3 or moves.shape[1] != 3 or out_positions.shape[1] != 3:
-        raise ValueError("positions, moves and out_positions must have 3 columns")
+    _check_width("positions", positions.shape[1])
+    _check_width("out_positions", out_positions.shape[1])
+    if moves.shape[1] != 3:
+        raise ValueError("moves must have 3 columns")
     _check_rows("moves", moves.shape[0], positions.shape[0])
     _check_rows("out_positions", out_positions.shape[0], positions.shape[0])
     cdef Py_ssize_t row
@@ -504,19 +562,21 @@ def play_paths_batch(const uint64_t[:, ::1] root_positions, const int32_t[::1] p
     """Play each path of canonical moves from its root; write the final positions.
 
     Args:
-        root_positions: [G, 3] uint64, canonical root positions.
+        root_positions: [G, 3 * WORDS] uint64, canonical root positions.
         path_roots: [B] int32, index of each path's root in `root_positions`.
         path_moves: [B, L, 3] int32; path i is path_moves[i, :path_lengths[i]], each move in the
             canonical frame of the position it is played from.
         path_lengths: [B] int32, 0 <= length <= L.
-        out_positions: [B, 3] uint64, receives the canonical positions at the ends of the paths.
+        out_positions: [B, 3 * WORDS] uint64, receives the canonical positions at the ends of the paths.
 
     Returns:
         -1 if every path is legal, else the index of the first path with an illegal move.
     """
     cdef Py_ssize_t count = path_roots.shape[0], path, step
-    if root_positions.shape[1] != 3 or path_moves.shape[2] != 3 or out_positions.shape[1] != 3:
-        raise ValueError("root_positions, path_moves and out_positions must have 3 columns")
+    _check_width("root_positions", root_positions.shape[1])
+    _check_width("out_positions", out_positions.shape[1])
+    if path_moves.shape[2] != 3:
+        raise ValueError("path_moves must have 3 entries per move")
     _check_rows("path_moves", path_moves.shape[0], count)
     _check_rows("path_lengths", path_lengths.shape[0], count)
     _check_rows("out_positions", out_positions.shape[0], count)
@@ -546,15 +606,14 @@ def play_paths_batch(const uint64_t[:, ::1] root_positions, const int32_t[::1] p
 
 
 def features_batch(const uint64_t[:, ::1] positions, float[:, :, :, ::1] out_planes):
-    """Write feature planes [B, C, 8, 8] float32 (C = 3 or 7) of canonical positions."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
+    """Write feature planes [B, C, N, N] float32 (C = 3 or 7) of canonical positions."""
+    _check_width("positions", positions.shape[1])
     _check_rows("out_planes", out_planes.shape[0], positions.shape[0])
     cdef int num_planes = out_planes.shape[1]
     if num_planes != 3 and num_planes != 7:
         raise ValueError(f"out_planes has {num_planes} channels; expected 3 or 7")
-    if out_planes.shape[2] != 8 or out_planes.shape[3] != 8:
-        raise ValueError("out_planes must be [B, C, 8, 8]")
+    if out_planes.shape[2] != AMZ_SIZE or out_planes.shape[3] != AMZ_SIZE:
+        raise ValueError(f"out_planes must be [B, C, {AMZ_SIZE}, {AMZ_SIZE}]")
     cdef Py_ssize_t row
     with nogil:
         for row in range(positions.shape[0]):
@@ -563,8 +622,7 @@ def features_batch(const uint64_t[:, ::1] positions, float[:, :, :, ::1] out_pla
 
 def rollouts_batch(const uint64_t[:, ::1] positions, uint64_t seed, float[::1] out_values):
     """Uniformly random playouts from each position; +1/-1 for its side to move into `out_values`."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
+    _check_width("positions", positions.shape[1])
     _check_rows("out_values", out_values.shape[0], positions.shape[0])
     cdef Py_ssize_t row
     cdef uint64_t rng, mix
@@ -576,15 +634,12 @@ def rollouts_batch(const uint64_t[:, ::1] positions, uint64_t seed, float[::1] o
 
 
 def perft_position(const uint64_t[::1] position, int depth):
-    """perft(depth) of one canonical position [3] uint64."""
-    if position.shape[0] != 3:
-        raise ValueError("position must have 3 entries")
+    """perft(depth) of one canonical position [3 * WORDS] uint64."""
+    if position.shape[0] != POSITION_WIDTH:
+        raise ValueError(f"position has {position.shape[0]} entries; expected {POSITION_WIDTH}")
     if depth < 0:
         raise ValueError(f"depth must be >= 0, got {depth}")
-    cdef CPos pos
-    pos.mine = position[0]
-    pos.theirs = position[1]
-    pos.arrows = position[2]
+    cdef CPos pos = load_words(&position[0])
     if overlapping(pos):
         raise ValueError("position has overlapping bitboards")
     cdef int64_t total
@@ -597,23 +652,54 @@ def perft_position(const uint64_t[::1] position, int depth):
 # A game in the real frame, with make/unmake and a Zobrist hash
 # ---------------------------------------------------------------------------------------------
 
-cdef uint64_t _square_set(squares):
-    cdef uint64_t board = 0
+HISTORY_PLIES = AMZ_HISTORY_PLIES  # moves a State can undo (N * N: more than any game from any start)
+
+
+cdef bb_t _square_set(squares) except *:
+    cdef bb_t board = 0
+    cdef int square
     for square in squares:
         board |= ONE << square
     return board
 
 
+cdef bb_t board_from_int(value, str name) except *:
+    """A Python int of N * N bits as a bitboard, through its two uint64 words.
+
+    Raises:
+        TypeError: if `value` is not an integer.
+        ValueError: if it is negative or has a bit at or above N * N (naming `name`).
+    """
+    value = operator.index(value)
+    if value < 0 or value >> AMZ_SQUARES:
+        raise ValueError(f"{name} = {value:#x} is not a set of the {AMZ_SQUARES} squares of "
+                         f"{AMZ_SIZE}x{AMZ_SIZE}")
+    return amz_join(<uint64_t>(value & MASK64), <uint64_t>(value >> 64))
+
+
+cdef object board_to_int(bb_t board):
+    """A bitboard as a Python int, built from its uint64 words."""
+    if AMZ_WORDS == 1:
+        return amz_lo(board)
+    return (<object>amz_hi(board) << 64) | amz_lo(board)
+
+
 cdef class State:
     """A game position in the real frame with its history, for `amazons.Board`.
 
-    The start is Botzone's: Black at (0,2) (2,0) (5,0) (7,2), White at (0,5) (2,7) (5,7) (7,5),
-    Black to move.
+    On 8x8 the start is Botzone's: Black at (0,2) (2,0) (5,0) (7,2), White at (0,5) (2,7) (5,7)
+    (7,5), Black to move. On the other sizes a new State is the empty board, Black to move: the
+    caller sets the start (`set_position`; the named starts are data in `amazons.boards`).
+    Bitboards cross the Python boundary as Python ints of N * N bits (square s = bit s).
     """
 
     def __cinit__(self):
-        self.amazons[0] = _square_set([2 * 8 + 0, 0 * 8 + 2, 0 * 8 + 5, 2 * 8 + 7])
-        self.amazons[1] = _square_set([5 * 8 + 0, 7 * 8 + 2, 7 * 8 + 5, 5 * 8 + 7])
+        if AMZ_SIZE == 8:
+            self.amazons[0] = _square_set([2 * 8 + 0, 0 * 8 + 2, 0 * 8 + 5, 2 * 8 + 7])
+            self.amazons[1] = _square_set([5 * 8 + 0, 7 * 8 + 2, 7 * 8 + 5, 5 * 8 + 7])
+        else:
+            self.amazons[0] = 0
+            self.amazons[1] = 0
         self.arrows = 0
         self.side = 0
         self.plies = 0
@@ -621,31 +707,44 @@ cdef class State:
         self._rehash()
 
     cdef void _rehash(self):
-        cdef uint64_t h = 0
+        cdef bb_t h = 0
         cdef int kind, square
-        cdef uint64_t boards[3]
+        cdef bb_t boards[3]
         boards[0] = self.amazons[0]
         boards[1] = self.amazons[1]
         boards[2] = self.arrows
         for kind in range(3):
-            for square in range(64):
+            for square in range(AMZ_SQUARES):
                 if (boards[kind] >> square) & 1:
                     h ^= ZOBRIST[kind][square]
         if self.side == 1:
             h ^= ZOBRIST_WHITE_TO_MOVE
         self.zobrist = h
 
-    def set_position(self, uint64_t black, uint64_t white, uint64_t arrows, int turn, int ply):
-        """Replace the position (the history is cleared). Raises ValueError on inconsistency."""
-        if (black & white) or (black & arrows) or (white & arrows):
+    def set_position(self, black, white, arrows, int turn, int ply):
+        """Replace the position (the history is cleared).
+
+        Args:
+            black, white, arrows: Python ints (or numpy integers) of N * N bits, real frame.
+            turn: 0 (Black) or 1 (White) to move.
+            ply: plies played before this position.
+
+        Raises:
+            ValueError: on a bitboard with bits outside the board (named), overlapping
+                bitboards, a bad turn or a negative ply; the position is then unchanged.
+        """
+        cdef bb_t black_board = board_from_int(black, "black")
+        cdef bb_t white_board = board_from_int(white, "white")
+        cdef bb_t arrow_board = board_from_int(arrows, "arrows")
+        if (black_board & white_board) or (black_board & arrow_board) or (white_board & arrow_board):
             raise ValueError("amazons and arrows overlap")
         if turn != 0 and turn != 1:
             raise ValueError(f"turn must be 0 (black) or 1 (white), got {turn}")
         if ply < 0:
             raise ValueError(f"ply must be >= 0, got {ply}")
-        self.amazons[0] = black
-        self.amazons[1] = white
-        self.arrows = arrows
+        self.amazons[0] = black_board
+        self.amazons[1] = white_board
+        self.arrows = arrow_board
         self.side = turn
         self.plies = ply
         self.undo_depth = 0
@@ -678,7 +777,7 @@ cdef class State:
 
     cdef int push_unchecked(self, int src, int dst, int arrow) noexcept nogil:
         cdef int side = self.side
-        if self.undo_depth >= MAX_PLIES:
+        if self.undo_depth >= AMZ_HISTORY_PLIES:
             return PUSH_GAME_TOO_LONG
         self.amazons[side] ^= (ONE << src) | (ONE << dst)
         self.arrows |= ONE << arrow
@@ -698,8 +797,8 @@ cdef class State:
             PUSH_OK (0) when played; otherwise a PUSH_* code saying which square was wrong, and
             the position is unchanged.
         """
-        cdef uint64_t occupied = self.amazons[0] | self.amazons[1] | self.arrows
-        if not (0 <= src < 64 and 0 <= dst < 64 and 0 <= arrow < 64):
+        cdef bb_t occupied = self.amazons[0] | self.amazons[1] | self.arrows
+        if not (0 <= src < AMZ_SQUARES and 0 <= dst < AMZ_SQUARES and 0 <= arrow < AMZ_SQUARES):
             return PUSH_BAD_SQUARE
         if not (self.amazons[self.side] >> src) & 1:
             return PUSH_NOT_YOUR_AMAZON
@@ -754,13 +853,10 @@ cdef class State:
         return not has_move(self.amazons[self.side], self.amazons[0] | self.amazons[1] | self.arrows)
 
     def canonical_into(self, uint64_t[::1] out):
-        """Write the canonical position (mine, theirs, arrows) into `out` [3] uint64."""
-        if out.shape[0] != 3:
-            raise ValueError("out must have 3 entries")
-        cdef CPos pos = self.canonical()
-        out[0] = pos.mine
-        out[1] = pos.theirs
-        out[2] = pos.arrows
+        """Write the canonical position (mine, theirs, arrows) into `out` [3 * WORDS] uint64."""
+        if out.shape[0] != POSITION_WIDTH:
+            raise ValueError(f"out has {out.shape[0]} entries; expected {POSITION_WIDTH}")
+        store_words(&out[0], self.canonical())
 
     def history_moves(self):
         """The moves pop() can undo, oldest first, as (src, dst, arrow) tuples."""
@@ -769,15 +865,18 @@ cdef class State:
 
     @property
     def black(self):
-        return self.amazons[0]
+        """Black's amazons, real frame, as a Python int of N * N bits."""
+        return board_to_int(self.amazons[0])
 
     @property
     def white(self):
-        return self.amazons[1]
+        """White's amazons, real frame, as a Python int of N * N bits."""
+        return board_to_int(self.amazons[1])
 
     @property
     def arrow_board(self):
-        return self.arrows
+        """The arrows, real frame, as a Python int of N * N bits."""
+        return board_to_int(self.arrows)
 
     @property
     def turn(self):
@@ -818,8 +917,8 @@ EXACT_FILL_MOVES = MAX_EXACT_FILL_MOVES
 
 
 cdef struct FillEntry:
-    uint64_t amazons
-    uint64_t empties
+    bb_t amazons
+    bb_t empties
     int32_t longest                   # -1: free slot
 
 
@@ -828,15 +927,23 @@ cdef struct FillSearch:
     FillEntry table[FILL_TABLE_SIZE]  # exact longest fills, keyed by (amazons, empties)
 
 
-cdef inline uint64_t king_step(uint64_t board) noexcept nogil:
-    """`board` grown by one king step in every direction, without wrapping across the files."""
-    board |= ((board << 1) & ~FILE_A) | ((board >> 1) & ~FILE_H)
-    return board | (board << 8) | (board >> 8)
+cdef inline bb_t king_step(bb_t board) noexcept nogil:
+    """`board` grown by one king step in every direction, without wrapping across the files.
+
+    The sideways step keeps board squares only: a bit pushed past the last square would come back
+    onto the first file with the vertical step (below 8x8's full word). The result may still have
+    bits off the board (at or above N * N): callers mask it with a set of board squares.
+    """
+    board |= ((board << 1) & NOT_FILE_FIRST) | ((board >> 1) & NOT_FILE_LAST)
+    return board | (board << AMZ_SIZE) | (board >> AMZ_SIZE)
 
 
-cdef uint64_t flood_fill(uint64_t seeds, uint64_t passable) noexcept nogil:
-    """Squares of `passable` 8-connected to `seeds` within `passable` (seeds outside it are dropped)."""
-    cdef uint64_t reach = seeds & passable, previous = 0
+cdef bb_t flood_fill(bb_t seeds, bb_t passable) noexcept nogil:
+    """Squares of `passable` 8-connected to `seeds` within `passable` (seeds outside it are dropped).
+
+    `passable` must hold board squares only (a complement masked with FULL).
+    """
+    cdef bb_t reach = seeds & passable, previous = 0
     while reach != previous:
         previous = reach
         reach = king_step(reach) & passable
@@ -850,7 +957,7 @@ cdef bint is_separated(CPos pos) noexcept nogil:
     included: an amazon that moves frees its square), stopped as soon as it touches an opponent's
     amazon, so the usual mid-game answer (not separated) costs a few king steps.
     """
-    cdef uint64_t passable = ~pos.arrows, reach = pos.mine & passable, previous = 0
+    cdef bb_t passable = ~pos.arrows & FULL, reach = pos.mine & passable, previous = 0
     while reach != previous:
         if reach & pos.theirs:
             return False
@@ -859,12 +966,12 @@ cdef bint is_separated(CPos pos) noexcept nogil:
     return True
 
 
-cdef inline uint64_t fill_reach(uint64_t amazons, uint64_t empties) noexcept nogil:
+cdef inline bb_t fill_reach(bb_t amazons, bb_t empties) noexcept nogil:
     """Empty squares 8-connected to `amazons` through empty and amazon squares: all they can ever fill."""
     return flood_fill(amazons, amazons | empties) & empties
 
 
-cdef inline uint64_t fill_child(uint64_t amazons, uint64_t empties, int src, int dst, int arrow) noexcept nogil:
+cdef inline bb_t fill_child(bb_t amazons, bb_t empties, int src, int dst, int arrow) noexcept nogil:
     """Empty squares still within reach after the move (src, dst, arrow) of a lone side."""
     return fill_reach(amazons ^ (ONE << src) ^ (ONE << dst),
                       (empties | (ONE << src)) & ~((ONE << dst) | (ONE << arrow)))
@@ -873,28 +980,28 @@ cdef inline uint64_t fill_child(uint64_t amazons, uint64_t empties, int src, int
 cdef struct FillMoves:
     # The moves of amazons alone on `empties`, generated lazily in a promising order (see
     # `start_fill_moves`); the fields below `blocked` are the generator's loop state.
-    uint64_t amazons
-    uint64_t empties
-    uint64_t blocked
-    uint64_t by_liberties[9]          # arrow squares by their number of empty neighbours
-    uint64_t by_freedom[9]            # the current (arrow, amazon)'s landing squares, same measure
-    uint64_t targets
-    uint64_t sources
-    uint64_t landings
+    bb_t amazons
+    bb_t empties
+    bb_t blocked
+    bb_t by_liberties[9]          # arrow squares by their number of empty neighbours
+    bb_t by_freedom[9]            # the current (arrow, amazon)'s landing squares, same measure
+    bb_t targets
+    bb_t sources
+    bb_t landings
     int liberties
     int freedom
     int target
     int src
 
 
-cdef void start_fill_moves(FillMoves *moves, uint64_t amazons, uint64_t empties) noexcept nogil:
+cdef void start_fill_moves(FillMoves *moves, bb_t amazons, bb_t empties) noexcept nogil:
     """Set `moves` to generate every move of `amazons` alone on `empties`, each once.
 
     Order: arrow squares by fewest empty neighbours first (dead ends before open squares; an
     amazon's own square counts, for the step-and-shoot-back move), then the amazons in square
     order, then landing squares by most empty neighbours first.
     """
-    cdef uint64_t targets = empties | amazons
+    cdef bb_t targets = empties | amazons
     cdef int target
     moves.amazons = amazons
     moves.empties = empties
@@ -913,7 +1020,7 @@ cdef void start_fill_moves(FillMoves *moves, uint64_t amazons, uint64_t empties)
 
 cdef bint next_fill_move(FillMoves *moves, int *src, int *dst, int *arrow) noexcept nogil:
     """The next move of `moves` into (src, dst, arrow); False when there is none left."""
-    cdef uint64_t landings
+    cdef bb_t landings
     cdef int landing
     while True:
         if moves.landings:
@@ -949,7 +1056,7 @@ cdef bint next_fill_move(FillMoves *moves, int *src, int *dst, int *arrow) noexc
             return False
 
 
-cdef bint pick_fill_move(uint64_t amazons, uint64_t empties, int *best_src, int *best_dst,
+cdef bint pick_fill_move(bb_t amazons, bb_t empties, int *best_src, int *best_dst,
                          int *best_arrow) noexcept nogil:
     """Choose the greedy fill's next move for amazons alone on `empties`.
 
@@ -975,7 +1082,7 @@ cdef bint pick_fill_move(uint64_t amazons, uint64_t empties, int *best_src, int 
     return best_reach >= 0
 
 
-cdef int greedy_fill(uint64_t *amazons, uint64_t *empties, int stop_at) noexcept nogil:
+cdef int greedy_fill(bb_t *amazons, bb_t *empties, int stop_at) noexcept nogil:
     """Play a greedy fill for amazons alone on `empties` until at most `stop_at` squares stay in reach.
 
     `empties` are the only squares they may enter or shoot at; every other square is an obstacle.
@@ -993,7 +1100,7 @@ cdef int greedy_fill(uint64_t *amazons, uint64_t *empties, int stop_at) noexcept
     return played
 
 
-cdef int fill_children(FillSearch *search, uint64_t amazons, uint64_t empties, int bound) noexcept nogil:
+cdef int fill_children(FillSearch *search, bb_t amazons, bb_t empties, int bound) noexcept nogil:
     """1 + the longest fill after the best move (0 without a move); see `longest_fill`.
 
     Moves that lose no square besides the one they fill go first, in `start_fill_moves`' order;
@@ -1003,7 +1110,7 @@ cdef int fill_children(FillSearch *search, uint64_t amazons, uint64_t empties, i
     cdef uint8_t moves[MAX_EXACT_FILL_MOVES][3]
     cdef uint8_t reach[MAX_EXACT_FILL_MOVES]
     cdef int count = 0, index, best = 0, value, full_pass, src, dst, arrow
-    cdef uint64_t child
+    cdef bb_t child
     start_fill_moves(&generator, amazons, empties)
     while next_fill_move(&generator, &src, &dst, &arrow):
         if count == MAX_EXACT_FILL_MOVES:
@@ -1028,7 +1135,7 @@ cdef int fill_children(FillSearch *search, uint64_t amazons, uint64_t empties, i
     return best
 
 
-cdef int longest_fill(FillSearch *search, uint64_t amazons, uint64_t empties) noexcept nogil:
+cdef int longest_fill(FillSearch *search, bb_t amazons, bb_t empties) noexcept nogil:
     """The longest move sequence the amazons can play alone on `empties`, by depth-first search.
 
     Exact while `search.nodes_left` stays positive; once the budget is spent, the longest sequence
@@ -1036,7 +1143,7 @@ cdef int longest_fill(FillSearch *search, uint64_t amazons, uint64_t empties) no
     summed, exact results are kept in `search.table`, and a node stops as soon as it reaches its
     upper bound (the empty squares in reach).
     """
-    cdef uint64_t rest, component, key
+    cdef bb_t rest, component, key
     cdef int bound, best, total
     cdef FillEntry *entry
     empties = fill_reach(amazons, empties)
@@ -1069,7 +1176,7 @@ cdef int longest_fill(FillSearch *search, uint64_t amazons, uint64_t empties) no
     return best
 
 
-cdef void side_fill_bounds(uint64_t amazons, uint64_t others, uint64_t arrows, int *lower,
+cdef void side_fill_bounds(bb_t amazons, bb_t others, bb_t arrows, int *lower,
                            int *upper, FillSearch *search) noexcept nogil:
     """Bounds on the moves `amazons` can make alone in their regions (separated position).
 
@@ -1079,12 +1186,12 @@ cdef void side_fill_bounds(uint64_t amazons, uint64_t others, uint64_t arrows, i
     region that small from the start then gets its exact length as both bounds). Regions are
     independent, so the bounds add up.
     """
-    cdef uint64_t rest = amazons, component, tail_amazons, tail_empties, end_amazons, end_empties
+    cdef bb_t rest = amazons, component, tail_amazons, tail_empties, end_amazons, end_empties
     cdef int bound, prefix, fill, exact
     lower[0] = 0
     upper[0] = 0
     while rest:
-        component = flood_fill(rest & (~rest + 1), ~arrows)
+        component = flood_fill(rest & (~rest + 1), ~arrows & FULL)
         rest &= ~component
         tail_amazons = amazons & component
         tail_empties = fill_reach(tail_amazons, component & ~(amazons | others))
@@ -1135,15 +1242,15 @@ cdef int adjudicate_position(CPos pos, int16_t *bounds) noexcept nogil:
 
 
 cdef void write_territory(CPos pos, int8_t *out) noexcept nogil:
-    """Queen-distance ownership of the 64 squares into `out[0:64]`.
+    """Queen-distance ownership of the N * N squares into `out[0:N * N]`.
 
     Breadth-first over queen moves through empty squares, both sides a level at a time: +1 where
     the side to move's nearest amazon is strictly closer, -1 where the opponent's is, 0 where
     they tie, where neither reaches, and on amazons and arrows.
     """
-    cdef uint64_t empty = ~(pos.mine | pos.theirs | pos.arrows)
-    cdef uint64_t my_front = pos.mine, their_front = pos.theirs, my_seen = 0, their_seen = 0
-    cdef uint64_t my_new, their_new, mine_owned = 0, theirs_owned = 0
+    cdef bb_t empty = ~(pos.mine | pos.theirs | pos.arrows) & FULL
+    cdef bb_t my_front = pos.mine, their_front = pos.theirs, my_seen = 0, their_seen = 0
+    cdef bb_t my_new, their_new, mine_owned = 0, theirs_owned = 0
     cdef int square
     while my_front or their_front:
         my_new = attacks_from_set(my_front, empty) & ~my_seen
@@ -1154,7 +1261,7 @@ cdef void write_territory(CPos pos, int8_t *out) noexcept nogil:
         their_seen |= their_new
         my_front = my_new
         their_front = their_new
-    for square in range(64):
+    for square in range(AMZ_SQUARES):
         out[square] = <int8_t>(<int>((mine_owned >> square) & 1) - <int>((theirs_owned >> square) & 1))
 
 
@@ -1162,8 +1269,7 @@ def adjudicate_batch(const uint64_t[:, ::1] positions, int8_t[::1] out_result,
                      int16_t[:, ::1] out_bounds):
     """Adjudicate every canonical position: results into `out_result` [B] int8, bounds into
     `out_bounds` [B, 4] int16 (see `adjudicate_position`)."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
+    _check_width("positions", positions.shape[1])
     if out_bounds.shape[1] != 4:
         raise ValueError("out_bounds must have 4 columns")
     _check_rows("out_result", out_result.shape[0], positions.shape[0])
@@ -1175,11 +1281,10 @@ def adjudicate_batch(const uint64_t[:, ::1] positions, int8_t[::1] out_result,
 
 
 def territory_batch(const uint64_t[:, ::1] positions, int8_t[:, ::1] out):
-    """Queen-distance ownership [B, 64] int8 of canonical positions (see `write_territory`)."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
-    if out.shape[1] != 64:
-        raise ValueError("out must have 64 columns")
+    """Queen-distance ownership [B, N * N] int8 of canonical positions (see `write_territory`)."""
+    _check_width("positions", positions.shape[1])
+    if out.shape[1] != AMZ_SQUARES:
+        raise ValueError(f"out must have {AMZ_SQUARES} columns")
     _check_rows("out", out.shape[0], positions.shape[0])
     cdef Py_ssize_t row
     with nogil:
@@ -1197,18 +1302,18 @@ def territory_batch(const uint64_t[:, ::1] positions, int8_t[:, ::1] out):
 # squares (amazons and arrows block), both sides a level at a time, as in `write_territory`.
 
 cdef enum:
-    NUM_SQUARES_C = 64                # squares of the board (the C twin of NUM_SQUARES)
+    NUM_SQUARES_C = AMZ_SQUARES       # squares of the board (the C twin of NUM_SQUARES)
     EVAL_TERMS_C = 6                  # terms write_classical_terms writes
     UNREACHED = 255                   # distance of a square no amazon of the side reaches
 
 EVAL_TERMS = EVAL_TERMS_C  # columns of classical_terms_batch's output (named in amazons.engine)
 
 
-cdef void step_distances(uint64_t amazons, uint64_t empty, bint king_steps,
+cdef void step_distances(bb_t amazons, bb_t empty, bint king_steps,
                          uint8_t *distance) noexcept nogil:
-    """Distance of every square from `amazons` into `distance[0:64]` (UNREACHED if none): in queen
+    """Distance of every square from `amazons` into `distance[0:N * N]` (UNREACHED if none): in queen
     moves through `empty`, or in king steps onto it with `king_steps`."""
-    cdef uint64_t front = amazons, seen = 0, fresh
+    cdef bb_t front = amazons, seen = 0, fresh
     cdef int level = 0, square
     memset(distance, UNREACHED, NUM_SQUARES_C)
     while front:
@@ -1225,7 +1330,7 @@ cdef void step_distances(uint64_t amazons, uint64_t empty, bint king_steps,
             distance[square] = <uint8_t>level
 
 
-cdef inline int amazon_reach(uint64_t amazons, uint64_t occupied) noexcept nogil:
+cdef inline int amazon_reach(bb_t amazons, bb_t occupied) noexcept nogil:
     """Sum over `amazons` of the empty squares each reaches with one queen move."""
     cdef int total = 0, square
     while amazons:
@@ -1245,8 +1350,8 @@ cdef void write_classical_terms(CPos pos, double *out) noexcept nogil:
     both reach of 2^-|D_mine - D_theirs| (queen distances), large while the sides are interwoven,
     0 once they are separated.
     """
-    cdef uint64_t occupied = pos.mine | pos.theirs | pos.arrows
-    cdef uint64_t empty = ~occupied
+    cdef bb_t occupied = pos.mine | pos.theirs | pos.arrows
+    cdef bb_t empty = ~occupied & FULL
     cdef uint8_t mine_q[NUM_SQUARES_C]
     cdef uint8_t theirs_q[NUM_SQUARES_C]
     cdef uint8_t mine_k[NUM_SQUARES_C]
@@ -1274,7 +1379,7 @@ cdef void write_classical_terms(CPos pos, double *out) noexcept nogil:
             gap = <int>mine_q[square] - <int>theirs_q[square]
             if gap < 0:
                 gap = -gap
-            contest += 1.0 / <double>(ONE << gap)
+            contest += 1.0 / <double>((<uint64_t>1) << gap)
     out[0] = balance_q
     out[1] = ties_q
     out[2] = balance_k
@@ -1286,8 +1391,7 @@ cdef void write_classical_terms(CPos pos, double *out) noexcept nogil:
 def classical_terms_batch(const uint64_t[:, ::1] positions, double[:, ::1] out):
     """Evaluation terms [B, EVAL_TERMS] float64 of canonical positions (see
     `write_classical_terms`)."""
-    if positions.shape[1] != 3:
-        raise ValueError("positions must have 3 columns")
+    _check_width("positions", positions.shape[1])
     if out.shape[1] != EVAL_TERMS:
         raise ValueError(f"out must have {EVAL_TERMS} columns")
     _check_rows("out", out.shape[0], positions.shape[0])
