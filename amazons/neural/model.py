@@ -48,6 +48,8 @@ What this module owns:
 * `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
   (state-dict order), the form weights are published in through shared memory.
 * `resolve_precision`: what `"auto"` precision means on a device, for training and inference.
+* `check_board_input`: the one check of feature planes' shape and of the board size a network
+  runs on (`NetInputError` naming the size: the flat value head is 8 x 8 only).
 
 The search's `Evaluator` on this model, over batch buckets and CUDA graphs, is
 `amazons.neural.cuda_graphs.NetworkEvaluator`.
@@ -55,7 +57,8 @@ The search's `Evaluator` on this model, over batch buckets and CUDA graphs, is
 Squares are `y * N + x` everywhere (the flattening order of an `N x N` plane; `y * 8 + x` on the
 8 x 8 board every evaluator and the learner use today), moves are canonical `(src, dst, arrow)`
 int triples (docs/ARCHITECTURE.md; board sizes: docs/network.md). Imports torch, numpy,
-`amazons.engine` and `amazons.core.backends` (the precision names).
+`amazons.engine`, `amazons.boards` (the board sizes) and `amazons.core.backends` (the precision
+names).
 """
 
 from __future__ import annotations
@@ -73,6 +76,7 @@ from torch import nn
 
 from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE  # the squares a move can leave: the source term's rows
+from amazons.boards import SIZES as BOARD_SIZES  # the boards a pooled value head runs on
 from amazons.core.backends import COMPUTED_PRECISIONS
 
 __all__ = [
@@ -123,7 +127,6 @@ __all__ = [
 # The 8 x 8 board's squares: the batch contract of the evaluators and the learner, which run 8 x 8
 # only; the network itself reads N from its input.
 NUM_SQUARES = 64
-BOARD_SIZES = (6, 7, 8, 9, 10)  # the square boards a network with the pooled value head runs on
 FLAT_BOARD_SIZE = 8  # the one board size the flat value head runs on
 # "flat": the value MLP reads the flattened value_channels x 64 map (8 x 8 only); "pooled": it
 # reads each channel's mean, size-scaled mean and max over the board (any size)

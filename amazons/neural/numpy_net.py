@@ -40,8 +40,9 @@ What this module owns:
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
 
 The exported file is written by `amazons.export` from a torch checkpoint; the Botzone bot and
-terminal play load it. Imports numpy, the rules (`amazons.engine`, `amazons._engine`),
-`amazons.evaluator` (the batch contract) and `amazons.core.atomic`; never torch.
+terminal play load it. Imports numpy, the rules (`amazons.engine`, `amazons._engine`), the board
+sizes (`amazons.boards`), `amazons.evaluator` (the batch contract) and `amazons.core.atomic`;
+never torch.
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ import numpy as np
 
 from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE
+from amazons.boards import SIZES as BOARD_SIZES  # the boards a pooled value head runs on
 from amazons.core.atomic import atomic_write
 from amazons.evaluator import EvaluatorInputError, check_batch, check_positions, describe_array
 
@@ -89,7 +91,6 @@ NUM_SQUARES = 64  # the 8 x 8 board's, the flat value head's
 TRUNK_LAYERS = ("residual", "attention")
 POLICY_HEADS = ("joint", "factorized")
 VALUE_HEADS = ("flat", "pooled")  # `amazons.neural.model.VALUE_HEADS`
-BOARD_SIZES = (6, 7, 8, 9, 10)  # the sizes the pooled value head runs on (the model's)
 FLAT_BOARD_SIZE = 8
 _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
                 "value_hidden")
