@@ -32,7 +32,7 @@ import torch
 from cpp_bot import game_endings
 from test_npnet import random_model
 
-from amazons import engine
+from amazons import boards, engine
 from amazons.botzone.cpp_export import (
     NATIVE_DIR,
     PARTS,
@@ -312,7 +312,9 @@ def test_the_constants_the_extension_keeps_equal_their_python_definitions():
         "MAX_MOVES": engine.MAX_MOVES,
         "AMAZONS_PER_SIDE": _engine.AMAZONS_PER_SIDE,
         **{f"TRUNK_{kind.upper()}": code for code, kind in enumerate(numpy_net.TRUNK_LAYERS)},
+        "MIN_BOARD_SIZE": min(boards.SIZES), "MAX_BOARD_SIZE": max(boards.SIZES),
     }
+    assert boards.SIZES == tuple(range(min(boards.SIZES), max(boards.SIZES) + 1))
 
 
 @NEEDS_NATIVE

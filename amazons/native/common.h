@@ -54,6 +54,12 @@ struct InputError : public BotError {
     explicit InputError(const std::string& what) : BotError(what) {}
 };
 
+// The board sizes the evaluator serves (docs/network.md, "Board sizes"): N x N for N in
+// MIN_BOARD_SIZE..MAX_BOARD_SIZE, square y * N + x; the Botzone bot plays 8 x 8 only. Scratch
+// that any size may use is sized for MAX_SQUARES (tests check these against amazons.boards).
+static const int MIN_BOARD_SIZE = 6, MAX_BOARD_SIZE = 10;
+static const int MAX_SQUARES = MAX_BOARD_SIZE * MAX_BOARD_SIZE;
+
 static std::string format(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 static std::string format(const char* fmt, ...) {
     char buffer[1024];

@@ -5,7 +5,9 @@
 // conv3x3:  out[s][o] = relu(bias[o] + residual[s][o] + sum over the 3x3 neighbourhood n (dy, dx)
 //           of s and channel i of x[n][i] * W[((dy * 3 + dx) * in + i) * out + o]), zero off the
 //           board; x, residual and out are [64][channels], square-major; residual may be null and
-//           may be out itself, x may not
+//           may be out itself, x may not. The table's conv3x3 is the 8 x 8 board's (the bot's);
+//           conv3x3_board<N> (at the end) runs the same convolution on N x N, [N * N][channels],
+//           each size its own instantiation, so that 8 x 8 runs exactly the table's code
 // softmax:      x = softmax(x) over n > 0 values, in place
 // softmax_columns: each column of x ([rows][cols]) replaced by its softmax, in place
 // log_sum_exp:  log(sum(exp(x))) over n > 0 values
@@ -25,17 +27,26 @@ struct Conv {
     std::vector<float> winograd; // empty, or prepare_winograd's layout
 };
 
+// Winograd's tiles of 4 x 4 outputs on a board of N squares a side (below): SIDE a side.
+template <int N>
+struct WinogradTiles {
+    static const int SIDE = (N + 3) / 4, COUNT = SIDE * SIDE;
+};
+static const int WINOGRAD_MAX_TILES = WinogradTiles<MAX_BOARD_SIZE>::COUNT;
+
 // The scratch of one Winograd convolution, owned by the caller (one per thread): room for
-// `width` input channels (a multiple of 8) and `out` output channels.
+// `width` input channels (a multiple of 8) and `out` output channels on every board size (the
+// portable convolution keeps its sums in `products`, [squares][out]).
 struct WinogradScratch {
-    std::vector<float> staged;    // x with in8 channels, when in < in8: [64][in8]
-    std::vector<float> inputs;    // V = B^T d B: [36][4 tiles][in8]
-    std::vector<float> products;  // M: [36][4 tiles][out]
+    std::vector<float> staged;    // x with in8 channels, when in < in8: [squares][in8]
+    std::vector<float> inputs;    // V = B^T d B: [36][tiles][in8]
+    std::vector<float> products;  // M: [36][tiles][out]
 
     void reserve(int width, int out) {
-        staged.assign((size_t)64 * width, 0.0f);
-        inputs.assign((size_t)36 * 4 * width, 0.0f);
-        products.assign((size_t)36 * 4 * out, 0.0f);
+        const size_t points = (size_t)36 * WINOGRAD_MAX_TILES;
+        staged.assign((size_t)MAX_SQUARES * width, 0.0f);
+        inputs.assign(points * width, 0.0f);
+        products.assign((points > (size_t)MAX_SQUARES ? points : (size_t)MAX_SQUARES) * out, 0.0f);
     }
 };
 
@@ -81,18 +92,19 @@ static void matmul_generic(const float* a, int lda, int rows, int inner, const f
     }
 }
 
+template <int N>
 static void conv3x3_direct(const float* x, int in, const float* w, const float* bias, float* out, int out_channels) {
-    for (int s = 0; s < 64; ++s) {
+    for (int s = 0; s < N * N; ++s) {
         float* acc = out + (size_t)s * out_channels;
         for (int o = 0; o < out_channels; ++o) acc[o] = bias[o];
-        int y = s >> 3, xx = s & 7;
+        int y = (unsigned)s / N, xx = (unsigned)s % N;
         for (int dy = 0; dy < 3; ++dy) {
             int ny = y + dy - 1;
-            if (ny < 0 || ny > 7) continue;
+            if (ny < 0 || ny > N - 1) continue;
             for (int dx = 0; dx < 3; ++dx) {
                 int nx = xx + dx - 1;
-                if (nx < 0 || nx > 7) continue;
-                const float* source = x + (size_t)(ny * 8 + nx) * in;
+                if (nx < 0 || nx > N - 1) continue;
+                const float* source = x + (size_t)(ny * N + nx) * in;
                 const float* block = w + (size_t)(dy * 3 + dx) * in * out_channels;
                 for (int i = 0; i < in; ++i) {
                     float v = source[i];
@@ -104,19 +116,22 @@ static void conv3x3_direct(const float* x, int in, const float* w, const float* 
     }
 }
 
+template <int N>
 static void conv3x3_generic(const Conv& conv, const float* x, const float* residual, float* out,
                             WinogradScratch* scratch) {
     float* sums = &scratch->products[0];  // apart from out, which may be the residual
-    conv3x3_direct(x, conv.in, conv.w, conv.bias, sums, conv.out);
-    for (int i = 0; i < 64 * conv.out; ++i) {
+    conv3x3_direct<N>(x, conv.in, conv.w, conv.bias, sums, conv.out);
+    for (int i = 0; i < N * N * conv.out; ++i) {
         float v = residual ? sums[i] + residual[i] : sums[i];
         out[i] = v > 0.0f ? v : 0.0f;
     }
 }
 
 // Winograd's F(4x4, 3x3) (Lavin and Gray, 2016) for the AVX2 kernels. The 8 x 8 board is 2 x 2
-// tiles of 4 x 4 outputs; tile t = 2 ty + tx reads the 6 x 6 window at rows 4 ty .. 4 ty + 5 and
-// columns 4 tx .. 4 tx + 5 of the input zero-padded to 10 x 10, and per output channel
+// tiles of 4 x 4 outputs (N x N: WinogradTiles<N>::SIDE a side, 3 x 3 on 9 x 9 and 10 x 10, the
+// outputs past the board dropped); tile t = SIDE ty + tx reads the 6 x 6 window at rows
+// 4 ty .. 4 ty + 5 and columns 4 tx .. 4 tx + 5 of the input zero-padded by one square on every
+// side, and per output channel
 //     Y = A^T [ sum over input channels i of (G g_i G^T) * (B^T d_i B) ] A
 // with * elementwise over the window's 36 points: 36 products of [4 tiles][in] by [in][out]
 // (147,456 multiply-adds at 32 channels in and out, against 589,824 for the direct sum), plus
@@ -128,7 +143,6 @@ static const double WINOGRAD_G[6][3] = {{0.25, 0.0, 0.0},
                                         {1.0 / 24, -1.0 / 12, 1.0 / 6},
                                         {0.0, 0.0, 1.0}};
 static const int WINOGRAD_POINTS = 36;
-static const int WINOGRAD_TILES = 4;
 
 static inline int padded_inputs(int in) { return (in + 7) & ~7; }
 
@@ -202,7 +216,7 @@ static void transpose_generic(const float* a, int lda, int rows, int cols, float
         for (int col = 0; col < cols; ++col) out[(size_t)col * rows + r] = a[(size_t)r * lda + col];
 }
 
-static const Kernels GENERIC_KERNELS = {"portable", false, matmul_generic, conv3x3_generic, softmax_generic,
+static const Kernels GENERIC_KERNELS = {"portable", false, matmul_generic, conv3x3_generic<8>, softmax_generic,
                                         softmax_columns_generic, log_sum_exp_generic, transpose_generic};
 
 #if AMZ_X86
@@ -409,48 +423,35 @@ static inline void winograd_output6(__m256 m0, __m256 m1, __m256 m2, __m256 m3, 
     r3 = _mm256_add_ps(_mm256_fmadd_ps(_mm256_set1_ps(8.0f), d34, d12), m5);       // 0  1 -1  8 -8  1
 }
 
-// V[p][t][i] = (B^T d B)[p] of tile t = 2 TY + TX, 8 input channels at a time, read from x
-// ([64][in8]). The window's rows are board rows 4 TY - 1 .. 4 TY + 4 and its columns likewise:
-// one row and one column are off the board (zero), known at compile time.
-template <int TY, int TX>
+// V[p][t][i] = (B^T d B)[p] of tile t = SIDE TY + TX, 8 input channels at a time, read from x
+// ([N * N][in8]). The window's rows are board rows 4 TY - 1 .. 4 TY + 4 and its columns likewise:
+// those off the board are zero, the rows known at compile time (on 8 x 8 one row and one column
+// of every window).
+template <int N, int TY, int TX>
 static void winograd_input_tile(const float* x, int in8, float* inputs) {
+    const int TILES = WinogradTiles<N>::COUNT, TILE = TY * WinogradTiles<N>::SIDE + TX;
     const __m256 zero = _mm256_setzero_ps();
-    const size_t down = (size_t)8 * in8;                    // one board row
-    const size_t next = (size_t)WINOGRAD_TILES * in8;       // one point of V
-    const int top = TY == 0 ? 0 : 3;                        // the first board row in the window
+    const size_t down = (size_t)N * in8;                    // one board row
+    const size_t next = (size_t)TILES * in8;                // one point of V
+    const int top = 4 * TY - 1;                             // the window's first row on the board
+#define AMZ_ROW(k) (top + (k) >= 0 && top + (k) < N ? _mm256_loadu_ps(p + (top + (k)) * down) : zero)
     for (int i0 = 0; i0 < in8; i0 += 8) {
         __m256 half[6][6];  // (B^T d)[r][c]
         for (int c = 0; c < 6; ++c) {
             const int col = 4 * TX - 1 + c;
-            if (col < 0 || col > 7) {
+            if (col < 0 || col > N - 1) {
                 half[0][c] = half[1][c] = half[2][c] = half[3][c] = half[4][c] = half[5][c] = zero;
                 continue;
             }
-            const float* p = x + (size_t)(top * 8 + col) * in8 + i0;
-            __m256 d0, d1, d2, d3, d4, d5;
-            if (TY == 0) {  // window row 0 is board row -1
-                d0 = zero;
-                d1 = _mm256_loadu_ps(p);
-                d2 = _mm256_loadu_ps(p + down);
-                d3 = _mm256_loadu_ps(p + 2 * down);
-                d4 = _mm256_loadu_ps(p + 3 * down);
-                d5 = _mm256_loadu_ps(p + 4 * down);
-            } else {  // window row 5 is board row 8
-                d0 = _mm256_loadu_ps(p);
-                d1 = _mm256_loadu_ps(p + down);
-                d2 = _mm256_loadu_ps(p + 2 * down);
-                d3 = _mm256_loadu_ps(p + 3 * down);
-                d4 = _mm256_loadu_ps(p + 4 * down);
-                d5 = zero;
-            }
-            winograd_input6(d0, d1, d2, d3, d4, d5, half[0][c], half[1][c], half[2][c], half[3][c], half[4][c],
-                            half[5][c]);
+            const float* p = x + (size_t)col * in8 + i0;  // the column's square on board row 0
+            winograd_input6(AMZ_ROW(0), AMZ_ROW(1), AMZ_ROW(2), AMZ_ROW(3), AMZ_ROW(4), AMZ_ROW(5), half[0][c],
+                            half[1][c], half[2][c], half[3][c], half[4][c], half[5][c]);
         }
         for (int r = 0; r < 6; ++r) {
             __m256 v0, v1, v2, v3, v4, v5;
             winograd_input6(half[r][0], half[r][1], half[r][2], half[r][3], half[r][4], half[r][5], v0, v1, v2, v3,
                             v4, v5);
-            float* v = inputs + ((size_t)(r * 6) * WINOGRAD_TILES + 2 * TY + TX) * in8 + i0;  // point 6 r
+            float* v = inputs + ((size_t)(r * 6) * TILES + TILE) * in8 + i0;  // point 6 r
             _mm256_storeu_ps(v, v0);
             _mm256_storeu_ps(v + next, v1);
             _mm256_storeu_ps(v + 2 * next, v2);
@@ -459,114 +460,185 @@ static void winograd_input_tile(const float* x, int in8, float* inputs) {
             _mm256_storeu_ps(v + 5 * next, v5);
         }
     }
+#undef AMZ_ROW
+}
+
+// Every tile's V: 2 x 2 tiles on boards up to 8 x 8, 3 x 3 on 9 x 9 and 10 x 10.
+template <int N>
+static void winograd_input_tiles(const float* x, int in8, float* inputs) {
+    winograd_input_tile<N, 0, 0>(x, in8, inputs);
+    winograd_input_tile<N, 0, 1>(x, in8, inputs);
+    winograd_input_tile<N, 1, 0>(x, in8, inputs);
+    winograd_input_tile<N, 1, 1>(x, in8, inputs);
+    if (WinogradTiles<N>::SIDE == 3) {
+        winograd_input_tile<N, 0, 2>(x, in8, inputs);
+        winograd_input_tile<N, 1, 2>(x, in8, inputs);
+        winograd_input_tile<N, 2, 0>(x, in8, inputs);
+        winograd_input_tile<N, 2, 1>(x, in8, inputs);
+        winograd_input_tile<N, 2, 2>(x, in8, inputs);
+    }
+}
+
+// The products of one point for a group of G tiles (v: [G][in8], m: [G][out]), the 9 tiles of
+// 9 x 9 and 10 x 10 in groups of 3: per block of 16 output channels the group's sums stay in
+// 2 G registers while the input channels stream past, as winograd_products' groups of 4.
+template <int IN8, int G>
+static inline void winograd_tile_group(const float* v, int in8, const float* u, float* m, int out) {
+    if (IN8 > 0) in8 = IN8;
+    int o0 = 0;
+    for (; o0 + 16 <= out; o0 += 16) {
+        const float* block = u + (size_t)o0 * in8;
+        __m256 low[G], high[G];
+#pragma GCC unroll 4
+        for (int t = 0; t < G; ++t) low[t] = high[t] = _mm256_setzero_ps();
+        for (int i = 0; i < in8; ++i) {
+            __m256 w0 = _mm256_loadu_ps(block + (size_t)i * 16), w1 = _mm256_loadu_ps(block + (size_t)i * 16 + 8);
+            __asm__("" : "+x"(w0), "+x"(w1));  // in registers, as in winograd_products
+#pragma GCC unroll 4
+            for (int t = 0; t < G; ++t) {
+                const __m256 x = _mm256_set1_ps(v[t * in8 + i]);
+                low[t] = _mm256_fmadd_ps(x, w0, low[t]);
+                high[t] = _mm256_fmadd_ps(x, w1, high[t]);
+            }
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < G; ++t) {
+            _mm256_storeu_ps(m + t * out + o0, low[t]);
+            _mm256_storeu_ps(m + t * out + o0 + 8, high[t]);
+        }
+    }
+    if (o0 < out) {  // a last block of 8
+        const float* block = u + (size_t)o0 * in8;
+        __m256 sums[G];
+#pragma GCC unroll 4
+        for (int t = 0; t < G; ++t) sums[t] = _mm256_setzero_ps();
+        for (int i = 0; i < in8; ++i) {
+            const __m256 w0 = _mm256_loadu_ps(block + (size_t)i * 8);
+#pragma GCC unroll 4
+            for (int t = 0; t < G; ++t) sums[t] = _mm256_fmadd_ps(_mm256_set1_ps(v[t * in8 + i]), w0, sums[t]);
+        }
+#pragma GCC unroll 4
+        for (int t = 0; t < G; ++t) _mm256_storeu_ps(m + t * out + o0, sums[t]);
+    }
 }
 
 // M[p][t][o] = sum_i V[p][t][i] * U[p][i][o] for the 36 points: per block of 16 output channels
-// the 4 tiles' sums stay in 8 registers while the input channels stream past (two weight loads
-// and four broadcasts a channel for eight FMAs). IN8 > 0 fixes the padded input channels at
-// compile time (the trunk's convolutions), so the compiler unrolls the channel loop.
-template <int IN8>
+// the sums of 4 tiles stay in 8 registers while the input channels stream past (two weight loads
+// and four broadcasts a channel for eight FMAs); 9 tiles (9 x 9, 10 x 10) go in groups of 3
+// (winograd_tile_group). IN8 > 0 fixes the padded input channels at compile time (the trunk's
+// convolutions), so the compiler unrolls the channel loop.
+template <int IN8, int TILES>
 static void winograd_products(const float* inputs, int in8, const float* filters, float* products, int out) {
+    static_assert(TILES % 4 == 0 || TILES % 3 == 0, "tiles go in groups of 4 or 3");
     if (IN8 > 0) in8 = IN8;
     for (int p = 0; p < WINOGRAD_POINTS; ++p) {
-        const float* v = inputs + (size_t)p * WINOGRAD_TILES * in8;
         const float* u = filters + (size_t)p * in8 * out;
-        float* m = products + (size_t)p * WINOGRAD_TILES * out;
-        int o0 = 0;
-        for (; o0 + 16 <= out; o0 += 16) {
-            const float* block = u + (size_t)o0 * in8;
-            __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
-            for (int i = 0; i < in8; ++i) {
-                __m256 w0 = _mm256_loadu_ps(block + (size_t)i * 16), w1 = _mm256_loadu_ps(block + (size_t)i * 16 + 8);
-                // Keep the weights in registers: g++ would otherwise load each one four times, once
-                // per tile, as an FMA memory operand.
-                __asm__("" : "+x"(w0), "+x"(w1));
-                __m256 x = _mm256_set1_ps(v[i]);
-                a0 = _mm256_fmadd_ps(x, w0, a0);
-                a1 = _mm256_fmadd_ps(x, w1, a1);
-                x = _mm256_set1_ps(v[in8 + i]);
-                b0 = _mm256_fmadd_ps(x, w0, b0);
-                b1 = _mm256_fmadd_ps(x, w1, b1);
-                x = _mm256_set1_ps(v[2 * in8 + i]);
-                c0 = _mm256_fmadd_ps(x, w0, c0);
-                c1 = _mm256_fmadd_ps(x, w1, c1);
-                x = _mm256_set1_ps(v[3 * in8 + i]);
-                d0 = _mm256_fmadd_ps(x, w0, d0);
-                d1 = _mm256_fmadd_ps(x, w1, d1);
-            }
-            _mm256_storeu_ps(m + o0, a0);
-            _mm256_storeu_ps(m + o0 + 8, a1);
-            _mm256_storeu_ps(m + out + o0, b0);
-            _mm256_storeu_ps(m + out + o0 + 8, b1);
-            _mm256_storeu_ps(m + 2 * out + o0, c0);
-            _mm256_storeu_ps(m + 2 * out + o0 + 8, c1);
-            _mm256_storeu_ps(m + 3 * out + o0, d0);
-            _mm256_storeu_ps(m + 3 * out + o0 + 8, d1);
+        if (TILES % 4 != 0) {
+            for (int t0 = 0; t0 < TILES; t0 += 3)
+                winograd_tile_group<IN8, 3>(inputs + ((size_t)p * TILES + t0) * in8, in8, u,
+                                            products + ((size_t)p * TILES + t0) * out, out);
+            continue;
         }
-        if (o0 < out) {  // a last block of 8
-            const float* block = u + (size_t)o0 * in8;
-            __m256 a0 = _mm256_setzero_ps(), b0 = a0, c0 = a0, d0 = a0;
-            for (int i = 0; i < in8; ++i) {
-                __m256 w0 = _mm256_loadu_ps(block + (size_t)i * 8);
-                a0 = _mm256_fmadd_ps(_mm256_set1_ps(v[i]), w0, a0);
-                b0 = _mm256_fmadd_ps(_mm256_set1_ps(v[in8 + i]), w0, b0);
-                c0 = _mm256_fmadd_ps(_mm256_set1_ps(v[2 * in8 + i]), w0, c0);
-                d0 = _mm256_fmadd_ps(_mm256_set1_ps(v[3 * in8 + i]), w0, d0);
+        for (int t0 = 0; t0 < TILES; t0 += 4) {
+            const float* v = inputs + ((size_t)p * TILES + t0) * in8;
+            float* m = products + ((size_t)p * TILES + t0) * out;
+            int o0 = 0;
+            for (; o0 + 16 <= out; o0 += 16) {
+                const float* block = u + (size_t)o0 * in8;
+                __m256 a0 = _mm256_setzero_ps(), a1 = a0, b0 = a0, b1 = a0, c0 = a0, c1 = a0, d0 = a0, d1 = a0;
+                for (int i = 0; i < in8; ++i) {
+                    __m256 w0 = _mm256_loadu_ps(block + (size_t)i * 16), w1 = _mm256_loadu_ps(block + (size_t)i * 16 + 8);
+                    // Keep the weights in registers: g++ would otherwise load each one four times, once
+                    // per tile, as an FMA memory operand.
+                    __asm__("" : "+x"(w0), "+x"(w1));
+                    __m256 x = _mm256_set1_ps(v[i]);
+                    a0 = _mm256_fmadd_ps(x, w0, a0);
+                    a1 = _mm256_fmadd_ps(x, w1, a1);
+                    x = _mm256_set1_ps(v[in8 + i]);
+                    b0 = _mm256_fmadd_ps(x, w0, b0);
+                    b1 = _mm256_fmadd_ps(x, w1, b1);
+                    x = _mm256_set1_ps(v[2 * in8 + i]);
+                    c0 = _mm256_fmadd_ps(x, w0, c0);
+                    c1 = _mm256_fmadd_ps(x, w1, c1);
+                    x = _mm256_set1_ps(v[3 * in8 + i]);
+                    d0 = _mm256_fmadd_ps(x, w0, d0);
+                    d1 = _mm256_fmadd_ps(x, w1, d1);
+                }
+                _mm256_storeu_ps(m + o0, a0);
+                _mm256_storeu_ps(m + o0 + 8, a1);
+                _mm256_storeu_ps(m + out + o0, b0);
+                _mm256_storeu_ps(m + out + o0 + 8, b1);
+                _mm256_storeu_ps(m + 2 * out + o0, c0);
+                _mm256_storeu_ps(m + 2 * out + o0 + 8, c1);
+                _mm256_storeu_ps(m + 3 * out + o0, d0);
+                _mm256_storeu_ps(m + 3 * out + o0 + 8, d1);
             }
-            _mm256_storeu_ps(m + o0, a0);
-            _mm256_storeu_ps(m + out + o0, b0);
-            _mm256_storeu_ps(m + 2 * out + o0, c0);
-            _mm256_storeu_ps(m + 3 * out + o0, d0);
+            if (o0 < out) {  // a last block of 8
+                const float* block = u + (size_t)o0 * in8;
+                __m256 a0 = _mm256_setzero_ps(), b0 = a0, c0 = a0, d0 = a0;
+                for (int i = 0; i < in8; ++i) {
+                    __m256 w0 = _mm256_loadu_ps(block + (size_t)i * 8);
+                    a0 = _mm256_fmadd_ps(_mm256_set1_ps(v[i]), w0, a0);
+                    b0 = _mm256_fmadd_ps(_mm256_set1_ps(v[in8 + i]), w0, b0);
+                    c0 = _mm256_fmadd_ps(_mm256_set1_ps(v[2 * in8 + i]), w0, c0);
+                    d0 = _mm256_fmadd_ps(_mm256_set1_ps(v[3 * in8 + i]), w0, d0);
+                }
+                _mm256_storeu_ps(m + o0, a0);
+                _mm256_storeu_ps(m + out + o0, b0);
+                _mm256_storeu_ps(m + 2 * out + o0, c0);
+                _mm256_storeu_ps(m + 3 * out + o0, d0);
+            }
         }
     }
 }
 
-// A convolution with 8k output channels by F(4x4, 3x3) (prepare_winograd): transform the
-// inputs, multiply per point, transform back and add the bias (and the residual), then relu.
+// A convolution with 8k output channels on N x N by F(4x4, 3x3) (prepare_winograd): transform
+// the inputs, multiply per point, transform back and add the bias (and the residual), then relu.
+template <int N>
 static void conv3x3_winograd(const Conv& conv, const float* x, const float* residual, float* out,
                              WinogradScratch* scratch) {
+    const int SIDE = WinogradTiles<N>::SIDE, TILES = WinogradTiles<N>::COUNT;
     const int in = conv.in, in8 = padded_inputs(in), oc = conv.out;
     float* staged = &scratch->staged[0];
     float* inputs = &scratch->inputs[0];
     float* products = &scratch->products[0];
     if (in != in8) {  // the stem: zero channels up to a multiple of 8
-        for (int s = 0; s < 64; ++s)
+        for (int s = 0; s < N * N; ++s)
             for (int i = 0; i < in8; ++i) staged[s * in8 + i] = i < in ? x[s * in + i] : 0.0f;
         x = staged;
     }
-    winograd_input_tile<0, 0>(x, in8, inputs);
-    winograd_input_tile<0, 1>(x, in8, inputs);
-    winograd_input_tile<1, 0>(x, in8, inputs);
-    winograd_input_tile<1, 1>(x, in8, inputs);
+    winograd_input_tiles<N>(x, in8, inputs);
     // The trunk's widths get a product with the channel count fixed at compile time.
     const float* filters = &conv.winograd[0];
     switch (in8) {
-        case 16: winograd_products<16>(inputs, in8, filters, products, oc); break;
-        case 32: winograd_products<32>(inputs, in8, filters, products, oc); break;
-        case 64: winograd_products<64>(inputs, in8, filters, products, oc); break;
-        case 128: winograd_products<128>(inputs, in8, filters, products, oc); break;
-        case 256: winograd_products<256>(inputs, in8, filters, products, oc); break;
-        default: winograd_products<0>(inputs, in8, filters, products, oc); break;
+        case 16: winograd_products<16, TILES>(inputs, in8, filters, products, oc); break;
+        case 32: winograd_products<32, TILES>(inputs, in8, filters, products, oc); break;
+        case 64: winograd_products<64, TILES>(inputs, in8, filters, products, oc); break;
+        case 128: winograd_products<128, TILES>(inputs, in8, filters, products, oc); break;
+        case 256: winograd_products<256, TILES>(inputs, in8, filters, products, oc); break;
+        default: winograd_products<0, TILES>(inputs, in8, filters, products, oc); break;
     }
     const __m256 zero = _mm256_setzero_ps();
-    const size_t next = (size_t)WINOGRAD_TILES * oc;  // one point of M
-    for (int t = 0; t < WINOGRAD_TILES; ++t) {
-        const int first = (t >> 1) * 32 + (t & 1) * 4;  // the tile's top-left square
+    const size_t next = (size_t)TILES * oc;  // one point of M
+    for (int t = 0; t < TILES; ++t) {
+        const int top = t / SIDE * 4, left = t % SIDE * 4;  // the tile's top-left square
         for (int o0 = 0; o0 < oc; o0 += 8) {
             __m256 half[4][6];  // (A^T m)[r][c]
             for (int c = 0; c < 6; ++c) {
-                const float* m = products + ((size_t)c * WINOGRAD_TILES + t) * oc + o0;  // point c, then 6 r + c
+                const float* m = products + ((size_t)c * TILES + t) * oc + o0;  // point c, then 6 r + c
                 winograd_output6(_mm256_loadu_ps(m), _mm256_loadu_ps(m + 6 * next), _mm256_loadu_ps(m + 12 * next),
                                  _mm256_loadu_ps(m + 18 * next), _mm256_loadu_ps(m + 24 * next),
                                  _mm256_loadu_ps(m + 30 * next), half[0][c], half[1][c], half[2][c], half[3][c]);
             }
             const __m256 bias = _mm256_loadu_ps(conv.bias + o0);
             for (int r = 0; r < 4; ++r) {
+                if (N % 4 != 0 && top + r > N - 1) break;  // past the board's last row
                 __m256 y[4];
                 winograd_output6(half[r][0], half[r][1], half[r][2], half[r][3], half[r][4], half[r][5], y[0], y[1],
                                  y[2], y[3]);
                 for (int c = 0; c < 4; ++c) {
-                    size_t at = (size_t)(first + r * 8 + c) * oc + o0;
+                    if (N % 4 != 0 && left + c > N - 1) break;
+                    size_t at = (size_t)((top + r) * N + left + c) * oc + o0;
                     __m256 value = _mm256_add_ps(y[c], bias);
                     if (residual) value = _mm256_add_ps(value, _mm256_loadu_ps(residual + at));
                     _mm256_storeu_ps(out + at, _mm256_max_ps(value, zero));
@@ -579,9 +651,9 @@ static void conv3x3_winograd(const Conv& conv, const float* x, const float* resi
 static void conv3x3_avx2(const Conv& conv, const float* x, const float* residual, float* out,
                          WinogradScratch* scratch) {
     if (conv.winograd.empty())
-        conv3x3_generic(conv, x, residual, out, scratch);
+        conv3x3_generic<8>(conv, x, residual, out, scratch);
     else
-        conv3x3_winograd(conv, x, residual, out, scratch);
+        conv3x3_winograd<8>(conv, x, residual, out, scratch);
 }
 
 static inline float sum256(__m256 v) {
@@ -695,6 +767,25 @@ static const Kernels AVX2_KERNELS = {"avx2+fma", true, matmul_avx2, conv3x3_avx2
                                      log_sum_exp_avx2, transpose_avx2};
 #pragma GCC pop_options
 #endif
+
+// The 3x3 convolution of `kernels` on a board of N squares a side (x, residual and out
+// [N * N][channels]): on 8 x 8 the table's own function, on other sizes the same algorithm
+// instantiated for N (the Winograd filters do not depend on the board).
+template <int N>
+static void conv3x3_board(const Kernels* kernels, const Conv& conv, const float* x, const float* residual,
+                          float* out, WinogradScratch* scratch) {
+    if (N == 8) {
+        kernels->conv3x3(conv, x, residual, out, scratch);
+        return;
+    }
+#if AMZ_X86
+    if (!conv.winograd.empty()) {  // filled only for kernels that run Winograd (bind_conv)
+        conv3x3_winograd<N>(conv, x, residual, out, scratch);
+        return;
+    }
+#endif
+    conv3x3_generic<N>(conv, x, residual, out, scratch);
+}
 
 static const Kernels* choose_kernels() {
 #if AMZ_X86

@@ -1,7 +1,11 @@
 // The network's forward pass (amazons/neural/numpy_net.py's NumpyNet.forward), one position at a time, and
 // the legal-move priors of npnet.legal_priors. The shape is a run-time value (NetShape), so one
 // build runs every network npnet runs: both policy heads, the joint head's arrow source term,
-// 3 or 7 feature planes, any mix of residual and attention layers.
+// 3 or 7 feature planes, any mix of residual and attention layers, the flat or the pooled value
+// head. The board size N is a template parameter of the forward pass (network_forward<N>), one
+// instantiation a size, so 8 x 8 (the bot's, network_evaluate) runs code compiled for 64 squares;
+// one bound Network serves every size (no weight depends on N but the flat value head's, which
+// runs on 8 x 8 only: its callers check).
 //
 // The weights are npnet's `layout_arrays`, float32, in that order, owned by the caller:
 // bind_network points a Network into them (and makes the Winograd filters of the AVX2 kernels).
@@ -34,8 +38,21 @@ struct NetShape {
     int value_hidden;    // the value head's hidden layer
     bool joint;          // the joint move head (else the factorized three-map head)
     bool arrow_source;   // the joint head's arrow source term
+    // the pooled value head: the MLP reads each reduced channel's mean, mean * (N - 8) / 2 and
+    // max over the board (3 * value_channels inputs, any N); else the flat one reads the 8 x 8
+    // map (value_channels * 64 inputs, N = 8 only)
+    bool pooled_value;
     std::vector<int> trunk;  // per trunk layer: TRUNK_RESIDUAL or TRUNK_ATTENTION
+
+    NetShape()
+        : num_planes(0), channels(0), key_dim(0), head_dim(0), value_channels(0), value_hidden(0), joint(false),
+          arrow_source(false), pooled_value(false) {}
 };
+
+// The value MLP's inputs: 3 pooled statistics a channel, or the flat 8 x 8 map.
+static inline size_t value_inputs(const NetShape& s) {
+    return (size_t)s.value_channels * (s.pooled_value ? 3 : 64);
+}
 
 // The floats of a network's weights in npnet's layout_arrays.
 static size_t network_weight_floats(const NetShape& s) {
@@ -48,8 +65,8 @@ static size_t network_weight_floats(const NetShape& s) {
         total += 2 * (c * 2 * h + 2 * h) + (c + h) * c + c + (s.arrow_source ? c * h + h : 0);
     else
         total += c * h + h + h * 3 + 3;
-    total += c * s.value_channels + s.value_channels + (size_t)s.value_channels * 64 * s.value_hidden +
-             s.value_hidden + s.value_hidden + 1;
+    total += c * s.value_channels + s.value_channels + value_inputs(s) * s.value_hidden + s.value_hidden +
+             s.value_hidden + 1;
     return total;
 }
 
@@ -150,7 +167,7 @@ static void bind_network(Network* net, const NetShape& shape, const float* weigh
     net->reduce_t.resize((size_t)vc * c);
     for (int i = 0; i < c; ++i)
         for (int v = 0; v < vc; ++v) net->reduce_t[(size_t)v * c + i] = net->reduce_w[(size_t)i * vc + v];
-    net->hidden_w = AMZ_TAKE((size_t)vc * 64 * shape.value_hidden);
+    net->hidden_w = AMZ_TAKE(value_inputs(shape) * shape.value_hidden);
     net->hidden_b = AMZ_TAKE(shape.value_hidden);
     net->out_w = AMZ_TAKE(shape.value_hidden);
     net->out_b = AMZ_TAKE(1);
@@ -161,94 +178,133 @@ static inline void relu(float* x, size_t n) {
     for (size_t i = 0; i < n; ++i) x[i] = x[i] > 0.0f ? x[i] : 0.0f;
 }
 
-// One thread's scratch of the forward pass, sized for a shape by reserve().
+// One thread's scratch of the forward pass, sized for a shape by reserve(), on every board size
+// (S = N * N squares, at most MAX_SQUARES).
 struct Workspace {
     std::vector<float> features, x, hidden, qkv, queries_t, energy, values_t, attended_t, x_t, head, head_keys;
     std::vector<float> gathered, queries, move_logits, arrow_logits, scratch, flat, value_hidden;
-    std::vector<float> source_queries, source_logits;  // the source term: [slot][head_dim], [slot][64]
-    float log_src[64], log_dst[64], log_arrow[64], arrow_norm[64];
-    uint8_t source_row[64], destination_row[64];  // a square's row in the gathered tables
+    std::vector<float> source_queries, source_logits;  // the source term: [slot][head_dim], [slot][S]
+    float log_src[MAX_SQUARES], log_dst[MAX_SQUARES], log_arrow[MAX_SQUARES], arrow_norm[MAX_SQUARES];
+    uint8_t source_row[MAX_SQUARES], destination_row[MAX_SQUARES];  // a square's row in the gathered tables
     WinogradScratch winograd;
 
     void reserve(const NetShape& s) {
-        const size_t c = s.channels, h = s.head_dim, d = s.key_dim;
-        features.assign(64 * (size_t)s.num_planes, 0.0f);
-        x.assign(64 * c, 0.0f);
-        hidden.assign(64 * (c + h), 0.0f);
-        qkv.assign(64 * (2 * d + c), 0.0f);
-        queries_t.assign(d * 64, 0.0f);
-        energy.assign(64 * 64, 0.0f);
-        values_t.assign(c * 64, 0.0f);
-        attended_t.assign(c * 64, 0.0f);
-        x_t.assign(c * 64, 0.0f);
-        head.assign(64 * (c + h), 0.0f);
-        head_keys.assign(h * 64, 0.0f);
-        gathered.assign(64 * c, 0.0f);
-        queries.assign(64 * h, 0.0f);
-        move_logits.assign(64 * 64, 0.0f);
-        arrow_logits.assign(64 * 64, 0.0f);
-        scratch.assign(64 * (h + 3), 0.0f);
-        flat.assign((size_t)s.value_channels * 64, 0.0f);
+        const size_t c = s.channels, h = s.head_dim, d = s.key_dim, n = MAX_SQUARES;
+        features.assign(n * (size_t)s.num_planes, 0.0f);
+        x.assign(n * c, 0.0f);
+        hidden.assign(n * (c + h), 0.0f);
+        qkv.assign(n * (2 * d + c), 0.0f);
+        queries_t.assign(d * n, 0.0f);
+        energy.assign(n * n, 0.0f);
+        values_t.assign(c * n, 0.0f);
+        attended_t.assign(c * n, 0.0f);
+        x_t.assign(c * n, 0.0f);
+        head.assign(n * (c + h), 0.0f);
+        head_keys.assign(h * n, 0.0f);
+        gathered.assign(n * c, 0.0f);
+        queries.assign(n * h, 0.0f);
+        move_logits.assign(n * n, 0.0f);
+        arrow_logits.assign(n * n, 0.0f);
+        scratch.assign(n * (h + 3), 0.0f);
+        flat.assign((size_t)s.value_channels * (n + 3), 0.0f);  // the map, then the pooled head's inputs
         value_hidden.assign(s.value_hidden, 0.0f);
         source_queries.assign(AMAZONS_PER_SIDE * h, 0.0f);
-        source_logits.assign(AMAZONS_PER_SIDE * 64, 0.0f);
+        source_logits.assign(AMAZONS_PER_SIDE * n, 0.0f);
         const int widest = s.num_planes > s.channels ? s.num_planes : s.channels;
         winograd.reserve((widest + 7) & ~7, s.channels);
     }
 };
 
-// Copies the rows of x ([64][width]) of the squares in `squares` to out, by increasing square;
-// row_of[square] = its row there. Returns the number of rows.
-static int gather_rows(const float* x, int width, u64 squares, float* out, uint8_t* row_of) {
-    int rows = 0;
-    for (; squares; squares &= squares - 1, ++rows) {
-        int square = ctz64(squares);
-        std::memcpy(out + (size_t)rows * width, x + (size_t)square * width, sizeof(float) * width);
-        row_of[square] = (uint8_t)rows;
+// A set of squares of an N x N board: the contract's bitboard words (square s is bit s % 64 of
+// word s / 64), one word up to 8 x 8.
+template <int N>
+struct SquareSet {
+    static const int WORDS = N * N <= 64 ? 1 : 2;
+    u64 word[WORDS];
+
+    void clear() {
+        for (int w = 0; w < WORDS; ++w) word[w] = 0;
     }
+    void add(int square) { word[WORDS == 1 ? 0 : square >> 6] |= ONE << (square & 63); }
+    bool has(int square) const { return (word[WORDS == 1 ? 0 : square >> 6] >> (square & 63)) & 1; }
+};
+
+// Copies the rows of x ([S][width]) of the squares in `squares` to out, by increasing square;
+// row_of[square] = its row there. Returns the number of rows.
+template <int N>
+static int gather_rows(const float* x, int width, const SquareSet<N>& squares, float* out, uint8_t* row_of) {
+    int rows = 0;
+    for (int w = 0; w < SquareSet<N>::WORDS; ++w)
+        for (u64 bits = squares.word[w]; bits; bits &= bits - 1, ++rows) {
+            int square = 64 * w + ctz64(bits);
+            std::memcpy(out + (size_t)rows * width, x + (size_t)square * width, sizeof(float) * width);
+            row_of[square] = (uint8_t)rows;
+        }
     return rows;
 }
 
-// The trunk's output into a.x ([64][channels]).
-static void trunk_forward(const Network& net, Workspace& a, const Pos& pos) {
+// The trunk's output into a.x ([S][channels]) from the feature planes in a.features.
+template <int N>
+static void trunk_forward(const Network& net, Workspace& a) {
     const Kernels* K = net.kernels;
-    const int c = net.shape.channels, d = net.shape.key_dim, width = 2 * d + c;
-    write_features(pos, net.shape.num_planes, &a.features[0]);
-    K->conv3x3(net.stem, &a.features[0], 0, &a.x[0], &a.winograd);
+    const int S = N * N, c = net.shape.channels, d = net.shape.key_dim, width = 2 * d + c;
+    conv3x3_board<N>(K, net.stem, &a.features[0], 0, &a.x[0], &a.winograd);
     for (size_t l = 0; l < net.trunk.size(); ++l) {
         const TrunkLayer& layer = net.trunk[l];
         if (layer.kind == TRUNK_RESIDUAL) {
-            K->conv3x3(layer.conv1, &a.x[0], 0, &a.hidden[0], &a.winograd);
-            K->conv3x3(layer.conv2, &a.hidden[0], &a.x[0], &a.x[0], &a.winograd);
+            conv3x3_board<N>(K, layer.conv1, &a.x[0], 0, &a.hidden[0], &a.winograd);
+            conv3x3_board<N>(K, layer.conv2, &a.hidden[0], &a.x[0], &a.x[0], &a.winograd);
         } else {
-            K->matmul(&a.x[0], c, 64, c, layer.qkv_w, width, layer.qkv_b, &a.qkv[0], width, width);
+            K->matmul(&a.x[0], c, S, c, layer.qkv_w, width, layer.qkv_b, &a.qkv[0], width, width);
             // energy[key][query]: each query's softmax over the keys runs down a column; then
             // attended^T [c][query] = values^T [c][key] x energy.
-            K->transpose(&a.qkv[0], width, 64, d, &a.queries_t[0]);
-            K->matmul(&a.qkv[d], width, 64, d, &a.queries_t[0], 64, 0, &a.energy[0], 64, 64);
-            K->softmax_columns(&a.energy[0], 64, 64);
-            K->transpose(&a.qkv[2 * d], width, 64, c, &a.values_t[0]);
-            K->matmul(&a.values_t[0], 64, c, 64, &a.energy[0], 64, 0, &a.attended_t[0], 64, 64);
-            K->transpose(&a.attended_t[0], 64, c, 64, &a.hidden[0]);
+            K->transpose(&a.qkv[0], width, S, d, &a.queries_t[0]);
+            K->matmul(&a.qkv[d], width, S, d, &a.queries_t[0], S, 0, &a.energy[0], S, S);
+            K->softmax_columns(&a.energy[0], S, S);
+            K->transpose(&a.qkv[2 * d], width, S, c, &a.values_t[0]);
+            K->matmul(&a.values_t[0], S, c, S, &a.energy[0], S, 0, &a.attended_t[0], S, S);
+            K->transpose(&a.attended_t[0], S, c, S, &a.hidden[0]);
             const float gate = layer.gate[0];
-            for (int i = 0; i < 64 * c; ++i) a.x[i] += gate * a.hidden[i];
+            for (int i = 0; i < S * c; ++i) a.x[i] += gate * a.hidden[i];
         }
     }
 }
 
+template <int N>
 static float value_forward(const Network& net, Workspace& a) {
     const Kernels* K = net.kernels;
-    const int c = net.shape.channels, vc = net.shape.value_channels, vh = net.shape.value_hidden;
+    const int S = N * N, c = net.shape.channels, vc = net.shape.value_channels, vh = net.shape.value_hidden;
     // The reduction channel-major, as torch flattens it: flat[v][s] = relu(b[v] + (W^T x^T)[v][s]),
-    // a row of 64 squares per channel.
-    K->transpose(&a.x[0], c, 64, c, &a.x_t[0]);
-    K->matmul(&net.reduce_t[0], c, vc, c, &a.x_t[0], 64, 0, &a.flat[0], 64, 64);
+    // a row of S squares per channel.
+    K->transpose(&a.x[0], c, S, c, &a.x_t[0]);
+    K->matmul(&net.reduce_t[0], c, vc, c, &a.x_t[0], S, 0, &a.flat[0], S, S);
     for (int v = 0; v < vc; ++v)
-        for (int s = 0; s < 64; ++s) {
-            float sum = a.flat[v * 64 + s] + net.reduce_b[v];
-            a.flat[v * 64 + s] = sum > 0.0f ? sum : 0.0f;
+        for (int s = 0; s < S; ++s) {
+            float sum = a.flat[v * S + s] + net.reduce_b[v];
+            a.flat[v * S + s] = sum > 0.0f ? sum : 0.0f;
         }
-    K->matmul(&a.flat[0], vc * 64, 1, vc * 64, net.hidden_w, vh, net.hidden_b, &a.value_hidden[0], vh, vh);
+    const float* inputs = &a.flat[0];
+    if (net.shape.pooled_value) {
+        // npnet's value pooling: [means | means * (N - 8) / 2 | maxima], the mean summed in
+        // double (S terms) and rounded once.
+        float* pooled = &a.flat[(size_t)vc * S];
+        for (int v = 0; v < vc; ++v) {
+            const float* row = &a.flat[(size_t)v * S];
+            double total = 0.0;
+            float peak = row[0];
+            for (int s = 0; s < S; ++s) {
+                total += row[s];
+                peak = row[s] > peak ? row[s] : peak;
+            }
+            const float mean = (float)(total / S);
+            pooled[v] = mean;
+            pooled[vc + v] = mean * (float)((N - 8) / 2.0);
+            pooled[2 * vc + v] = peak;
+        }
+        inputs = pooled;
+    }
+    const int width = (int)value_inputs(net.shape);
+    K->matmul(inputs, width, 1, width, net.hidden_w, vh, net.hidden_b, &a.value_hidden[0], vh, vh);
     relu(&a.value_hidden[0], vh);
     float out = net.out_b[0];
     for (int i = 0; i < vh; ++i) out += a.value_hidden[i] * net.out_w[i];
@@ -261,84 +317,92 @@ static float value_forward(const Network& net, Workspace& a) {
 // S[i][arrow] - log sum_a P(a | dst) exp(S[i][a]), where S = (x_next[src] Ws + bs) . arrow keys.
 // a.hidden holds x_next, a.head_keys the arrow keys [h][arrow], a.arrow_logits and a.arrow_norm
 // log P(arrow | dst) by destination row.
-static void add_source_term(const Network& net, Workspace& a, const Pos& pos, const Move* moves, int count,
-                            float* priors) {
+template <int N>
+static void add_source_term(const Network& net, Workspace& a, const SquareSet<N>& movers, const Move* moves,
+                            int count, float* priors) {
     const Kernels* K = net.kernels;
-    const int c = net.shape.channels, h = net.shape.head_dim;
-    uint8_t slot_of[64];
-    const int slots = gather_rows(&a.hidden[0], c, pos.mine, &a.gathered[0], slot_of);
+    const int S = N * N, c = net.shape.channels, h = net.shape.head_dim;
+    uint8_t slot_of[N * N];
+    const int slots = gather_rows<N>(&a.hidden[0], c, movers, &a.gathered[0], slot_of);
     K->matmul(&a.gathered[0], c, slots, c, net.policy[6], h, net.policy[7], &a.source_queries[0], h, h);
-    K->matmul(&a.source_queries[0], h, slots, h, &a.head_keys[0], 64, 0, &a.source_logits[0], 64, 64);
+    K->matmul(&a.source_queries[0], h, slots, h, &a.head_keys[0], S, 0, &a.source_logits[0], S, S);
     // norm[i][dst] for the (slot, destination) pairs the moves use, computed once each.
-    float norm[AMAZONS_PER_SIDE * 64];
-    uint64_t done[AMAZONS_PER_SIDE] = {0};
+    float norm[AMAZONS_PER_SIDE * N * N];
+    SquareSet<N> done[AMAZONS_PER_SIDE];
+    for (int i = 0; i < AMAZONS_PER_SIDE; ++i) done[i].clear();
     for (int k = 0; k < count; ++k) {
         const Move& m = moves[k];
         const int i = slot_of[m.src], d = a.destination_row[m.dst];
-        const float* source = &a.source_logits[(size_t)i * 64];
-        if (!((done[i] >> m.dst) & 1)) {
+        const float* source = &a.source_logits[(size_t)i * S];
+        if (!done[i].has(m.dst)) {
             float peak = source[0];
-            for (int s = 1; s < 64; ++s) peak = source[s] > peak ? source[s] : peak;
-            const float* log_arrow = &a.arrow_logits[(size_t)d * 64];
+            for (int s = 1; s < S; ++s) peak = source[s] > peak ? source[s] : peak;
+            const float* log_arrow = &a.arrow_logits[(size_t)d * S];
             double total = 0.0;
-            for (int s = 0; s < 64; ++s)
+            for (int s = 0; s < S; ++s)
                 total += std::exp((double)(log_arrow[s] - a.arrow_norm[d]) + (double)(source[s] - peak));
             const double tiny = 1.17549435e-38;  // float32's smallest normal, npnet's floor
-            norm[i * 64 + m.dst] = (float)std::log(total > tiny ? total : tiny) + peak;
-            done[i] |= (uint64_t)1 << m.dst;
+            norm[i * S + m.dst] = (float)std::log(total > tiny ? total : tiny) + peak;
+            done[i].add(m.dst);
         }
-        priors[k] += source[m.arrow] - norm[i * 64 + m.dst];
+        priors[k] += source[m.arrow] - norm[i * S + m.dst];
     }
 }
 
 // The priors of `moves` (npnet.legal_priors: P(src, dst) * P(arrow | [src,] dst), renormalized over
-// the legal moves) and the value for the side to move. The log-softmax over all (src, dst) pairs
-// adds one constant to every move and cancels in the renormalization, so it is left out.
-static float network_evaluate(const Network& net, Workspace& a, const Pos& pos, const Move* moves, int count,
-                              float* priors) {
+// the legal moves) and the value for the side to move, on an N x N board whose feature planes
+// are in a.features ([S][num_planes]); `movers` holds the side to move's amazons (the arrow
+// source term's slots). The flat value head runs on N = 8 only (the callers check). The
+// log-softmax over all (src, dst) pairs adds one constant to every move and cancels in the
+// renormalization, so it is left out.
+template <int N>
+static float network_forward(const Network& net, Workspace& a, const SquareSet<N>& movers, const Move* moves,
+                             int count, float* priors) {
     const Kernels* K = net.kernels;
-    const int c = net.shape.channels, h = net.shape.head_dim;
-    trunk_forward(net, a, pos);
+    const int S = N * N, c = net.shape.channels, h = net.shape.head_dim;
+    trunk_forward<N>(net, a);
     if (net.shape.joint) {
         // Keys and the update gate need every square; queries and logits only the rows of the
         // squares the legal moves start from (move logits) or land on (arrow logits).
         const int joint = c + h;  // a.head: [x | move keys] per square
-        u64 sources = 0, destinations = 0;
+        SquareSet<N> sources, destinations;
+        sources.clear();
+        destinations.clear();
         for (int i = 0; i < count; ++i) {
-            sources |= ONE << moves[i].src;
-            destinations |= ONE << moves[i].dst;
+            sources.add(moves[i].src);
+            destinations.add(moves[i].dst);
         }
-        K->matmul(&a.x[0], c, 64, c, net.policy[0] + h, 2 * h, net.policy[1] + h, &a.head[c], joint, h);
-        for (int s = 0; s < 64; ++s) std::memcpy(&a.head[(size_t)s * joint], &a.x[(size_t)s * c], sizeof(float) * c);
-        K->transpose(&a.head[c], joint, 64, h, &a.head_keys[0]);  // [h][dst]
-        int rows = gather_rows(&a.x[0], c, sources, &a.gathered[0], a.source_row);
+        K->matmul(&a.x[0], c, S, c, net.policy[0] + h, 2 * h, net.policy[1] + h, &a.head[c], joint, h);
+        for (int s = 0; s < S; ++s) std::memcpy(&a.head[(size_t)s * joint], &a.x[(size_t)s * c], sizeof(float) * c);
+        K->transpose(&a.head[c], joint, S, h, &a.head_keys[0]);  // [h][dst]
+        int rows = gather_rows<N>(&a.x[0], c, sources, &a.gathered[0], a.source_row);
         K->matmul(&a.gathered[0], c, rows, c, net.policy[0], 2 * h, net.policy[1], &a.queries[0], h, h);
-        K->matmul(&a.queries[0], h, rows, h, &a.head_keys[0], 64, 0, &a.move_logits[0], 64, 64);  // [source row][dst]
-        K->matmul(&a.head[0], joint, 64, joint, net.policy[2], c, net.policy[3], &a.hidden[0], c, c);
-        for (int i = 0; i < 64 * c; ++i) a.hidden[i] = a.x[i] + (a.hidden[i] > 0.0f ? a.hidden[i] : 0.0f);
-        K->matmul(&a.hidden[0], c, 64, c, net.policy[4] + h, 2 * h, net.policy[5] + h, &a.scratch[0], h, h);
-        K->transpose(&a.scratch[0], h, 64, h, &a.head_keys[0]);  // [h][arrow]
-        rows = gather_rows(&a.hidden[0], c, destinations, &a.gathered[0], a.destination_row);
+        K->matmul(&a.queries[0], h, rows, h, &a.head_keys[0], S, 0, &a.move_logits[0], S, S);  // [source row][dst]
+        K->matmul(&a.head[0], joint, S, joint, net.policy[2], c, net.policy[3], &a.hidden[0], c, c);
+        for (int i = 0; i < S * c; ++i) a.hidden[i] = a.x[i] + (a.hidden[i] > 0.0f ? a.hidden[i] : 0.0f);
+        K->matmul(&a.hidden[0], c, S, c, net.policy[4] + h, 2 * h, net.policy[5] + h, &a.scratch[0], h, h);
+        K->transpose(&a.scratch[0], h, S, h, &a.head_keys[0]);  // [h][arrow]
+        rows = gather_rows<N>(&a.hidden[0], c, destinations, &a.gathered[0], a.destination_row);
         K->matmul(&a.gathered[0], c, rows, c, net.policy[4], 2 * h, net.policy[5], &a.queries[0], h, h);
-        K->matmul(&a.queries[0], h, rows, h, &a.head_keys[0], 64, 0, &a.arrow_logits[0], 64, 64);  // [destination row][arrow]
-        for (int r = 0; r < rows; ++r) a.arrow_norm[r] = K->log_sum_exp(&a.arrow_logits[(size_t)r * 64], 64);
+        K->matmul(&a.queries[0], h, rows, h, &a.head_keys[0], S, 0, &a.arrow_logits[0], S, S);  // [destination row][arrow]
+        for (int r = 0; r < rows; ++r) a.arrow_norm[r] = K->log_sum_exp(&a.arrow_logits[(size_t)r * S], S);
         for (int i = 0; i < count; ++i) {
             const Move& m = moves[i];
             int d = a.destination_row[m.dst];
-            priors[i] = a.move_logits[a.source_row[m.src] * 64 + m.dst] + a.arrow_logits[d * 64 + m.arrow] -
+            priors[i] = a.move_logits[a.source_row[m.src] * S + m.dst] + a.arrow_logits[d * S + m.arrow] -
                         a.arrow_norm[d];
         }
-        if (net.shape.arrow_source && count > 0) add_source_term(net, a, pos, moves, count, priors);
+        if (net.shape.arrow_source && count > 0) add_source_term<N>(net, a, movers, moves, count, priors);
     } else {
-        K->matmul(&a.x[0], c, 64, c, net.policy[0], h, net.policy[1], &a.hidden[0], h, h);
-        relu(&a.hidden[0], (size_t)64 * h);
-        K->matmul(&a.hidden[0], h, 64, h, net.policy[2], 3, net.policy[3], &a.scratch[0], 3, 3);
+        K->matmul(&a.x[0], c, S, c, net.policy[0], h, net.policy[1], &a.hidden[0], h, h);
+        relu(&a.hidden[0], (size_t)S * h);
+        K->matmul(&a.hidden[0], h, S, h, net.policy[2], 3, net.policy[3], &a.scratch[0], 3, 3);
         float* maps[3] = {a.log_src, a.log_dst, a.log_arrow};
-        float row[64];
+        float row[N * N];
         for (int k = 0; k < 3; ++k) {
-            for (int s = 0; s < 64; ++s) row[s] = a.scratch[s * 3 + k];
-            float norm = K->log_sum_exp(row, 64);
-            for (int s = 0; s < 64; ++s) maps[k][s] = a.scratch[s * 3 + k] - norm;
+            for (int s = 0; s < S; ++s) row[s] = a.scratch[s * 3 + k];
+            float norm = K->log_sum_exp(row, S);
+            for (int s = 0; s < S; ++s) maps[k][s] = a.scratch[s * 3 + k] - norm;
         }
         for (int i = 0; i < count; ++i) {
             const Move& m = moves[i];
@@ -346,7 +410,16 @@ static float network_evaluate(const Network& net, Workspace& a, const Pos& pos, 
         }
     }
     if (count > 0) K->softmax(priors, count);
-    return value_forward(net, a);
+    return value_forward<N>(net, a);
+}
+
+// network_forward on the 8 x 8 board of `pos` (the bot's, and the evaluator's 8 x 8 batches).
+static float network_evaluate(const Network& net, Workspace& a, const Pos& pos, const Move* moves, int count,
+                              float* priors) {
+    write_features(pos, net.shape.num_planes, &a.features[0]);
+    SquareSet<8> movers;
+    movers.word[0] = pos.mine;
+    return network_forward<8>(net, a, movers, moves, count, priors);
 }
 
 #endif  // AMZ_NETWORK_H

@@ -10,9 +10,18 @@ and torch within 1e-4 (tests/test_nativenet.py). `load_net` takes new weights of
 (the inference server's weight updates); a load the native core refuses leaves the old weights
 in use.
 
-Input: `evaluate` checks the batch's contract (`amazons.evaluator.check_batch`) and the native
-core refuses, by position and move, what it cannot hold (overlapping bitboards, more than four
-amazons a side, a move whose source is not the side to move's amazon): `ValueError`.
+Board sizes: an evaluator serves one size, `NativeEvaluator(net, board_size=N)` for N in 6..10
+(8 by default; the attribute `board_size`, as `amazons.evaluator.Evaluator` names it), its
+positions in the board-size contract's layout: `(B, 3 * W) uint64` canonical rows, W = 1 up to
+8x8 and 2 on 9x9 and 10x10 (the low word holds squares 0..63), moves' squares below N * N. The
+C++ forward pass is compiled once a size, so 8x8 runs the code it ran before sizes came. A
+network with the flat value head (`value_head="flat"`, every network trained before the pooled
+head) runs on 8x8 only: another size raises `NativeUnavailableError`.
+
+Input: `evaluate` checks the batch's contract (`amazons.evaluator.check_batch` on 8x8, the same
+checks for the size's row width and squares on the others) and the native core refuses, by
+position and move, what it cannot hold (overlapping bitboards, more than four amazons a side, a
+piece off the board, a move whose source is not the side to move's amazon): `ValueError`.
 
 Threads: one by default, as the inference server's torch runs; `threads=N` splits a batch over N
 threads (docs/network.md says what more buys). One evaluator may be shared between threads: its
@@ -30,7 +39,8 @@ import os
 
 import numpy as np
 
-from amazons.evaluator import check_batch
+from amazons.boards import SIZES
+from amazons.evaluator import EvaluatorInputError, check_batch, describe_array
 from amazons.neural.numpy_net import NpNetInputError, NumpyNet, load_model, native_shape
 
 try:
@@ -41,9 +51,12 @@ except ImportError as error:  # the extension is not built (a checkout without `
 else:
     _IMPORT_ERROR = ""
 
-__all__ = ["NativeEvaluator", "NativeUnavailableError", "native_available", "native_support"]
+__all__ = ["BOARD_SIZES", "NativeEvaluator", "NativeUnavailableError", "native_available",
+           "native_net_shape", "native_support"]
 
 KERNELS = ("auto", "avx2", "portable")
+BOARD_SIZES = SIZES  # every size of the contract: the C++ is compiled for each (common.h)
+FLAT_BOARD_SIZE = 8  # the one size the flat value head runs on
 
 
 class NativeUnavailableError(RuntimeError):
@@ -56,19 +69,39 @@ def native_available() -> bool:
     return _native is not None
 
 
-def native_support(net_config: dict, trunk: list[str]) -> str:
-    """Why the native evaluator cannot run this network here, or "" when it can.
+def native_net_shape(net_config: dict, trunk: list[str]) -> dict:
+    """The network's `NetShape` fields (`amazons.neural.numpy_net.native_shape`) with the value
+    head's kind, `pooled_value` (True for `value_head="pooled"`), which the native core runs.
+
+    Raises:
+        NpNetInputError: as `native_shape`.
+    """
+    pooled = net_config.get("value_head", "flat") == "pooled"
+    shape = native_shape({**net_config, "value_head": "flat"} if pooled else net_config, trunk)
+    return {**shape, "pooled_value": pooled}
+
+
+def native_support(net_config: dict, trunk: list[str], size: int = FLAT_BOARD_SIZE) -> str:
+    """Why the native evaluator cannot run this network on `size` x `size` here, or "" when it
+    can.
 
     Args:
         net_config: the network's `NetConfig` fields (`NumpyNet.config`).
         trunk: its trunk layers (`"residual"` / `"attention"`).
+        size: the board size, one of `BOARD_SIZES`.
     """
     if _native is None:
         return f"the extension amazons._native is not built ({_IMPORT_ERROR}): run `make build`"
+    if size not in BOARD_SIZES:
+        return (f"board size {size!r}: the native core serves sizes "
+                f"{', '.join(map(str, BOARD_SIZES))}")
     try:
-        shape = native_shape(net_config, list(trunk))
+        shape = native_net_shape(net_config, list(trunk))
     except ValueError as error:
         return str(error)
+    if size != FLAT_BOARD_SIZE and not shape["pooled_value"]:
+        return (f"board size {size}: the flat value head (value_head='flat') runs on 8x8 only; "
+                f"a network with value_head='pooled' runs on every size")
     return _native.shape_error(shape)
 
 
@@ -81,18 +114,26 @@ class NativeEvaluator:
         threads: threads per batch (>= 1).
         kernels: "auto" (AVX2/FMA where the CPU has it), "avx2" (the same choice, refused
             without) or "portable".
+        board_size: the board side N of every batch, one of `BOARD_SIZES` (8: Botzone's).
 
     Raises:
-        NativeUnavailableError: the extension is not built or cannot run `net`.
-        ValueError: threads < 1 or an unknown `kernels`.
+        NativeUnavailableError: the extension is not built or cannot run `net` on `size`
+            (a flat value head on a size other than 8).
+        ValueError: threads < 1, an unknown `kernels` or a board_size out of `BOARD_SIZES`.
     """
 
-    def __init__(self, net: NumpyNet, threads: int = 1, kernels: str = "auto") -> None:
+    def __init__(self, net: NumpyNet, threads: int = 1, kernels: str = "auto",
+                 board_size: int = FLAT_BOARD_SIZE) -> None:
         if kernels not in KERNELS:
             raise ValueError(f"kernels must be one of {', '.join(KERNELS)}, got {kernels!r}")
         if int(threads) < 1:
             raise ValueError(f"threads must be >= 1, got {threads!r}")
-        why = native_support(net.config, net.trunk_layers)
+        if isinstance(board_size, bool) or board_size not in BOARD_SIZES:
+            raise ValueError(f"board_size must be one of {', '.join(map(str, BOARD_SIZES))}, "
+                             f"got {board_size!r}")
+        # the attribute of an evaluator tied to one size (`amazons.evaluator.Evaluator`)
+        self.board_size = int(board_size)
+        why = native_support(net.config, net.trunk_layers, self.board_size)
         if why:
             raise NativeUnavailableError(f"the native evaluator cannot run this network: {why}")
         self.threads = int(threads)
@@ -104,11 +145,11 @@ class NativeEvaluator:
         self.load_net(net)
 
     @classmethod
-    def from_file(cls, path: str | os.PathLike, threads: int = 1,
-                  kernels: str = "auto") -> NativeEvaluator:
+    def from_file(cls, path: str | os.PathLike, threads: int = 1, kernels: str = "auto",
+                  board_size: int = FLAT_BOARD_SIZE) -> NativeEvaluator:
         """An evaluator on an exported `.npz` model (see `amazons.neural.numpy_net.load_model` for
         what it raises)."""
-        return cls(load_model(path), threads, kernels)
+        return cls(load_model(path), threads, kernels, board_size)
 
     @property
     def kernels(self) -> str:
@@ -126,7 +167,7 @@ class NativeEvaluator:
                                          "build a new evaluator")
         weights = np.concatenate([array.reshape(-1)
                                   for _, array in net.layout_arrays()]).astype(np.float32)
-        self._core.load(native_shape(net.config, net.trunk_layers), weights)
+        self._core.load(native_net_shape(net.config, net.trunk_layers), weights)
         self._shape = (dict(net.config), list(net.trunk_layers))
         self.net = net
 
@@ -134,21 +175,27 @@ class NativeEvaluator:
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
     ) -> tuple[np.ndarray, np.ndarray]:
         """`amazons.evaluator.Evaluator.evaluate`: priors over each position's legal moves,
-        `(M,) float32`, and a value for its side to move, `(B,) float32`.
+        `(M,) float32`, and a value for its side to move, `(B,) float32`, on the evaluator's
+        board size (positions `(B, 3 * W) uint64`, see the module's docstring).
 
         Raises:
             amazons.evaluator.EvaluatorInputError: a batch that breaks the contract
-                (`amazons.evaluator.check_batch`).
+                (`amazons.evaluator.check_batch`; on other sizes the same checks for its row
+                width and squares).
             ValueError: a position or move the native core cannot hold, named by its index:
-                overlapping bitboards, more than four amazons a side, a move whose source is
-                not one of the side to move's amazons.
+                overlapping bitboards, more than four amazons a side, a piece off the board,
+                a move whose source is not one of the side to move's amazons.
         """
-        check_batch(positions, moves, move_offsets)
+        if self.board_size == FLAT_BOARD_SIZE:
+            check_batch(positions, moves, move_offsets)
+        else:
+            _check_sized_batch(positions, moves, move_offsets, self.board_size)
         priors = np.empty(moves.shape[0], np.float32)
         values = np.empty(positions.shape[0], np.float32)
         if positions.shape[0]:
             self._core.evaluate(np.ascontiguousarray(positions), np.ascontiguousarray(moves),
-                                np.ascontiguousarray(move_offsets), priors, values, self.threads)
+                                np.ascontiguousarray(move_offsets), priors, values, self.threads,
+                                self.board_size)
         return priors, values
 
     @property
@@ -169,3 +216,36 @@ class NativeEvaluator:
         if not self.net.has_ownership:
             raise NpNetInputError("this network has no ownership head")
         return NumpyEvaluator(self.net).ownership(positions)
+
+
+def _check_sized_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray,
+                       size: int) -> None:
+    """`check_batch` on a `size` x `size` board other than 8x8: positions `(B, 3 * W) uint64`,
+    moves `(M, 3) int32` of squares 0..size*size-1, offsets rising from 0 to M.
+
+    Raises:
+        EvaluatorInputError: naming the array and what is wrong with it.
+    """
+    width = 3 * (1 if size * size <= 64 else 2)
+    if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 \
+            or positions.shape[1:] != (width,):
+        raise EvaluatorInputError(f"positions must be a (B, {width}) uint64 array on "
+                                  f"{size}x{size}, got {describe_array(positions)}")
+    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
+            or moves.shape[1] != 3:
+        raise EvaluatorInputError(
+            f"moves must be an (M, 3) int32 array, got {describe_array(moves)}")
+    rows = positions.shape[0]
+    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
+            or move_offsets.shape != (rows + 1,):
+        raise EvaluatorInputError(
+            f"move_offsets must be a ({rows + 1},) int64 array, got {describe_array(move_offsets)}")
+    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] \
+            or np.any(np.diff(move_offsets) < 0):
+        raise EvaluatorInputError(
+            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
+            f"got {move_offsets[0]}..{move_offsets[-1]}")
+    last = size * size - 1
+    if moves.size and (moves.min() < 0 or moves.max() > last):
+        raise EvaluatorInputError(
+            f"moves must hold squares 0..{last}, got {moves.min()}..{moves.max()}")
