@@ -1,17 +1,16 @@
 """The native evaluator on every board size (issue 51): N x N for N in 6..10.
 
-Its feature planes are held to a ray-walking oracle written here (and to the engine's
-`features(size=N)` where the engine has sizes), its outputs to `amazons.neural.numpy_net` for a
-small network with the pooled value head on 6x6, 8x8 and 10x10 (both kernels: the 10x10
-Winograd convolution has 3 x 3 tiles, the 6x6 one cuts its outputs), and a network with the
-flat value head is refused on any size but 8. Positions are random placements of four amazons
-a side and some arrows, in the board-size contract's rows of 3 * W words; their moves are the
-oracle's legal moves.
+Its feature planes are held to the engine's `features(size=N)` and to a ray-walking oracle
+written here, its outputs to `amazons.neural.numpy_net` for small networks with the pooled value
+head (both kernels on 6x6, 8x8 and 10x10: the 10x10 Winograd convolution has 3 x 3 tiles, the
+6x6 one cuts its outputs; other widths and the factorized head on 7, 9 and 10), and a network
+with the flat value head is refused on any size but 8. Positions are random placements of four
+amazons a side and some arrows, in the board-size contract's rows of 3 * W words; their moves
+are the engine's legal moves.
 """
 
 from __future__ import annotations
 
-import inspect
 import math
 
 import numpy as np
@@ -33,7 +32,6 @@ torch.set_num_threads(1)
 
 SIZES = (6, 7, 8, 9, 10)
 DIRECTIONS = [(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if dx or dy]
-ENGINE_HAS_SIZES = "size" in inspect.signature(engine.features).parameters
 
 
 def words(size: int) -> int:
@@ -103,9 +101,7 @@ def batch_of(size: int, count: int, seed: int):
     """(boards, positions (B, 3W) uint64, moves (M, 3) int32, offsets (B + 1,) int64)."""
     boards = random_boards(size, count, seed)
     positions = np.stack([row_of(board, size) for board in boards])
-    lists = [oracle_moves(*board, size) for board in boards]
-    moves = np.array([move for moves in lists for move in moves], np.int32).reshape(-1, 3)
-    offsets = np.concatenate([[0], np.cumsum([len(moves) for moves in lists])]).astype(np.int64)
+    moves, offsets = engine.legal_moves(positions, size=size)
     return boards, positions, moves, offsets
 
 
@@ -144,14 +140,13 @@ def test_feature_planes_match_the_oracle(size):
             np.testing.assert_array_equal(_native.board_feature_planes(row, planes, size), want)
 
 
-@pytest.mark.skipif(not ENGINE_HAS_SIZES, reason="the engine has no board sizes yet")
 @pytest.mark.parametrize("size", SIZES)
 def test_feature_planes_match_the_engine(size):
     from amazons import _native
 
     _, positions, _, _ = batch_of(size, 12, seed=10 + size)
     for planes in (3, 7):
-        want = engine.features(positions, planes, board_size=size)
+        want = engine.features(positions, planes, size=size)
         for index, row in enumerate(positions):
             np.testing.assert_array_equal(_native.board_feature_planes(row, planes, size),
                                           want[index])
