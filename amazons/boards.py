@@ -111,6 +111,14 @@ class ParsedPosition:
 _TOKEN = re.compile(r"\d+|[BWx]")
 
 
+def _row_width(row: str) -> int:
+    """Squares a position-string row covers (-1 when it holds a bad character)."""
+    tokens = _TOKEN.findall(row)
+    if "".join(tokens) != row:
+        return -1
+    return sum(int(token) if token.isdigit() else 1 for token in tokens)
+
+
 def parse_position(text: str) -> ParsedPosition:
     """Read a position string (`ROWS SIDE [PLY]`); the number of rows is the board's size.
 
@@ -125,6 +133,10 @@ def parse_position(text: str) -> ParsedPosition:
     if size not in SIZES:
         raise NotationError(f"bad position {text!r}: {size} rows, expected a board of "
                             f"{MIN_SIZE}..{MAX_SIZE} rows")
+    widths = {_row_width(row) for row in rows}
+    if len(widths) == 1 and widths != {size}:
+        raise NotationError(f"bad position {text!r}: {size} rows of {widths.pop()} squares; a "
+                            "board has as many rows as squares in a row")
     boards = {"B": 0, "W": 0, "x": 0}
     for y, row in enumerate(rows):
         x, at = 0, 0
@@ -135,7 +147,8 @@ def parse_position(text: str) -> ParsedPosition:
             piece = token.group()
             if piece.isdigit():
                 if piece.startswith("0"):
-                    raise NotationError(f"bad position row {row!r}: empty run {piece!r}")
+                    raise NotationError(f"bad position row {row!r}: unexpected '0' opening the "
+                                      f"run {piece!r}")
                 x += int(piece)
             else:
                 if x < size:

@@ -80,14 +80,15 @@ def render_board(board: Board, last_move: Move | None = None, color: bool = Fals
     The last move's squares (from, to, arrow) are bracketed, or in reverse video with `color`,
     which also colours the pieces with ANSI escapes.
     """
+    size = board.size
     black, white, arrows = board.bitboards()
     marked = set() if last_move is None else {last_move.src, last_move.dst, last_move.arrow}
-    lines = ["    " + "".join(f" {file} " for file in FILES).rstrip(),
-             "    " + "".join(f" {x} " for x in range(8)) + "  x/y"]
-    for y in range(8):
+    lines = ["    " + "".join(f" {file} " for file in FILES[:size]).rstrip(),
+             "    " + "".join(f" {x} " for x in range(size)) + "  x/y"]
+    for y in range(size):
         cells = []
-        for x in range(8):
-            square = y * 8 + x
+        for x in range(size):
+            square = y * size + x
             bit = 1 << square
             piece = "B" if black & bit else "W" if white & bit else "x" if arrows & bit else "."
             if color:
@@ -95,7 +96,7 @@ def render_board(board: Board, last_move: Move | None = None, color: bool = Fals
                 cells.append(f"{style} {piece} {_RESET}")
             else:
                 cells.append(f"[{piece}]" if square in marked else f" {piece} ")
-        lines.append(f" {8 - y}  {''.join(cells)}  {y}")
+        lines.append(f"{size - y:>2}  {''.join(cells)}  {y}")
     return "\n".join(lines)
 
 
