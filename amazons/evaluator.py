@@ -6,6 +6,11 @@ only name the protocol, or implement it, load numpy alone: the inference server 
 (`amazons.serving.server`), the learner, the network evaluators (`amazons.neural.model`,
 `amazons.neural.numpy_net`) and the web board. `amazons.mcts` re-exports both names.
 
+Board sizes (6..10): an evaluator tied to one size says so in an attribute `board_size: int`, and
+hands its `size` to the checks here; positions are `(B, 3 * W) uint64` with `W` 64-bit words per
+bitboard (the N*N squares' bits, 64 a word: 1 up to 8x8, 2 above; `amazons.engine.geometry`),
+squares `0 .. N*N - 1`.
+
 Imports numpy only.
 """
 
@@ -22,9 +27,8 @@ __all__ = [
     "check_batch",
     "check_positions",
     "describe_array",
+    "position_width",
 ]
-
-NUM_SQUARES = 64
 
 
 class EvaluatorError(ValueError):
@@ -43,27 +47,38 @@ def describe_array(array: object) -> str:
     return type(array).__name__
 
 
-def check_positions(positions: np.ndarray) -> None:
-    """Refuse `positions` unless it is a `(B, 3) uint64` array.
+def position_width(size: int) -> int:
+    """uint64 words of a position row of a `size x size` board: three bitboards of
+    `ceil(size * size / 64)` words each (3 up to 8x8, 6 on 9x9 and 10x10)."""
+    return 3 * ((size * size + 63) // 64)
+
+
+def check_positions(positions: np.ndarray, size: int = 8) -> None:
+    """Refuse `positions` unless it is a `(B, 3 * W) uint64` array of a `size x size` board
+    (`position_width`: `(B, 3)` up to 8x8, `(B, 6)` above).
 
     Raises:
-        EvaluatorInputError: naming what `positions` is instead.
+        EvaluatorInputError: naming what `positions` is instead, and the board size.
     """
+    width = position_width(size)
     if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 \
-            or positions.ndim != 2 or positions.shape[1] != 3:
+            or positions.ndim != 2 or positions.shape[1] != width:
         raise EvaluatorInputError(
-            f"positions must be a (B, 3) uint64 array, got {describe_array(positions)}")
+            f"positions must be a (B, {width}) uint64 array on a {size}x{size} board, got "
+            f"{describe_array(positions)}")
 
 
-def check_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray) -> None:
-    """Refuse a batch that breaks `Evaluator.evaluate`'s contract: its dtypes and shapes, offsets
-    that rise from 0 to the number of moves, squares 0..63. Whether the positions and moves are
-    legal is the caller's to know (the native evaluator refuses those it cannot hold).
+def check_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray,
+                size: int = 8) -> None:
+    """Refuse a batch that breaks `Evaluator.evaluate`'s contract on a `size x size` board: its
+    dtypes and shapes (`check_positions`), offsets that rise from 0 to the number of moves,
+    squares 0 .. size*size - 1. Whether the positions and moves are legal is the caller's to
+    know (the native evaluator refuses those it cannot hold).
 
     Raises:
         EvaluatorInputError: naming the array and what is wrong with it.
     """
-    check_positions(positions)
+    check_positions(positions, size)
     if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
             or moves.shape[1] != 3:
         raise EvaluatorInputError(
@@ -78,14 +93,21 @@ def check_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarr
         raise EvaluatorInputError(
             f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
             f"got {move_offsets[0]}..{move_offsets[-1]}")
-    if moves.size and (moves.min() < 0 or moves.max() >= NUM_SQUARES):
+    squares = size * size
+    if moves.size and (moves.min() < 0 or moves.max() >= squares):
         raise EvaluatorInputError(
-            f"moves must hold squares 0..63, got {moves.min()}..{moves.max()}")
+            f"moves on a {size}x{size} board must hold squares 0..{squares - 1}, "
+            f"got {moves.min()}..{moves.max()}")
 
 
 @runtime_checkable
 class Evaluator(Protocol):
-    """Scores leaf positions for the search; implementations must not keep the input arrays."""
+    """Scores leaf positions for the search; implementations must not keep the input arrays.
+
+    An evaluator tied to one board size has an attribute `board_size: int` (6..10; 8 for every
+    evaluator built without one), and `amazons.mcts.BatchedSearch` searches that size with it
+    (another size is refused). One that works on any size (uniform priors) may lack it.
+    """
 
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
@@ -93,8 +115,11 @@ class Evaluator(Protocol):
         """Priors over each position's legal moves and a value for its side to move.
 
         Args:
-            positions: `(B, 3) uint64` canonical leaf positions, none of them terminal.
-            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated.
+            positions: `(B, 3 * W) uint64` canonical leaf positions of the evaluator's board
+                size (`W` 64-bit words per bitboard: `(B, 3)` up to 8x8, `(B, 6)` on 9x9 and
+                10x10), none of them terminal.
+            moves: `(M, 3) int32` canonical legal moves of all positions, concatenated (squares
+                below N*N).
             move_offsets: `(B + 1,) int64`; position i owns
                 `moves[move_offsets[i]:move_offsets[i + 1]]`.
 

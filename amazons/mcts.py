@@ -20,6 +20,11 @@ exist only in the engine and no Python loop ever runs over moves or nodes:
 Everything is in canonical frames: the side to move's view, so the search never deals with
 colours, and every value is for the side to move at its node. This module imports numpy and the
 engine only; it never imports torch (network evaluators implement the same protocol elsewhere).
+
+One search serves one board size (6..10), fixed at construction: its roots and leaves are
+`(n, 3 * W) uint64` positions of that size (`W` words per bitboard, `engine.geometry(size)`), its
+rules the engine's compiled module of that size (`engine.rules(size)`). The Numba kernels never
+see the size (squares are ints below N*N), so every size runs the same compiled kernels.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from amazons import _engine, engine
+from amazons import engine
 from amazons import mcts_numba as kernels
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE, adjudicated_plies
 from amazons.evaluator import Evaluator, EvaluatorError
@@ -226,7 +231,8 @@ def uniform_priors(move_offsets: np.ndarray) -> np.ndarray:
 class UniformEvaluator:
     """Uniform priors and value 0: search guided by exact terminal results only.
 
-    For tests and benchmarks."""
+    For tests and benchmarks. It works on every board size (it has no `board_size`): the search
+    it serves decides the size."""
 
     def evaluate(
         self, positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray
@@ -241,11 +247,20 @@ class RolloutEvaluator:
     Args:
         rollouts_per_leaf: playouts averaged per position (more = less noisy, slower).
         seed: seeds the playouts; two evaluators with one seed give the same values.
+        board_size: the board's side N (6..10); positions are `(B, 3 * W)` of that size.
+
+    Raises:
+        SearchConfigError: rollouts_per_leaf < 1, or a board size the engine has no rules for.
     """
 
-    def __init__(self, rollouts_per_leaf: int = 1, seed: int | None = None) -> None:
+    def __init__(self, rollouts_per_leaf: int = 1, seed: int | None = None,
+                 board_size: int = 8) -> None:
         if rollouts_per_leaf < 1:
             raise SearchConfigError(f"rollouts_per_leaf must be >= 1, got {rollouts_per_leaf}")
+        try:
+            self.board_size = engine.geometry(board_size).size
+        except (TypeError, ValueError) as error:
+            raise SearchConfigError(f"board_size: {error}") from None
         self.rollouts_per_leaf = int(rollouts_per_leaf)
         self._rng = np.random.default_rng(seed)
 
@@ -256,7 +271,8 @@ class RolloutEvaluator:
         seed = int(self._rng.integers(1 << 62))
         repeated = positions if self.rollouts_per_leaf == 1 else np.repeat(
             positions, self.rollouts_per_leaf, axis=0)
-        results = engine.random_rollouts(np.ascontiguousarray(repeated), seed)
+        results = engine.random_rollouts(np.ascontiguousarray(repeated), seed,
+                                         size=self.board_size)
         values = results.reshape(positions.shape[0], self.rollouts_per_leaf).mean(axis=1)
         return uniform_priors(move_offsets), values.astype(np.float32)
 
@@ -313,20 +329,49 @@ class SearchStats:
     batches: int = 0  # evaluator calls
 
 
-def _check_positions(positions: np.ndarray, name: str) -> np.ndarray:
+def _check_positions(positions: np.ndarray, name: str, geometry: engine.Geometry) -> np.ndarray:
+    """`positions` as a C-contiguous `(n, 3 * W) uint64` array of `geometry`'s board (one row
+    `(3 * W,)` is taken as `n = 1`), each square used once.
+
+    Raises:
+        SearchInputError: a wrong dtype or shape (the board size named), or overlapping bitboards.
+    """
     positions = np.asarray(positions)
+    width, words, size = geometry.position_width, geometry.words, geometry.size
     if positions.dtype != POSITION_DTYPE:
         raise SearchInputError(f"{name} must have dtype uint64, got {positions.dtype}")
-    if positions.shape == (3,):
-        positions = positions.reshape(1, 3)
-    if positions.ndim != 2 or positions.shape[1] != 3:
-        raise SearchInputError(f"{name} must have shape (n, 3), got {positions.shape}")
-    mine, theirs, arrows = positions[:, 0], positions[:, 1], positions[:, 2]
-    overlap = (mine & theirs) | (mine & arrows) | (theirs & arrows)
+    if positions.shape == (width,):
+        positions = positions.reshape(1, width)
+    if positions.ndim != 2 or positions.shape[1] != width:
+        raise SearchInputError(f"{name} must have shape (n, {width}) on a {size}x{size} board "
+                               f"(3 bitboards of {words} words), got {positions.shape}")
+    mine, theirs, arrows = (positions[:, k * words:(k + 1) * words] for k in range(3))
+    overlap = ((mine & theirs) | (mine & arrows) | (theirs & arrows)).any(axis=1)
     if np.any(overlap):
         row = int(np.flatnonzero(overlap)[0])
         raise SearchInputError(f"{name}[{row}] has a square used twice (overlapping bitboards)")
     return np.ascontiguousarray(positions)
+
+
+def _board_size(evaluator: Evaluator, size: int | None) -> int:
+    """The board size a search with `evaluator` runs on: `size` when given, else the evaluator's
+    `board_size`, else 8.
+
+    Raises:
+        SearchInputError: `size` and the evaluator's `board_size` disagree, or the size is not one
+            the engine has rules for.
+    """
+    evaluator_size = getattr(evaluator, "board_size", None)
+    if size is None:
+        size = 8 if evaluator_size is None else evaluator_size
+    elif evaluator_size is not None and evaluator_size != size:
+        raise SearchInputError(
+            f"the search was asked for size {size} ({size}x{size}) but its evaluator "
+            f"{type(evaluator).__name__} has board_size {evaluator_size} "
+            f"({evaluator_size}x{evaluator_size})")
+    if isinstance(size, bool) or not isinstance(size, (int, np.integer)):
+        raise SearchInputError(f"size must be an int board side (6..10), got {size!r}")
+    return int(size)
 
 
 class BatchedSearch:
@@ -347,6 +392,16 @@ class BatchedSearch:
         config: search parameters (defaults: `SearchConfig()`).
         num_games: G, games searched together.
         seed: seeds Dirichlet noise and temperature sampling.
+        size: the board's side N (6..10); default: the evaluator's `board_size`, else 8. Roots
+            and leaves are `(n, 3 * W) uint64` positions of this size (`engine.geometry`).
+
+    Attributes:
+        size: the board side the search runs on; `geometry`: its `engine.Geometry`.
+
+    Raises:
+        SearchInputError: `size` and the evaluator's `board_size` disagree (both are named), a
+            size the engine has no rules for, no `evaluate` method, or num_games < 1.
+        SearchConfigError: `config.edge_capacity` does not hold one position's moves of the size.
     """
 
     def __init__(
@@ -355,24 +410,39 @@ class BatchedSearch:
         config: SearchConfig | None = None,
         num_games: int = 1,
         seed: int | None = None,
+        size: int | None = None,
     ) -> None:
         if not callable(getattr(evaluator, "evaluate", None)):
             raise SearchInputError(
                 "evaluator must have an evaluate(positions, moves, move_offsets) method")
         if num_games < 1:
             raise SearchInputError(f"num_games must be >= 1, got {num_games}")
+        size = _board_size(evaluator, size)
+        try:
+            self.geometry = engine.geometry(size)
+        except ValueError as error:
+            raise SearchInputError(f"size {size}: {error}") from None
+        self.size = self.geometry.size
+        # The compiled rules of this size: the hot loop calls their kernels directly.
+        self._rules = engine.rules(self.size)
         self.evaluator = evaluator
         self.config = config if config is not None else SearchConfig()
+        max_moves = self.geometry.max_moves
+        if self.config.edge_capacity < max_moves:
+            raise SearchConfigError(
+                f"edge_capacity must be >= {max_moves} (one {size}x{size} position's moves), "
+                f"got {self.config.edge_capacity}")
         self.num_games = int(num_games)
         self._rng = np.random.default_rng(seed)
         self.tree = kernels.allocate_tree(self.num_games, self.config.node_capacity,
                                           self.config.edge_capacity)
-        self._roots = np.zeros((self.num_games, 3), POSITION_DTYPE)
+        width = self.geometry.position_width
+        self._roots = np.zeros((self.num_games, width), POSITION_DTYPE)
         self._has_root = np.zeros(self.num_games, np.bool_)
         self._noised = np.zeros(self.num_games, np.bool_)
         self._clean_root_priors: list[np.ndarray | None] = [None] * self.num_games
         self._gumbel = kernels.allocate_gumbel(self.num_games,
-                                               MAX_MOVES if self.config.root == "gumbel" else 0)
+                                               max_moves if self.config.root == "gumbel" else 0)
         # sequential halving runs at this root
         self._gumbel_started = np.zeros(self.num_games, np.bool_)
         # forced playouts' k per root (0: off)
@@ -383,10 +453,10 @@ class BatchedSearch:
         self._path_edges = np.zeros((batch, kernels.MAX_DEPTH), np.int32)
         self._path_moves = np.zeros((batch, kernels.MAX_DEPTH, 3), MOVE_DTYPE)
         self._path_lengths = np.zeros(batch, np.int32)
-        self._leaf_positions = np.zeros((batch, 3), POSITION_DTYPE)
-        self._moves = np.empty((batch * MAX_MOVES, 3), MOVE_DTYPE)
+        self._leaf_positions = np.zeros((batch, width), POSITION_DTYPE)
+        self._moves = np.empty((batch * max_moves, 3), MOVE_DTYPE)
         self._offsets = np.zeros(batch + 1, OFFSET_DTYPE)
-        self._wins = np.zeros(batch * MAX_MOVES, np.bool_)
+        self._wins = np.zeros(batch * max_moves, np.bool_)
         self._leaf_proof = np.zeros(batch, np.int8)
         self._leaf_proof_plies = np.zeros(batch, np.int16)
         self._leaf_bounds = np.zeros((batch, 4), np.int16)
@@ -400,16 +470,22 @@ class BatchedSearch:
 
     @property
     def root_positions(self) -> np.ndarray:
-        """`(G, 3) uint64` canonical root positions, a copy.
+        """`(G, 3 * W) uint64` canonical root positions of the search's size, a copy.
 
         Rows of games without a root are 0."""
         return self._roots.copy()
 
     def set_roots(self, positions: np.ndarray, games: np.ndarray | list[int] | None = None) -> None:
-        """Start fresh trees at canonical `positions` `(n, 3) uint64` for `games`.
+        """Start fresh trees at canonical `positions` `(n, 3 * W) uint64` (the search's size; one
+        `(3 * W,)` row for one game) for `games`.
 
-        `games` defaults to all G games."""
-        positions = _check_positions(positions, "positions")
+        `games` defaults to all G games.
+
+        Raises:
+            SearchInputError: positions of another width (the board sizes named), overlapping
+                bitboards, or a row count that does not match `games`.
+        """
+        positions = _check_positions(positions, "positions", self.geometry)
         games = self._check_games(games, require_root=False)
         if positions.shape[0] != games.shape[0]:
             raise SearchInputError(
@@ -442,7 +518,8 @@ class BatchedSearch:
             raise SearchInputError(f"move must be 3 integers (src, dst, arrow), got {move!r}")
         move = move.astype(MOVE_DTYPE).reshape(1, 3)
         try:
-            child_position = engine.apply_moves(self._roots[game : game + 1], move)
+            child_position = engine.apply_moves(self._roots[game : game + 1], move,
+                                                size=self.size)
         except engine.EngineInputError:
             raise SearchInputError(
                 f"move {move[0].tolist()} is not legal at the root of game {game}") from None
@@ -518,7 +595,7 @@ class BatchedSearch:
         if explore.shape != games.shape or explore.dtype != np.bool_:
             raise SearchInputError(
                 f"explore must be a bool or {games.shape[0]} bools, got {explore!r}")
-        terminal = engine.is_terminal(self._roots[games])
+        terminal = engine.is_terminal(self._roots[games], size=self.size)
         if np.any(terminal):
             raise SearchInputError(
                 f"the root of game {int(games[np.flatnonzero(terminal)[0]])} is terminal "
@@ -593,9 +670,10 @@ class BatchedSearch:
                 raise RuntimeError(f"select_leaves failed with status {status} (corrupt tree)")
             if count == 0:
                 continue
-            bad = _engine.play_paths_batch(self._roots, self._leaf_game[:count],
-                                           self._path_moves[:count], self._path_lengths[:count],
-                                           self._leaf_positions[:count])
+            bad = self._rules.play_paths_batch(self._roots, self._leaf_game[:count],
+                                               self._path_moves[:count],
+                                               self._path_lengths[:count],
+                                               self._leaf_positions[:count])
             if bad >= 0:
                 raise RuntimeError(f"leaf path {bad} is illegal (corrupt tree)")
             self._evaluate_and_expand(count, stats)
@@ -609,12 +687,12 @@ class BatchedSearch:
         below the root; if it becomes a root, `_evaluate_roots` asks the evaluator for them.
         """
         # The batch buffers were allocated with the engine's dtypes and shapes (and a move buffer
-        # of G x K x MAX_MOVES rows), so the engine's kernels are called without the checking
+        # of G x K x max_moves rows), so the engine's kernels are called without the checking
         # wrappers of `amazons.engine`: this runs once per round, where the checks would cost
         # as much as the kernels.
         positions = self._leaf_positions[:count]
         offsets = self._offsets[: count + 1]
-        total = _engine.legal_moves_batch(positions, self._moves, offsets)
+        total = self._rules.legal_moves_batch(positions, self._moves, offsets)
         moves = self._moves[:total]
         counts = np.diff(offsets)
         terminal = counts == 0
@@ -623,7 +701,7 @@ class BatchedSearch:
         self._leaf_proof[:count] = 0
         if self.config.solver and total > 0:
             below_root = self._path_lengths[:count] > 0
-            if _engine.winning_moves_batch(positions, moves, offsets, wins.view(np.uint8)):
+            if self._rules.winning_moves_batch(positions, moves, offsets, wins.view(np.uint8)):
                 cumulative = np.concatenate(([0], np.cumsum(wins, dtype=np.int64)))
                 exact |= (cumulative[offsets[1:]] > cumulative[offsets[:-1]]) & below_root
             if self.config.adjudicate and self._adjudicate_leaves(count):
@@ -687,7 +765,7 @@ class BatchedSearch:
         """Exact results of the batch's separated leaves into `_leaf_proof` / `_leaf_proof_plies`
         (`adjudicated_plies`); whether any leaf was decided."""
         result, bounds = self._leaf_proof[:count], self._leaf_bounds[:count]
-        _engine.adjudicate_batch(self._leaf_positions[:count], result, bounds)
+        self._rules.adjudicate_batch(self._leaf_positions[:count], result, bounds)
         if not result.any():
             return False
         self._leaf_proof_plies[:count] = adjudicated_plies(result, bounds)
@@ -990,7 +1068,9 @@ def warm_up() -> float:
     (PUCT with noise and tree reuse, the Gumbel root, LCB).
 
     `make build` runs this once, so the first search of a later process (the Botzone bot's
-    first turn above all) loads the kernels instead of compiling them.
+    first turn above all) loads the kernels instead of compiling them. The kernels never see the
+    board size (their arrays have the same types on every size), so these 8x8 searches load
+    everything a search of another size runs (`tests/test_search_sizes.py` checks it).
 
     Returns:
         The seconds it took.

@@ -8,9 +8,11 @@ search lives here, because Numba's cache does not notice edits in other files.
 The trees of `G` games live in one `TreeArrays` bundle of struct-of-arrays, row `g` per game.
 Per game, node 0 is the root; nodes and edges are allocated left to right and a node's edges are
 one contiguous block (CSR), never a dense nodes x moves table (8x8 positions have up to 2,916
-moves). Everything is in canonical frames: an edge's move is in the frame of the node that owns
-it, and values are always for the side to move at the node (so edge statistics, owned by the
-node the edge leaves, are for the side choosing the edge).
+moves, 10x10 ones 4,900). The kernels never see the board size: squares are plain ints below
+N*N (at most 100, so an edge's move fits three int8), and the path buffers hold the longest game
+of the largest board. Everything is in canonical frames: an edge's move is in the frame of the
+node that owns it, and values are always for the side to move at the node (so edge statistics,
+owned by the node the edge leaves, are for the side choosing the edge).
 
 Invariants the kernels rely on and keep:
 
@@ -87,7 +89,9 @@ PROOF_WIN = 1  # *_proof: proven win for the side to move at the node (or choosi
 PROOF_LOSS = -1  # *_proof: proven loss
 PROOF_NONE = 0  # *_proof: not proven
 
-MAX_DEPTH = 64  # path buffer length; an 8x8 game has at most 56 plies, so no path is longer
+# Path buffer length: a game has at most N*N - 8 plies (56 on 8x8, 92 on 10x10, the largest
+# board), so no path from any root is longer on any size.
+MAX_DEPTH = 96
 
 # Status codes returned by kernels (0 = fine).
 STATUS_OK = 0

@@ -1,0 +1,224 @@
+"""The search on every board size: 6x6, 8x8 and 10x10 searches with the uniform and the rollout
+evaluators, their moves and principal variations replayed through the engine of their size, the
+solver on 10x10 positions whose squares sit in the high word, and the board size resolved from
+the evaluator and refused where the two disagree.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from amazons import engine
+from amazons import mcts_numba as kernels
+from amazons.boards import BOARDS, WHITE
+from amazons.evaluator import EvaluatorInputError, check_batch
+from amazons.mcts import (
+    BatchedSearch,
+    RolloutEvaluator,
+    SearchConfig,
+    SearchConfigError,
+    SearchInputError,
+    UniformEvaluator,
+)
+from amazons.symmetry import position_words
+
+STARTS = {6: "openspiel6", 8: "botzone8", 10: "standard10"}
+
+
+def canonical(size: int, mine, theirs, arrows=()) -> np.ndarray:
+    """A canonical position `(3 * W,) uint64` of a `size` board from its squares (side to move's
+    view), written bit by bit: square s is bit s % 64 of word s // 64 of its bitboard."""
+    words = position_words(size)
+    position = np.zeros(3 * words, np.uint64)
+    for board, squares in enumerate((mine, theirs, arrows)):
+        for square in squares:
+            position[board * words + square // 64] |= np.uint64(1) << np.uint64(square % 64)
+    return position
+
+
+def start_position(size: int) -> np.ndarray:
+    """The named start of `size` (`STARTS`) as a canonical position: the side that moves first
+    is "mine"; White's view is the board rotated 180 degrees."""
+    spec = BOARDS[STARTS[size]]
+    if spec.first == WHITE:
+        last = size * size - 1
+        return canonical(size, [last - s for s in spec.white], [last - s for s in spec.black])
+    return canonical(size, spec.black, spec.white)
+
+
+def legal_set(position: np.ndarray, size: int) -> set[tuple[int, int, int]]:
+    moves, _ = engine.legal_moves(position.reshape(1, -1), size=size)
+    return {tuple(move) for move in moves.tolist()}
+
+
+def replay(position: np.ndarray, moves: np.ndarray, size: int) -> np.ndarray:
+    """The canonical position after `moves` `(P, 3)` (move i in the frame of ply i), each checked
+    legal by the engine of `size` before it is played."""
+    for ply, move in enumerate(moves.astype(np.int32)):
+        assert tuple(move.tolist()) in legal_set(position, size), f"move {ply} {move} is illegal"
+        position = engine.apply_moves(position.reshape(1, -1), move.reshape(1, 3), size=size)[0]
+    return position
+
+
+def evaluator_for(kind: str, size: int):
+    return UniformEvaluator() if kind == "uniform" else RolloutEvaluator(seed=size,
+                                                                        board_size=size)
+
+
+@pytest.mark.parametrize("kind", ["uniform", "rollout"])
+@pytest.mark.parametrize("size", [6, 8, 10])
+def test_a_search_of_each_size_visits_its_simulations_and_plays_legal_moves(size, kind):
+    geometry = engine.geometry(size)
+    root = start_position(size)
+    config = SearchConfig(simulations=48, leaves_per_game=4)
+    search = BatchedSearch(evaluator_for(kind, size), config, num_games=2, seed=1, size=size)
+    assert search.size == size
+    search.set_roots(np.stack([root, root]))
+    assert search.root_positions.shape == (2, geometry.position_width)
+    stats = search.search()
+    assert stats.simulations == 2 * 48
+    legal = legal_set(root, size)
+    for game in range(2):
+        result = search.root_result(game)
+        assert result.visits.sum() == 48
+        assert result.num_legal_moves == len(legal)
+        assert {tuple(move) for move in result.moves.tolist()} == legal
+        assert result.moves.max() < size * size
+        replay(root, result.principal_variation, size)
+    moves = search.select_moves(0)
+    assert all(tuple(move) in legal for move in moves.tolist())
+    kept = search.root_result(0).visits[np.all(search.root_result(0).moves == moves[0], axis=1)]
+    search.advance(0, moves[0])
+    child = engine.apply_moves(root.reshape(1, -1), moves[:1], size=size)[0]
+    np.testing.assert_array_equal(search.root_positions[0], child)
+    search.search(16, games=[0])
+    result = search.root_result(0)
+    assert result.visits.sum() == int(kept[0]) - 1 + 16  # the child's expansion is no visit
+    assert {tuple(move) for move in result.moves.tolist()} == legal_set(child, size)
+
+
+def test_a_10x10_principal_variation_longer_than_an_8x8_game_replays_to_the_end():
+    """With PUCT's exploration off and unvisited moves scoring far below visited ones, every
+    simulation follows the line already searched and adds one node: the tree is one line, as
+    long as the game (92 plies at most on 10x10, more than the 64 plies the path buffers held
+    when the search was 8x8 only)."""
+    size = 10
+    root = start_position(size)
+    config = SearchConfig(simulations=120, leaves_per_game=1, c_puct=0.0, c_puct_base=0.0,
+                          fpu_reduction=10.0, solver=False)
+    search = BatchedSearch(UniformEvaluator(), config, seed=0, size=size)
+    search.set_roots(root)
+    search.search()
+    line = search.root_result(0).principal_variation
+    end = replay(root, line, size)
+    assert engine.is_terminal(end.reshape(1, -1), size=size)[0]
+    assert kernels.MAX_DEPTH >= engine.geometry(size).max_game_plies
+    assert line.shape[0] > 64
+
+
+def test_the_solver_proves_a_10x10_win_in_one_in_the_high_word():
+    """The opponent's amazons on squares 96..99 (the bottom row's right end, the high word) have
+    one empty neighbour, 95; every other square around them holds an arrow. A move to 95, or an
+    arrow shot there, wins at once."""
+    size = 10
+    theirs = [96, 97, 98, 99]
+    arrows = [85, 86, 87, 88, 89]
+    mine = [0, 9, 50, 93]
+    position = canonical(size, mine, theirs, arrows)
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=32), size=size)
+    search.set_roots(position)
+    search.search()
+    result = search.root_result(0)
+    assert (result.proven, result.proof_plies) == (kernels.PROOF_WIN, 1)
+    winning = result.moves[result.move_proofs == kernels.PROOF_WIN]
+    assert len(winning) > 0 and all(95 in move[1:] for move in winning.tolist())
+    move = search.select_moves(0)
+    after = engine.apply_moves(position.reshape(1, -1), move, size=size)
+    assert engine.is_terminal(after, size=size)[0]
+
+
+def test_the_solver_proves_a_separated_10x10_position_by_adjudication():
+    """Everything is an arrow but two rows' ends: my four amazons on squares 90..93 (the bottom
+    row, the high word) with six empty squares beside them, theirs on 0..3 (the top row) with
+    two. The regions are apart, so every leaf is adjudicated: I have more moves, and win."""
+    size = 10
+    mine, theirs = [90, 91, 92, 93], [0, 1, 2, 3]
+    empty = {94, 95, 96, 97, 98, 99, 4, 5}
+    arrows = [s for s in range(100) if s not in empty and s not in mine and s not in theirs]
+    position = canonical(size, mine, theirs, arrows)
+    result, _ = engine.adjudicate(position.reshape(1, -1), size=size)
+    assert result[0] == 1
+    search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=64, leaves_per_game=1),
+                           size=size)
+    search.set_roots(position)
+    stats = search.search()
+    root = search.root_result(0)
+    assert root.proven == kernels.PROOF_WIN
+    assert stats.simulations < 64  # a proven root stops simulating
+    move = search.select_moves(0)[0]
+    assert root.move_proofs[np.all(root.moves == move, axis=1)][0] == kernels.PROOF_WIN
+    replay(position, root.principal_variation, size)
+
+
+def test_the_size_comes_from_the_argument_the_evaluator_or_8_and_a_disagreement_names_both():
+    assert BatchedSearch(UniformEvaluator()).size == 8
+    assert BatchedSearch(UniformEvaluator(), size=10).size == 10
+    assert BatchedSearch(RolloutEvaluator(board_size=6)).size == 6
+    assert BatchedSearch(RolloutEvaluator(board_size=10), size=10).size == 10
+    with pytest.raises(SearchInputError, match=r"size 10 .*board_size 8"):
+        BatchedSearch(RolloutEvaluator(), size=10)
+    with pytest.raises(SearchInputError, match=r"size 8 .*board_size 10"):
+        BatchedSearch(RolloutEvaluator(board_size=10), size=8)
+    with pytest.raises(SearchInputError, match="size"):
+        BatchedSearch(UniformEvaluator(), size=11)
+
+
+def test_roots_of_another_size_are_refused_naming_the_board():
+    search = BatchedSearch(UniformEvaluator(), size=10)
+    with pytest.raises(SearchInputError, match=r"\(n, 6\) on a 10x10 board.*\(1, 3\)"):
+        search.set_roots(start_position(8).reshape(1, 3))
+    eight = BatchedSearch(UniformEvaluator())
+    with pytest.raises(SearchInputError, match=r"\(n, 3\) on a 8x8 board"):
+        eight.set_roots(start_position(10))
+
+
+def test_overlapping_bitboards_are_found_in_the_high_word():
+    position = canonical(10, [0, 1, 2, 99], [3, 4, 5, 6], [99])
+    with pytest.raises(SearchInputError, match="used twice"):
+        BatchedSearch(UniformEvaluator(), size=10).set_roots(position)
+
+
+def test_the_edge_capacity_must_hold_one_position_of_the_size():
+    config = SearchConfig(edge_capacity=engine.geometry(8).max_moves)
+    BatchedSearch(UniformEvaluator(), config, size=8)
+    with pytest.raises(SearchConfigError, match=r">= 4900 \(one 10x10 position's moves\)"):
+        BatchedSearch(UniformEvaluator(), config, size=10)
+
+
+def test_a_10x10_search_compiles_no_kernel_an_8x8_search_did_not():
+    """The kernels never see the board size (their arrays have the same types on every size), so
+    `amazons.mcts.warm_up`'s 8x8 searches load everything a 10x10 search runs."""
+    used = ("select_leaves", "expand_and_backup", "reset_trees", "principal_variation",
+            "best_edge", "compact_subtree", "refresh_root_proof")
+    for size in (8, 10):
+        search = BatchedSearch(UniformEvaluator(), SearchConfig(simulations=16), size=size)
+        search.set_roots(start_position(size))
+        search.search()
+        move = search.select_moves(0)[0]
+        search.root_result(0)
+        search.advance(0, move)
+        if size == 8:
+            signatures = {name: list(getattr(kernels, name).signatures) for name in used}
+    assert {name: list(getattr(kernels, name).signatures) for name in used} == signatures
+
+
+def test_the_batch_check_refuses_squares_and_widths_of_another_size():
+    position = start_position(10).reshape(1, 6)
+    moves, offsets = engine.legal_moves(position, size=10)
+    check_batch(position, moves, offsets, 10)
+    with pytest.raises(EvaluatorInputError, match=r"\(B, 3\) uint64 array on a 8x8 board"):
+        check_batch(position, moves, offsets)
+    off_board = np.ascontiguousarray(moves[moves.max(axis=1) >= 36][:1])  # off a 6x6 board
+    with pytest.raises(EvaluatorInputError, match=r"squares 0\.\.35, got"):
+        check_batch(start_position(6).reshape(1, 3), off_board, np.array([0, 1]), 6)
