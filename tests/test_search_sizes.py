@@ -1,17 +1,21 @@
 """The search on every board size: 6x6, 8x8 and 10x10 searches with the uniform and the rollout
 evaluators, their moves and principal variations replayed through the engine of their size, the
-solver on 10x10 positions whose squares sit in the high word, and the board size resolved from
-the evaluator and refused where the two disagree.
+solver on 10x10 positions whose squares sit in the high word, the board size resolved from the
+evaluator and refused where the two disagree, and a 10x10 search served by a real inference
+server process.
 """
 
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
+from floats import assert_close, rounding_tolerance
 
 from amazons import engine
 from amazons import mcts_numba as kernels
-from amazons.boards import BOARDS, WHITE
+from amazons.board import Board
 from amazons.evaluator import EvaluatorInputError, check_batch
 from amazons.mcts import (
     BatchedSearch,
@@ -21,6 +25,7 @@ from amazons.mcts import (
     SearchInputError,
     UniformEvaluator,
 )
+from amazons.serving.server import InferenceClient, InferenceError, InferenceServer
 from amazons.symmetry import position_words
 
 STARTS = {6: "openspiel6", 8: "botzone8", 10: "standard10"}
@@ -38,13 +43,8 @@ def canonical(size: int, mine, theirs, arrows=()) -> np.ndarray:
 
 
 def start_position(size: int) -> np.ndarray:
-    """The named start of `size` (`STARTS`) as a canonical position: the side that moves first
-    is "mine"; White's view is the board rotated 180 degrees."""
-    spec = BOARDS[STARTS[size]]
-    if spec.first == WHITE:
-        last = size * size - 1
-        return canonical(size, [last - s for s in spec.white], [last - s for s in spec.black])
-    return canonical(size, spec.black, spec.white)
+    """The named start of `size` (`STARTS`) as a canonical position `(3 * W,) uint64`."""
+    return Board(start=STARTS[size]).canonical_position()
 
 
 def legal_set(position: np.ndarray, size: int) -> set[tuple[int, int, int]]:
@@ -222,3 +222,149 @@ def test_the_batch_check_refuses_squares_and_widths_of_another_size():
     off_board = np.ascontiguousarray(moves[moves.max(axis=1) >= 36][:1])  # off a 6x6 board
     with pytest.raises(EvaluatorInputError, match=r"squares 0\.\.35, got"):
         check_batch(start_position(6).reshape(1, 3), off_board, np.array([0, 1]), 6)
+
+
+class SizedRolloutFactory:
+    """An evaluator factory that says its size, as `amazons.neural.served`'s does."""
+
+    def __init__(self, board_size: int) -> None:
+        self.board_size = board_size
+
+    def __call__(self) -> RolloutEvaluator:
+        return RolloutEvaluator(seed=0, board_size=self.board_size)
+
+
+def test_a_10x10_search_through_a_real_inference_server():
+    factory = functools.partial(RolloutEvaluator, seed=0, board_size=10)
+    with InferenceServer(factory, num_clients=1, board_size=10) as server:
+        assert server.board_size == 10
+        client = InferenceClient(server.handle(0))
+        try:
+            assert client.board_size == 10
+            search = BatchedSearch(client, SearchConfig(simulations=40, leaves_per_game=4),
+                                   num_games=2, seed=0)
+            assert search.size == 10
+            root = start_position(10)
+            search.set_roots(np.stack([root, root]))
+            assert search.search().simulations == 80
+            for game in range(2):
+                result = search.root_result(game)
+                assert result.visits.sum() == 40
+                replay(root, result.principal_variation, 10)
+            with pytest.raises(SearchInputError, match=r"size 8 .*board_size 10"):
+                BatchedSearch(client, size=8)
+            with pytest.raises(EvaluatorInputError, match="10x10"):
+                client.evaluate(start_position(8).reshape(1, 3), np.zeros((0, 3), np.int32),
+                                np.zeros(2, np.int64))
+        finally:
+            client.close()
+    assert server.stats["rows"] > 0
+
+
+def test_a_server_whose_evaluator_is_of_another_size_fails_to_start_naming_both():
+    factory = functools.partial(RolloutEvaluator, seed=0)
+    server = InferenceServer(factory, num_clients=1, board_size=10)
+    with pytest.raises(InferenceError, match=r"board_size 10 .*board_size 8"):
+        server.start()
+    assert server.slot_names == []
+
+
+def test_a_server_sized_by_its_factory_and_refusing_a_disagreement():
+    sized = SizedRolloutFactory(6)
+    assert InferenceServer(sized, num_clients=1).board_size == 6
+    assert InferenceServer(functools.partial(RolloutEvaluator), num_clients=1).board_size == 8
+    with pytest.raises(ValueError, match=r"board_size 10 .*board_size 6"):
+        InferenceServer(sized, num_clients=1, board_size=10)
+
+
+@pytest.fixture(scope="module")
+def pooled_model_path(tmp_path_factory):
+    """A tiny network with the pooled value head (it runs on every size), as a checkpoint."""
+    torch = pytest.importorskip("torch")
+    from amazons.neural.checkpoint import save_model
+    from amazons.neural.model import PolicyValueNet, net_config
+
+    torch.manual_seed(0)
+    model = PolicyValueNet(net_config("tiny", value_head="pooled"))
+    return save_model(tmp_path_factory.mktemp("pooled") / "pooled.pt", model)
+
+
+# The server's process and this one run the same prepared model on the same batch with one
+# torch thread each: the same float operations in the same order. The bound leaves each prior
+# and value a few ulps (8 roundings of float32) should a kernel take another path for a buffer
+# aligned differently.
+SERVED_TOLERANCE = rounding_tolerance(8)
+# The native forward pass and torch's sum a tiny network's convolutions (at most 32 channels x 9
+# taps, 2 blocks) in different orders and the native one through Winograd transforms: each
+# output may differ by a few hundred float32 roundings relative to its magnitude.
+NATIVE_RTOL = rounding_tolerance(512)
+
+
+def test_a_10x10_search_served_by_a_pooled_network_in_a_real_server(pooled_model_path):
+    from amazons.neural.served import NetworkEvaluatorFactory, load_network_evaluator
+
+    factory = NetworkEvaluatorFactory(str(pooled_model_path), device="cpu", dtype="fp32",
+                                      backend="torch", board_size=10)
+    local = load_network_evaluator(pooled_model_path, "cpu", "fp32", backend="torch",
+                                   board_size=10)
+    assert local.board_size == 10
+    root = start_position(10)
+    with InferenceServer(factory, num_clients=1) as server:
+        assert server.board_size == 10
+        client = InferenceClient(server.handle(0))
+        try:
+            search = BatchedSearch(client, SearchConfig(simulations=24, leaves_per_game=4),
+                                   num_games=2, seed=0)
+            assert search.size == 10
+            search.set_roots(np.stack([root, root]))
+            assert search.search().simulations == 48
+            for game in range(2):
+                result = search.root_result(game)
+                assert result.visits.sum() == 24
+                replay(root, result.principal_variation, 10)
+            positions = np.stack([root, *(replay(root, result.principal_variation[:plies], 10)
+                                          for plies in (1, 2))])
+            moves, offsets = engine.legal_moves(positions, size=10)
+            served = client.evaluate(positions, moves, offsets)
+        finally:
+            client.close()
+    expected = local.evaluate(positions, moves, offsets)
+    assert_close(served[0], expected[0], atol=SERVED_TOLERANCE, what="priors")
+    assert_close(served[1], expected[1], atol=SERVED_TOLERANCE, what="values")
+
+
+@pytest.mark.parametrize("backend", ["torch", "auto"])
+def test_a_flat_network_is_refused_on_10x10_naming_the_value_head(tmp_path, backend):
+    """On a CPU "auto" would take the native evaluator, which refuses a flat head off 8x8, so
+    torch is chosen and refuses it by name."""
+    torch = pytest.importorskip("torch")
+    from amazons.neural.checkpoint import save_model
+    from amazons.neural.model import NetInputError, PolicyValueNet, net_config
+    from amazons.neural.served import load_network_evaluator
+
+    torch.manual_seed(0)
+    path = save_model(tmp_path / "flat.pt", PolicyValueNet(net_config("tiny")))
+    assert load_network_evaluator(path, "cpu", "fp32", backend=backend).board_size == 8
+    with pytest.raises(NetInputError, match=r"10x10: the flat value head"):
+        load_network_evaluator(path, "cpu", "fp32", backend=backend, board_size=10)
+
+
+def test_the_native_evaluator_serves_a_pooled_network_on_10x10(pooled_model_path):
+    from amazons.neural.native import native_available
+    from amazons.neural.served import NativeReloadableEvaluator, load_network_evaluator
+
+    if not native_available():
+        pytest.skip("the native extension is not built")
+    evaluator = load_network_evaluator(pooled_model_path, "cpu", "fp32", backend="native",
+                                       board_size=10)
+    assert isinstance(evaluator, NativeReloadableEvaluator) and evaluator.board_size == 10
+    assert BatchedSearch(evaluator).size == 10
+    positions = start_position(10).reshape(1, 6)
+    moves, offsets = engine.legal_moves(positions, size=10)
+    priors, values = evaluator.evaluate(positions, moves, offsets)
+    torch_priors, torch_values = load_network_evaluator(
+        pooled_model_path, "cpu", "fp32", backend="torch", board_size=10).evaluate(
+            positions, moves, offsets)
+    assert_close(priors, torch_priors, rtol=NATIVE_RTOL, atol=NATIVE_RTOL / len(moves),
+                 what="native priors")
+    assert_close(values, torch_values, atol=NATIVE_RTOL, what="native values")

@@ -14,6 +14,11 @@ builds on this evaluator (the prepared, reloadable model of the inference server
 players) is `amazons.neural.served`'s. A batch that breaks the protocol's contract is refused
 by `amazons.evaluator.check_batch`, as every evaluator refuses it.
 
+One evaluator serves one board size (`board_size`, fixed when it is built): its feature planes
+are `[B, P, N, N]` (`amazons.engine.features(..., size=board_size)`), its batches
+`(B, 3 * W) uint64` positions of that size; the network reads N from its input (a network with
+the flat value head runs 8 x 8 only: the evaluator refuses to be built for another size).
+
 Imports torch, numpy, `amazons.engine`, `amazons.evaluator` and `amazons.neural.model`.
 """
 
@@ -29,10 +34,10 @@ import torch
 from amazons import engine
 from amazons.evaluator import check_batch, check_positions
 from amazons.neural.model import (
-    NUM_SQUARES,
     NetInputError,
     PolicyTables,
     PolicyValueNet,
+    check_board_input,
     gather_legal_priors,
     policy_log_tables,
 )
@@ -55,11 +60,11 @@ def batch_buckets(max_batch: int) -> tuple[int, ...]:
 class NetworkEvaluator:
     """The search's Evaluator protocol on a `PolicyValueNet`, in this process.
 
-    `evaluate` computes the feature planes with `amazons.engine.features`, runs the network (eval
-    mode, no autograd, autocast to `dtype` unless float32) and turns its logits into priors over
-    the legal moves with `amazons.neural.model.gather_legal_priors`. The model is used as given
-    (not copied): weights changed by a learner are seen by the next call. Production passes the
-    model `amazons.neural.model.prepare_for_inference` makes
+    `evaluate` computes the feature planes of its board size with `amazons.engine.features`, runs
+    the network (eval mode, no autograd, autocast to `dtype` unless float32) and turns its logits
+    into priors over the legal moves with `amazons.neural.model.gather_legal_priors`. The model is
+    used as given (not copied): weights changed by a learner are seen by the next call. Production
+    passes the model `amazons.neural.model.prepare_for_inference` makes
     (`amazons.neural.served.load_network_evaluator`).
 
     Fixed batch sizes: with `batch_buckets`, a batch of B positions runs padded (with empty
@@ -86,11 +91,16 @@ class NetworkEvaluator:
             batch runs at its own size.
         cuda_graphs: replay a captured CUDA graph per bucket (CUDA only, needs `batch_buckets`).
             A capture that fails is reported on stderr once and the evaluator runs eagerly.
+        board_size: the board side N (6..10) of every batch; features are `[B, P, N, N]`.
+
+    Attributes:
+        board_size: that side (the search and the inference server check it).
 
     Raises:
         amazons.neural.model.NetInputError: `num_planes` does not match the model, an
-            unsupported `dtype`, buckets that do not increase, or `cuda_graphs` without buckets or
-            off CUDA.
+            unsupported `dtype`, buckets that do not increase, `cuda_graphs` without buckets or
+            off CUDA, a board size the engine has no rules for, or one the network does not run
+            (the flat value head off 8 x 8: `amazons.neural.model.check_board_input`).
     """
 
     def __init__(
@@ -101,6 +111,7 @@ class NetworkEvaluator:
         dtype: torch.dtype = torch.float32,
         batch_buckets: Sequence[int] = (),
         cuda_graphs: bool = False,
+        board_size: int = 8,
     ) -> None:
         if num_planes != model.config.num_planes:
             raise NetInputError(
@@ -114,6 +125,12 @@ class NetworkEvaluator:
         if cuda_graphs and (self.device.type != "cuda" or not buckets):
             raise NetInputError(f"cuda_graphs needs a CUDA device and batch_buckets, got "
                                 f"{self.device} and {buckets}")
+        try:
+            self.board_size = engine.geometry(board_size).size
+        except ValueError as error:
+            raise NetInputError(f"board_size: {error}") from None
+        # The network's own rule on the input it will get, before any batch: an empty board.
+        check_board_input(torch.zeros(1, num_planes, board_size, board_size), model.config)
         self.num_planes = num_planes
         self.dtype = dtype
         self.batch_buckets = buckets
@@ -128,11 +145,12 @@ class NetworkEvaluator:
         self.model = model.to(self.device)
 
     def _feature_buffer(self, rows: int) -> torch.Tensor:
-        """A reusable `[rows, planes, 8, 8] float32` host buffer (pinned when feeding a GPU)."""
+        """A reusable `[rows, planes, N, N] float32` host buffer (pinned when feeding a GPU)."""
         if self._features.shape[0] < rows:
             capacity = max(rows, 2 * self._features.shape[0])
-            self._features = torch.empty((capacity, self.num_planes, 8, 8), dtype=torch.float32,
-                                         pin_memory=self._pinned)
+            size = self.board_size
+            self._features = torch.empty((capacity, self.num_planes, size, size),
+                                         dtype=torch.float32, pin_memory=self._pinned)
         return self._features[:rows]
 
     def _staging(self, name: str, length: int) -> torch.Tensor:
@@ -219,13 +237,13 @@ class NetworkEvaluator:
             amazons.evaluator.EvaluatorInputError: a batch that breaks the contract
                 (`amazons.evaluator.check_batch`).
         """
-        check_batch(positions, moves, move_offsets)
+        check_batch(positions, moves, move_offsets, self.board_size)
         rows = positions.shape[0]
         if rows == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.float32)
         chunks = self._chunks(rows)
         host = self._feature_buffer(chunks[-1][0] + chunks[-1][2])
-        engine.features(positions, self.num_planes, out=host[:rows].numpy())
+        engine.features(positions, self.num_planes, out=host[:rows].numpy(), size=self.board_size)
         host[rows:].zero_()  # padding rows: empty boards
         count = moves.shape[0]
         # Moves and offsets travel up together in one int32 buffer (offsets <= M fit int32).
@@ -277,27 +295,28 @@ class NetworkEvaluator:
         return bool(self.model.config.ownership_head)
 
     def ownership(self, positions: np.ndarray) -> np.ndarray:
-        """The ownership head's prediction for each position: `(B, 64) float32` in [-1, 1], in
+        """The ownership head's prediction for each position: `(B, N*N) float32` in [-1, 1], in
         the position's canonical frame, +1 where the side to move is expected to own the square at
         the end of the game, -1 the opponent. The search never asks for it (`evaluate` skips the
         head); one eager forward pass, without buckets or graphs.
 
         Args:
-            positions: `(B, 3) uint64` canonical positions.
+            positions: `(B, 3 * W) uint64` canonical positions of the evaluator's board size.
 
         Raises:
             amazons.neural.model.NetInputError: the model has no ownership head.
-            amazons.evaluator.EvaluatorInputError: `positions` is not `(B, 3) uint64`.
+            amazons.evaluator.EvaluatorInputError: `positions` is not `(B, 3 * W) uint64` of the
+                board size.
         """
         if not self.has_ownership:
             raise NetInputError(
                 "the model has no ownership head (NetConfig.ownership_head is false)")
-        check_positions(positions)
+        check_positions(positions, self.board_size)
         rows = positions.shape[0]
         if rows == 0:
-            return np.zeros((0, NUM_SQUARES), np.float32)
+            return np.zeros((0, self.board_size ** 2), np.float32)
         host = self._feature_buffer(rows)
-        engine.features(positions, self.num_planes, out=host.numpy())
+        engine.features(positions, self.num_planes, out=host.numpy(), size=self.board_size)
         model = self.model
         was_training = model.training
         model.eval()

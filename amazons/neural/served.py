@@ -25,6 +25,12 @@
   settings (device, precision, `InferenceConfig`: the backend, and the largest batch bucket is
   the server's `inference_batch_size`), called by the main job, the Ray node and the benchmarks.
 
+Board sizes: each evaluator here serves one board size (`board_size`, 8 unless built with
+another), computes its features with it, and the factory carries it to the server
+(`InferenceServer` takes its size from the factory). A network with the flat value head runs
+8 x 8 only: an evaluator of another size refuses it when it is built (torch:
+`amazons.neural.model.check_board_input`; native: `amazons.neural.native.native_support`).
+
 The bot and terminal play never come here: they run exported numpy models
 (`amazons.neural.numpy_net`), whose batch norms were folded at export. Players are built by
 `amazons.players.factory`, which imports this module when a `.pt` model is asked for.
@@ -132,21 +138,23 @@ class ReloadableNetworkEvaluator(_SourceWeights, NetworkEvaluator):
             prepared model keeps fp32 weights and runs under autocast to this precision.
         max_batch: the largest batch bucket (CUDA graphs only; larger batches run in chunks).
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
+        board_size: the board side N (6..10) of every batch it evaluates.
 
     Raises:
         amazons.neural.model.NetInputError, amazons.neural.model.NetConfigError: a bad precision,
-            or `cuda_graphs` off CUDA.
+            `cuda_graphs` off CUDA, or a board size the engine has no rules for.
     """
 
     def __init__(self, model: PolicyValueNet, device: str = "auto", precision: str = "auto",
-                 max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None) -> None:
+                 max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None,
+                 board_size: int = 8) -> None:
         resolved = torch.device(resolve_device(device))
         graphs = resolved.type == "cuda" if cuda_graphs is None else cuda_graphs
         self.source = model.cpu().eval()
         self.precision = resolve_precision(precision, resolved)
         super().__init__(prepare_for_inference(self.source), model.config.num_planes, resolved,
                          PRECISION_DTYPES[self.precision],
-                         batch_buckets(max_batch) if graphs else (), graphs)
+                         batch_buckets(max_batch) if graphs else (), graphs, board_size)
 
     def _refresh(self) -> None:
         """Fold the CPU model's batch norms on the CPU and copy the result into the prepared
@@ -178,8 +186,9 @@ def numpy_net(model: PolicyValueNet, source: dict[str, Any] | None = None) -> Nu
 
 
 def resolve_backend(backend: str, device: str, model: PolicyValueNet,
-                    precision: str = "auto") -> str:
-    """The backend that runs `model` on `device` at `precision`: "torch" or "native".
+                    precision: str = "auto", board_size: int = 8) -> str:
+    """The backend that runs `model` on `device` at `precision` on `board_size` boards: "torch"
+    or "native".
 
     Resolves `device` and `precision` ("auto": `resolve_device`,
     `amazons.neural.model.resolve_precision`), asks whether the native evaluator runs the
@@ -187,8 +196,9 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet,
     (`amazons.core.backends.choose_backend`): "auto" takes the native evaluator on a CPU where
     the extension is built and runs the network (every network npnet runs) at fp32, torch on a
     GPU, at an explicit "bf16" or "fp16" (never dropped for fp32), or where the native evaluator
-    cannot run. "native" is refused on a GPU, at another precision than fp32, or where it cannot
-    run; "numpy" (exported models only) is refused with the names to write.
+    cannot run (a flat value head off 8 x 8 among those). "native" is refused on a GPU, at another
+    precision than fp32, or where it cannot run; "numpy" (exported models only) is refused with
+    the names to write.
 
     Raises:
         BackendError: an unknown backend, one that does not run checkpoints, or "native" where
@@ -198,16 +208,18 @@ def resolve_backend(backend: str, device: str, model: PolicyValueNet,
     resolved = torch.device(resolve_device(device))
     computes = resolve_precision(precision, resolved)
     try:
-        return choose_backend(backend, ".pt", _native_support(model), str(resolved), computes)
+        return choose_backend(backend, ".pt", _native_support(model, board_size), str(resolved),
+                              computes)
     except BackendError as error:
         raise BackendError(f"inference {error}") from None
 
 
-def _native_support(model: PolicyValueNet) -> str:
-    """Why the native evaluator cannot run `model` here, "" where it can
+def _native_support(model: PolicyValueNet, board_size: int = 8) -> str:
+    """Why the native evaluator cannot run `model` on `board_size` boards here, "" where it can
     (`amazons.neural.native.native_support`, or the trunk layer it does not know)."""
     try:
-        return native.native_support(inference_config_dict(model.config), _trunk_kinds(model))
+        return native.native_support(inference_config_dict(model.config), _trunk_kinds(model),
+                                     board_size)
     except BackendError as error:
         return str(error)
 
@@ -236,17 +248,25 @@ class NativeReloadableEvaluator(_SourceWeights):
         model: the network as checkpoints hold it (batch norms unfolded); kept on the CPU as the
             source of the folded arrays.
         threads: the native evaluator's threads per batch.
+        board_size: the board side N (6..10) of every batch it evaluates.
 
     Raises:
-        amazons.neural.native.NativeUnavailableError: the extension is not built or cannot run it.
+        amazons.neural.native.NativeUnavailableError: the extension is not built or cannot run it
+            (a flat value head off 8 x 8 among those).
     """
 
     backend = "native"
     precision = "fp32"
 
-    def __init__(self, model: PolicyValueNet, threads: int = 1) -> None:
+    def __init__(self, model: PolicyValueNet, threads: int = 1, board_size: int = 8) -> None:
         self.source = model.cpu().eval()
-        self.native = native.NativeEvaluator(numpy_net(self.source), threads)
+        self.native = native.NativeEvaluator(numpy_net(self.source), threads,
+                                             board_size=board_size)
+
+    @property
+    def board_size(self) -> int:
+        """The board side of every batch (the native evaluator's)."""
+        return self.native.board_size
 
     @property
     def has_ownership(self) -> bool:
@@ -271,7 +291,7 @@ class NativeReloadableEvaluator(_SourceWeights):
 def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precision: str = "auto",
                            max_batch: int = DEFAULT_MAX_BATCH, cuda_graphs: bool | None = None,
                            torch_threads: int | None = None, backend: str = "auto",
-                           native_threads: int = 1
+                           native_threads: int = 1, board_size: int = 8
                            ) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
     """The network of a learner or model checkpoint as the production evaluator, in this process.
 
@@ -282,18 +302,22 @@ def load_network_evaluator(path: str | os.PathLike, device: str = "auto", precis
         backend: "auto", "torch" or "native" (`resolve_backend`: "auto" keeps an explicit bf16
             or fp16 `precision` on torch).
         native_threads: the native evaluator's threads per batch.
+        board_size: the board side N (6..10) it evaluates.
 
     Raises:
         amazons.neural.checkpoint.CheckpointError: the file is missing or not a usable checkpoint.
-        BackendError: an unknown backend or "numpy", or "native" where it cannot run or at
-            another precision than fp32.
+        BackendError: an unknown backend or "numpy", or "native" where it cannot run (a flat
+            value head off 8 x 8 among those) or at another precision than fp32.
+        amazons.neural.model.NetInputError: torch, with a network that does not run on
+            `board_size` (the flat value head off 8 x 8).
     """
     if torch_threads is not None:
         torch.set_num_threads(torch_threads)
     model = load_model_for_play(path, "cpu")
-    if resolve_backend(backend, device, model, precision) == "native":
-        return NativeReloadableEvaluator(model, native_threads)
-    return ReloadableNetworkEvaluator(model, device, precision, max_batch, cuda_graphs)
+    if resolve_backend(backend, device, model, precision, board_size) == "native":
+        return NativeReloadableEvaluator(model, native_threads, board_size)
+    return ReloadableNetworkEvaluator(model, device, precision, max_batch, cuda_graphs,
+                                      board_size)
 
 
 @dataclass(frozen=True)
@@ -309,6 +333,8 @@ class NetworkEvaluatorFactory:
         cuda_graphs: capture a CUDA graph per batch bucket; None: on CUDA devices only.
         backend: "auto", "torch" or "native" (`resolve_backend`).
         native_threads: the native evaluator's threads per batch.
+        board_size: the board side N (6..10) the evaluator serves; the `InferenceServer` that
+            runs this factory serves the same size.
     """
 
     # The modules its server process imports (torch among them), for the forkserver to import
@@ -322,15 +348,18 @@ class NetworkEvaluatorFactory:
     cuda_graphs: bool | None = None
     backend: str = "auto"
     native_threads: int = 1
+    board_size: int = 8
 
     def __call__(self) -> ReloadableNetworkEvaluator | NativeReloadableEvaluator:
         return load_network_evaluator(self.model_path, self.device, self.dtype, self.max_batch,
                                       self.cuda_graphs, backend=self.backend,
-                                      native_threads=self.native_threads)
+                                      native_threads=self.native_threads,
+                                      board_size=self.board_size)
 
 
 def server_evaluator_factory(model_path: str | os.PathLike, device: str, precision: str,
-                             inference: InferenceConfig) -> NetworkEvaluatorFactory:
+                             inference: InferenceConfig,
+                             board_size: int = 8) -> NetworkEvaluatorFactory:
     """The production evaluator's factory for an inference server that runs with `inference`:
     its largest batch bucket is `inference.inference_batch_size`, so a full batch of the server
     runs as one forward pass (one CUDA graph replay on a GPU), never in chunks.
@@ -343,8 +372,11 @@ def server_evaluator_factory(model_path: str | os.PathLike, device: str, precisi
         device: "auto", "cpu", "cuda", "cuda:1", ...
         precision: "auto", "fp32", "bf16" or "fp16" (`amazons.neural.model.resolve_precision`).
         inference: the server's batching settings.
+        board_size: the board side N (6..10) the server serves (`InferenceServer` reads it from
+            the factory).
     """
     return NetworkEvaluatorFactory(str(model_path), device, precision,
                                    max_batch=inference.inference_batch_size,
                                    backend=inference.backend,
-                                   native_threads=inference.native_threads)
+                                   native_threads=inference.native_threads,
+                                   board_size=board_size)

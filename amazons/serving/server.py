@@ -28,6 +28,11 @@ server copies it out before it acknowledges the version, so the two never touch 
 The client half, `InferenceClient`, implements the Evaluator protocol, so a search cannot tell it
 from an in-process evaluator. It splits requests larger than its slot into several round trips.
 
+One server serves one board size (`board_size`, 6..10, fixed when it is built): its slots hold
+positions of that size, `(rows, 3 * W) uint64` (`amazons.engine.geometry(board_size)`), its
+evaluator is built for it (an evaluator whose `board_size` differs fails the start), and its
+clients carry it (`InferenceClient.board_size`), so a search of another size refuses them.
+
 Failure handling: an actor that disappears without saying goodbye (killed, crashed) is reported by
 the server as an error; the server then stops, every other client's next call raises
 `InferenceError`, and the owner (`InferenceServer`, which created every segment) unlinks all
@@ -57,6 +62,7 @@ from multiprocessing.shared_memory import SharedMemory
 
 import numpy as np
 
+from amazons import engine
 from amazons.core.backends import backend_error
 from amazons.core.processes import (
     apply_niceness,
@@ -66,7 +72,7 @@ from amazons.core.processes import (
     process_context,
 )
 from amazons.engine import MAX_MOVES, MOVE_DTYPE, OFFSET_DTYPE, POSITION_DTYPE
-from amazons.evaluator import Evaluator
+from amazons.evaluator import Evaluator, check_positions
 
 ClientMessage = tuple[int, int] | None  # (rows, moves) request, or None: this client is done
 
@@ -82,7 +88,9 @@ class InferenceConfig:
     inference_batch_size: int = 256  # rows (leaf positions) per evaluator call, at most
     flush_deadline_ms: float = 1.0  # a partial batch waits at most this long for more requests
     slot_rows: int = 512  # rows one round trip can carry (bigger requests are split)
-    slot_moves: int = 256 * 1024  # legal moves one round trip can carry (>= MAX_MOVES)
+    # legal moves one round trip can carry (>= one position's most moves: MAX_MOVES on 8x8,
+    # 4,900 on 10x10; the server checks its size's)
+    slot_moves: int = 256 * 1024
     start_timeout_s: float = 300.0  # the server must build its evaluator within this time
     torch_threads: int = 1  # intra-op threads of the server's torch, if it uses torch
     # The server's network, from a checkpoint (amazons.core.backends): "torch" (the prepared
@@ -117,13 +125,23 @@ class InferenceConfig:
 class SlotLayout:
     """Byte layout of one client's shared-memory slot; each region is 64-byte aligned."""
 
-    rows: int
-    moves: int
+    rows: int  # leaf positions one round trip carries
+    moves: int  # legal moves one round trip carries
+    # uint64 words of a position row: 3 * W (`amazons.engine.geometry(board_size).position_width`)
+    position_width: int = 3
+    board_size: int = 8  # the board side the slot's positions are of
+
+    @classmethod
+    def for_board(cls, rows: int, moves: int, board_size: int) -> SlotLayout:
+        """The layout of `rows` positions and `moves` moves of a `board_size` board."""
+        geometry = engine.geometry(board_size)
+        return cls(rows, moves, geometry.position_width, geometry.size)
 
     def regions(self) -> dict[str, tuple[int, tuple[int, ...], type]]:
         """Name -> (byte offset, shape, dtype) of each array in the slot."""
         shapes = {
-            "positions": ((self.rows, 3), POSITION_DTYPE),  # in: canonical leaf positions
+            # in: canonical leaf positions
+            "positions": ((self.rows, self.position_width), POSITION_DTYPE),
             "offsets": ((self.rows + 1,), OFFSET_DTYPE),  # in: CSR offsets into moves
             "moves": ((self.moves, 3), MOVE_DTYPE),  # in: canonical legal moves
             "priors": ((self.moves,), np.float32),  # out: prior of each move
@@ -178,12 +196,16 @@ class InferenceClient:
     """Evaluator that forwards leaves to the server through shared memory.
 
     Attributes:
+        board_size: the board side of the server it talks to; a search of another size refuses
+            this client (`amazons.mcts.BatchedSearch`), and `evaluate` refuses positions of
+            another width.
         weights_version: the weights version that produced the last results (-1 before any).
         round_trips: requests sent so far; `round_trip_seconds`: total time spent waiting.
     """
 
     def __init__(self, handle: ClientHandle) -> None:
         self.client_id = handle.client_id
+        self.board_size = handle.layout.board_size
         self._layout = handle.layout
         self._connection = handle.connection
         self._memory = SharedMemory(name=handle.slot_name)
@@ -199,7 +221,7 @@ class InferenceClient:
         """Evaluate leaves through the server (the Evaluator protocol).
 
         Args:
-            positions: `(B, 3) uint64` canonical positions.
+            positions: `(B, 3 * W) uint64` canonical positions of the server's board size.
             moves: `(M, 3) int32` canonical legal moves, concatenated.
             move_offsets: `(B + 1,) int64`, leaf i owns `moves[move_offsets[i]:move_offsets[i+1]]`.
 
@@ -208,9 +230,12 @@ class InferenceClient:
 
         Raises:
             InferenceError: if the server has stopped or reported an error.
+            amazons.evaluator.EvaluatorInputError: positions that are not `(B, 3 * W) uint64` of
+                the server's board size (the size named).
         """
         if self._closed:
             raise InferenceError(f"client {self.client_id} is closed")
+        check_positions(positions, self.board_size)
         count = positions.shape[0]
         priors = np.empty(moves.shape[0], dtype=np.float32)
         values = np.empty(count, dtype=np.float32)
@@ -290,6 +315,14 @@ class InferenceServer:
         config: batching parameters.
         context: multiprocessing context (default: `amazons.core.processes.process_context`, a
             forkserver that preloads the package's modules, or spawn where there is none).
+        board_size: the board side (6..10) this server serves; default: the factory's
+            `board_size`, else 8. The slots hold positions of this size, the evaluator the
+            factory builds must be for it, and its clients carry it.
+
+    Raises:
+        ValueError: num_clients < 1, `board_size` and the factory's disagree (both named), a size
+            the engine has no rules for, or `config.slot_moves` below one position's moves of
+            that size.
     """
 
     def __init__(
@@ -298,15 +331,29 @@ class InferenceServer:
         num_clients: int,
         config: InferenceConfig | None = None,
         context: mp.context.BaseContext | None = None,
+        board_size: int | None = None,
     ) -> None:
         if num_clients < 1:
             raise ValueError(f"num_clients must be >= 1, got {num_clients}")
+        factory_size = getattr(evaluator_factory, "board_size", None)
+        if board_size is None:
+            board_size = 8 if factory_size is None else factory_size
+        elif factory_size is not None and factory_size != board_size:
+            raise ValueError(f"the server was asked for board_size {board_size} but its evaluator "
+                             f"factory builds evaluators for board_size {factory_size}")
+        geometry = engine.geometry(board_size)
         self.config = config or InferenceConfig()
+        if self.config.slot_moves < geometry.max_moves:
+            raise ValueError(f"slot_moves must be >= {geometry.max_moves} (one "
+                             f"{geometry.size}x{geometry.size} position's moves), "
+                             f"got {self.config.slot_moves}")
+        self.board_size = geometry.size
         self.num_clients = num_clients
         self._factory = evaluator_factory
         self._context = context or process_context(
             (*SERVER_PRELOAD, *factory_preload(evaluator_factory)))
-        self._layout = SlotLayout(self.config.slot_rows, self.config.slot_moves)
+        self._layout = SlotLayout.for_board(self.config.slot_rows, self.config.slot_moves,
+                                            self.board_size)
         self._memories: list[SharedMemory] = []
         self._client_ends: list[Connection] = []
         self._control: Connection | None = None
@@ -581,6 +628,11 @@ def _serve(
     try:
         apply_niceness(config.nice)
         evaluator = factory()
+        evaluator_size = getattr(evaluator, "board_size", layout.board_size)
+        if evaluator_size != layout.board_size:
+            raise InferenceError(
+                f"the server serves board_size {layout.board_size} but its evaluator "
+                f"{type(evaluator).__name__} has board_size {evaluator_size}")
         _limit_torch_threads(config.torch_threads)
         memories = [SharedMemory(name=name) for name in slot_names]
         loop = _BatchLoop(evaluator, config, [layout.views(memory.buf) for memory in memories],
