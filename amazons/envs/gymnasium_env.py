@@ -3,20 +3,22 @@
 The agent plays one colour; the opponent is any player `amazons.players.factory.make_player` builds
 (`random`, `greedy`, `mcts-uniform`, `mcts-rollout`, `mcts-net:PATH`, `policy-net:PATH`,
 `openspiel-mcts`) or a `Player` object. Observations and actions are the PettingZoo
-environment's (`amazons.envs.pettingzoo_env`), from the agent's side:
+environment's (`amazons.envs.pettingzoo_env`), from the agent's side, sized from the board
+(`board="standard10"`, a `BoardSpec` or a start position string; `botzone8` by default): on an
+`N x N` board with `A = amazons.envs.actions.num_actions(N)` actions (33,344 on 8x8):
 
-    observation  (C, 8, 8) float32   feature planes of the position seen by the agent (C = 3 or 7)
-    action_mask  (33344,) int8       the agent's legal actions (all 0 once the game is over)
-    action       Discrete(33344)     one whole move, in the agent's canonical frame
+    observation  (C, N, N) float32   feature planes of the position seen by the agent (C = 3 or 7)
+    action_mask  (A,) int8           the agent's legal actions (all 0 once the game is over)
+    action       Discrete(A)         one whole move, in the agent's canonical frame
 
 `step(action)` plays the agent's move, then the opponent's reply. The reward is +1 when the
 opponent is left without a legal move, -1 when the agent is, 0 otherwise; the game always ends
-(at most 56 plies), so nothing is truncated. An illegal action, with `illegal_action="lose"`
-(the default), ends the episode as a loss (reward -1, `info["illegal_action"]` names it): an
-agent that ignores the mask learns to avoid such moves, and `gymnasium.utils.env_checker`
-(which steps unmasked random actions) can run. With `illegal_action="raise"` it raises
-`IllegalActionError` naming the action and changes nothing. `action_masks()` returns the mask
-as booleans (the method sb3-contrib's `MaskablePPO` calls).
+(at most `N * N - 8` plies, 56 on 8x8), so nothing is truncated. An illegal action, with
+`illegal_action="lose"` (the default), ends the episode as a loss (reward -1,
+`info["illegal_action"]` names it): an agent that ignores the mask learns to avoid such moves,
+and `gymnasium.utils.env_checker` (which steps unmasked random actions) can run. With
+`illegal_action="raise"` it raises `IllegalActionError` naming the action and changes nothing.
+`action_masks()` returns the mask as booleans (the method sb3-contrib's `MaskablePPO` calls).
 
 Seeding: `reset(seed=...)` seeds the environment's generator, which draws the agent's colour
 (`agent_color="random"`) and, at the first reset and at every seeded one, a seed with which an
@@ -40,13 +42,14 @@ import gymnasium
 import numpy as np
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
+from amazons.boards import BoardSpec, board_spec
 from amazons.engine import FEATURE_PLANES
 from amazons.envs.actions import (
-    NUM_ACTIONS,
     ActionError,
     IllegalActionError,
     action_mask,
     action_to_move,
+    num_actions,
     observation_planes,
 )
 from amazons.players.factory import make_player
@@ -62,13 +65,14 @@ SEED_BOUND = 2**31  # opponent seeds are drawn from [0, SEED_BOUND)
 
 
 class AmazonsEnv(gymnasium.Env):
-    """Amazons (Botzone 8x8 rules) for one agent against an `amazons` player.
+    """Amazons for one agent against an `amazons` player, on any board of `amazons.boards`.
 
     Args:
         opponent: a player spec for `amazons.players.factory.make_player` (built again with a seed
             from the environment's generator at the first reset and at seeded resets) or a
             `Player` object (only `reset()` between episodes).
-        agent_color: `"black"` (moves first), `"white"`, or `"random"` (drawn on every reset).
+        agent_color: `"black"`, `"white"`, or `"random"` (drawn on every reset); the board's
+            first side moves first (Black on `botzone8`, White on `standard10`).
         num_planes: feature planes per observation, 3 or 7.
         illegal_action: `"lose"` (an illegal action ends the episode with reward -1) or
             `"raise"` (`IllegalActionError`, nothing changes).
@@ -77,10 +81,12 @@ class AmazonsEnv(gymnasium.Env):
         opponent_time_budget: seconds per move of a spec-built MCTS opponent instead.
         render_mode: None, `"ansi"` (`render()` returns the board diagram) or `"human"`
             (prints it after every step).
+        board: the start: a name in `amazons.boards.BOARDS` (`"standard10"`), a `BoardSpec` or
+            a start position string; None is `botzone8`. The opponent must play its size.
 
     Raises:
-        ValueError: on a bad argument; `amazons.players.factory.PlayerSpecError` for an
-            unknown spec.
+        ValueError: on a bad argument (a bad `board` is named);
+            `amazons.players.factory.PlayerSpecError` for an unknown spec.
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 4}
@@ -89,7 +95,9 @@ class AmazonsEnv(gymnasium.Env):
                  num_planes: int = 7, illegal_action: str = "lose",
                  opponent_simulations: int | None = None,
                  opponent_time_budget: float | None = None,
-                 render_mode: str | None = None) -> None:
+                 render_mode: str | None = None,
+                 board: BoardSpec | str | None = None) -> None:
+        self.board_spec = board_spec(board)
         if agent_color not in AGENT_COLORS:
             raise ValueError(f"agent_color must be 'black', 'white' or 'random', "
                              f"got {agent_color!r}")
@@ -112,13 +120,15 @@ class AmazonsEnv(gymnasium.Env):
         self.num_planes = num_planes
         self.illegal_action = illegal_action
         self.render_mode = render_mode
+        size = self.board_spec.size
+        self.num_actions = num_actions(size)
         self.observation_space = gymnasium.spaces.Dict({
-            "observation": gymnasium.spaces.Box(0.0, 1.0, (num_planes, 8, 8), np.float32),
-            "action_mask": gymnasium.spaces.Box(0, 1, (NUM_ACTIONS,), np.int8),
+            "observation": gymnasium.spaces.Box(0.0, 1.0, (num_planes, size, size), np.float32),
+            "action_mask": gymnasium.spaces.Box(0, 1, (self.num_actions,), np.int8),
         })
-        self.action_space = gymnasium.spaces.Discrete(NUM_ACTIONS)
+        self.action_space = gymnasium.spaces.Discrete(self.num_actions)
         self.color = BLACK
-        self._board = Board()
+        self._board = Board(start=self.board_spec)
         self._episode_over = True  # until the first reset
 
     def _build_opponent(self, seed: int) -> Player:
@@ -132,7 +142,8 @@ class AmazonsEnv(gymnasium.Env):
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
               ) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-        """Start a game from Botzone's start; if the agent plays White, the opponent moves first.
+        """Start a game from the board's start; when the opponent's side moves first (White on
+        `botzone8`), it plays its first move here.
 
         Returns:
             `(observation, info)`; info holds `agent_color` and `opponent_move` (algebraic, or
@@ -147,9 +158,9 @@ class AmazonsEnv(gymnasium.Env):
             self.opponent = self._build_opponent(int(self.np_random.integers(SEED_BOUND)))
             self._opponent_seeded = True
         self.opponent.reset()
-        self._board = Board()
+        self._board = Board(start=self.board_spec)
         self._episode_over = False
-        opponent_move = self._opponent_moves() if self.color == WHITE else None
+        opponent_move = self._opponent_moves() if self.color != self._board.turn else None
         if self.render_mode == "human":
             self.render()
         return self._observation(), self._info(opponent_move)
@@ -195,7 +206,7 @@ class AmazonsEnv(gymnasium.Env):
         return self._observation(), reward, winner is not None, False, self._info(opponent_move)
 
     def action_masks(self) -> np.ndarray:
-        """The agent's legal actions, `(33344,) bool` (all False when it is not to move)."""
+        """The agent's legal actions, `(A,) bool` (all False when it is not to move)."""
         return self._mask().astype(bool)
 
     def render(self) -> str | None:
@@ -217,8 +228,8 @@ class AmazonsEnv(gymnasium.Env):
 
     def _mask(self) -> np.ndarray:
         if self._board.turn != self.color:
-            return np.zeros(NUM_ACTIONS, dtype=np.int8)
-        return action_mask(self._board.canonical_position())
+            return np.zeros(self.num_actions, dtype=np.int8)
+        return action_mask(self._board.canonical_position(), self._board.size)
 
     def _observation(self) -> dict[str, np.ndarray]:
         return {"observation": observation_planes(self._board, self.color, self.num_planes),
