@@ -25,6 +25,14 @@ Keys (all numbers):
   sitting; `nn.<preset>.native_over_torch.b<batch>` is their ratio, and
   `nn.<preset>.native_2threads.b<batch>.evaluator_positions_per_s` (batches 64 and 256) the native
   evaluator on two threads. Left out where the extension is not built.
+* `nn.<preset>.pooled10.native.b64.evaluator_positions_per_s`,
+  `nn.<preset>.pooled10.torch_fp32.b64.evaluator_positions_per_s` and their ratio
+  `nn.<preset>.pooled10.native_over_torch.b64` (tiny and small with the pooled value head, the
+  --quick grid too): the same on 10x10 (`NativeEvaluator(board_size=10)`), one sitting, on
+  positions of random 10x10 playouts from the standard start; the torch side runs the CPU
+  production evaluator's steps (the engine's feature planes, the inference copy of
+  `prepare_for_inference` in fp32 on one thread, the legal priors of `gather_legal_priors`).
+  Left out where the extension is not built.
 * `nn.tiny.fp32.b256.compiled.positions_per_s` (not with --quick): the same forward as the grid's
   under `torch.compile` with inductor's `freezing` (weights as constants: convolutions pre-packed
   and fused with their ReLU / residual add), a variant production does not run. The compile time
@@ -65,10 +73,20 @@ import torch._inductor.config as inductor_config
 from torch.utils.flop_counter import FlopCounterMode
 
 from amazons import engine
+from amazons.boards import default_start
 from amazons.neural.learner import Learner, OptimConfig, SampleBatch
-from amazons.neural.model import PRESETS, PolicyValueNet, net_config, prepare_for_inference
+from amazons.neural.model import (
+    PRESETS,
+    PolicyValueNet,
+    gather_legal_priors,
+    net_config,
+    policy_log_tables,
+    prepare_for_inference,
+    segment_ids,
+)
 from amazons.neural.native import NativeEvaluator, native_available
-from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator
+from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator, numpy_net
+from amazons.symmetry import WHITE
 
 PRECISIONS = ("fp32", "bf16")
 BATCHES = (1, 4, 16, 64, 256, 1024)
@@ -247,6 +265,85 @@ def _native_against_torch(window_s: float, rng: np.random.Generator) -> dict[str
     return metrics
 
 
+def _start_row(size: int) -> np.ndarray:
+    """The canonical start of `amazons.boards.default_start(size)`, `(3 * W,) uint64`: the side
+    to move's amazons first, the board rotated 180 degrees when White moves first."""
+    spec = default_start(size)
+    black, white = spec.bitboards()
+    squares = size * size
+    if spec.first == WHITE:
+        rotate = [squares - 1 - s for s in range(squares)]
+        black, white = (sum(1 << rotate[s] for s in range(squares) if board >> s & 1)
+                        for board in (black, white))
+    words = spec.words
+    row = np.zeros(3 * words, np.uint64)
+    for k, board in enumerate((white, black) if spec.first == WHITE else (black, white)):
+        for w in range(words):
+            row[k * words + w] = (board >> (64 * w)) & ((1 << 64) - 1)
+    return row
+
+
+def random_positions_of_size(rng: np.random.Generator, count: int, size: int) -> np.ndarray:
+    """Canonical positions of random playouts of 0..40 plies from the size's standard start."""
+    positions = np.repeat(_start_row(size)[None], count, axis=0)
+    plies = rng.integers(0, 41, size=count)
+    for ply in range(40):
+        live = np.flatnonzero(plies > ply)
+        if live.size == 0:
+            break
+        current = np.ascontiguousarray(positions[live])
+        moves, offsets = engine.legal_moves(current, size=size)
+        counts = np.diff(offsets)
+        picks = offsets[:-1] + rng.integers(0, np.maximum(counts, 1))
+        movable = counts > 0
+        children = engine.apply_moves(current[movable], np.ascontiguousarray(moves[picks[movable]]),
+                                      size=size)
+        keep = ~engine.is_terminal(children, size=size)
+        positions[live[movable][keep]] = children[keep]
+    return positions
+
+
+def _native_against_torch_10x10(window_s: float, rng: np.random.Generator) -> dict[str, float]:
+    """The native evaluator's whole call against torch's on the CPU on 10x10, batch 64, with
+    the pooled value head (the flat one runs 8x8 only); see the module docstring."""
+    if not native_available():
+        return {}
+    cpu = torch.device("cpu")
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    metrics: dict[str, float] = {}
+    batch, size = 64, 10
+    positions = random_positions_of_size(rng, batch, size)
+    moves, offsets = engine.legal_moves(positions, size=size)
+    segments = torch.from_numpy(segment_ids(offsets))
+    try:
+        for preset in ("tiny", "small"):
+            torch.manual_seed(0)
+            model = PolicyValueNet(net_config(preset, value_head="pooled"))
+            native = NativeEvaluator(numpy_net(model), board_size=size)
+            served = prepare_for_inference(model)
+
+            @torch.inference_mode()
+            def torch_call(served=served) -> tuple[np.ndarray, np.ndarray]:
+                planes = engine.features(positions, served.config.num_planes, size=size)
+                features = torch.from_numpy(planes).contiguous(memory_format=torch.channels_last)
+                output = served(features, with_ownership=False, with_soft_policy=False)
+                priors = gather_legal_priors(policy_log_tables(output.policy),
+                                             torch.from_numpy(moves), segments)
+                return priors.numpy(), output.value.numpy()
+
+            key = f"nn.{preset}.pooled10.{{}}.b{batch}.evaluator_positions_per_s"
+            calls = {"native": lambda e=native: e.evaluate(positions, moves, offsets),
+                     "torch_fp32": torch_call}
+            for name, call in calls.items():
+                metrics[key.format(name)] = batch / seconds_per_call(call, cpu, window_s)
+            metrics[f"nn.{preset}.pooled10.native_over_torch.b{batch}"] = (
+                metrics[key.format("native")] / metrics[key.format("torch_fp32")])
+    finally:
+        torch.set_num_threads(threads)
+    return metrics
+
+
 def _compiled_tiny(device: torch.device, window_s: float,
                    rng: np.random.Generator) -> dict[str, float]:
     """The tiny net at batch 256 under torch.compile with inductor's freezing (weights become
@@ -376,6 +473,7 @@ def run(quick: bool) -> dict[str, float]:
     metrics = _inference_grid(device, QUICK_BATCHES if quick else BATCHES, window_s, rng)
     metrics.update(_evaluator_figure(device, window_s, rng))
     metrics.update(_native_against_torch(window_s, rng))
+    metrics.update(_native_against_torch_10x10(window_s, rng))
     if not quick:
         metrics.update(_compiled_tiny(device, window_s, rng))
     train_presets = ("tiny", "small") if quick else tuple(PRESETS)
