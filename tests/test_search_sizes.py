@@ -368,3 +368,41 @@ def test_the_native_evaluator_serves_a_pooled_network_on_10x10(pooled_model_path
     assert_close(priors, torch_priors, rtol=NATIVE_RTOL, atol=NATIVE_RTOL / len(moves),
                  what="native priors")
     assert_close(values, torch_values, atol=NATIVE_RTOL, what="native values")
+
+
+def test_a_bucketed_10x10_evaluator_pads_with_empty_10x10_boards(pooled_model_path):
+    """Batches padded to a bucket (empty boards of the size, their outputs dropped) give what the
+    unpadded batch gives."""
+    from amazons.neural.checkpoint import load_model_for_play
+    from amazons.neural.cuda_graphs import NetworkEvaluator, batch_buckets
+    from amazons.neural.model import prepare_for_inference
+
+    model = prepare_for_inference(load_model_for_play(pooled_model_path, "cpu"))
+    root = start_position(10)
+    positions = np.stack([root, *(replay(root, np.array([move]), 10) for move in
+                                  sorted(legal_set(root, 10))[:4])])
+    moves, offsets = engine.legal_moves(positions, size=10)
+    plain = NetworkEvaluator(model, 7, board_size=10)
+    bucketed = NetworkEvaluator(model, 7, batch_buckets=batch_buckets(8), board_size=10)
+    assert [size for _, _, size in bucketed._chunks(5)] == [8]
+    expected = plain.evaluate(positions, moves, offsets)
+    # Rows of one batch are independent in eval mode, but a batch of 8 may run other kernels than
+    # one of 5 (another blocking of the same sums over at most 32 channels x 9 taps): each output
+    # within 64 float32 roundings of its magnitude.
+    tolerance = rounding_tolerance(64)
+    for actual, wanted, what in zip(bucketed.evaluate(positions, moves, offsets), expected,
+                                    ("priors", "values"), strict=True):
+        assert_close(actual, wanted, rtol=tolerance, atol=tolerance / len(moves), what=what)
+
+
+def test_the_ownership_map_of_a_10x10_evaluator_has_a_square_each():
+    torch = pytest.importorskip("torch")
+    from amazons.neural.cuda_graphs import NetworkEvaluator
+    from amazons.neural.model import PolicyValueNet, net_config
+
+    torch.manual_seed(0)
+    model = PolicyValueNet(net_config("tiny", value_head="pooled", ownership_head=True))
+    evaluator = NetworkEvaluator(model, 7, board_size=10)
+    ownership = evaluator.ownership(np.stack([start_position(10)] * 3))
+    assert ownership.shape == (3, 100) and np.all(np.abs(ownership) <= 1.0)
+    assert evaluator.ownership(np.zeros((0, 6), np.uint64)).shape == (0, 100)
