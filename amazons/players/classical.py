@@ -31,6 +31,9 @@ unfinished one where it already found a better move than the last (its first can
 iteration's best). With a depth limit and no time cut the player is deterministic given its seed,
 which breaks ties among equal moves.
 
+Every board size 6..10 is played with the same weights: the terms are counts of squares, so they
+scale with the board, and the player reads the size from the board it is given.
+
 Imports numpy, `amazons.engine`, `amazons.board`, `amazons.symmetry` and `players.player`.
 """
 
@@ -70,24 +73,28 @@ class ClassicalConfig:
                               f"{self.max_depth}, {self.width}, {self.root_width}")
 
 
-def classical_values(positions: np.ndarray, config: ClassicalConfig) -> np.ndarray:
-    """The evaluation of canonical positions `(B, 3) uint64`, `(B,) float64`, from each side to
-    move's view; -WIN where the side to move has no legal move (see the module doc).
+def classical_values(positions: np.ndarray, config: ClassicalConfig, size: int = 8) -> np.ndarray:
+    """The evaluation of canonical positions `(B, 3 * W) uint64` of a `size x size` board,
+    `(B,) float64`, from each side to move's view; -WIN where the side to move has no legal move
+    (see the module doc).
 
     Raises:
-        amazons.engine.EngineInputError: on a wrong dtype or shape.
+        amazons.engine.EngineInputError: on a wrong dtype or shape, or a size without rules.
     """
-    terms = engine.classical_terms(positions)
-    positions = positions.reshape(-1, 3)
-    occupied = positions[:, engine.MINE] | positions[:, engine.THEIRS] | positions[:, engine.ARROWS]
-    empties = engine.NUM_SQUARES - np.bitwise_count(occupied).astype(np.float64)
+    terms = engine.classical_terms(positions, size=size)
+    geometry = engine.geometry(size)
+    positions = positions.reshape(-1, geometry.position_width)
+    # every square holds at most one thing, so the set bits of the three bitboards count the
+    # occupied squares (of every word; the bits past N*N are never set)
+    occupied = np.bitwise_count(positions).sum(axis=1, dtype=np.int64)
+    empties = geometry.num_squares - occupied.astype(np.float64)
     phase = np.minimum(1.0, terms[:, engine.CONTEST] / np.maximum(empties, 1.0))
     queen = terms[:, engine.QUEEN_BALANCE] + config.tempo * terms[:, engine.QUEEN_TIES]
     king = terms[:, engine.KING_BALANCE] + config.tempo * terms[:, engine.KING_TIES]
     early = (config.early_queen * queen + config.early_king * king
              + config.early_mobility * terms[:, engine.MOBILITY])
     values = (1.0 - phase) * config.late_queen * queen + phase * early
-    values[engine.is_terminal(positions)] = -WIN
+    values[engine.is_terminal(positions, size=size)] = -WIN
     return values
 
 
@@ -117,17 +124,20 @@ class ClassicalPlayer(BasePlayer):
         self.name = name
         self._rng = np.random.default_rng(seed)
         self._deadline = float("inf")
+        self._size = 8  # the board side of the move being chosen
         self.last_depth = 0  # deepest iteration that decided the last move
         self.last_value = 0.0  # its value of the move, from the mover's view
 
     def _expand(self, position: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Moves `(K, 3) int32`, children `(K, 3) uint64` and the children's values from the
-        mover's view `(K,) float64` (WIN where the opponent is left without a move)."""
-        moves, _ = engine.legal_moves(position.reshape(1, 3))
+        """Moves `(K, 3) int32`, children `(K, 3 * W) uint64` and the children's values from the
+        mover's view `(K,) float64` (WIN where the opponent is left without a move), on the
+        board of the move being chosen."""
+        size = self._size
+        root = position[None]
+        moves, _ = engine.legal_moves(root, size=size)
         moves = np.ascontiguousarray(moves)
-        children = engine.apply_moves(np.repeat(position.reshape(1, 3), moves.shape[0], axis=0),
-                                      moves)
-        return moves, children, -classical_values(children, self.config)
+        children = engine.apply_moves(np.repeat(root, moves.shape[0], axis=0), moves, size=size)
+        return moves, children, -classical_values(children, self.config, size)
 
     def _negamax(self, position: np.ndarray, depth: int, alpha: float, beta: float) -> float:
         """The value of `position` for its side to move, searched `depth` >= 1 plies."""
@@ -155,6 +165,7 @@ class ClassicalPlayer(BasePlayer):
             PlayerError: the game is over (the side to move has no legal move).
         """
         start = time.perf_counter()
+        self._size = board.size
         self._deadline = start + self.time_budget if self.time_budget is not None else np.inf
         root = board.canonical_position()
         moves, children, values = self._expand(root)
@@ -181,4 +192,5 @@ class ClassicalPlayer(BasePlayer):
                 break
             best, best_value, self.last_depth = iteration_best, alpha, depth
         self.last_value = best_value
-        return Move(*canonical_to_real(moves[best], board.turn).tolist())
+        return Move(*canonical_to_real(moves[best], board.turn, board.size).tolist(),
+                    size=board.size)

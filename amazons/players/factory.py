@@ -31,6 +31,18 @@ What this module owns:
   `amazons.players.program`) and `human`, plus whatever
   `register_player` adds; `make_player(spec, ...)` builds one (the arena, the Gymnasium env).
 
+Board sizes: a player is built for one board (`make_player(..., board=...)`, a name in
+`amazons.boards.BOARDS`, a start position string or a `BoardSpec`; Botzone's 8x8 by default), and
+every evaluator it needs is built for that board's size when the player is built (`board_size`
+of `model_evaluator`, `build_model_player` and `served_evaluator_factory`). Eagerly rather than
+per size on the first move, because an evaluator is where a size can fail: a network with the flat
+value head plays 8x8 only, and is refused here, by the model's name and the size, before a game
+starts (in the arena, before a worker process plays a move), rather than in the middle of a
+match; and because a network's evaluator is loaded once, for one size, as one evaluator serves
+one size (docs: notes on sizes, `amazons.evaluator`). The players that need no evaluator of a
+size (random, greedy, classical, mcts-uniform, botzone, human) play whatever board they are
+given; an `MCTSPlayer` builds its search for the board's size on its first move.
+
 Torch-free: imports numpy, `mcts`, `neural.numpy_net`, `neural.native`, `neural.backends`,
 `players`, `models`, `botzone.program` and `openspiel_player` (which imports pyspiel only when its
 player is built); `amazons.neural.served`, and with it torch, is imported only when a `.pt`
@@ -45,10 +57,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from amazons.boards import BoardSpec, NotationError, board_spec
 from amazons.core.backends import BackendError, backend_error, choose_backend
 from amazons.mcts import Evaluator, RolloutEvaluator, SearchConfig, UniformEvaluator
 from amazons.models import default_model_path
-from amazons.neural.native import NativeEvaluator, native_support
+from amazons.neural.native import BOARD_SIZES, FLAT_BOARD_SIZE, NativeEvaluator, native_support
 from amazons.neural.numpy_net import (
     ModelFileError,
     NumpyEvaluator,
@@ -80,6 +93,7 @@ __all__ = [
     "PlayerSpecError",
     "apply_search_overrides",
     "build_model_player",
+    "check_model_size",
     "make_player",
     "model_evaluator",
     "player_factories",
@@ -132,30 +146,59 @@ def _check_backend(backend: str, path: Path) -> None:
         raise PlayerSpecError(f"{path}: {why}")
 
 
-def numpy_model_evaluator(net: NumpyNet, backend: str = "auto") -> Evaluator:
-    """An exported network's evaluator: the compiled CPU evaluator (`amazons.neural.native`)
-    where `backend` is "auto" and it runs the network, or "native"; numpy
-    (`amazons.neural.numpy_net`) where it is "numpy" or the native evaluator cannot run (the one
-    chooser decides: `amazons.core.backends.choose_backend`).
+def _check_board_size(board_size: int) -> int:
+    if isinstance(board_size, bool) or board_size not in BOARD_SIZES:
+        raise PlayerSpecError(f"board_size must be one of {', '.join(map(str, BOARD_SIZES))}, "
+                              f"got {board_size!r}")
+    return int(board_size)
+
+
+def check_model_size(model: str, net_config: dict, board_size: int) -> None:
+    """Refuse a network that cannot play `board_size` boards: the flat value head reads the 64
+    squares of 8x8 (`amazons.neural.model`'s `value_head`).
 
     Raises:
-        PlayerSpecError: an unknown backend or "torch" (which runs checkpoints only), or
-            "native" where the native evaluator cannot run.
+        PlayerSpecError: naming the model and the size.
+    """
+    if board_size != FLAT_BOARD_SIZE and net_config.get("value_head", "flat") != "pooled":
+        raise PlayerSpecError(
+            f"model {model} cannot play {board_size}x{board_size} boards: its value head is "
+            f"'flat', which plays 8x8 only (a network with value_head='pooled' plays 6x6 to "
+            f"10x10)")
+
+
+def numpy_model_evaluator(net: NumpyNet, backend: str = "auto",
+                          board_size: int = FLAT_BOARD_SIZE) -> Evaluator:
+    """An exported network's evaluator on `board_size` boards: the compiled CPU evaluator
+    (`amazons.neural.native`) where `backend` is "auto" and it runs the network, or "native";
+    numpy (`amazons.neural.numpy_net`) where it is "numpy" or the native evaluator cannot run
+    (the one chooser decides: `amazons.core.backends.choose_backend`).
+
+    Raises:
+        PlayerSpecError: an unknown backend or "torch" (which runs checkpoints only), "native"
+            where the native evaluator cannot run, or numpy off 8x8 (the numpy evaluator plays
+            8x8 only).
     """
     try:
-        chosen = choose_backend(backend, ".npz", native_support(net.config, net.trunk_layers))
+        chosen = choose_backend(backend, ".npz",
+                                native_support(net.config, net.trunk_layers, board_size))
     except BackendError as error:
         raise PlayerSpecError(str(error)) from None
     if chosen == "native":
-        return NativeEvaluator(net)
+        return NativeEvaluator(net, board_size=board_size)
+    if board_size != FLAT_BOARD_SIZE:
+        raise PlayerSpecError(f"the numpy evaluator plays 8x8 boards only, not "
+                              f"{board_size}x{board_size}: use the native backend")
     limit_blas_threads(1)
     return NumpyEvaluator(net)
 
 
 def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = False,
                     device: str = "auto", precision: str = "auto", torch_threads: int | None = None,
-                    backend: str = "auto") -> tuple[Evaluator, SearchConfig]:
-    """The evaluator a model spec names, and the search settings it plays with by default.
+                    backend: str = "auto",
+                    board_size: int = FLAT_BOARD_SIZE) -> tuple[Evaluator, SearchConfig]:
+    """The evaluator a model spec names on `board_size` boards, and the search settings it plays
+    with by default.
 
     Args:
         model: `none`, `default`, an exported `.npz` model, or a `.pt` checkpoint (see the module
@@ -168,6 +211,7 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
             None leaves them.
         backend: "auto", "native", "torch" (`.pt` only) or "numpy" (`.npz` only): the network's
             backend (see the module doc).
+        board_size: the board side N (6..10) the evaluator serves (its `board_size`).
 
     Numpy models run on one BLAS thread (`amazons.neural.numpy_net.limit_blas_threads`), native
     ones on one thread.
@@ -175,14 +219,16 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
     Raises:
         FileNotFoundError: the model file (or the shipped default) does not exist.
         PlayerSpecError: a backend that does not run the model's file (the message names those
-            that do), or "native" where it cannot run an exported model.
+            that do), "native" where it cannot run an exported model, or a model that cannot
+            play `board_size` boards (the flat value head off 8x8; the model and size named).
         amazons.neural.numpy_net.ModelFileError: not a usable model file, or a torch checkpoint
             where torch is not allowed (the message gives the export command).
         amazons.neural.checkpoint.CheckpointError: an unusable torch checkpoint.
         amazons.neural.served.BackendError: "native" where it cannot run a checkpoint.
     """
+    board_size = _check_board_size(board_size)
     if model == "none":
-        return RolloutEvaluator(seed=seed), ROLLOUT_SEARCH
+        return RolloutEvaluator(seed=seed, board_size=board_size), ROLLOUT_SEARCH
     path = _model_path(model)
     _check_backend(backend, path)
     if path.suffix == ".pt":
@@ -191,9 +237,20 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
                 f"{path} is a torch checkpoint; export it first (the bot and terminal play run "
                 f"without torch): python -m amazons.export {path} {path.with_suffix('.npz')}")
         netplay = importlib.import_module("amazons.neural.served")
-        return netplay.load_network_evaluator(path, device, precision, torch_threads=torch_threads,
-                                              backend=backend), NET_SEARCH
-    return numpy_model_evaluator(load_model(path), backend), NET_SEARCH
+        try:
+            evaluator = netplay.load_network_evaluator(path, device, precision,
+                                                       torch_threads=torch_threads,
+                                                       backend=backend, board_size=board_size)
+        except ValueError as error:
+            if board_size == FLAT_BOARD_SIZE:
+                raise
+            # the loaders name the size but not the file: a match or a bot may hold two models
+            raise PlayerSpecError(f"model {model} on {board_size}x{board_size} boards: "
+                                  f"{error}") from error
+        return evaluator, NET_SEARCH
+    net = load_model(path)
+    check_model_size(model, net.config, board_size)
+    return numpy_model_evaluator(net, backend, board_size), NET_SEARCH
 
 
 def build_model_player(model: str, *, search: SearchConfig | None = None,
@@ -202,7 +259,7 @@ def build_model_player(model: str, *, search: SearchConfig | None = None,
                        allow_torch: bool = False, device: str = "auto", precision: str = "auto",
                        torch_threads: int | None = None, evaluator: Evaluator | None = None,
                        name: str | None = None, stop_when_full: bool = False,
-                       backend: str = "auto") -> MCTSPlayer:
+                       backend: str = "auto", board_size: int = FLAT_BOARD_SIZE) -> MCTSPlayer:
     """The MCTS player a model spec names: what the arena (`mcts-net`), the Botzone bot, terminal
     play, the web board and evaluation all build their AI with.
 
@@ -222,17 +279,20 @@ def build_model_player(model: str, *, search: SearchConfig | None = None,
         stop_when_full: end a time-budgeted search once the tree is full (the bot).
         backend: the network's backend, "auto", "native", "torch" or "numpy" (see
             `model_evaluator`).
+        board_size: the board side N (6..10) the player plays; its evaluator is built for it
+            (a given `evaluator` must serve it).
 
     Raises:
         FileNotFoundError, amazons.neural.numpy_net.ModelFileError,
-        amazons.neural.checkpoint.CheckpointError: see `model_evaluator`.
+        amazons.neural.checkpoint.CheckpointError, PlayerSpecError: see `model_evaluator`.
         amazons.mcts.SearchConfigError: `tree_memory_mb` cannot hold a tree.
         amazons.players.player.PlayerError: simulations < 1 or time_budget <= 0.
     """
     if evaluator is None:
         evaluator, default_search = model_evaluator(model, seed=seed, allow_torch=allow_torch,
                                                     device=device, precision=precision,
-                                                    torch_threads=torch_threads, backend=backend)
+                                                    torch_threads=torch_threads, backend=backend,
+                                                    board_size=board_size)
     else:
         default_search = ROLLOUT_SEARCH if model == "none" else NET_SEARCH
     config = search if search is not None else default_search
@@ -245,8 +305,8 @@ def build_model_player(model: str, *, search: SearchConfig | None = None,
 
 
 def served_evaluator_factory(model: str, device: str = "auto", precision: str = "auto",
-                             max_batch: int = 256,
-                             backend: str = "auto") -> Callable[[], Evaluator]:
+                             max_batch: int = 256, backend: str = "auto",
+                             board_size: int = FLAT_BOARD_SIZE) -> Callable[[], Evaluator]:
     """A network model as the picklable zero-argument recipe an inference server runs in its own
     process to build its evaluator (`amazons.serving.server.InferenceServer`).
 
@@ -254,12 +314,12 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     model on `device`, batches padded to power-of-two buckets up to `max_batch` where CUDA graphs
     run; `load_weights` for `publish_weights`; on a CPU the native evaluator: `backend`);
     `default` or a `.npz` file the native evaluator, or the numpy network
-    (`numpy_model_evaluator`).
+    (`numpy_model_evaluator`); either serves `board_size` boards.
 
     Raises:
         FileNotFoundError: no such model file.
-        PlayerSpecError: `none` (random playouts are no network to serve), or a backend that does
-            not run the model's file.
+        PlayerSpecError: `none` (random playouts are no network to serve), a backend that does
+            not run the model's file, or an exported model that cannot play `board_size` boards.
     """
     if model == "none":
         raise PlayerSpecError("model 'none' (random playouts) is not a network to serve")
@@ -268,8 +328,11 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     if path.suffix == ".pt":
         netplay = importlib.import_module("amazons.neural.served")
         return netplay.NetworkEvaluatorFactory(str(path), device, precision, max_batch=max_batch,
-                                               backend=backend)
-    return _NumpyEvaluatorFactory(str(path), backend)
+                                               backend=backend, board_size=board_size)
+    board_size = _check_board_size(board_size)
+    if board_size != FLAT_BOARD_SIZE:
+        check_model_size(model, load_model(path).config, board_size)
+    return _NumpyEvaluatorFactory(str(path), backend, board_size)
 
 
 @dataclass(frozen=True)
@@ -278,9 +341,10 @@ class _NumpyEvaluatorFactory:
 
     path: str
     backend: str = "auto"
+    board_size: int = FLAT_BOARD_SIZE
 
     def __call__(self) -> Evaluator:
-        return numpy_model_evaluator(load_model(self.path), self.backend)
+        return numpy_model_evaluator(load_model(self.path), self.backend, self.board_size)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -302,6 +366,7 @@ class PlayerOptions:
     evaluator: Evaluator | None = None
     device: str = "auto"  # where a network player's torch model runs
     precision: str = "auto"  # how it computes (`amazons.neural.model.resolve_precision`)
+    board_size: int = FLAT_BOARD_SIZE  # the board side the player's evaluator is built for
 
     def search_config(self, default: SearchConfig) -> SearchConfig:
         """`base_search` (or `default`) with the `search` overrides applied (values parsed by the
@@ -386,23 +451,32 @@ def split_spec(spec: str) -> tuple[str, str | None]:
 def make_player(spec: str, seed: int = 0, simulations: int | None = None,
                 time_budget: float | None = None, search: Sequence[tuple[str, str]] = (), *,
                 base_search: SearchConfig | None = None, evaluator: Evaluator | None = None,
-                device: str = "auto", precision: str = "auto") -> Player:
-    """Build the player named by `spec` (`NAME` or `NAME:ARGUMENT`).
+                device: str = "auto", precision: str = "auto",
+                board: BoardSpec | str | None = None) -> Player:
+    """Build the player named by `spec` (`NAME` or `NAME:ARGUMENT`) for `board`.
 
     Args:
         spec: the player's name and argument.
         seed, simulations, time_budget, base_search, evaluator, device, precision: see
             `PlayerOptions`.
         search: `SearchConfig` overrides for MCTS players, e.g. `[("solver", "false")]`.
+        board: the board the player plays (a name in `amazons.boards.BOARDS` such as
+            "standard10", a start position string or a `BoardSpec`; None: Botzone's 8x8): the
+            evaluator a player needs is built for its size (see the module doc).
 
     Raises:
-        PlayerSpecError: for an unknown name, an argument the player does not take, or a bad
-            search override.
+        PlayerSpecError: for an unknown name, an argument the player does not take, a bad
+            search override, a bad board, or a model that cannot play the board's size (the
+            model and the size named).
         FileNotFoundError, ValueError: a network player's model cannot be loaded.
     """
     name, argument = split_spec(spec)
+    try:
+        board_size = board_spec(board).size
+    except NotationError as error:
+        raise PlayerSpecError(f"board: {error}") from None
     options = PlayerOptions(seed, simulations, time_budget, tuple(search), base_search, evaluator,
-                            device, precision)
+                            device, precision, board_size)
     return _REGISTRY[name](argument, options)
 
 
@@ -451,7 +525,9 @@ def _make_mcts_rollout(argument: str | None, options: PlayerOptions) -> Player:
                               simulations=options.simulations, time_budget=options.time_budget,
                               seed=options.seed,
                               evaluator=RolloutEvaluator(rollouts_per_leaf=rollouts,
-                                                         seed=options.seed))
+                                                         seed=options.seed,
+                                                         board_size=options.board_size),
+                              board_size=options.board_size)
 
 
 def _make_mcts_net(argument: str | None, options: PlayerOptions) -> Player:
@@ -461,7 +537,7 @@ def _make_mcts_net(argument: str | None, options: PlayerOptions) -> Player:
                               simulations=options.simulations, time_budget=options.time_budget,
                               seed=options.seed, allow_torch=True, device=options.device,
                               precision=options.precision, torch_threads=1,
-                              evaluator=options.evaluator)
+                              evaluator=options.evaluator, board_size=options.board_size)
 
 
 def _make_policy_net(argument: str | None, options: PlayerOptions) -> Player:
@@ -470,7 +546,8 @@ def _make_policy_net(argument: str | None, options: PlayerOptions) -> Player:
     evaluator = options.evaluator
     if evaluator is None:
         evaluator, _ = model_evaluator(model, allow_torch=True, device=options.device,
-                                       precision=options.precision, torch_threads=1)
+                                       precision=options.precision, torch_threads=1,
+                                       board_size=options.board_size)
     return PolicyPlayer(evaluator, name=f"policy-net:{model}")
 
 

@@ -6,8 +6,8 @@ row 0 at the bottom of Botzone's picture, so Botzone `(x, y)` is cell `(7 - y) *
 player 0 is Black. The player replays the game so far into an OpenSpiel state and asks the bot
 for the three decisions in turn, giving each a third of the move's time budget (or
 `simulations` simulations each). Spec: `openspiel-mcts` or `openspiel-mcts:N` (N rollouts per
-leaf), built by `amazons.players.factory`. This module imports `pyspiel` only when a player is
-built.
+leaf), built by `amazons.players.factory`. It plays Botzone's 8x8 start (`botzone8`) only; another
+board is refused by name. This module imports `pyspiel` only when a player is built.
 """
 
 from __future__ import annotations
@@ -77,6 +77,9 @@ class OpenSpielMCTSPlayer(BasePlayer):
         """The bot's move on `board` (the game is replayed from the start into OpenSpiel)."""
         if board.is_game_over():
             raise PlayerError("the game is over: the side to move has no legal move")
+        if board.start is None or board.start.name != "botzone8":
+            raise PlayerError(f"{self.name} plays Botzone's 8x8 board (botzone8) only, not "
+                              f"{board.start.label() if board.start else board.size}")
         state = self._game.new_initial_state()
         for move in board.move_stack:
             for square in move.as_tuple():

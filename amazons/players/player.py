@@ -12,7 +12,13 @@ the arena ends the game as that player's loss with the reason in the record.
 
 Players here: `RandomPlayer`, `GreedyPlayer` (one-ply mobility/territory heuristic),
 `MCTSPlayer` (any `Evaluator`; a simulation count or a time budget), `PolicyPlayer` (an
-evaluator's highest prior, no search) and `HumanPlayer` (terminal). They never import torch: a
+evaluator's highest prior, no search) and `HumanPlayer` (terminal).
+
+Every player plays the size of the board it is given (`Board.size`, 6..10): moves come back as
+`Move`s of that size. A searching player builds its search for the board's size when it first
+sees it, and again when a board of another size comes. An evaluator tied to one size (its
+`board_size`: a network's, playouts') serves only that size; a board of another size is refused
+with a `PlayerError` naming the player and both sizes. They never import torch: a
 network player is an `MCTSPlayer` or a `PolicyPlayer` given a network evaluator, built by
 `amazons.players.factory`.
 
@@ -133,7 +139,7 @@ class RandomPlayer(BasePlayer):
     def choose_move(self, board: Board) -> Move:
         """A uniformly random legal move."""
         moves = self._legal_moves(board)
-        return Move(*moves[int(self._rng.integers(moves.shape[0]))].tolist())
+        return Move(*moves[int(self._rng.integers(moves.shape[0]))].tolist(), size=board.size)
 
 
 class GreedyPlayer(BasePlayer):
@@ -154,20 +160,21 @@ class GreedyPlayer(BasePlayer):
 
     def move_scores(self, board: Board) -> tuple[np.ndarray, np.ndarray]:
         """Canonical legal moves `(K, 3) int32` and their scores `(K,) float64` (wins: +inf)."""
-        root = board.canonical_position().reshape(1, 3)
-        moves, _ = engine.legal_moves(root)
+        size = board.size
+        root = board.canonical_position()[None]
+        moves, _ = engine.legal_moves(root, size=size)
         if moves.shape[0] == 0:
             raise PlayerError("the game is over: the side to move has no legal move")
         children = engine.apply_moves(np.repeat(root, moves.shape[0], axis=0),
-                                      np.ascontiguousarray(moves))
-        planes = engine.features(children, num_planes=7)
+                                      np.ascontiguousarray(moves), size=size)
+        planes = engine.features(children, num_planes=7, size=size)
         # Children are the opponent's view: plane 3 is its one-move reach, plane 4 is mine.
-        theirs = planes[:, 3].reshape(moves.shape[0], 64) > 0
-        mine = planes[:, 4].reshape(moves.shape[0], 64) > 0
+        theirs = planes[:, 3].reshape(moves.shape[0], size * size) > 0
+        mine = planes[:, 4].reshape(moves.shape[0], size * size) > 0
         territory = (mine & ~theirs).sum(axis=1) - (theirs & ~mine).sum(axis=1)
         mobility = mine.sum(axis=1) - theirs.sum(axis=1)
         scores = territory + self.mobility_weight * mobility.astype(np.float64)
-        scores[engine.is_terminal(children)] = np.inf
+        scores[engine.is_terminal(children, size=size)] = np.inf
         return moves, scores
 
     def choose_move(self, board: Board) -> Move:
@@ -175,7 +182,8 @@ class GreedyPlayer(BasePlayer):
         moves, scores = self.move_scores(board)
         best = np.flatnonzero(scores == scores.max())
         pick = int(best[self._rng.integers(best.shape[0])])
-        return Move(*canonical_to_real(moves[pick], board.turn).tolist())
+        return Move(*canonical_to_real(moves[pick], board.turn, board.size).tolist(),
+                    size=board.size)
 
 
 @dataclass(frozen=True)
@@ -215,12 +223,14 @@ class SearchReport:
         return "\n".join(lines)
 
 
-def _report(result: SearchResult, turn: int) -> SearchReport:
-    pv = [Move(*canonical_to_real(move, turn if ply % 2 == 0 else 1 - turn).tolist())
+def _report(result: SearchResult, turn: int, size: int) -> SearchReport:
+    pv = [Move(*canonical_to_real(move, turn if ply % 2 == 0 else 1 - turn, size).tolist(),
+               size=size)
           for ply, move in enumerate(result.principal_variation)]
     shown = (result.visits > 0) | (result.move_proofs != 0)
     return SearchReport(
-        moves=[Move(*row) for row in canonical_to_real(result.moves[shown], turn).tolist()],
+        moves=[Move(*row, size=size)
+               for row in canonical_to_real(result.moves[shown], turn, size).tolist()],
         visit_shares=result.policy[shown],
         q_values=result.q_values[shown],
         move_proofs=result.move_proofs[shown],
@@ -240,8 +250,14 @@ class MCTSPlayer(BasePlayer):
     `config.root_noise` asks for it (`BatchedSearch.search(explore=...)`); otherwise the player
     plays its strongest move, the same one whatever its seed.
 
+    The search (`search`, an `amazons.mcts.BatchedSearch`) is built for the size of the first
+    board the player sees, and built again when a board of another size comes: an evaluator that
+    works on any size (uniform priors) plays every size; one tied to a size (`board_size`) only
+    that one. Read before any board, `search` is built for the evaluator's size (8 for one that
+    works on any size).
+
     Args:
-        evaluator: an `amazons.mcts.Evaluator` (uniform, rollouts, later a network).
+        evaluator: an `amazons.mcts.Evaluator` (uniform, rollouts, a network).
         config: search parameters; `config.simulations` per move unless `simulations` is given.
         simulations: simulations per move (overrides the config).
         time_budget: seconds per move instead of a simulation count. The search runs in chunks
@@ -269,7 +285,9 @@ class MCTSPlayer(BasePlayer):
         self.time_budget = time_budget
         self.chunk = int(chunk)
         self.stop_when_full = stop_when_full
-        self.search = BatchedSearch(evaluator, self.config, num_games=1, seed=seed)
+        self.evaluator = evaluator
+        self._seed = seed
+        self._search: BatchedSearch | None = None  # built for the first board's size
         self.last_report: SearchReport | None = None
         self.tree_full = False  # the last search found the tree full
         self._tree_valid = False
@@ -280,26 +298,62 @@ class MCTSPlayer(BasePlayer):
         self._tree_valid = False
         self.last_report = None
 
-    def _sync_root(self, board: Board) -> None:
+    @property
+    def search(self) -> BatchedSearch:
+        """The search of the last board's size (before any board: the evaluator's size, else
+        8)."""
+        if self._search is None:
+            return self.search_for(getattr(self.evaluator, "board_size", None) or 8)
+        return self._search
+
+    def search_for(self, size: int) -> BatchedSearch:
+        """The player's search on `size x size` boards: the one it has when it is of that size,
+        else a new one (the tree of the other size is dropped).
+
+        Raises:
+            PlayerError: the evaluator is tied to another size (its `board_size`); the message
+                names the player and both sizes.
+        """
+        if self._search is not None and self._search.size == size:
+            return self._search
+        evaluator_size = getattr(self.evaluator, "board_size", None)
+        if evaluator_size is not None and evaluator_size != size:
+            raise PlayerError(
+                f"{self.name} cannot play a {size}x{size} board: its evaluator "
+                f"{type(self.evaluator).__name__} serves {evaluator_size}x{evaluator_size} "
+                f"boards (build the player for the board, e.g. make_player(spec, board=...))")
+        self._search = BatchedSearch(self.evaluator, self.config, num_games=1, seed=self._seed,
+                                     size=size)
+        self._tree_valid = False
+        return self._search
+
+    def _sync_root(self, board: Board) -> BatchedSearch:
+        search = self.search_for(board.size)
         position = board.canonical_position()
-        if not (self._tree_valid and np.array_equal(self.search.root_positions[0], position)):
-            self.search.set_roots(position.reshape(1, 3))
+        if not (self._tree_valid and np.array_equal(search.root_positions[0], position)):
+            search.set_roots(position[None])
             self._tree_valid = True
+        return search
 
     def choose_move(self, board: Board) -> Move:
-        """Search from `board` (reusing the tree when it is still there) and pick a move."""
+        """Search from `board` (reusing the tree when it is still there) and pick a move.
+
+        Raises:
+            PlayerError: the game is over, or the evaluator serves another board size.
+        """
         if board.is_game_over():
             raise PlayerError("the game is over: the side to move has no legal move")
-        self._sync_root(board)
+        search = self._sync_root(board)
         self.tree_full = False
         if self.time_budget is None:
-            self.tree_full = self.search.search(self.simulations,
-                                                explore=self.config.root_noise).overflows > 0
+            self.tree_full = search.search(self.simulations,
+                                           explore=self.config.root_noise).overflows > 0
         else:
             self._search_until(time.perf_counter() + self.time_budget)
-        canonical = self.search.select_moves(board.ply)[0]
-        self.last_report = _report(self.search.root_result(0), board.turn)
-        return Move(*canonical_to_real(canonical, board.turn).tolist())
+        canonical = search.select_moves(board.ply)[0]
+        self.last_report = _report(search.root_result(0), board.turn, board.size)
+        return Move(*canonical_to_real(canonical, board.turn, board.size).tolist(),
+                    size=board.size)
 
     def _search_until(self, deadline: float) -> None:
         """Search in chunks of whole evaluator rounds until the next would end past `deadline`.
@@ -344,12 +398,12 @@ class MCTSPlayer(BasePlayer):
 
     def observe(self, board: Board, move: Move) -> None:
         """Move the tree's root along `move` (keeping the subtree) if the tree is at `board`."""
-        if not self._tree_valid:
+        if not self._tree_valid or self._search is None or self._search.size != board.size:
             return
         if not np.array_equal(self.search.root_positions[0], board.canonical_position()):
             self._tree_valid = False
             return
-        canonical = real_to_canonical(np.array(move.as_tuple(), np.int32), board.turn)
+        canonical = real_to_canonical(np.array(move.as_tuple(), np.int32), board.turn, board.size)
         self.search.advance(0, canonical)
 
 
@@ -358,7 +412,7 @@ class PolicyPlayer(BasePlayer):
 
     Args:
         evaluator: an `amazons.mcts.Evaluator` (a network's; uniform priors would pick the first
-            move).
+            move). One tied to a board size (`board_size`) plays only that size.
     """
 
     def __init__(self, evaluator: Evaluator, name: str = "policy-net") -> None:
@@ -369,18 +423,25 @@ class PolicyPlayer(BasePlayer):
         """The legal move with the highest prior.
 
         Raises:
-            PlayerError: the game is over.
+            PlayerError: the game is over, or the evaluator serves another board size.
         """
+        size = board.size
+        evaluator_size = getattr(self.evaluator, "board_size", None)
+        if evaluator_size is not None and evaluator_size != size:
+            raise PlayerError(f"{self.name} cannot play a {size}x{size} board: its evaluator "
+                              f"serves {evaluator_size}x{evaluator_size} boards")
         position = board.canonical_position()[None]
-        moves, offsets = engine.legal_moves(position)
+        moves, offsets = engine.legal_moves(position, size=size)
         if moves.shape[0] == 0:
             raise PlayerError("the game is over: the side to move has no legal move")
         priors, _ = self.evaluator.evaluate(position, moves, offsets)
-        return Move(*canonical_to_real(moves[int(np.argmax(priors))], board.turn).tolist())
+        return Move(*canonical_to_real(moves[int(np.argmax(priors))], board.turn, size).tolist(),
+                    size=size)
 
 
 class HumanPlayer(BasePlayer):
-    """Reads moves from a terminal: algebraic `d8-d4/f6` or Botzone `3 0 3 4 5 2`.
+    """Reads moves from a terminal: algebraic `d8-d4/f6` or Botzone `3 0 3 4 5 2`, on the
+    board's size (`d1-d7/g7` on 10x10).
 
     Commands: `moves` (count and a few legal moves), `hint` (when a hint player is given: its
     search report), `quit` (raises EOFError). Bad input is explained and asked again.
@@ -411,7 +472,8 @@ class HumanPlayer(BasePlayer):
             if text in ("quit", "exit"):
                 raise EOFError("the human player quit")
             if text == "moves":
-                sample = ", ".join(str(Move(*row)) for row in legal[:10].tolist())
+                sample = ", ".join(str(Move(*row, size=board.size))
+                                   for row in legal[:10].tolist())
                 self._say(f"{legal.shape[0]} legal moves, e.g. {sample}")
                 continue
             if text == "hint":
@@ -422,9 +484,11 @@ class HumanPlayer(BasePlayer):
                     self._say(self.hint_player.last_report.format())
                 continue
             try:
-                move = Move.parse(text)
+                move = board.parse_move(text)
             except NotationError as error:
-                self._say(f"{error}; type a move like d8-d4/f6, or 'moves', 'hint', 'quit'")
+                example = Move(*legal[0].tolist(), size=board.size)
+                self._say(f"{error}; type a move like {example} or {example.to_botzone()}, or "
+                          "'moves', 'hint', 'quit'")
                 continue
             if not board.is_legal(move):
                 self._say(f"{move} is not legal here")
@@ -451,8 +515,9 @@ def predicted_territory(evaluator: object, board: Board) -> float | None:
         return None
     position = board.canonical_position()
     ownership = np.asarray(evaluator.ownership(position[None]), dtype=np.float64)[0]
-    arrows = np.unpackbits(position[2:3].astype("<u8").view(np.uint8),
-                           bitorder="little").astype(bool)
+    words = position.shape[0] // 3  # bitboards of `words` uint64 each: mine, theirs, arrows
+    arrows = np.unpackbits(position[2 * words:].astype("<u8").view(np.uint8),
+                           bitorder="little")[:board.num_squares].astype(bool)
     balance = float(ownership[~arrows].sum())  # canonical frame: + is the side to move's
     return balance if board.turn == BLACK else -balance
 

@@ -4,7 +4,8 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
 (the Botzone wiki's pages "Bot" and "Amazons"; docs/botzone.md):
 
 * **Input.** Simple interaction (the default): the turn number `n`, then `2n - 1` move lines
-  alternating requests (the opponent's moves; Black's first is `-1 -1 -1 -1 -1 -1`) and the
+  alternating requests (the opponent's moves; the first request of the side that moves first,
+  Black on `botzone8`, White on `standard10`, is `-1 -1 -1 -1 -1 -1`) and the
   program's own earlier responses, the newest request last, then the `data` line the program
   saved last turn and an empty `globaldata` line. JSON interaction (option `json`): one line
   `{"requests": [...], "responses": [...], "data": ..., "globaldata": "", "time_limit": S,
@@ -12,6 +13,11 @@ The program (`COMMAND`, split with `shlex`, run without a shell) is run as Botzo
   Botzone's limits and what `time_limit` means are in `amazons.players.botzone_limits`). Moves a
   random opening played count as the program's responses or requests by colour, as if it had played
   them.
+* **Board sizes.** The protocol is the same on every board the arena plays (`--board`): squares
+  are `x y` with x the column and y the row from the top, each 0..N-1 on an `N x N` board
+  (`3 9 3 3 6 3` is `d1-d7/g7` on 10x10). The program must know the board it plays: Botzone's
+  Amazons is 8x8, so a 10x10 program is told so by its command (the project's own bot:
+  `python -m amazons.botzone --board standard10`).
 * **Output.** The first line is the reply: `x0 y0 x1 y1 x2 y2`, or in JSON
   `{"response": {"x0": .., ..., "y2": ..}, "debug": .., "data": .., "globaldata": ..}`; in simple
   interaction the third line, if any, is the `data` handed back next turn.
@@ -76,7 +82,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from amazons.board import BLACK, Board, IllegalMoveError, Move, NotationError
+from amazons.board import Board, IllegalMoveError, Move, NotationError
 from amazons.players import botzone_limits, watchdog
 from amazons.players.botzone_limits import KEEP_RUNNING_MARKER, MOVE_KEYS, NO_MOVE
 from amazons.players.player import BasePlayer, PlayerError, PlayerFault
@@ -619,10 +625,11 @@ class BotzoneTurn:
     debug: str  # the JSON reply's "debug", or the second line of a simple reply
 
 
-def _history_messages(history: Sequence[Move], color: int) -> tuple[list[Move | None], list[Move]]:
-    """(requests, responses) of the program playing `color` after `history`; None is Black's
-    first request."""
-    moves: list[Move | None] = [None, *history] if color == BLACK else list(history)
+def _history_messages(history: Sequence[Move], color: int,
+                      first: int) -> tuple[list[Move | None], list[Move]]:
+    """(requests, responses) of the program playing `color` after `history`, `first` the side
+    that made the first move; None is the first side's first request."""
+    moves: list[Move | None] = [None, *history] if color == first else list(history)
     return moves[0::2], moves[1::2]  # type: ignore[return-value]
 
 
@@ -688,7 +695,10 @@ class BotzonePlayer(BasePlayer):
         if not update:
             self.close()
             self._program = _Program(self.settings.command)
-        text = self._update_input(history[-1]) if update else self._full_input(history, board.turn)
+        # the side that moved first: the side to move after an even number of moves
+        first = board.turn ^ (len(history) % 2)
+        text = self._update_input(history[-1]) if update else self._full_input(history,
+                                                                                 board.turn, first)
         try:
             output = self._program.exchange(text, limit, limit * self.settings.wall_factor, turn)
             try:
@@ -706,8 +716,8 @@ class BotzonePlayer(BasePlayer):
             self.close()  # it has exited: close its pipes
         return move
 
-    def _full_input(self, history: Sequence[Move], color: int) -> str:
-        requests, responses = _history_messages(history, color)
+    def _full_input(self, history: Sequence[Move], color: int, first: int) -> str:
+        requests, responses = _history_messages(history, color, first)
         if self.settings.interaction == "json":
             # time_limit is the per-turn limit, also on the first turn, which may use twice it
             # (amazons.players.botzone_limits: one reading for this player and both bots)
@@ -755,7 +765,7 @@ class BotzonePlayer(BasePlayer):
                 raise PlayerFault("malformed", f"{where}: expected six integers "
                                                f"'x0 y0 x1 y1 x2 y2'")
         try:
-            move = Move.from_botzone(text)
+            move = Move.from_botzone(text, board.size)
             board.copy().push(move)
         except (NotationError, IllegalMoveError) as error:
             count = board.count_legal_moves()

@@ -1,16 +1,25 @@
 """Game records: the one text format for games, written by self-play, the arena and terminal play.
 
 A file holds one or more games separated by blank lines. Each game is header lines, then one move
-per line in Botzone coordinates (`x0 y0 x1 y1 x2 y2`), from the start position, Black first:
+per line from the board's start: Botzone coordinates (`x0 y0 x1 y1 x2 y2`, x the column, y the
+row from the top), then the same move in algebraic notation of the board's size:
 
     [Event "play"]
     [Black "human"]
     [White "mcts-rollout"]
     [Date "2026-11-21"]
-    [Result "0-1"]
-    2 0 2 3 5 6
-    5 7 5 3 5 2
+    [Result "1-0"]
+    [Board "standard10"]
+    3 9 3 3 6 3  d1-d7/g7
+    3 0 3 2 5 2  d10-d8/f8
     ...
+
+* `Board` names the board the game is played on: a name in `amazons.boards.BOARDS`
+  (`botzone8`, `standard10`, ...) or a start position string (`BoardSpec.label()`, which
+  `amazons.boards.board_spec` reads back into the `BoardSpec` that `to_dict()` writes); a record
+  without it (every record before board sizes) is on `botzone8`, Black first.
+* A move line's algebraic half is for the reader; reading checks it names the same move as the
+  coordinates, and a line with the coordinates only (older records) is read as well.
 
 * Header lines are `[Key "value"]`: a key of letters, digits and `_`; a one-line value in which
   `\\` and `"` are written `\\\\` and `\\"`. Keys keep their order and appear once per game.
@@ -26,7 +35,7 @@ Reading replays every move on a `Board`; a malformed header, a bad move line or 
 raises `RecordError` naming the file, the line number, the line and the game. Writing and reading
 back gives the same records (headers in order, moves), and the same text.
 
-Imports `amazons.board` and `amazons.core.atomic` only.
+Imports `amazons.board`, `amazons.boards` and `amazons.core.atomic` only.
 """
 
 from __future__ import annotations
@@ -39,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move, NotationError
+from amazons.boards import BoardSpec, board_spec
 from amazons.core.atomic import atomic_write
 
 __all__ = [
@@ -76,9 +86,18 @@ def _unescape(value: str) -> str:
     return _ESCAPE.sub(replace, value)
 
 
+BOARD_HEADER = "Board"  # the header that names the board (`BoardSpec.label()`)
+
+
+def _move_line(move: Move) -> str:
+    """A move line: Botzone coordinates, two spaces, algebraic notation."""
+    return f"{move.to_botzone()}  {move}"
+
+
 @dataclass
 class GameRecord:
-    """One game: headers (ordered) and moves in the real (Botzone) frame, from the start."""
+    """One game: headers (ordered) and moves in the real (Botzone) frame, from the start of the
+    board its `Board` header names (`botzone8` without one)."""
 
     moves: list[Move]
     headers: dict[str, str] = field(default_factory=dict)
@@ -92,19 +111,24 @@ class GameRecord:
         event: str = "game",
         date: str | None = None,
         winner: int | None = None,
+        start: BoardSpec | str | None = None,
         **extra: str,
     ) -> GameRecord:
-        """A record with the standard headers (Event, Black, White, Date, Result) and `extra` ones.
+        """A record with the standard headers (Event, Black, White, Date, Result, Board) and
+        `extra` ones.
 
-        The result is computed by replaying the moves (`*` when the game is not over), or is
-        `winner`'s when the moves stop before the end (an adjudicated or resigned game).
+        The result is computed by replaying the moves from `start` (a `BoardSpec`, a board name
+        or a start position string; Botzone's 8x8 when None), `*` when the game is not over, or
+        is `winner`'s when the moves stop before the end (an adjudicated or resigned game).
 
         Raises:
-            IllegalMoveError, NotationError: a move that cannot be played (names it).
+            IllegalMoveError, NotationError: a move that cannot be played (names it), or a bad
+                start.
             RecordError: `winner` contradicts a game the moves finish.
         """
         moves = list(moves)
-        board = Board.from_moves(moves)
+        spec = board_spec(start)
+        board = Board.from_moves(moves, start=spec)
         result = board.winner()
         if winner is not None:
             if result is not None and result != winner:
@@ -117,6 +141,7 @@ class GameRecord:
             "White": white,
             "Date": date or datetime.date.today().isoformat(),
             "Result": RESULT_TEXT[result],
+            BOARD_HEADER: spec.label(),
         }
         headers.update({key: str(value) for key, value in extra.items()})
         return cls(moves, headers)
@@ -147,9 +172,18 @@ class GameRecord:
         """BLACK or WHITE from the Result header, None when unfinished."""
         return _RESULT_WINNER.get(self.result)
 
+    @property
+    def start(self) -> BoardSpec:
+        """The board the game is played on: its `Board` header's, `botzone8` without one.
+
+        Raises:
+            NotationError: a `Board` header that names no board.
+        """
+        return board_spec(self.headers.get(BOARD_HEADER))
+
     def board(self) -> Board:
-        """The position after all moves."""
-        return Board.from_moves(self.moves)
+        """The position after all moves, on the record's board."""
+        return Board.from_moves(self.moves, start=self.start)
 
     def to_text(self) -> str:
         """The record in the file format (no trailing newline).
@@ -165,7 +199,7 @@ class GameRecord:
             if "".join(value.splitlines()) != value:
                 raise RecordError(f"header {key}: value {value!r} holds a line break")
             lines.append(f'[{key} "{_escape(value)}"]')
-        lines += [move.to_botzone() for move in self.moves]
+        lines += [_move_line(move) for move in self.moves]
         return "\n".join(lines)
 
 
@@ -177,7 +211,7 @@ class _GameReader:
         self.source = source
         self.headers: dict[str, str] = {}
         self.moves: list[Move] = []
-        self.board = Board()
+        self.board = Board()  # until a Board header names another
         self.last_line = 0
 
     def error(self, line_number: int, line: str, problem: str) -> RecordError:
@@ -196,13 +230,24 @@ class _GameReader:
             raise self.error(line_number, line, str(error)) from None
         if key == "Result" and value not in _RESULT_WINNER:
             raise self.error(line_number, line, 'Result must be "1-0", "0-1" or "*"')
+        if key == BOARD_HEADER:
+            try:
+                self.board = Board(start=value)
+            except NotationError as error:
+                raise self.error(line_number, line, f"bad Board: {error}") from None
         self.headers[key] = value
         self.last_line = line_number
 
     def move(self, line_number: int, line: str) -> None:
         ply = len(self.moves) + 1
+        tokens = line.split()
         try:
-            move = Move.from_botzone(line)
+            # six coordinates, then (since board sizes) the move's algebraic name
+            move = Move.from_botzone(" ".join(tokens[:6]) if len(tokens) == 7 else line,
+                                     self.board.size)
+            if len(tokens) == 7 and self.board.parse_move(tokens[6]) != move:
+                raise NotationError(f"{tokens[6]!r} is not {move.to_botzone()!r} "
+                                    f"({move} on the {self.board.size}x{self.board.size} board)")
         except NotationError as error:
             raise self.error(line_number, line, f"move {ply}: {error}") from None
         if self.board.is_game_over():
@@ -220,7 +265,7 @@ class _GameReader:
         record = GameRecord(self.moves, self.headers)
         winner = self.board.winner()
         if winner is not None and record.result != RESULT_TEXT[winner]:
-            line = self.moves[-1].to_botzone()
+            line = _move_line(self.moves[-1])
             raise self.error(self.last_line, line,
                              f"Result is {record.result!r} but this move ends the game: "
                              f"{COLOR_NAMES[winner]} won ({RESULT_TEXT[winner]})")
@@ -234,8 +279,9 @@ def parse_records(text: str, source: str = "<text>") -> list[GameRecord]:
 
     Raises:
         RecordError: naming `source`, the line number, the line and the game number: a malformed
-            or duplicate header, an unknown Result, a line that is not a Botzone move, an illegal
-            move, a move after the end, or a Result that contradicts a finished game.
+            or duplicate header, an unknown Result, a Board that names no board, a line that is not
+            a Botzone move (or whose algebraic name is another move), an illegal move, a move after
+            the end, or a Result that contradicts a finished game.
     """
     records: list[GameRecord] = []
     game: _GameReader | None = None
