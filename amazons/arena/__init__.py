@@ -1,5 +1,9 @@
 """`python -m amazons.arena A B --games N`: a match between two players, with Elo intervals.
 
+`--board NAME|START` plays every game on that board (`standard10`, `openspiel6`, a start position
+string; Botzone's 8x8 `botzone8` by default): e.g.
+`python -m amazons.arena classical mcts-rollout --board standard10 --games 4`.
+
 The command line only; the matches themselves (`run_arena`, `ArenaWorkers`, `elo_interval`,
 `ArenaResult`) are the library's, `amazons.matches.arena`, which never imports this package.
 """
@@ -12,6 +16,7 @@ import os
 import sys
 from pathlib import Path
 
+from amazons.boards import BOARDS, DEFAULT_BOARD
 from amazons.core.backends import COMPUTED_PRECISIONS
 from amazons.matches.arena import ArenaError, ArenaWorkers, network_servers, run_arena
 from amazons.players.factory import (
@@ -36,6 +41,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("player_a", help=f"player spec, one of: {', '.join(player_names())}")
     parser.add_argument("player_b", help="player spec")
     parser.add_argument("--games", type=int, default=20, help="games to play (default 20)")
+    parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|START",
+                        help=f"the board of every game: one of {', '.join(BOARDS)}, or a start "
+                             f"position string such as '2B2B2/8/B6B/8/8/W6W/8/2W2W2 b' "
+                             f"(default {DEFAULT_BOARD})")
     parser.add_argument("--simulations", type=int, default=None,
                         help=f"MCTS simulations per move (default {DEFAULT_SIMULATIONS})")
     parser.add_argument("--time-budget", type=float, default=None,
@@ -77,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
         processes = min(args.games, args.processes or os.cpu_count() or 1) if args.games >= 1 else 1
         specs = [args.player_a, args.player_b]
         servers = ({} if args.no_server or processes < 2
-                   else network_servers(specs, args.device, args.precision))
+                   else network_servers(specs, args.device, args.precision, board=args.board))
         if servers:
             humans = [spec for spec in specs if split_spec(spec)[0] == "human"]
             if humans:
@@ -89,9 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                     sorted({split_spec(spec)[0] for spec in specs}))) as workers:
                 result = run_arena(*arena_args, workers=workers,
                                    served={spec: spec for spec in servers},
-                                   device=args.device, precision=args.precision)
+                                   device=args.device, precision=args.precision, board=args.board)
         else:
-            result = run_arena(*arena_args, device=args.device, precision=args.precision)
+            result = run_arena(*arena_args, device=args.device, precision=args.precision,
+                               board=args.board)
     except (ValueError, FileNotFoundError) as error:
         parser.error(str(error))
     except (ArenaError, InferenceError) as error:

@@ -1,10 +1,14 @@
 """The Botzone bot: `python -m amazons.botzone [--model PATH|default|none] [--time S] ...`.
 
-Speaks Botzone's protocol on stdin/stdout (see `docs/botzone.md`):
+Speaks Botzone's protocol on stdin/stdout (see `docs/botzone.md`), on Botzone's 8x8 board or on
+the board `--board` names (`--board standard10`: the standard 10x10 game, White first, for
+matches with other 10x10 programs; the protocol is the same, its squares `x y` run 0..N-1, x the
+column, y the row from the top):
 
 * simple interaction: a turn number `n`, then `2n - 1` lines `x0 y0 x1 y1 x2 y2` alternating the
   opponent's moves (requests) and this bot's earlier replies (responses), ending with the newest
-  request; Black's first request is `-1 -1 -1 -1 -1 -1`. The reply is one such line.
+  request; the first request of the side that moves first (Black on Botzone's board, White on
+  `standard10`) is `-1 -1 -1 -1 -1 -1`. The reply is one such line.
 * JSON interaction (the input's first non-blank character is `{`): one line
   `{"requests": [...], "responses": [...], "time_limit": ...}`, answered by one line
   `{"response": {"x0": ..., ...}, "debug": "..."}`. `time_limit` is read by
@@ -31,8 +35,8 @@ The player is built by `amazons.players.factory.build_model_player` (the builder
 model-backed player), with the bot's choices: the tree's memory bound, a search that stops when
 the tree is full, and `--simulations` (when given) instead of the clock.
 
-Imports `amazons.board`, `amazons.mcts`, `amazons.players.factory`, `amazons.players.player`,
-`amazons.botzone.memory` and Botzone's limits and protocol constants
+Imports `amazons.board`, `amazons.boards`, `amazons.mcts`, `amazons.players.factory`,
+`amazons.players.player`, `amazons.botzone.memory` and Botzone's limits and protocol constants
 (`amazons.players.botzone_limits`, which the arena's player for Botzone programs reads too);
 never torch.
 """
@@ -50,6 +54,7 @@ from dataclasses import dataclass
 from typing import Any, NoReturn, TextIO
 
 from amazons.board import Board, IllegalMoveError, Move, NotationError
+from amazons.boards import BOARDS, DEFAULT_BOARD, BoardSpec, board_spec
 from amazons.botzone.memory import release_library_pages, releasing_library_pages
 from amazons.mcts import SearchConfigError, warm_up
 from amazons.players import botzone_limits
@@ -96,13 +101,17 @@ class ProtocolError(ValueError):
 # Parsing
 
 
-def parse_move_line(text: str, where: str, allow_no_move: bool = False) -> Move | None:
-    """A move line `x0 y0 x1 y1 x2 y2`; None for `-1 -1 -1 -1 -1 -1` when `allow_no_move`.
+def parse_move_line(text: str, where: str, allow_no_move: bool = False,
+                    size: int = 8) -> Move | None:
+    """A move line `x0 y0 x1 y1 x2 y2` on a `size x size` board; None for `-1 -1 -1 -1 -1 -1`
+    when `allow_no_move`.
 
     Args:
         text: the line.
         where: how error messages name the line, e.g. "line 3".
-        allow_no_move: accept Black's first request (all six values -1) and return None.
+        allow_no_move: accept the first side's first request (all six values -1) and return
+            None.
+        size: the board's side N; coordinates run 0..N-1.
 
     Raises:
         ProtocolError: naming `where` and the bad token (not six integers, off the board, or
@@ -111,23 +120,25 @@ def parse_move_line(text: str, where: str, allow_no_move: bool = False) -> Move 
     if text.split() == ["-1"] * 6:
         if allow_no_move:
             return None
-        raise ProtocolError(f"{where}: {text.strip()!r} is only valid as Black's first request")
+        raise ProtocolError(f"{where}: {text.strip()!r} is only valid as the first request of "
+                            "the side that moves first")
     try:
-        return Move.from_botzone(text)
+        return Move.from_botzone(text, size)
     except NotationError as error:
         raise ProtocolError(f"{where}: {error}") from None
 
 
-def parse_simple(lines: Sequence[str]) -> list[Move]:
+def parse_simple(lines: Sequence[str], size: int = 8) -> list[Move]:
     """The moves played so far, oldest first, from a simple-interaction transcript.
 
     Args:
         lines: the turn number `n`, then exactly `2n - 1` move lines (requests and responses
             alternating, the newest request last). Blank lines before the turn number are
             skipped; a blank line after it counts as a bad move line.
+        size: the board's side N.
 
     Returns:
-        The moves of both sides in the order they were played; Black's first request
+        The moves of both sides in the order they were played; the first side's first request
         (`-1 -1 -1 -1 -1 -1`) is not a move and is left out.
 
     Raises:
@@ -150,7 +161,7 @@ def parse_simple(lines: Sequence[str]) -> list[Move]:
             f"got {len(move_lines)}")
     moves = []
     for index, text in enumerate(move_lines):
-        move = parse_move_line(text, f"line {index + 2}", allow_no_move=index == 0)
+        move = parse_move_line(text, f"line {index + 2}", allow_no_move=index == 0, size=size)
         if move is not None:
             moves.append(move)
     return moves
@@ -174,7 +185,8 @@ class BotzoneInput:
 
     Attributes:
         history: the moves played so far, oldest first (requests and responses interleaved,
-            Black's `-1` first request left out); for a bare move object, just that move.
+            the first side's `-1` first request left out); for a bare move object, just that
+            move.
         complete: True when `history` is the whole game so far (a `requests` object), False for
             a bare move object (keep-running: only the newest request).
         time_limit: the `time_limit` field in seconds, None when it holds no limit
@@ -190,7 +202,7 @@ class BotzoneInput:
     notes: tuple[str, ...] = ()
 
 
-def _move_from_object(value: Any, where: str, allow_no_move: bool) -> Move | None:
+def _move_from_object(value: Any, where: str, allow_no_move: bool, size: int) -> Move | None:
     if not isinstance(value, dict):
         raise ProtocolError(f"{where}: expected a move object {{\"x0\": .., ..., \"y2\": ..}}, "
                             f"got {value!r}")
@@ -201,11 +213,12 @@ def _move_from_object(value: Any, where: str, allow_no_move: bool) -> Move | Non
     for key, number in zip(MOVE_KEYS, numbers, strict=True):
         if not isinstance(number, int) or isinstance(number, bool):
             raise ProtocolError(f"{where}: {key} = {number!r} is not an integer")
-    return parse_move_line(" ".join(str(number) for number in numbers), where, allow_no_move)
+    return parse_move_line(" ".join(str(number) for number in numbers), where, allow_no_move,
+                           size)
 
 
-def parse_json(text: str) -> BotzoneInput:
-    """Decode one JSON input line.
+def parse_json(text: str, size: int = 8) -> BotzoneInput:
+    """Decode one JSON input line of a game on a `size x size` board.
 
     Accepts the full form `{"requests": [...], "responses": [...], "time_limit": ...}` (with
     `len(requests) == len(responses) + 1`; `data`, `globaldata`, `memory_limit` and other fields
@@ -233,7 +246,7 @@ def parse_json(text: str) -> BotzoneInput:
         raise ProtocolError(f"JSON input must be an object, got {type(value).__name__}")
     if "requests" not in value:
         if all(key in value for key in MOVE_KEYS):
-            move = _move_from_object(value, "move object", allow_no_move=False)
+            move = _move_from_object(value, "move object", allow_no_move=False, size=size)
             return BotzoneInput([move], complete=False, time_limit=None)
         raise ProtocolError("JSON input has neither a 'requests' list nor the fields of a move")
     requests, responses = value["requests"], value.get("responses", [])
@@ -246,11 +259,13 @@ def parse_json(text: str) -> BotzoneInput:
             f"{len(requests)} requests and {len(responses)} responses: expected one request more")
     history: list[Move] = []
     for index, request in enumerate(requests):
-        move = _move_from_object(request, f"requests[{index}]", allow_no_move=index == 0)
+        move = _move_from_object(request, f"requests[{index}]", allow_no_move=index == 0,
+                                 size=size)
         if move is not None:
             history.append(move)
         if index < len(responses):
-            history.append(_move_from_object(responses[index], f"responses[{index}]", False))
+            history.append(_move_from_object(responses[index], f"responses[{index}]", False,
+                                             size))
     limit = value.get("time_limit")
     time_limit = botzone_limits.read_limit(limit)
     notes = ()
@@ -264,8 +279,9 @@ def _refuse_constant(name: str) -> NoReturn:
     raise ProtocolError(f"bad JSON input: {name} is not JSON")
 
 
-def parse_update(lines: Sequence[str]) -> Move:
-    """The newest request of a keep-running turn, from its simple-interaction lines.
+def parse_update(lines: Sequence[str], size: int = 8) -> Move:
+    """The newest request of a keep-running turn, from its simple-interaction lines, on a
+    `size x size` board.
 
     Blank lines and a lone turn-number line before the move line are tolerated.
 
@@ -276,7 +292,7 @@ def parse_update(lines: Sequence[str]) -> Move:
         tokens = text.split()
         if not tokens or (len(tokens) == 1 and tokens[0].isdigit()):
             continue
-        return parse_move_line(text, f"line {index + 1}")
+        return parse_move_line(text, f"line {index + 1}", size=size)
     raise ProtocolError("the input holds no move line")
 
 
@@ -335,11 +351,14 @@ class Bot:
     Args:
         player: the searcher; with a time budget the bot sets `player.time_budget` each turn
             from the deadline it is given, with a fixed simulation count it searches that many.
+        start: the board (a `BoardSpec`, a name such as "standard10" or a start position string;
+            Botzone's 8x8 when None); the player must play its size.
     """
 
-    def __init__(self, player: MCTSPlayer) -> None:
+    def __init__(self, player: MCTSPlayer, start: BoardSpec | str | None = None) -> None:
         self.player = player
-        self.board = Board()
+        self.start = board_spec(start)
+        self.board = Board(start=self.start)
         self.last_search_seconds = 0.0
 
     def sync(self, history: Sequence[Move]) -> None:
@@ -353,7 +372,7 @@ class Bot:
         """
         known = self.board.move_stack
         if list(history[: len(known)]) != known:
-            self.board = Board()
+            self.board = Board(start=self.start)
             self.player.reset()
             known = []
         for move in history[len(known):]:
@@ -414,7 +433,7 @@ class Bot:
         adjudication = None if self.board.is_game_over() else self.board.adjudicate()
         if adjudication is not None:
             text += f", {adjudication.describe()}"
-        balance = predicted_territory(self.player.search.evaluator, self.board)
+        balance = predicted_territory(self.player.evaluator, self.board)
         if balance is not None:
             text += f", {describe_territory(balance)}"
         return text
@@ -476,8 +495,9 @@ class _Turn:
     notes: tuple[str, ...] = ()  # what the input held that was ignored (BotzoneInput.notes)
 
 
-def _read_first_input(stream: TextIO) -> _Turn:
-    """Read one whole first input of the process (a simple transcript or a JSON line)."""
+def _read_first_input(stream: TextIO, size: int) -> _Turn:
+    """Read one whole first input of the process (a simple transcript or a JSON line) of a
+    `size x size` game."""
     try:
         first = _read_line(stream)
         while not first.strip():
@@ -485,7 +505,7 @@ def _read_first_input(stream: TextIO) -> _Turn:
     except EOFError:
         raise ProtocolError("input ended before the turn number (or JSON object)") from None
     if first.lstrip().startswith("{"):
-        request = parse_json(first)
+        request = parse_json(first, size)
         if not request.complete:
             raise ProtocolError("the first JSON input must hold 'requests' (and 'responses')")
         return _Turn(request.history, request.time_limit, json=True, notes=request.notes)
@@ -498,10 +518,10 @@ def _read_first_input(stream: TextIO) -> _Turn:
             raise ProtocolError(
                 f"input ended after {len(lines) - 1} of the {2 * turn - 1} move lines that turn "
                 f"{turn} needs") from None
-    return _Turn(parse_simple(lines), None, json=False)
+    return _Turn(parse_simple(lines, size), None, json=False)
 
 
-def _read_update(stream: TextIO, history: list[Move]) -> _Turn:
+def _read_update(stream: TextIO, history: list[Move], size: int) -> _Turn:
     """Read a later keep-running input: the newest request, appended to `history`."""
     lines: list[str] = []
     while True:
@@ -513,16 +533,16 @@ def _read_update(stream: TextIO, history: list[Move]) -> _Turn:
                     f"input ended after {lines[-1].strip()!r} without a move line") from None
             raise _InputEnded from None
         if line.lstrip().startswith("{"):
-            request = parse_json(line)
+            request = parse_json(line, size)
             if not request.history:
                 raise ProtocolError("a later turn's JSON input holds no move "
-                                    "(only Black's first request)")
+                                    "(only the first side's first request)")
             return _Turn(history + request.history[-1:], request.time_limit, json=True,
                          notes=request.notes)
         lines.append(line)
         tokens = line.split()
         if tokens and not (len(tokens) == 1 and tokens[0].isdigit()):
-            return _Turn(history + [parse_update(lines)], None, json=False)
+            return _Turn(history + [parse_update(lines, size)], None, json=False)
 
 
 class _UsageError(Exception):
@@ -541,6 +561,10 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--model", default="default",
                         help="'default' (the shipped model), 'none' (random playouts) or an "
                              "exported .npz model (python -m amazons.export CKPT OUT.npz)")
+    parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|START",
+                        help=f"the board: one of {', '.join(BOARDS)} or a start position string "
+                             f"(default {DEFAULT_BOARD}, Botzone's; standard10 needs --model none "
+                             "or a network with the pooled value head)")
     parser.add_argument("--time", type=float, default=TimeControl.turn_seconds,
                         help="seconds per reply, from reading the input (from process start for a "
                              f"process's first input; default {TimeControl.turn_seconds})")
@@ -591,6 +615,10 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         first_time = (botzone_limits.first_turn_seconds(args.time) if args.first_time is None
                       else args.first_time)
         clock = TimeControl(turn_seconds=args.time, first_turn_seconds=first_time)
+        try:
+            start = board_spec(args.board)
+        except NotationError as error:
+            raise _UsageError(f"--board: {error}") from None
     except _UsageError as error:
         print(f"{parser.prog}: error: {error}", file=stderr)
         return EXIT_BAD_INPUT
@@ -603,18 +631,19 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
                 args.model, simulations=args.simulations,
                 time_budget=None if args.simulations is not None else clock.turn_seconds,
                 seed=args.seed, tree_memory_mb=args.tree_mb, name=f"botzone:{args.model}",
-                stop_when_full=True)
+                stop_when_full=True, board_size=start.size)
         except SearchConfigError as error:
             print(f"{parser.prog}: error: --tree-mb: {error}", file=stderr)
             return EXIT_BAD_INPUT
         except (FileNotFoundError, ValueError, OSError) as error:
             print(f"{parser.prog}: cannot load model {args.model!r}: {error}", file=stderr)
             return EXIT_BAD_INPUT
+        player.search_for(start.size)  # the tree, allocated now rather than in the first turn
         warm_up()
-    bot = Bot(player)
+    bot = Bot(player, start)
     noted = False  # a note on ignored input is written once per process, not every turn
     try:
-        turn = _read_first_input(stdin)
+        turn = _read_first_input(stdin, start.size)
         while True:
             if turn.notes and not noted:
                 print(f"{parser.prog}: note: {turn.notes[0]}", file=stderr, flush=True)
@@ -627,7 +656,7 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
             if not args.keep_running:
                 return EXIT_OK
             print(KEEP_RUNNING_MARKER, file=stdout, flush=True)
-            turn = _read_update(stdin, bot.board.move_stack)
+            turn = _read_update(stdin, bot.board.move_stack, start.size)
             clock_start = time.perf_counter()
     except _InputEnded:
         return EXIT_OK

@@ -11,6 +11,11 @@ the headers `Termination` (the reason) and `Fault` (the side, the player and the
 result counts each player's faults by reason. Every player is closed after its game
 (`BasePlayer.close`: a program's process ends), also when the game fails or is interrupted.
 
+Every game of a match is played on one board (`board`: a name in `amazons.boards.BOARDS` such
+as `standard10`, a start position string or a `BoardSpec`; Botzone's 8x8 by default): the
+openings, the players (built for its size, `make_player(..., board=...)`), the records (their
+`Board` header) and the result (`ArenaResult.board`) all name it.
+
 A match plays games in pairs: both games of a pair start from the same seeded short random opening,
 with colours swapped, so deterministic players do not replay one game and neither side profits from
 a lucky opening. Games run in parallel worker processes (`ArenaWorkers`, spawn or forkserver; one
@@ -57,6 +62,7 @@ from typing import Any
 import numpy as np
 
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
+from amazons.boards import BoardSpec, NotationError, board_spec
 from amazons.core.processes import (
     TERMINATE_GRACE_S,
     end_processes,
@@ -110,16 +116,17 @@ ABORT_GRACE_S = 2.0  # seconds the workers of a failed or interrupted match get 
 # Games
 
 
-def random_opening(plies: int, seed: int) -> list[Move]:
-    """`plies` uniformly random legal moves from the start (fewer if the game would end)."""
+def random_opening(plies: int, seed: int, start: BoardSpec | str | None = None) -> list[Move]:
+    """`plies` uniformly random legal moves from `start` (Botzone's 8x8 when None; fewer moves if
+    the game would end)."""
     rng = np.random.default_rng(seed)
-    board = Board()
+    board = Board(start=start)
     opening = []
     for _ in range(plies):
         moves = board.legal_move_array()
         if moves.shape[0] == 0:
             break
-        move = Move(*moves[int(rng.integers(moves.shape[0]))].tolist())
+        move = Move(*moves[int(rng.integers(moves.shape[0]))].tolist(), size=board.size)
         # Stop before a move that leaves the opponent without a reply: the game would be over.
         board.push(move)
         if board.is_game_over():
@@ -146,8 +153,10 @@ class GameForfeit(Exception):
         self.fault = fault
 
 
-def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tuple[int, list[Move]]:
-    """Play one game from the start after `opening`; returns (winner, all moves).
+def play_game(black: Player, white: Player, opening: Sequence[Move] = (),
+              start: BoardSpec | str | None = None) -> tuple[int, list[Move]]:
+    """Play one game from `start` (Botzone's 8x8 when None) after `opening`; returns (winner, all
+    moves).
 
     Both players are reset first and observe every move (opening included), so players that keep
     state across turns follow the game.
@@ -159,9 +168,9 @@ def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tup
     players = (black, white)
     for player in players:
         player.reset()
-    board = Board()
+    board = Board(start=start)
     played: list[Move] = []
-    for index in range(len(opening) + 64):
+    for index in range(len(opening) + board.num_squares):
         if board.is_game_over():
             return board.winner(), played
         if index < len(opening):
@@ -175,7 +184,8 @@ def play_game(black: Player, white: Player, opening: Sequence[Move] = ()) -> tup
             player.observe(board, move)
         board.push(move)
         played.append(move)
-    raise RuntimeError("a game lasted more than 64 plies")  # impossible on 8x8: at most 56
+    # impossible: every move fills an empty square
+    raise RuntimeError(f"a game lasted more than {board.num_squares} plies")
 
 
 @dataclass(frozen=True)
@@ -201,6 +211,7 @@ class _GameTask:
     time_budget: float | None
     device: str = "auto"
     precision: str = "auto"
+    board: BoardSpec = field(default_factory=board_spec)  # the board every game is played on
 
 
 def _make_side(side: _Side, seed: int, task: _GameTask,
@@ -213,7 +224,7 @@ def _make_side(side: _Side, seed: int, task: _GameTask,
         evaluator = evaluators[side.served]
     return make_player(side.spec, seed, task.simulations, task.time_budget, side.search,
                        base_search=side.base_search, evaluator=evaluator, device=task.device,
-                       precision=task.precision)
+                       precision=task.precision, board=task.board)
 
 
 def _play_task(task: _GameTask, evaluators: Mapping[str, Evaluator] | None = None) -> GameRecord:
@@ -229,14 +240,14 @@ def _play_task(task: _GameTask, evaluators: Mapping[str, Evaluator] | None = Non
         extra = {}
         winner = None
         try:
-            _, moves = play_game(black, white, task.opening)
+            _, moves = play_game(black, white, task.opening, task.board)
         except GameForfeit as forfeit:
             moves, winner = forfeit.moves, 1 - forfeit.loser
             extra = {"Termination": forfeit.fault.reason,
                      "Fault": f"{COLOR_NAMES[forfeit.loser]} {names[forfeit.loser]}: "
                               f"{forfeit.fault.message}"}
         return GameRecord.from_game(moves, black=names[0], white=names[1], event="arena",
-                                    winner=winner, Round=str(task.index + 1),
+                                    winner=winner, start=task.board, Round=str(task.index + 1),
                                     Opening=str(len(task.opening)), **extra)
     finally:
         for player in players:
@@ -507,22 +518,27 @@ class ArenaWorkers:
 
 
 def network_servers(specs: Sequence[str], device: str = "auto", precision: str = "auto",
-                    max_batch: int = 256) -> dict[str, Callable[[], Evaluator]]:
+                    max_batch: int = 256,
+                    board: BoardSpec | str | None = None) -> dict[str, Callable[[], Evaluator]]:
     """The network players among `specs` (`mcts-net:MODEL`, `policy-net:MODEL`) -> the evaluator
     factory of a server for each, keyed by the spec
-    (`amazons.players.factory.served_evaluator_factory`).
+    (`amazons.players.factory.served_evaluator_factory`), serving `board`'s size (Botzone's 8x8
+    when None).
 
     Raises:
-        PlayerSpecError: an unknown player, or a network player without a model.
+        PlayerSpecError: an unknown player, a network player without a model, or a model that
+            cannot play the board's size.
         FileNotFoundError: a model file does not exist.
     """
+    size = board_spec(board).size
     servers: dict[str, Callable[[], Evaluator]] = {}
     for spec in specs:
         name, argument = split_spec(spec)
         if name in NETWORK_PLAYERS and spec not in servers:
             if not argument or argument == "none":
                 raise PlayerSpecError(f"{name} needs a model, e.g. {name}:default")
-            servers[spec] = served_evaluator_factory(argument, device, precision, max_batch)
+            servers[spec] = served_evaluator_factory(argument, device, precision, max_batch,
+                                                     board_size=size)
     return servers
 
 
@@ -583,11 +599,13 @@ class ArenaResult:
     # games A forfeited, by reason (FAULT_REASONS)
     faults_a: dict[str, int] = field(default_factory=dict)
     faults_b: dict[str, int] = field(default_factory=dict)
+    board: BoardSpec = field(default_factory=board_spec)  # every game's board
 
     def summary(self) -> str:
         """Two lines for the terminal, and a third with the faults when a player faulted."""
         text = (
-            f"{self.player_a} vs {self.player_b}: {self.games} games, {self.player_a} won "
+            f"{self.player_a} vs {self.player_b} on {self.board.label()}: {self.games} games, "
+            f"{self.player_a} won "
             f"{self.wins_a} ({self.wins_a_as_black} as black, {self.wins_a_as_white} as white), "
             f"{self.player_b} won {self.wins_b}  [{self.seconds:.1f} s]\n"
             f"win rate of {self.player_a}: {self.win_rate:.3f}; Elo difference "
@@ -604,8 +622,11 @@ class ArenaResult:
         return text
 
     def to_json(self) -> dict[str, Any]:
-        """The result as JSON-ready values; each game as its headers and Botzone moves."""
-        fields = {key: value for key, value in asdict(self).items() if key != "records"}
+        """The result as JSON-ready values; the board as `BoardSpec.to_dict()`, each game as its
+        headers and Botzone moves."""
+        fields = {key: value for key, value in asdict(self).items()
+                  if key not in ("records", "board")}
+        fields["board"] = self.board.to_dict()
         fields["records"] = [
             {"headers": dict(record.headers), "moves": [move.to_botzone() for move in record.moves]}
             for record in self.records
@@ -620,7 +641,7 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
               base_search_a: SearchConfig | None = None,
               base_search_b: SearchConfig | None = None, workers: ArenaWorkers | None = None,
               served: Mapping[str, str] | None = None, device: str = "auto",
-              precision: str = "auto") -> ArenaResult:
+              precision: str = "auto", board: BoardSpec | str | None = None) -> ArenaResult:
     """Play `games` games of A against B, colours alternating (A has Black in even games).
 
     Args:
@@ -640,10 +661,13 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
         served: player spec -> the server of `workers` that scores its leaves (A and B may use
             one server each, or share one when they are the same spec).
         device, precision: where and how network players that load their own model run.
+        board: the board of every game (a name such as "standard10", a start position string
+            or a `BoardSpec`; Botzone's 8x8 when None). Served players' servers must serve its
+            size (`network_servers(..., board=...)`).
 
     Raises:
-        PlayerSpecError: for an unknown player or a bad search override (checked before any
-            game starts).
+        PlayerSpecError: for an unknown player, a bad search override or a bad board (checked
+            before any game starts).
         ValueError: for games < 1, opening_plies < 0, or a `served` server that `workers` lacks.
         ArenaError: a worker process or a server failed, or a game raised in a worker process.
     """
@@ -652,6 +676,10 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     if opening_plies < 0:
         raise ValueError(f"opening_plies must be >= 0, got {opening_plies}")
     names = {split_spec(spec_a)[0], split_spec(spec_b)[0]}
+    try:
+        board = board_spec(board)
+    except NotationError as error:
+        raise PlayerSpecError(f"board: {error}") from None
     search_a, search_b = tuple(search_a), tuple(search_b)
     for base, overrides in ((base_search_a, search_a), (base_search_b, search_b)):
         apply_search_overrides(base or SearchConfig(), overrides)
@@ -670,10 +698,10 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     tasks = []
     for index in range(games):
         pair = index // 2
-        opening = tuple(random_opening(opening_plies, seed * 1_000_003 + pair))
+        opening = tuple(random_opening(opening_plies, seed * 1_000_003 + pair, board))
         tasks.append(_GameTask(index, side_a, side_b, index % 2 == 0, opening,
                                seed * 1_000_003 + index, simulations, time_budget, device,
-                               precision))
+                               precision, board))
     started = time.perf_counter()
     if workers is not None:
         records = workers.play(tasks)
@@ -694,7 +722,7 @@ def run_arena(spec_a: str, spec_b: str, games: int, simulations: int | None = No
     return ArenaResult(spec_a, spec_b, games, wins_a, games - wins_a, as_black, wins_a - as_black,
                        wins_a / games, elo, low, high, seconds, records,
                        *(dict(sorted(counts.items(), key=lambda item: FAULT_REASONS.index(item[0])))
-                         for counts in faults))
+                         for counts in faults), board)
 
 
 def _run_tasks(tasks: list[_GameTask], processes: int,

@@ -1,11 +1,14 @@
 """Play against the AI in a terminal, or step through a recorded game: `python -m amazons.play`.
 
     python -m amazons.play [--side black|white|random] [--model PATH|default|none]
-                           [--simulations N | --time SECONDS] [--save FILE] [--no-color] [--seed N]
+                           [--board NAME|START] [--simulations N | --time SECONDS]
+                           [--save FILE] [--no-color] [--seed N]
     python -m amazons.play --replay FILE [--game K]
 
-`PlaySession` runs one game of a human against an `MCTSPlayer` over text streams: it reads moves
-(algebraic `d8-d4/f6` or Botzone `3 0 3 4 5 2`) and commands (`undo`, `hint`, `moves`, `board`,
+`PlaySession` runs one game of a human against an `MCTSPlayer` over text streams, on any board
+(`--board standard10`: the standard 10x10 game, White first; Botzone's 8x8 by default): it reads
+moves (algebraic of the board's size, `d8-d4/f6` on 8x8, `d1-d7/g7` on 10x10, or Botzone
+coordinates `3 0 3 4 5 2`) and commands (`undo`, `hint`, `moves`, `board`,
 `help`, `quit`), answers bad input and asks again, and returns the game as a `GameRecord`.
 `ReplaySession` steps through a record. `main(argv, stdin, stdout, stderr)` wires both to the
 command line and returns the exit status, so the whole loop runs under tests with string streams.
@@ -40,6 +43,7 @@ from amazons.board import (
     Move,
     NotationError,
 )
+from amazons.boards import BOARDS, DEFAULT_BOARD, BoardSpec, board_spec
 from amazons.players.factory import build_model_player
 from amazons.players.player import MCTSPlayer, describe_territory, predicted_territory
 from amazons.players.records import (
@@ -62,11 +66,20 @@ _STYLE = {
 }
 _HIGHLIGHT = "\x1b[7m"  # the last move's three squares: reverse video
 
-MOVE_HELP = (
-    "Type a move as algebraic  d8-d4/f6  (amazon's square - landing square / arrow square; "
-    "files a-h\nleft to right, ranks 8-1 top to bottom) or as Botzone coordinates  3 0 3 4 5 2  "
-    "(x0 y0 x1 y1 x2 y2;\nx = column 0-7 from the left, y = row 0-7 from the top)."
-)
+def move_help(board: Board) -> str:
+    """How to type a move on `board`'s size, with one of its legal moves (the middle one of the
+    engine's list) as the example, in both notations."""
+    size = board.size
+    legal = board.legal_move_array()
+    example = Move(*legal[legal.shape[0] // 2].tolist(), size=size) if legal.shape[0] else None
+    algebraic, botzone = (str(example), example.to_botzone()) if example else ("", "")
+    return (f"Type a move as algebraic  {algebraic}  (amazon's square - landing square / arrow "
+            f"square; files a-{FILES[size - 1]}\nleft to right, ranks {size}-1 top to bottom) or "
+            f"as Botzone coordinates  {botzone}  (x0 y0 x1 y1 x2 y2;\nx = column 0-{size - 1} "
+            f"from the left, y = row 0-{size - 1} from the top).")
+
+
+MOVE_HELP = move_help(Board())  # Botzone's 8x8
 COMMAND_HELP = (
     "Commands: moves (some legal moves), hint (the AI's view of your position), undo (take back\n"
     "your last move and the AI's reply), board (show the board), help, quit (or end of input;\n"
@@ -154,11 +167,14 @@ class PlaySession:
         color: ANSI colours in the board diagram.
         human_name: the human's name in the record.
         headers: extra headers for the record (model, search, seed, ...).
+        start: the board (a `BoardSpec`, a name such as "standard10" or a start position
+            string; Botzone's 8x8 when None); the AI must play its size.
     """
 
     def __init__(self, ai: MCTSPlayer, human_side: int, stdin: TextIO, stdout: TextIO, *,
                  color: bool = False, human_name: str = "human",
-                 headers: Mapping[str, str] | None = None) -> None:
+                 headers: Mapping[str, str] | None = None,
+                 start: BoardSpec | str | None = None) -> None:
         if human_side not in (BLACK, WHITE):
             raise ValueError(f"human_side must be BLACK (0) or WHITE (1), got {human_side!r}")
         self.ai = ai
@@ -167,7 +183,7 @@ class PlaySession:
         self.color = color
         self.human_name = human_name
         self.headers = dict(headers or {})
-        self.board = Board()
+        self.board = Board(start=start)
         self.started = datetime.datetime.now()
         self._last_move: Move | None = None
         self._board_shown = False
@@ -183,7 +199,10 @@ class PlaySession:
         ai_color = COLOR_NAMES[1 - self.human_side]
         self.console.say(f"You play {COLOR_NAMES[self.human_side]} "
                          f"({'BW'[self.human_side]}); the AI ({self.ai.name}) plays {ai_color}.")
-        self.console.say(MOVE_HELP)
+        if self.board.start is not None and self.board.start.name != "botzone8":
+            self.console.say(f"Board: {self.board.start.label()} ({self.board.size}x"
+                             f"{self.board.size}), {COLOR_NAMES[self.board.turn]} moves first.")
+        self.console.say(move_help(self.board))
         self.console.say("Type 'help' for the commands.")
         while not self.board.is_game_over():
             if self.board.turn != self.human_side:
@@ -209,7 +228,7 @@ class PlaySession:
         if not command:
             self.console.say("Type a move, or 'help'.")
         elif command in ("help", "?"):
-            self.console.say(MOVE_HELP)
+            self.console.say(move_help(self.board))
             self.console.say(COMMAND_HELP)
         elif command == "moves":
             self.list_moves()
@@ -225,10 +244,11 @@ class PlaySession:
     def human_move(self, text: str) -> bool:
         """Play `text` for the human if it is a legal move; otherwise explain why not."""
         try:
-            move = Move.parse(text)
+            move = self.board.parse_move(text)
         except NotationError as error:
-            self.console.say(f"{_sentence(error)} Type a move like d8-d4/f6 or 3 0 3 4 5 2, "
-                             "or 'help'.")
+            example = Move(*self.board.legal_move_array()[0].tolist(), size=self.board.size)
+            self.console.say(f"{_sentence(error)} Type a move like {example} or "
+                             f"{example.to_botzone()}, or 'help'.")
             return False
         try:
             self.board.push(move)  # the engine says why a move is illegal
@@ -285,7 +305,7 @@ class PlaySession:
         picks = np.unique(spread.astype(np.int64))
         self.console.say(f"{moves.shape[0]} legal moves, for example:")
         for row in moves[picks].tolist():
-            self.console.say(f"  {_describe_move(Move(*row))}")
+            self.console.say(f"  {_describe_move(Move(*row, size=self.board.size))}")
 
     def hint(self) -> None:
         """Search the current position with the AI and print its top moves, shares and values,
@@ -297,7 +317,7 @@ class PlaySession:
             return
         self.console.say(f"Hint (values for {COLOR_NAMES[self.board.turn]}, the side to move):")
         self.console.say(report.format(top=5))
-        balance = predicted_territory(self.ai.search.evaluator, self.board)
+        balance = predicted_territory(self.ai.evaluator, self.board)
         if balance is not None:
             self.console.say(describe_territory(balance))
 
@@ -321,8 +341,8 @@ class PlaySession:
         names = {self.human_side: self.human_name, 1 - self.human_side: self.ai.name}
         return GameRecord.from_game(
             self.board.move_stack, names[BLACK], names[WHITE], event="play",
-            date=self.started.date().isoformat(), Time=self.started.strftime("%H:%M:%S"),
-            **self.headers,
+            date=self.started.date().isoformat(), start=self.board.start,
+            Time=self.started.strftime("%H:%M:%S"), **self.headers,
         )
 
 
@@ -333,7 +353,7 @@ class ReplaySession:
     `q` or end of input stops. Otherwise every position is printed in turn.
 
     Args:
-        record: the game.
+        record: the game, on the board its `Board` header names.
         stdin, stdout: the streams.
         interactive: ask between positions (for a terminal) or print them all.
         color: ANSI colours in the board diagram.
@@ -345,7 +365,7 @@ class ReplaySession:
         self.console = _Console(stdin, stdout)
         self.interactive = interactive
         self.color = color
-        self.board = Board()
+        self.board = Board(start=record.start)
 
     def run(self) -> None:
         """Show the headers, then the positions."""
@@ -394,7 +414,8 @@ class ReplaySession:
         if last is None:
             self.console.say("ply 0: start")
         else:
-            self.console.say(f"ply {ply}: {COLOR_NAMES[(ply - 1) % 2]} {_describe_move(last)}")
+            mover = COLOR_NAMES[1 - self.board.turn]  # the side that played `last`
+            self.console.say(f"ply {ply}: {mover} {_describe_move(last)}")
         self.console.say(render_board(self.board, last, self.color))
         if ply == len(self.record.moves):
             over = self.board.is_game_over()
@@ -407,7 +428,12 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m amazons.play",
         description="Play Amazons against the AI in the terminal, or replay a recorded game.")
     parser.add_argument("--side", choices=("black", "white", "random"), default="black",
-                        help="your colour (default black; Black moves first)")
+                        help="your colour (default black; Black moves first on botzone8, White "
+                             "on standard10)")
+    parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|START",
+                        help=f"the board: one of {', '.join(BOARDS)}, or a start position string "
+                             f"(default {DEFAULT_BOARD}; 10x10 needs --model none or a network "
+                             f"with the pooled value head)")
     parser.add_argument("--model", default="default",
                         help="'default' (the shipped network), 'none' (rollout MCTS, no network) "
                              "or an exported .npz model (python -m amazons.export; "
@@ -483,8 +509,13 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
         return _replay(args, stdin, stdout, stderr, color)
 
     try:
+        start = board_spec(args.board)
+    except NotationError as error:
+        print(f"play: --board: {error}", file=stderr)
+        return 2
+    try:
         ai = build_model_player(args.model, simulations=args.simulations, time_budget=args.time,
-                                seed=args.seed)
+                                seed=args.seed, board_size=start.size)
     except (OSError, ValueError, ImportError) as error:
         hint = "" if args.model == "none" else " (--model none plays without a network)"
         print(f"play: cannot load the model {args.model!r}: {error}{hint}", file=stderr)
@@ -500,7 +531,8 @@ def main(argv: Sequence[str] | None = None, stdin: TextIO | None = None,
     headers = {"Model": args.model, "Search": search}
     if args.seed is not None:
         headers["Seed"] = str(args.seed)
-    session = PlaySession(ai, human_side, stdin, stdout, color=color, headers=headers)
+    session = PlaySession(ai, human_side, stdin, stdout, color=color, headers=headers,
+                          start=start)
     status = 0
     try:
         record = session.run()
