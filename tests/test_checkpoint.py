@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import random
 from pathlib import Path
@@ -9,9 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from floats import assert_close
+from test_growth import rounding_bound
 from test_learn import random_batch
 
 from amazons import engine
+from amazons.export import torch_outputs
+from amazons.models import default_checkpoint_path
 from amazons.neural import checkpoint as checkpoint_module
 from amazons.neural.checkpoint import (
     CheckpointError,
@@ -222,3 +227,49 @@ def test_a_checkpoint_with_an_older_config_field_set_still_loads(trained, tmp_pa
     with pytest.raises(CheckpointError,
                        match=r"typo\.pt: bad net config: NetConfig: unknown fields \['chanels'\]"):
         load_model_for_play(checkpoint_module._write(tmp_path / "typo.pt", typo))
+
+
+# ------------------------------------------------------------------------------------------------
+# The value head's kind (docs/network.md, board sizes)
+
+# The shipped model's legal-move priors and values on 16 positions of seeded random games
+# (`random_positions(16, seed=31, max_plies=50)`, stored with them), computed by the code before
+# the value head had a kind (commit cd316b9) with `amazons.export.torch_outputs`, and the SHA-256
+# of the checkpoint they came from.
+BEFORE_VALUE_HEADS = Path(__file__).resolve().parent / "data" / "default_outputs.npz"
+
+
+def test_checkpoints_from_before_the_value_head_field_load_flat_and_compute_what_they_did():
+    path = default_checkpoint_path()
+    assert "value_head" not in load_checkpoint(path)["net_config"]  # stored before the field
+    with np.load(BEFORE_VALUE_HEADS, allow_pickle=False) as data:
+        reference = {name: data[name] for name in data.files}
+    assert reference["checkpoint_sha256"].tobytes().decode() \
+        == hashlib.sha256(path.read_bytes()).hexdigest(), "the shipped model changed"
+    model = load_model_for_play(path)
+    assert model.config.value_head == "flat"
+    priors, values = torch_outputs(model, reference["positions"])
+    # Another computation of the same float32 forward pass (another CPU's kernels, maybe):
+    # within the rounding of its longest sum, relative for the priors (test_growth).
+    bound = rounding_bound(model.config)
+    assert_close(priors, reference["priors"], rtol=bound, what="priors")
+    assert_close(values, reference["values"], atol=bound, what="values")
+
+
+def test_a_pooled_checkpoint_records_its_head_and_runs_on_every_size(tmp_path, batches):
+    learner = make_learner(value_head="pooled", ownership_head=True)
+    learner.train_step(batches[0])
+    path = save_checkpoint(tmp_path / "pooled.pt", learner)
+    assert load_checkpoint(path)["net_config"]["value_head"] == "pooled"
+    assert learner_from_checkpoint(path).model.config.value_head == "pooled"
+    model = load_model_for_play(path)
+    assert model.config == learner.model.config
+    for size in (6, 8, 10):  # the same weights on every board
+        with torch.no_grad():
+            output = model(torch.rand(3, 7, size, size).round())
+        assert output.policy.move_logits.shape == (3, size * size, size * size)
+        assert output.ownership.shape == (3, size * size) and output.value.shape == (3,)
+        assert all(bool(torch.isfinite(tensor).all())
+                   for tensor in (*output.policy, output.value, output.ownership))
+    with pytest.raises(CheckpointError, match=r"value_head: checkpoint 'pooled', learner 'flat'"):
+        restore_learner(path, make_learner(ownership_head=True))

@@ -25,7 +25,13 @@ from test_learn import random_batch
 
 from amazons import engine
 from amazons.export import TOLERANCE, random_positions, torch_outputs
-from amazons.neural.checkpoint import CheckpointError, init_weights_from, save_model
+from amazons.models import default_checkpoint_path
+from amazons.neural.checkpoint import (
+    CheckpointError,
+    init_weights_from,
+    load_model_for_play,
+    save_model,
+)
 from amazons.neural.growth import (
     GROWTH_METHODS,
     GrowthError,
@@ -36,6 +42,7 @@ from amazons.neural.growth import (
     grown_entries,
     layer_kinds,
     lineage_entry,
+    pool_value_head,
     space_sizes,
     tensor_axes,
 )
@@ -43,11 +50,13 @@ from amazons.neural.learner import Learner, OptimConfig
 from amazons.neural.model import (
     NUM_SQUARES,
     NetConfig,
+    NetInputError,
     PolicyValueNet,
     gather_legal_priors,
     net_config,
     policy_log_tables,
     segment_ids,
+    value_pooling,
 )
 from amazons.train.command import resolve_config
 from amazons.train.run import Run
@@ -113,14 +122,16 @@ def moved_from_init(config: NetConfig, seed: int) -> PolicyValueNet:
             :, :config.num_planes]
         head = model.eval().value_head
         trunk = model.trunk(torch.relu(model.stem(features)))
-        hidden = torch.relu(head.hidden(torch.relu(head.reduce(trunk)).flatten(1)))
+        reduced = torch.relu(head.reduce(trunk))
+        summary = value_pooling(reduced) if config.value_head == "pooled" else reduced.flatten(1)
+        hidden = torch.relu(head.hidden(summary))
         logits = head.out(hidden).squeeze(-1)
         head.out.weight.div_(logits.std())
         head.out.bias.sub_(logits.mean()).div_(logits.std())
     return model
 
 
-def rounding_bound(config: NetConfig, batch_rows: int = 0) -> float:
+def rounding_bound(config: NetConfig, batch_rows: int = 0, squares: int = NUM_SQUARES) -> float:
     """How far the grown net's outputs may stray from the small net's: float32 rounding alone.
 
     In real arithmetic the grown net computes the small net's function; in float32 each forward
@@ -130,22 +141,26 @@ def rounding_bound(config: NetConfig, batch_rows: int = 0) -> float:
     tanh at the outputs), so two passes differ by at most one ulp of 1 (`rounding_tolerance`) per
     term summed along the longest path, counted on `config`, the grown net (its sums are the
     longer): the stem and every residual convolution (9 x their input channels), every attention
-    block (its projection's inputs, the query-key product, the softmax's and the weighted sum's 64
-    squares), then the longest head. The policy head's normalizers (over 4,096 entries, over the
-    legal moves) and, in train mode (`batch_rows` > 0), each batch norm's statistics over
-    `batch_rows` x 64 values are tree reductions: log2 of their length in roundings.
+    block (its projection's inputs, the query-key product, the softmax's and the weighted sum's
+    `squares`, 64 on 8 x 8), then the longest head (the flat value head's MLP reads 64 entries a
+    channel; the pooled one sums each channel's squares into its mean, then reads 3 entries a
+    channel). The policy head's normalizers (over squares**2 entries, over the legal moves) and,
+    in train mode (`batch_rows` > 0), each batch norm's statistics over `batch_rows` x `squares`
+    values are tree reductions: log2 of their length in roundings.
     """
-    tree = math.ceil(math.log2(NUM_SQUARES * NUM_SQUARES))
+    tree = math.ceil(math.log2(squares * squares))
     trunk = 9 * config.num_planes + config.blocks * 2 * 9 * config.channels
-    trunk += config.attention_blocks * (config.channels + config.attention_dim + 2 * NUM_SQUARES)
-    value = config.channels + config.value_channels * NUM_SQUARES + config.value_hidden
+    trunk += config.attention_blocks * (config.channels + config.attention_dim + 2 * squares)
+    value = config.channels + config.value_hidden + (
+        config.value_channels * NUM_SQUARES if config.value_head == "flat"
+        else squares + 3 * config.value_channels)
     # joint: move query-key, update gate, arrow query-key (and the source term); factorized: less
     policy = 4 * config.channels + 4 * config.head_dim + 2 * tree
     ownership = config.channels + config.ownership_channels
     terms = trunk + max(value, policy, ownership)
     if batch_rows:
         batch_norms = 2 + 2 * config.blocks  # the stem, two a block, the value head's reduction
-        terms += batch_norms * math.ceil(math.log2(batch_rows * NUM_SQUARES))
+        terms += batch_norms * math.ceil(math.log2(batch_rows * squares))
     return rounding_tolerance(terms)
 
 
@@ -370,7 +385,8 @@ def test_the_layer_alignment_keeps_new_residual_blocks_after_residual_blocks():
 def test_the_table_describes_every_tensor_of_the_net():
     for config in (SMALL, SMALL.replace(arrow_source=True, soft_policy_head=True),
                    SMALL.replace(policy_head="factorized", attention_blocks=2,
-                                 attention_placement="spread", soft_policy_head=True)):
+                                 attention_placement="spread", soft_policy_head=True),
+                   SMALL.replace(value_head="pooled")):
         state = PolicyValueNet(config).state_dict()
         table, sizes = tensor_axes(config), space_sizes(config)
         assert list(table) == list(state)
@@ -479,3 +495,118 @@ def test_a_run_started_from_a_small_model_grows_it_and_writes_its_lineage(tmp_pa
         assert extra["lineage"][1]["minutes"] >= lineage[1]["minutes"]
     finally:
         resumed.close()
+
+
+# ------------------------------------------------------------------------------------------------
+# Flat value head to pooled
+
+
+@torch.no_grad()
+def value_hidden_inputs(model: PolicyValueNet, reduced: torch.Tensor) -> torch.Tensor:
+    """The value MLP's first layer on value channels `reduced` `[B, C, 8, 8]` (after the ReLU),
+    read as `model`'s head reads them (flattened, or pooled)."""
+    head = model.value_head
+    summary = (value_pooling(reduced) if model.config.value_head == "pooled"
+               else reduced.flatten(1))
+    return head.hidden(summary)
+
+
+@pytest.mark.parametrize("head", HEADS)
+def test_pooling_the_value_head_carries_every_other_weight_exactly(pool, head):
+    small = moved_from_init(SMALL.replace(**head), 17)
+    pooled = pool_value_head(small)
+    assert pooled.config == small.config.replace(value_head="pooled")
+    flat_state, state = small.state_dict(), pooled.state_dict()
+    assert list(state) == list(flat_state)
+    for key, tensor in state.items():  # copied, so equal to the bit
+        if key != "value_head.hidden.weight":
+            assert torch.equal(tensor, flat_state[key]), key
+    assert state["value_head.hidden.weight"].shape == (SMALL.value_hidden,
+                                                       3 * SMALL.value_channels)
+    # The same weights computed the same way: priors and ownership within float32 rounding.
+    want, got = outputs(small, pool, slice(0, 60)), outputs(pooled, pool, slice(0, 60))
+    bound = rounding_bound(pooled.config)
+    assert_close(got["priors"], want["priors"], rtol=bound, what="priors")
+    assert_close(got["ownership"], want["ownership"], atol=bound, what="ownership")
+    # The value MLP's first layer is the flat one's exactly where each channel is uniform over
+    # the board (its weights on a channel's mean are the flat ones summed over the squares) ...
+    levels = torch.rand(16, SMALL.value_channels, 1, 1, generator=torch.Generator().manual_seed(3))
+    uniform = levels.expand(-1, -1, 8, 8)
+    # a sum over the 64 squares, each side: 64 + 64 roundings of the order-1 terms
+    assert_close(value_hidden_inputs(pooled, uniform), value_hidden_inputs(small, uniform),
+                 rtol=rounding_tolerance(128), atol=rounding_tolerance(128), what="hidden")
+    # ... and the pooled net runs on other sizes, the flat one does not.
+    planes = torch.rand(2, 7, 10, 10).round()
+    assert pooled.eval()(planes).value.shape == (2,)
+    with pytest.raises(NetInputError, match="10x10: the flat value head"):
+        small.eval()(planes)
+
+
+def test_the_shipped_model_pooled_keeps_its_policy_and_nearly_its_value():
+    small = load_model_for_play(default_checkpoint_path())
+    assert small.config.value_head == "flat"  # stored before the field: flat
+    pooled = pool_value_head(small).eval()
+    positions = random_positions(300, seed=2, max_plies=56)
+    (flat_priors, flat_values), (priors, values) = (torch_outputs(net, positions)
+                                                    for net in (small, pooled))
+    assert_close(priors, flat_priors, rtol=rounding_bound(pooled.config), what="priors")
+    # Not the same function: measured mean |difference| 0.048 and correlation 0.989 over 500
+    # such positions (docs/network.md); here with a margin, against values spread over [-1, 1].
+    assert np.std(flat_values) > 0.5
+    assert np.abs(values - flat_values).mean() < 0.1
+    assert np.corrcoef(values, flat_values)[0, 1] > 0.95
+
+
+@pytest.mark.parametrize("method", GROWTH_METHODS)
+def test_growth_pools_the_value_head_first_then_grows(pool, method):
+    small = moved_from_init(SMALL.replace(arrow_source=True), 19)
+    config = SMALL.replace(arrow_source=True, value_head="pooled", blocks=3, channels=10,
+                           value_channels=3, value_hidden=11)
+    grown = grow(small, config, method, seed=19)
+    assert grown.config == config
+    assert_same_function(pool_value_head(small), grown, pool, slice(80, 120))
+    with pytest.raises(GrowthError, match="value_head: 'pooled' -> 'flat': a pooled value head "
+                                          "never becomes flat again"):
+        grow(grown, config.replace(value_head="flat", blocks=4))
+    with pytest.raises(GrowthError, match="pool_value_head carries a flat value head"):
+        pool_value_head(grown)
+
+
+def test_the_pooled_heads_new_columns_receive_gradient():
+    config = SMALL.replace(value_head="pooled")
+    model = grow(moved_from_init(SMALL, 23), config, seed=23)
+    learner = Learner(model, OptimConfig(lr=1e-2, warmup_steps=0), seed=0)
+    batch = random_batch(np.random.default_rng(5), 16, max_plies=40)
+    reached = torch.zeros_like(model.value_head.hidden.weight, dtype=torch.bool)
+    for _ in range(3):
+        learner.train_step(batch)
+        reached |= learner.model.value_head.hidden.weight.grad != 0
+    mask = torch.from_numpy(np.broadcast_to(grown_entries(SMALL, config)[
+        "value_head.hidden.weight"], reached.shape).copy())
+    channels = SMALL.value_channels
+    assert mask[:, channels:2 * channels].sum() == 0  # the scaled mean: 0 on 8 x 8, not counted
+    # Every hidden unit the batch reaches (a ReLU unit dead on it gets no gradient anywhere)
+    # trains all its new columns, the max's (initialized to 0) included.
+    live = reached.any(dim=1)
+    assert live.sum() >= SMALL.value_hidden // 2
+    assert bool(reached[live][mask[live]].all())
+
+
+def test_a_run_started_from_a_flat_model_with_a_pooled_config_carries_it(tmp_path, pool):
+    small = moved_from_init(net_config("tiny"), 29)
+    path = save_model(tmp_path / "flat.pt", small, {"lineage": []})
+    args = argparse.Namespace(run_dir=tmp_path / "run", resume=False, preset="cpu",
+                              overrides=["net.value_head=pooled"], iterations=1, init=str(path))
+    config = resolve_config(args)
+    assert config.net == small.config.replace(value_head="pooled")
+    run = Run(config, args.run_dir, resume=False)
+    try:
+        assert_same_function(pool_value_head(small), run.learner.model.cpu(), pool,
+                             slice(40, 80))
+        run.checkpoint()
+    finally:
+        run.close()
+    lineage = json.loads((args.run_dir / "state.json").read_text())["lineage"]
+    assert (lineage[-1]["net"], lineage[-1]["grown_from"]) == ("2x32-pooled", "2x32")
+    restored = load_model_for_play(args.run_dir / "checkpoints" / "latest.pt")
+    assert restored.config.value_head == "pooled"  # the checkpoint's config says so

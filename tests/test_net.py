@@ -3,11 +3,13 @@ evaluator (`amazons.neural.cuda_graphs`)."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from floats import assert_close, rounding_tolerance
 from test_learn import full_log_probs, naive_log_probs, random_positions
 
 from amazons import engine
@@ -90,6 +92,47 @@ def test_output_shapes_per_preset_and_head(preset, head):
     assert torch.all(output.value.abs() <= 1)
 
 
+@pytest.mark.parametrize("size", [6, 8, 10])
+@pytest.mark.parametrize(("head", "overrides"), VARIANTS)
+def test_the_pooled_value_head_runs_on_every_board_size(size, head, overrides):
+    model = tiny_model(head, value_head="pooled", ownership_head=True, **overrides)
+    squares = size * size
+    planes = torch.rand(3, 7, size, size).round()
+    planes[:, 0] = 0.0  # four amazons of the side to move, which the source term reads
+    planes[:, 0].reshape(3, squares)[:, [0, 3, squares // 2, squares - 1]] = 1.0
+    with torch.no_grad():
+        output = model(planes.contiguous(memory_format=torch.channels_last))
+    shapes = {"joint": [(3, squares, squares)] * 2, "factorized": [(3, squares)] * 3}[head]
+    if overrides:
+        shapes += [(3, 4, squares), (3, 4)]
+    assert [tuple(t.shape) for t in output.policy] == shapes
+    assert output.value.shape == (3,) and output.ownership.shape == (3, squares)
+    assert all(bool(torch.isfinite(t.float()).all())
+               for t in (*output.policy, output.value, output.ownership))
+    tables = policy_log_tables(output.policy)
+    assert tables.log_move.shape == (3, squares * squares)
+    # A distribution over the board's squares**3 moves, summed in float64: each float32 table
+    # entry is a log-softmax, off by the roundings of its logsumexp (a tree over squares**2
+    # entries) and a few more, times its own magnitude.
+    joint = (tables.log_move.double().reshape(3, squares, squares)[:, :, :, None]
+             + tables.log_arrow.double().reshape(3, 1, squares, squares)).exp()
+    magnitude = float(tables.log_move.abs().max() + tables.log_arrow.abs().max())
+    bound = rounding_tolerance(2 * (math.ceil(math.log2(squares ** 2)) + 4)) * magnitude
+    assert_close(joint.sum(dim=(1, 2, 3)), np.ones(3), atol=bound, what="total probability")
+
+
+def test_the_flat_value_head_refuses_other_sizes_by_name():
+    flat = tiny_model("joint")
+    with pytest.raises(NetInputError, match=r"features are 10x10: the flat value head "
+                                            r"\(value_head='flat'\) is 8x8-only"):
+        flat(torch.zeros(1, 7, 10, 10))
+    with pytest.raises(NetInputError, match="features are 11x11: the network runs on boards of "
+                                            "6, 7, 8, 9, 10"):
+        tiny_model("joint", value_head="pooled")(torch.zeros(1, 7, 11, 11))
+    with pytest.raises(NetInputError, match=r"\[B, 7, N, N\] with N in 6..10, got \[1, 7, 8, 9\]"):
+        tiny_model("joint", value_head="pooled")(torch.zeros(1, 7, 8, 9))
+
+
 def test_resnet40_parameter_count_is_the_documented_one():
     model = PolicyValueNet(net_config("resnet40"))
     assert (model.config.blocks, model.config.channels) == (20, 256)
@@ -113,6 +156,12 @@ def test_config_validation_and_round_trip():
         net_config("huge")
     with pytest.raises(NetConfigError, match="policy_head"):
         net_config("tiny", policy_head="serial")
+    with pytest.raises(NetConfigError, match=r"value_head must be one of \('flat', 'pooled'\)"):
+        net_config("tiny", value_head="global")
+    pooled = net_config("small", value_head="pooled")
+    assert config_from_dict(NetConfig, config_to_dict(pooled)) == pooled
+    before = {key: value for key, value in config_to_dict(config).items() if key != "value_head"}
+    assert config_from_dict(NetConfig, before).value_head == "flat"  # stored before the field
     with pytest.raises(NetConfigError, match="num_planes"):
         net_config("tiny", num_planes=5)
     with pytest.raises(NetConfigError, match="blocks"):

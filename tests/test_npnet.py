@@ -3,7 +3,10 @@
 Every preset and both policy heads (the joint one with and without the arrow source term) are
 exported from torch models whose batch norms have non-trivial statistics and whose attention gates
 are open, then run in numpy: legal-move priors and values must match the torch model's within
-`amazons.export.TOLERANCE` (1e-4) on random positions from the start to the middle game.
+`amazons.export.TOLERANCE` (1e-4) on random positions from the start to the middle game. Networks
+with the pooled value head run on boards of 6, 8 and 10 squares a side too: their log tables,
+values and ownership maps match torch's within float32 rounding along the forward pass's longest
+sum (`test_growth.rounding_bound`).
 """
 
 from __future__ import annotations
@@ -18,7 +21,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from floats import assert_same_weights, weights_mismatch
+from floats import assert_close, assert_same_weights, weights_mismatch
+from test_growth import moved_from_init, rounding_bound
 
 from amazons import engine
 from amazons.evaluator import EvaluatorInputError
@@ -41,6 +45,7 @@ from amazons.neural.model import (
     PolicyValueNet,
     gather_legal_priors,
     net_config,
+    policy_log_tables,
 )
 
 torch.set_num_threads(1)
@@ -114,6 +119,62 @@ def test_numpy_forward_other_shapes(overrides, positions, tmp_path):
     net = numpy_net.load_model(path)
     assert net.trunk_layers.count("attention") == model.config.attention_blocks
     assert_matches_torch(model, path, positions)
+
+
+def board_planes(size: int, count: int, seed: int, planes: int = 7) -> np.ndarray:
+    """`(count, planes, size, size) float32` feature planes of made-up boards: 4 amazons of the
+    side to move (plane 0) and 4 of the opponent (plane 1) on distinct squares, arrows (plane 2)
+    on about a quarter of the rest, the other planes random 0 / 1 (no engine for other sizes
+    needed: the network reads planes)."""
+    rng = np.random.default_rng(seed)
+    squares = size * size
+    out = np.zeros((count, planes, squares), np.float32)
+    for row in range(count):
+        order = rng.permutation(squares)
+        out[row, 0, order[:4]] = 1.0
+        out[row, 1, order[4:8]] = 1.0
+        out[row, 2, order[8:][rng.random(squares - 8) < 0.25]] = 1.0
+    out[:, 3:] = rng.random((count, planes - 3, squares)) < 0.5
+    return out.reshape(count, planes, size, size)
+
+
+@pytest.mark.parametrize("size", [6, 8, 10])
+@pytest.mark.parametrize(("head", "overrides"),
+                         [("joint", {}), ("factorized", {}), ("joint", {"arrow_source": True})],
+                         ids=["joint", "factorized", "joint-source"])
+def test_pooled_numpy_forward_matches_torch_on_every_size(size, head, overrides, positions,
+                                                          tmp_path):
+    config = net_config("tiny", policy_head=head, value_head="pooled", ownership_head=True,
+                        **overrides)
+    model = moved_from_init(config, seed=size + len(overrides)).eval()
+    path, _ = export_model(model, tmp_path / "pooled.npz", check_positions=0)
+    net = numpy_net.load_model(path)
+    if size == 8:  # the search's path on real positions, as every other network
+        assert_matches_torch(model, path, positions)
+    features = board_planes(size, 24, seed=size)
+    with torch.no_grad():
+        output = model(torch.from_numpy(features))
+    want = policy_log_tables(output.policy)
+    tables, values = net.forward(features)
+    # The network's longest sum on this board, in ulps of the order-1 activations; a table entry
+    # is a log-probability or a logit, off by that much times its own size at most.
+    bound = rounding_bound(config, squares=size * size)
+    for name in ("log_move", "log_arrow", "source_arrow", "source_norm"):
+        if getattr(want, name) is None:
+            assert getattr(tables, name) is None, name
+            continue
+        assert getattr(tables, name).shape == (24, 4 * size * size if name.startswith("source")
+                                               else size ** 4), name
+        assert_close(getattr(tables, name), getattr(want, name).numpy(), rtol=bound, atol=bound,
+                     what=name)
+    if want.source_slot is not None:
+        assert np.array_equal(tables.source_slot, want.source_slot.numpy())
+    assert_close(values, output.value.numpy(), atol=bound, what="values")
+    assert_close(net.ownership(features), output.ownership.numpy(), atol=bound, what="ownership")
+    # The comparison means something: values spread out, no move distribution uniform (in each,
+    # some pair e times likelier than another).
+    assert np.ptp(values) > 100 * bound
+    assert np.ptp(tables.log_move, axis=1).min() > 1.0
 
 
 def test_the_check_catches_a_wrong_weight(tmp_path):
@@ -281,8 +342,7 @@ def test_the_arrow_source_term_is_version_3_and_checked(tmp_path):
     path, _ = export_model(random_model("tiny", "joint", arrow_source=True),
                            tmp_path / "source.npz", check_positions=0)
     header = header_of(path)
-    assert (header["version"] == numpy_net.VERSION == 3
-            and header["net_config"]["arrow_source"] is True)
+    assert header["version"] == 3 and header["net_config"]["arrow_source"] is True
     net = numpy_net.load_model(path)
     assert net.has_arrow_source and net.num_parameters() == sum(
         int(np.prod(shape))
@@ -305,6 +365,37 @@ def test_the_arrow_source_term_is_version_3_and_checked(tmp_path):
     factorized = {**header["net_config"], "policy_head": "factorized"}
     with pytest.raises(numpy_net.ModelFileError, match="arrow_source needs policy_head 'joint'"):
         numpy_net.expected_shapes(factorized, header["trunk"])
+
+
+def test_the_pooled_value_head_is_version_4_and_checked(tmp_path):
+    path, differences = export_model(random_model("tiny", "joint", value_head="pooled"),
+                                     tmp_path / "pooled.npz", check_positions=8)
+    assert max(differences.values()) <= TOLERANCE
+    header = header_of(path)
+    assert header["version"] == numpy_net.VERSION == 4
+    assert header["net_config"]["value_head"] == "pooled"
+    assert arrays_of(path)["value_head.hidden.weight"].shape == (32, 3 * 2)  # tiny: 32 x 2 x 3
+    net = numpy_net.load_model(path)
+    assert net.value_head == "pooled"
+    # the native core (and so the Botzone C++ export) has the flat head only: refused by name
+    with pytest.raises(numpy_net.NpNetInputError, match="value_head 'pooled'.*flat value head"):
+        numpy_net.native_shape(net.config, net.trunk_layers)
+    # a flat network's file is the one written before the field: version 2, no value_head
+    flat, _ = export_model(random_model("tiny", "joint"), tmp_path / "flat.npz",
+                           check_positions=0)
+    assert header_of(flat)["version"] == 2 and "value_head" not in header_of(flat)["net_config"]
+    with pytest.raises(numpy_net.NpNetInputError, match="10x10: the flat value head.*8x8-only"):
+        numpy_net.load_model(flat).forward(np.zeros((1, 7, 10, 10), np.float32))
+    with pytest.raises(numpy_net.NpNetInputError, match="12x12: the network runs on boards of"):
+        net.forward(np.zeros((1, 7, 12, 12), np.float32))
+    as_flat = {**header, "net_config": {**header["net_config"], "value_head": "flat"}}
+    with pytest.raises(numpy_net.ModelFileError,
+                       match=r"'value_head.hidden.weight' is float32 \(32, 6\); expected "
+                             r"float32 \(32, 128\)"):
+        numpy_net.load_model(rewrite(path, tmp_path / "a.npz", header=as_flat))
+    unknown = {**header, "net_config": {**header["net_config"], "value_head": "square"}}
+    with pytest.raises(numpy_net.ModelFileError, match="'value_head' must be one of"):
+        numpy_net.load_model(rewrite(path, tmp_path / "b.npz", header=unknown))
 
 
 def test_write_refuses_arrays_that_do_not_fit(tmp_path):

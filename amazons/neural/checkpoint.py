@@ -28,7 +28,9 @@ A checkpoint is one `torch.save` file holding a dict of tensors and plain values
 * `load_model_for_play` builds the network from the stored config and weights only; it reads
   learner and model-only (`save_model`) checkpoints alike.
 * Stored configs are read with `amazons.core.config.config_from_dict`: a field a newer version added
-  takes its default, so older checkpoints still load.
+  takes its default, so older checkpoints still load (a net config stored before `value_head`
+  describes the flat value head, the one its weights are for; the field's value, "flat" or
+  "pooled", is stored and read back like every other).
 
 Imports torch, numpy, `amazons.core.config`, `amazons.neural.model`, `amazons.neural.growth` and
 `amazons.neural.learner`.
@@ -387,7 +389,9 @@ def init_weights_from(path: str | os.PathLike, model: PolicyValueNet, growth: st
     an added ownership head or source term: `amazons.neural.growth.check_growth`) is grown into
     `model` by `growth` ("net2net" or "silent", `amazons.neural.growth.GROWTH_METHODS`, its random
     choices and fresh weights drawn with `seed`): `model` then computes what the stored network
-    computes.
+    computes. A stored flat value head that `model`'s config asks pooled is carried over first
+    (`amazons.neural.growth.pool_value_head`): the policy and every other weight exactly, the
+    value close to the stored one's on 8 x 8.
 
     The training-only heads (`amazons.neural.model.TRAINING_ONLY_FIELDS`, the soft policy head) may
     differ: a head `model` has and the checkpoint lacks keeps its fresh initialization, and one

@@ -14,6 +14,11 @@ What this module owns:
   lives in, the one description both methods and `grown_entries` read.
 * `grow_state_dict` / `grow`: the bigger network's weights, by one of `GROWTH_METHODS`;
   `grown_entries`, the entries of each tensor that growth created.
+* `pool_value_head`: a network with the flat value head (8 x 8 only) carried over to the pooled
+  one (every board size): every weight but the value MLP's first layer copied exactly, that layer
+  initialized from the flat one (below). `check_growth` accepts `value_head` "flat" -> "pooled"
+  (never back), and `grow_state_dict` converts first, then grows, so `--init OLD.pt
+  net.value_head=pooled` (with or without other growth) goes through here.
 * `net_shape` / `lineage_entry`: how a model file records the chain of nets it grew from.
 
 Spaces. The residual stream's channels are one space across the whole trunk (the skip connections
@@ -21,7 +26,8 @@ tie the stem, every block and every head input together); each residual block's 
 (conv1's output, conv2's input) are a space of their own, as are each attention block's key
 width, the joint head's move keys and arrow keys (`head_dim`, shared by queries and keys; the
 source term's projection is an arrow query), the factorized head's hidden width, the value head's
-channels (flattened into its MLP as `channel * 64 + square`) and hidden units, and the ownership
+channels (flattened into its MLP as `channel * 64 + square` by the flat head, pooled into three
+numbers each by the pooled head: mean | scaled mean | max) and hidden units, and the ownership
 head's channels. A tensor axis is a list of segments, each a space in one role:
 
 * `PRODUCE`: the tensor computes these units (a layer's output rows, its bias, its batch norm);
@@ -69,6 +75,17 @@ changes the policy or the value); an added `arrow_source` projection starts all 
 source term is 0 and P(arrow | src, dst) = P(arrow | dst). A soft policy head the small net has
 and the config lacks is left out (it is the learner's only).
 
+Flat to pooled (`pool_value_head`). The flat head's first layer computes
+h_j = sum_{c,s} W[j, c * 64 + s] r_c(s) + b_j over the value channels r_c at the 64 squares; the
+pooled one reads per channel its mean m_c, its mean scaled by (N - 8) / 2 (0 on 8 x 8) and its
+max. The carried layer puts on m_c the flat weights summed over the squares,
+sum_s W[j, c * 64 + s], and 0 on the scaled mean and the max: it computes the flat layer exactly
+when each channel is uniform over the board, and otherwise its projection onto such maps (no data
+needed; measured on the shipped model in docs/network.md). The hidden bias and the output layer
+are copied. The function changes (a network's value on 8 x 8 is close to the flat one's, not
+equal); the trunk, the policy, the ownership head and the value head's 1x1 convolution and batch
+norm are exactly the flat network's.
+
 Imports torch, numpy and `amazons.neural.model`.
 """
 
@@ -105,6 +122,7 @@ __all__ = [
     "layer_kinds",
     "lineage_entry",
     "net_shape",
+    "pool_value_head",
     "space_sizes",
     "tensor_axes",
 ]
@@ -117,6 +135,8 @@ GROWABLE_FIELDS = ("blocks", "channels", "attention_blocks", "attention_dim", "h
 ADDABLE_FIELDS = ("arrow_source", "ownership_head")
 # fields that must stay as they are
 FIXED_FIELDS = ("num_planes", "policy_head")
+# the one change of the value head's kind growth makes (`pool_value_head`), never undone
+VALUE_HEAD_CHANGE = ("flat", "pooled")
 
 PRODUCE = "produce"  # output units the tensor computes
 QUERY = "query"  # output units on the query side of a bilinear map
@@ -136,7 +156,8 @@ class Segment:
 
     space: str  # e.g. "stream", "trunk.3.inner", "policy_head.arrow_keys"
     role: str  # PRODUCE, QUERY or CONSUME
-    repeat: int = 1  # consecutive entries per unit (the value head's channels: 64 squares each)
+    # consecutive entries per unit (the flat value head's channels: 64 squares each)
+    repeat: int = 1
 
 
 # An axis: its segments in order, or None for an axis growth never changes (a kernel's 3 x 3, the
@@ -212,7 +233,11 @@ def tensor_axes(config: NetConfig) -> dict[str, tuple[Axis, ...]]:
         table.update(_policy_axes("soft_policy_head", config))
     table.update(_conv_bn("value_head.reduce", stream_in, "value_head.channels"))
     hidden = (Segment("value_head.hidden", PRODUCE),)
-    table["value_head.hidden.weight"] = (hidden, (Segment("value_head.channels", CONSUME, 64),))
+    channels = Segment("value_head.channels", CONSUME)
+    # flat: channel-major squares; pooled: mean | scaled mean | max, each a channel per entry
+    summary = ((Segment("value_head.channels", CONSUME, 64),) if config.value_head == "flat"
+               else (channels, channels, channels))
+    table["value_head.hidden.weight"] = (hidden, summary)
     table["value_head.hidden.bias"] = (hidden,)
     table["value_head.out.weight"] = (None, (Segment("value_head.hidden", CONSUME),))
     table["value_head.out.bias"] = (None,)
@@ -302,12 +327,18 @@ def align_layers(old: str, new: str) -> list[int] | None:
 def check_growth(small: NetConfig, config: NetConfig) -> list[int]:
     """Check that `small` grows into `config`; returns `align_layers`' placement of the old trunk.
 
+    `value_head` may go from "flat" to "pooled" (`pool_value_head`), never back.
+
     Raises:
         GrowthError: a field that may not change changed (`num_planes`, `policy_head`), a
-            growable field shrank, `arrow_source` or `ownership_head` was removed, or the trunk's
-            layers cannot be placed (`attention_placement`); the message names the field and
-            both values.
+            growable field shrank, `arrow_source` or `ownership_head` was removed, the value
+            head went from pooled to flat, or the trunk's layers cannot be placed
+            (`attention_placement`); the message names the field and both values.
     """
+    if small.value_head != config.value_head \
+            and (small.value_head, config.value_head) != VALUE_HEAD_CHANGE:
+        raise GrowthError(f"value_head: {small.value_head!r} -> {config.value_head!r}: a "
+                          f"pooled value head never becomes flat again (flat is 8x8-only)")
     for name in FIXED_FIELDS:
         if getattr(small, name) != getattr(config, name):
             raise GrowthError(f"{name}: {getattr(small, name)!r} -> {getattr(config, name)!r}: "
@@ -322,8 +353,8 @@ def check_growth(small: NetConfig, config: NetConfig) -> list[int]:
         if not unused and getattr(config, name) < getattr(small, name):
             raise GrowthError(f"{name}: {getattr(small, name)} -> {getattr(config, name)}: "
                               f"a shrink; growth only deepens or widens")
-    known = {"attention_placement", *FIXED_FIELDS, *GROWABLE_FIELDS, *ADDABLE_FIELDS,
-             *TRAINING_ONLY_FIELDS}
+    known = {"attention_placement", "value_head", *FIXED_FIELDS, *GROWABLE_FIELDS,
+             *ADDABLE_FIELDS, *TRAINING_ONLY_FIELDS}
     for field in dataclasses.fields(NetConfig):
         if field.name not in known and getattr(small, field.name) != getattr(config, field.name):
             raise GrowthError(f"{field.name}: {getattr(small, field.name)!r} -> "
@@ -355,6 +386,7 @@ class _Plan:
 
 
 def _plan(small: NetConfig, config: NetConfig) -> _Plan:
+    """The plan of growing `small`, its value head already of `config`'s kind, into `config`."""
     placement = check_growth(small, config)
     rename = {f"trunk.{old}.": f"trunk.{new}." for old, new in enumerate(placement)}
     old_sizes = {_renamed(name, rename): size for name, size in space_sizes(small).items()}
@@ -483,7 +515,9 @@ def grow_state_dict(small: PolicyValueNet, config: NetConfig, method: str = "sil
     Computed in float64 on the CPU, stored in float32 (integer counters as they are). The fresh
     parts (new layers, new units of `"silent"`, added heads) come from a fresh net drawn with
     `seed` (the process-wide torch generator is left as it was); net2net's copies and fractions
-    come from a generator seeded with `seed` too.
+    come from a generator seeded with `seed` too. A flat value head that `config` makes pooled is
+    converted first (`pool_value_head`): the result then computes what the converted `small`
+    computes (the same policy and ownership, a value close to `small`'s on 8 x 8).
 
     Args:
         small: the trained network.
@@ -497,6 +531,9 @@ def grow_state_dict(small: PolicyValueNet, config: NetConfig, method: str = "sil
     """
     if method not in GROWTH_METHODS:
         raise GrowthError(f"growth method must be one of {GROWTH_METHODS}, got {method!r}")
+    check_growth(small.config, config)
+    if small.config.value_head != config.value_head:
+        small = pool_value_head(small)
     plan = _plan(small.config, config)
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(seed)
@@ -548,11 +585,16 @@ def grown_entries(small: NetConfig, config: NetConfig) -> dict[str, np.ndarray]:
     """For each tensor of `PolicyValueNet(config)`, the entries growth created: `bool`,
     broadcastable to the tensor's shape, True where an axis index is a new unit, all True where
     the tensor's layer or head is new (what training must reach: `tests/test_growth.py` checks
-    their gradients). An added source term counts as new.
+    their gradients). An added source term counts as new. A value head made pooled
+    (`pool_value_head`) counts its first layer's mean and max columns as new; its scaled-mean
+    columns are not, as no 8 x 8 batch reaches them (their input is 0 there).
 
     Raises:
         GrowthError: `small` does not grow into `config`.
     """
+    check_growth(small, config)
+    pooled = small.value_head != config.value_head
+    small = small.replace(value_head=config.value_head)
     plan = _plan(small, config)
     sources = _unit_sources(plan, "silent", np.random.default_rng(0))
     old_keys = {_renamed(key, plan.rename) for key in tensor_axes(small)}
@@ -569,7 +611,41 @@ def grown_entries(small: NetConfig, config: NetConfig) -> dict[str, np.ndarray]:
                 shape[dimension] = -1
                 mask = mask | layout.new.reshape(shape)
         masks[key] = mask
+    if pooled:
+        channels = config.value_channels
+        masks["value_head.hidden.weight"] = np.concatenate(
+            [np.ones(channels, bool), np.zeros(channels, bool), np.ones(channels, bool)])[None]
     return masks
+
+
+@torch.no_grad()
+def pool_value_head(flat: PolicyValueNet) -> PolicyValueNet:
+    """`flat` (a network with the flat value head) with the pooled value head, on the CPU, in
+    `flat`'s training mode: a network that runs on every board size.
+
+    Every weight and batch-norm statistic but the value MLP's first layer is `flat`'s, copied
+    exactly (so the policy, the ownership map and the value head's 1x1 convolution are the
+    same); that layer's weights on each channel's mean are the flat weights on the channel summed
+    over the 64 squares, those on the scaled mean and the max 0, its bias `flat`'s (the module
+    docstring says why). Computed in float64, stored in float32.
+
+    Raises:
+        GrowthError: `flat`'s value head is not flat.
+    """
+    if flat.config.value_head != "flat":
+        raise GrowthError(f"value_head: {flat.config.value_head!r}: pool_value_head carries a "
+                          f"flat value head over to the pooled one")
+    config = flat.config.replace(value_head="pooled")
+    state = {key: tensor.detach().cpu().clone() for key, tensor in flat.state_dict().items()}
+    weight = state["value_head.hidden.weight"].double()  # [hidden, channels * 64]
+    hidden, channels = weight.shape[0], config.value_channels
+    pooled = torch.zeros(hidden, 3 * channels, dtype=torch.float64)
+    pooled[:, :channels] = weight.reshape(hidden, channels, -1).sum(dim=2)
+    state["value_head.hidden.weight"] = pooled.float()
+    with torch.random.fork_rng(devices=[]):
+        model = PolicyValueNet(config)
+    model.load_state_dict(state)
+    return model.train(flat.training)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -577,8 +653,9 @@ def grown_entries(small: NetConfig, config: NetConfig) -> dict[str, np.ndarray]:
 
 
 def net_shape(config: NetConfig) -> str:
-    """The net's blocks x channels, e.g. "4x48"."""
-    return f"{config.blocks}x{config.channels}"
+    """The net's blocks x channels, e.g. "4x48", and "4x48-pooled" with the pooled value head."""
+    return f"{config.blocks}x{config.channels}" + ("-pooled" if config.value_head == "pooled"
+                                                   else "")
 
 
 def lineage_entry(model: PolicyValueNet, init_config: NetConfig | None = None,

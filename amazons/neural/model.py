@@ -4,24 +4,32 @@ What this module owns:
 
 * `NetConfig` (frozen, every field commented) and the presets `resnet40` (the design's model:
   20 residual blocks x 256 channels), `medium`, `small` and `tiny`.
-* `PolicyValueNet`: feature planes `(B, 3 | 7, 8, 8)` from `amazons.engine.features` -> stem
-  convolution -> residual trunk -> global self-attention over the 64 squares -> a policy head and
+* `PolicyValueNet`: feature planes `(B, 3 | 7, N, N)` from `amazons.engine.features` -> stem
+  convolution -> residual trunk -> global self-attention over the N*N squares -> a policy head and
   a value head, and optionally an ownership head. It returns **logits only** (and the value,
-  already squashed to [-1, 1], for the side to move). Two policy heads:
-  - `joint` (default): move logits `[B, 64, 64]` = source queries x destination keys, i.e. the
+  already squashed to [-1, 1], for the side to move). Every layer but the flat value head is
+  independent of the board size N: convolutions, attention and the bilinear policy maps work on
+  any number of squares. The value head (`NetConfig.value_head`) is either
+  - `flat` (default, every network trained so far): its MLP reads the `value_channels x 64`
+    map flattened, so it runs on 8 x 8 boards only;
+  - `pooled` (KataGo's global pooling, lightvector/KataGo docs/KataGoMethods.md): each of its
+    channels pooled over the board into its mean, its mean times (N - 8) / 2 and its maximum,
+    then the MLP: no weight depends on N, so one network runs on every size in `BOARD_SIZES`.
+  Two policy heads:
+  - `joint` (default): move logits `[B, N*N, N*N]` = source queries x destination keys, i.e. the
     joint P(src, dst); then a latent simulation: the destination keys are written into the
     features through an update gate, `x_next = x + relu(conv1x1(concat(x, keys)))`, and the
-    arrow logits `[B, 64, 64]` = P(arrow | dst) come from `x_next`'s arrow queries (at the
+    arrow logits `[B, N*N, N*N]` = P(arrow | dst) come from `x_next`'s arrow queries (at the
     shooter's square, the destination) x arrow keys (at the target square). One forward pass,
     the causal chain src -> dst -> arrow kept (seeds 001 and 003). With `NetConfig.arrow_source`
     the arrow query also adds a projection of the source square's features, so the arrow
     distribution is P(arrow | src, dst): the shooter knows which square it left. The term is
     computed for the four squares a move can leave, those of the side to move's amazons
     (feature plane 0).
-  - `factorized`: three independent 64-way heatmaps P(src), P(dst), P(arrow), the design's first
+  - `factorized`: three independent N*N-way heatmaps P(src), P(dst), P(arrow), the design's first
     version, kept for comparison.
   The ownership head (`NetConfig.ownership_head`, an auxiliary training target after KataGo)
-  predicts, for each square, who owns it at the end of the game: `[B, 64]` in [-1, 1], +1 the side
+  predicts, for each square, who owns it at the end of the game: `[B, N*N]` in [-1, 1], +1 the side
   to move, -1 the opponent (`amazons.train.replay` documents the target). The soft policy head
   (`NetConfig.soft_policy_head`, KataGo's auxiliary soft policy target) is a second policy head of
   the same kind, trained on the policy target flattened by a temperature
@@ -29,7 +37,8 @@ What this module owns:
   drops it, so the servers, the exports and the C++ bot never see it (`TRAINING_ONLY_PREFIXES`).
 * `policy_log_tables` / `gather_legal_priors`: the ONLY place where logits are normalized and
   restricted to legal moves. Every head reduces to the same `PolicyTables`, log P(src, dst)
-  `(B, 4096)` and log P(arrow | dst) `(B, 4096)`, plus the source term's tables with
+  `(B, (N*N)**2)` and log P(arrow | dst) `(B, (N*N)**2)` (4,096 on 8 x 8), plus the source term's
+  tables with
   `arrow_source`; the prior of a legal move is P(src, dst) * P(arrow | [src,] dst), renormalized
   over the position's legal moves.
 * `prepare_for_inference`: an eval-mode copy with batch norms folded into the convolutions, in the
@@ -39,13 +48,17 @@ What this module owns:
 * `flatten_weights` / `unflatten_weights`: a model's floating state as one flat float32 buffer
   (state-dict order), the form weights are published in through shared memory.
 * `resolve_precision`: what `"auto"` precision means on a device, for training and inference.
+* `check_board_input`: the one check of feature planes' shape and of the board size a network
+  runs on (`NetInputError` naming the size: the flat value head is 8 x 8 only).
 
 The search's `Evaluator` on this model, over batch buckets and CUDA graphs, is
 `amazons.neural.cuda_graphs.NetworkEvaluator`.
 
-Squares are `y * 8 + x` everywhere (the flattening order of an `8 x 8` plane), moves are canonical
-`(src, dst, arrow)` int triples (docs/ARCHITECTURE.md). Imports torch, numpy, `amazons.engine` and
-`amazons.core.backends` (the precision names).
+Squares are `y * N + x` everywhere (the flattening order of an `N x N` plane; `y * 8 + x` on the
+8 x 8 board every evaluator and the learner use today), moves are canonical `(src, dst, arrow)`
+int triples (docs/ARCHITECTURE.md; board sizes: docs/network.md). Imports torch, numpy,
+`amazons.engine`, `amazons.boards` (the board sizes) and `amazons.core.backends` (the precision
+names).
 """
 
 from __future__ import annotations
@@ -63,11 +76,14 @@ from torch import nn
 
 from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE  # the squares a move can leave: the source term's rows
+from amazons.boards import SIZES as BOARD_SIZES  # the boards a pooled value head runs on
 from amazons.core.backends import COMPUTED_PRECISIONS
 
 __all__ = [
     "AMAZONS_PER_SIDE",
     "ATTENTION_PLACEMENTS",
+    "BOARD_SIZES",
+    "FLAT_BOARD_SIZE",
     "NUM_SQUARES",
     "POLICY_HEADS",
     "PRECISIONS",
@@ -75,6 +91,7 @@ __all__ = [
     "PRESETS",
     "TRAINING_ONLY_FIELDS",
     "TRAINING_ONLY_PREFIXES",
+    "VALUE_HEADS",
     "FactorizedPolicy",
     "JointPolicy",
     "JointSourcePolicy",
@@ -85,8 +102,11 @@ __all__ = [
     "OwnershipHead",
     "PolicyTables",
     "PolicyValueNet",
+    "PooledValueHead",
+    "ValueHead",
     "count_parameters",
     "arrow_log_probs",
+    "check_board_input",
     "flatten_weights",
     "folded_state_dict",
     "inference_config_dict",
@@ -100,10 +120,17 @@ __all__ = [
     "resolve_precision",
     "segment_ids",
     "unflatten_weights",
+    "value_pooling",
     "weights_elements",
 ]
 
+# The 8 x 8 board's squares: the batch contract of the evaluators and the learner, which run 8 x 8
+# only; the network itself reads N from its input.
 NUM_SQUARES = 64
+FLAT_BOARD_SIZE = 8  # the one board size the flat value head runs on
+# "flat": the value MLP reads the flattened value_channels x 64 map (8 x 8 only); "pooled": it
+# reads each channel's mean, size-scaled mean and max over the board (any size)
+VALUE_HEADS = ("flat", "pooled")
 # `NetConfig` flags of the heads only the learner trains, each also the head's attribute name on
 # `PolicyValueNet`: an inference copy (`prepare_for_inference`), its folded weights and every
 # export leave the heads out, and an exported network's config the flags.
@@ -133,11 +160,12 @@ class NetConfig:
     num_planes: int = 7
     blocks: int = 20  # residual blocks in the trunk, each conv3x3-BN-ReLU-conv3x3-BN + skip, ReLU
     channels: int = 256  # channels of the stem and of every residual block
-    attention_blocks: int = 1  # global self-attention blocks over the 64 squares (0 = none)
+    attention_blocks: int = 1  # global self-attention blocks over the N*N squares (0 = none)
     # "end": all after the trunk; "spread": evenly among the blocks
     attention_placement: str = "end"
     attention_dim: int = 32  # query/key width of each attention block (values keep all channels)
-    policy_head: str = "joint"  # "joint" (P(src, dst) and P(arrow | dst)) or "factorized" (3 x 64)
+    # "joint" (P(src, dst) and P(arrow | dst)) or "factorized" (3 maps of N*N)
+    policy_head: str = "joint"
     # joint head only: the arrow query adds a projection of the source square's features, so the
     # arrow distribution is P(arrow | src, dst) (head_dim x (channels + 1) more weights)
     arrow_source: bool = False
@@ -145,7 +173,12 @@ class NetConfig:
     head_dim: int = 64
     value_channels: int = 4  # channels of the value head's 1x1 convolution before its MLP
     value_hidden: int = 256  # hidden units of the value head's MLP
-    # add the ownership head: each square's final owner, [B, 64] in [-1, 1]
+    # how the value MLP reads those channels (`VALUE_HEADS`): "flat" flattens the 8 x 8 map
+    # (value_channels * 64 inputs; 8 x 8 boards only; every network before the field), "pooled"
+    # pools each channel over the board into mean, mean * (N - 8) / 2 and max
+    # (3 * value_channels inputs; any size in `BOARD_SIZES`)
+    value_head: str = "flat"
+    # add the ownership head: each square's final owner, [B, N*N] in [-1, 1]
     ownership_head: bool = False
     ownership_channels: int = 16  # channels of the ownership head's 1x1 convolution
     # add the soft policy head: a second policy head of `policy_head`'s kind (and `arrow_source`),
@@ -171,6 +204,9 @@ class NetConfig:
         if self.policy_head not in POLICY_HEADS:
             raise NetConfigError(f"policy_head must be one of {POLICY_HEADS}, "
                                  f"got {self.policy_head!r}")
+        if self.value_head not in VALUE_HEADS:
+            raise NetConfigError(f"value_head must be one of {VALUE_HEADS}, "
+                                 f"got {self.value_head!r}")
         if self.arrow_source and self.policy_head != "joint":
             raise NetConfigError(f"arrow_source needs policy_head 'joint', "
                                  f"got {self.policy_head!r}")
@@ -240,10 +276,10 @@ def resolve_precision(precision: str, device: str | torch.device) -> str:
 
 
 class JointPolicy(NamedTuple):
-    """Logits of the `joint` head."""
+    """Logits of the `joint` head (S = N*N squares of an N x N board, 64 on 8 x 8)."""
 
-    move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
-    # [B, 64, 64] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
+    move_logits: torch.Tensor  # [B, S, S] float, [b, src, dst]: unnormalized log P(src, dst)
+    # [B, S, S] float, [b, dst, arrow]: unnormalized log P(arrow | dst)
     arrow_logits: torch.Tensor
 
 
@@ -251,23 +287,23 @@ class JointSourcePolicy(NamedTuple):
     """Logits of the `joint` head with the arrow source term (`NetConfig.arrow_source`).
 
     log P(arrow | src, dst) = log softmax over the arrows of arrow_logits[dst] + source_logits[i],
-    i the slot of the side to move's amazon on src.
+    i the slot of the side to move's amazon on src. S = N*N squares.
     """
 
-    move_logits: torch.Tensor  # [B, 64, 64] float, [b, src, dst]: unnormalized log P(src, dst)
-    arrow_logits: torch.Tensor  # [B, 64, 64] float, [b, dst, arrow]: the destination's arrow logits
-    # [B, 4, 64] float, [b, slot, arrow]: added when the slot's amazon moves
+    move_logits: torch.Tensor  # [B, S, S] float, [b, src, dst]: unnormalized log P(src, dst)
+    arrow_logits: torch.Tensor  # [B, S, S] float, [b, dst, arrow]: the destination's arrow logits
+    # [B, 4, S] float, [b, slot, arrow]: added when the slot's amazon moves
     source_logits: torch.Tensor
     # [B, 4] int64, the square of each slot (the side to move's amazons), increasing
     source_squares: torch.Tensor
 
 
 class FactorizedPolicy(NamedTuple):
-    """Logits of the `factorized` head: three independent 64-way distributions."""
+    """Logits of the `factorized` head: three independent distributions over the N*N squares."""
 
-    src_logits: torch.Tensor  # [B, 64] float
-    dst_logits: torch.Tensor  # [B, 64] float
-    arrow_logits: torch.Tensor  # [B, 64] float
+    src_logits: torch.Tensor  # [B, N*N] float
+    dst_logits: torch.Tensor  # [B, N*N] float
+    arrow_logits: torch.Tensor  # [B, N*N] float
 
 
 class NetOutput(NamedTuple):
@@ -275,7 +311,7 @@ class NetOutput(NamedTuple):
 
     policy: JointPolicy | JointSourcePolicy | FactorizedPolicy  # logits only
     value: torch.Tensor  # [B] float in [-1, 1], for the side to move
-    # [B, 64] float in [-1, 1], +1 = the side to move's; None without the head
+    # [B, N*N] float in [-1, 1], +1 = the side to move's; None without the head
     ownership: torch.Tensor | None = None
     # the soft policy head's logits (same kind as `policy`); None without the head or when skipped
     soft_policy: JointPolicy | JointSourcePolicy | FactorizedPolicy | None = None
@@ -338,7 +374,7 @@ class ResidualBlock(nn.Module):
 
 
 def _squares(maps: torch.Tensor) -> torch.Tensor:
-    """`[B, C, 8, 8]` -> `[B, 64, C]` (square-major; free for channels_last tensors)."""
+    """`[B, C, N, N]` -> `[B, N*N, C]` (square-major; free for channels_last tensors)."""
     return maps.flatten(2).transpose(1, 2)
 
 
@@ -346,7 +382,7 @@ def _projection(channels: int, widths: tuple[int, ...], scaled: int) -> nn.Conv2
     """One 1x1 convolution giving several projections stacked along channels (split them with
     `widths`); the first `scaled` output channels (the queries) start with weights and bias times
     1 / sqrt(scaled), the attention scale, folded in once (it is linear) instead of multiplying the
-    `[B, 64, 64]` scores at every call."""
+    `[B, N*N, N*N]` scores at every call."""
     projection = nn.Conv2d(channels, sum(widths), 1)
     with torch.no_grad():
         projection.weight[:scaled].mul_(1.0 / math.sqrt(scaled))
@@ -355,7 +391,7 @@ def _projection(channels: int, widths: tuple[int, ...], scaled: int) -> nn.Conv2
 
 
 class GlobalSelfAttention(nn.Module):
-    """Every square attends to all 64: softmax(q k^T / sqrt(d)) v, added through a learnable gate.
+    """Every square attends to all N*N: softmax(q k^T / sqrt(d)) v, added through a learnable gate.
 
     Queries, keys (width `key_dim`) and values (all channels) come from one 1x1 convolution. The
     gate starts at 0, so the block starts as the identity and the trunk's features pass unchanged
@@ -371,8 +407,8 @@ class GlobalSelfAttention(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         batch, channels, height, width = x.shape
         query, key, value = self.qkv(x).split(self.widths, dim=1)
-        energy = torch.bmm(_squares(query), key.flatten(2))  # [B, 64 queries, 64 keys]
-        attended = torch.bmm(torch.softmax(energy, dim=-1), _squares(value))  # [B, 64, C]
+        energy = torch.bmm(_squares(query), key.flatten(2))  # [B, N*N queries, N*N keys]
+        attended = torch.bmm(torch.softmax(energy, dim=-1), _squares(value))  # [B, N*N, C]
         attended = attended.transpose(1, 2).reshape(batch, channels, height, width)
         return x + self.gate * attended
 
@@ -392,9 +428,9 @@ class JointPolicyHead(nn.Module):
     the source square's latent features: `(q[dst] + u[src]) . k[arrow]` splits into the
     destination's arrow logits and a source term `u[src] . k[arrow]` over the same keys. Only the
     side to move's four amazons can leave their squares, so the term is computed for those four
-    (`sources`, `[B, 4]`): a `[4, 64]` map per position (`JointSourcePolicy.source_logits`). The
+    (`sources`, `[B, 4]`): a `[4, N*N]` map per position (`JointSourcePolicy.source_logits`). The
     latent board stays one per position: a board per (src, dst) pair would run the update gate up
-    to 4,096 times.
+    to (N*N)**2 times (4,096 on 8 x 8).
     """
 
     def __init__(self, channels: int, head_dim: int, source: bool = False) -> None:
@@ -432,15 +468,15 @@ class JointPolicyHead(nn.Module):
         features = _squares(x_next)
         at_sources = torch.gather(features, 1,
                                   sources[:, :, None].expand(-1, -1, features.shape[2]))
-        source_logits = torch.bmm(self.arrow_source(at_sources), arrow_keys)  # [B, 4, 64]
+        source_logits = torch.bmm(self.arrow_source(at_sources), arrow_keys)  # [B, 4, N*N]
         return JointSourcePolicy(move_logits, arrow_logits, source_logits, sources)
 
 
 def mover_squares(features: torch.Tensor) -> torch.Tensor:
     """The side to move's amazon squares, `[B, 4] int64` increasing, from feature planes
-    `[B, P, 8, 8]` (plane 0 of either set marks them; an empty padding board gives 4
+    `[B, P, N, N]` (plane 0 of either set marks them; an empty padding board gives 4
     squares too)."""
-    marks = features[:, 0].reshape(features.shape[0], NUM_SQUARES)
+    marks = features[:, 0].reshape(features.shape[0], -1)
     return marks.topk(AMAZONS_PER_SIDE, dim=1).indices.sort(dim=1).values
 
 
@@ -459,7 +495,10 @@ class FactorizedPolicyHead(nn.Module):
 
 
 class ValueHead(nn.Module):
-    """1x1 conv-BN-ReLU, then an MLP to one scalar, tanh: the value for the side to move."""
+    """The flat value head (`value_head="flat"`): 1x1 conv-BN-ReLU, the `[value_channels, 8, 8]`
+    map flattened channel-major (`channel * 64 + square`), then an MLP to one scalar, tanh: the
+    value for the side to move. Its first layer has a weight per square, so it runs on 8 x 8
+    boards only."""
 
     def __init__(self, channels: int, value_channels: int, hidden: int) -> None:
         super().__init__()
@@ -472,9 +511,38 @@ class ValueHead(nn.Module):
         return torch.tanh(self.out(F.relu(self.hidden(reduced)))).squeeze(-1)
 
 
+def value_pooling(reduced: torch.Tensor) -> torch.Tensor:
+    """The pooled value head's board summary of its channels `[B, C, N, N]` (after the ReLU):
+    `[B, 3C]`, per channel its mean over the N*N squares, that mean times (N - 8) / 2, and its
+    maximum (KataGo's global pooling, centred on 8 x 8 and scaled so that sizes 6..10 give -1..1;
+    0 on 8 x 8), in that order (`[mean_0..mean_C-1, scaled_0.., max_0..]`)."""
+    size = reduced.shape[-1]
+    mean = reduced.mean(dim=(2, 3))
+    return torch.cat([mean, mean * ((size - FLAT_BOARD_SIZE) / 2.0), reduced.amax(dim=(2, 3))],
+                     dim=1)
+
+
+class PooledValueHead(nn.Module):
+    """The pooled value head (`value_head="pooled"`): 1x1 conv-BN-ReLU to `value_channels`, each
+    channel pooled over the board (`value_pooling`: mean, mean * (N - 8) / 2, max), then an MLP
+    to one scalar, tanh. No weight depends on the board size. Its modules carry the flat head's
+    names (`reduce`, `hidden`, `out`): only `hidden.weight`'s shape differs,
+    `[value_hidden, 3 * value_channels]`."""
+
+    def __init__(self, channels: int, value_channels: int, hidden: int) -> None:
+        super().__init__()
+        self.reduce = ConvBN(channels, value_channels, 1)
+        self.hidden = nn.Linear(3 * value_channels, hidden)
+        self.out = nn.Linear(hidden, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pooled = value_pooling(F.relu(self.reduce(x)))
+        return torch.tanh(self.out(F.relu(self.hidden(pooled)))).squeeze(-1)
+
+
 class OwnershipHead(nn.Module):
     """1x1 conv-BN-ReLU, 1x1 conv to one plane, tanh: each square's predicted owner at the end of
-    the game, `[B, 64]` in [-1, 1] (+1 the side to move, -1 the opponent, 0 neutral)."""
+    the game, `[B, N*N]` in [-1, 1] (+1 the side to move, -1 the opponent, 0 neutral)."""
 
     def __init__(self, channels: int, hidden: int) -> None:
         super().__init__()
@@ -499,7 +567,8 @@ class PolicyValueNet(nn.Module):
     Args:
         config: the network's shape (see `NetConfig`, `PRESETS`).
 
-    Input: `[B, num_planes, 8, 8]` float (channels_last or not). Output: `NetOutput`.
+    Input: `[B, num_planes, N, N]` float (channels_last or not), N = 8 with the flat value head,
+    any N in `BOARD_SIZES` with the pooled one (one size per batch). Output: `NetOutput`.
     """
 
     def __init__(self, config: NetConfig) -> None:
@@ -522,26 +591,24 @@ class PolicyValueNet(nn.Module):
         self.policy_head: nn.Module = _policy_head(config)
         if config.soft_policy_head:
             self.soft_policy_head = _policy_head(config)
-        self.value_head = ValueHead(channels, config.value_channels, config.value_hidden)
+        value_head = PooledValueHead if config.value_head == "pooled" else ValueHead
+        self.value_head = value_head(channels, config.value_channels, config.value_hidden)
         if config.ownership_head:
             self.ownership_head = OwnershipHead(channels, config.ownership_channels)
 
     def forward(self, features: torch.Tensor, with_ownership: bool = True,
                 with_soft_policy: bool = True) -> NetOutput:
-        """Logits and value of a batch of feature planes `[B, num_planes, 8, 8]`.
+        """Logits and value of a batch of feature planes `[B, num_planes, N, N]`.
 
         `with_ownership=False` skips the ownership head (the search's evaluations do not use it);
         `NetOutput.ownership` is None then, and always without the head. `with_soft_policy=False`
         skips the soft policy head the same way (`NetOutput.soft_policy`).
 
         Raises:
-            NetInputError: if the input is not `[B, num_planes, 8, 8]`.
+            NetInputError: if the input is not `[B, num_planes, N, N]` with N in `BOARD_SIZES`,
+                or N is not 8 and the value head is flat (8 x 8 only).
         """
-        if features.dim() != 4 or tuple(features.shape[1:]) != (self.config.num_planes, 8, 8):
-            raise NetInputError(
-                f"features must have shape [B, {self.config.num_planes}, 8, 8], "
-                f"got {list(features.shape)}"
-            )
+        check_board_input(features, self.config)
         x = self.trunk(F.relu(self.stem(features)))
         ownership = (self.ownership_head(x) if with_ownership and self.config.ownership_head
                      else None)
@@ -554,6 +621,31 @@ class PolicyValueNet(nn.Module):
         return NetOutput(policy, self.value_head(x), ownership, soft_policy)
 
 
+def check_board_input(features: torch.Tensor, config: NetConfig) -> int:
+    """The board size N of feature planes `[B, num_planes, N, N]` that a network of `config`
+    runs on.
+
+    Raises:
+        NetInputError: not `[B, num_planes, N, N]` with N in `BOARD_SIZES`, or N other than 8
+            for the flat value head (the message names the size).
+    """
+    planes = config.num_planes
+    if (features.dim() != 4 or features.shape[1] != planes
+            or features.shape[2] != features.shape[3]):
+        shape = (f"[B, {planes}, 8, 8]" if config.value_head == "flat"
+                 else f"[B, {planes}, N, N] with N in 6..10")
+        raise NetInputError(f"features must have shape {shape}, got {list(features.shape)}")
+    size = int(features.shape[2])
+    if size not in BOARD_SIZES:
+        raise NetInputError(f"features are {size}x{size}: the network runs on boards of "
+                            f"{', '.join(map(str, BOARD_SIZES))} squares a side")
+    if size != FLAT_BOARD_SIZE and config.value_head == "flat":
+        raise NetInputError(f"features are {size}x{size}: the flat value head "
+                            f"(value_head='flat') is 8x8-only; a network with "
+                            f"value_head='pooled' runs on 6x6 to 10x10")
+    return size
+
+
 def _policy_head(config: NetConfig) -> nn.Module:
     """A policy head of `config`'s kind (`policy_head`, `arrow_source`), freshly initialized."""
     if config.policy_head == "joint":
@@ -563,10 +655,16 @@ def _policy_head(config: NetConfig) -> nn.Module:
 
 def inference_config_dict(config: NetConfig) -> dict[str, Any]:
     """`config`'s fields as a dict without the training-only ones (`TRAINING_ONLY_FIELDS`): the
-    config of the network an inference copy or an export holds."""
+    config of the network an inference copy or an export holds.
+
+    A flat `value_head` is left out too: a flat network's export then holds the config it held
+    before the field existed (readers and files of that time see nothing new), and a config
+    without the field describes the flat head."""
     fields = dataclasses.asdict(config)
     for name in TRAINING_ONLY_FIELDS:
         del fields[name]
+    if fields["value_head"] == "flat":
+        del fields["value_head"]
     return fields
 
 
@@ -699,50 +797,57 @@ def unflatten_weights(model: nn.Module, flat: torch.Tensor) -> None:
 
 
 class PolicyTables(NamedTuple):
-    """Log tables of a policy head's output (`policy_log_tables`), float32 unless said.
+    """Log tables of a policy head's output (`policy_log_tables`), float32 unless said; S = N*N
+    squares of the board the network ran on (64 on 8 x 8, so the tables are `[B, 4096]`).
 
     The log-probability of a full move (src, dst, arrow) is
-    `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`, and with the source term
+    `log_move[src * S + dst] + log_arrow[dst * S + arrow]`, and with the source term
     (`NetConfig.arrow_source`), when `source_slot[src] = i >= 0`, also
-    `+ source_arrow[i * 64 + arrow] - source_norm[i * 64 + dst]`: the weights exp(source_arrow)
+    `+ source_arrow[i * S + arrow] - source_norm[i * S + dst]`: the weights exp(source_arrow)
     of the amazon that moved reweight the destination's arrow distribution, and source_norm
-    renormalizes each (src, dst) row over the 64 arrows. A source without an amazon of the side
+    renormalizes each (src, dst) row over the S arrows. A source without an amazon of the side
     to move (never a legal move's) keeps P(arrow | dst). `move_log_probs` gathers it.
     """
 
-    log_move: torch.Tensor  # [B, 4096], [b, src * 64 + dst]: log P(src, dst)
-    # [B, 4096], [b, dst * 64 + arrow]: log P(arrow | dst), the destination's arrow distribution
+    log_move: torch.Tensor  # [B, S * S], [b, src * S + dst]: log P(src, dst)
+    # [B, S * S], [b, dst * S + arrow]: log P(arrow | dst), the destination's arrow distribution
     log_arrow: torch.Tensor
     # The source term's tables (None without it), per slot i of the side to move's amazons:
-    source_arrow: torch.Tensor | None = None  # [B, 256], [b, i * 64 + arrow]: the term's logits
-    # [B, 256], [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_arrow: torch.Tensor | None = None  # [B, 4 * S], [b, i * S + arrow]: the term's logits
+    # [B, 4 * S], [b, i * S + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
     source_norm: torch.Tensor | None = None
-    # [B, 64] int64, [b, square]: its amazon's slot, -1 where none stands
+    # [B, S] int64, [b, square]: its amazon's slot, -1 where none stands
     source_slot: torch.Tensor | None = None
+
+    @property
+    def num_squares(self) -> int:
+        """S, the squares of the board the tables are for (64 on 8 x 8)."""
+        return math.isqrt(self.log_move.shape[1])
 
 
 def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy) -> PolicyTables:
-    """Log-probability tables of a policy head's output, in float32.
+    """Log-probability tables of a policy head's output, in float32 (Q = N*N squares, 64 on
+    8 x 8, read from the logits' shapes).
 
-    * `log_move[b, src * 64 + dst]` = log P(src, dst): a log-softmax over all 4,096 pairs (legal or
-      not). For the factorized head, log P(src) + log P(dst).
-    * `log_arrow[b, dst * 64 + arrow]` = log P(arrow | dst): a log-softmax over the 64 arrows of
+    * `log_move[b, src * Q + dst]` = log P(src, dst): a log-softmax over all Q**2 pairs (4,096 on
+      8 x 8; legal or not). For the factorized head, log P(src) + log P(dst).
+    * `log_arrow[b, dst * Q + arrow]` = log P(arrow | dst): a log-softmax over the Q arrows of
       each destination row. For the factorized head the same log P(arrow) in every row.
     * With the joint head's source term, for each of the side to move's amazons (slot i):
-      `source_arrow[b, i * 64 + arrow]` = the term's logits S, `source_norm[b, i * 64 + dst]` =
+      `source_arrow[b, i * Q + arrow]` = the term's logits S, `source_norm[b, i * Q + dst]` =
       log sum_a P(a | dst) exp(S[i, a]), and `source_slot[b, square]` = the slot of the amazon on
       that square (-1 for none), so that log P(arrow | src, dst) = log_arrow + source_arrow -
-      source_norm (`arrow_log_probs`). The norm is one `[4, 64] x [64, 64]` product per
+      source_norm (`arrow_log_probs`). The norm is one `[4, Q] x [Q, Q]` product per
       position, exp(S - max S) times P(a | dst), in float32 whatever the autocast (a sum of
       exponentials needs its range).
 
-    The probability of a full move is then P(src, dst) * P(arrow | [src,] dst); over all 64**3
+    The probability of a full move is then P(src, dst) * P(arrow | [src,] dst); over all Q**3
     triples it sums to 1. Training uses these tables directly (the targets sit on legal moves);
     the search uses `gather_legal_priors`, which renormalizes them over the legal moves.
 
     Args:
-        policy: `JointPolicy` (logits `[B, 64, 64]` twice), `JointSourcePolicy` (and the source
-            term's) or `FactorizedPolicy` (`[B, 64]` x 3).
+        policy: `JointPolicy` (logits `[B, Q, Q]` twice), `JointSourcePolicy` (and the source
+            term's) or `FactorizedPolicy` (`[B, Q]` x 3).
 
     Returns:
         `PolicyTables`.
@@ -753,7 +858,7 @@ def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
         if isinstance(policy, JointPolicy):
             return PolicyTables(log_move, log_arrow.reshape(batch, -1))
-        source = policy.source_logits.float()  # [B, 4, 64]
+        source = policy.source_logits.float()  # [B, 4, N*N]
         with torch.autocast(source.device.type, enabled=False):
             peak = source.amax(dim=-1, keepdim=True)  # [B, 4, 1]
             # In place where autograd allows it: on a CPU fresh buffers cost more than
@@ -764,7 +869,8 @@ def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
             # past a range of ~87, where the clamp keeps the norm finite.
             norm = torch.log(weights.clamp_min_(torch.finfo(torch.float32).tiny)).add_(peak)
         squares = policy.source_squares
-        slots = torch.full((batch, NUM_SQUARES), -1, dtype=torch.int64, device=squares.device)
+        slots = torch.full((batch, policy.move_logits.shape[1]), -1, dtype=torch.int64,
+                           device=squares.device)
         slots.scatter_(1, squares,
                        torch.arange(AMAZONS_PER_SIDE, device=squares.device).expand_as(squares))
         return PolicyTables(log_move, log_arrow.reshape(batch, -1), source.reshape(batch, -1),
@@ -775,8 +881,9 @@ def policy_log_tables(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
         log_dst = F.log_softmax(policy.dst_logits.float(), dim=-1)
         log_arrow = F.log_softmax(policy.arrow_logits.float(), dim=-1)
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
+        squares = policy.src_logits.shape[1]
         return PolicyTables(log_move,
-                            log_arrow[:, None, :].expand(batch, NUM_SQUARES, NUM_SQUARES)
+                            log_arrow[:, None, :].expand(batch, squares, squares)
                             .reshape(batch, -1))
     raise NetInputError(
         f"policy must be a JointPolicy, JointSourcePolicy or FactorizedPolicy, "
@@ -808,16 +915,16 @@ def arrow_log_probs(tables: PolicyTables, moves: torch.Tensor,
         batch_index: `[M] int64`, the table row (position) of each move.
 
     Returns:
-        `[M] float32`, each a log-probability over the 64 arrows of its move's (src and) dst.
+        `[M] float32`, each a log-probability over the N*N arrows of its move's (src and) dst.
     """
     moves = moves.long()
+    squares = tables.num_squares
     src, dst, arrow = moves[:, 0], moves[:, 1], moves[:, 2]
-    log_p = _gather(tables.log_arrow,
-                    batch_index * (NUM_SQUARES * NUM_SQUARES) + dst * NUM_SQUARES + arrow)
+    log_p = _gather(tables.log_arrow, batch_index * (squares * squares) + dst * squares + arrow)
     if tables.source_arrow is None:
         return log_p
-    slot = _gather(tables.source_slot, batch_index * NUM_SQUARES + src)
-    row = (batch_index * AMAZONS_PER_SIDE + slot.clamp_min(0)) * NUM_SQUARES
+    slot = _gather(tables.source_slot, batch_index * squares + src)
+    row = (batch_index * AMAZONS_PER_SIDE + slot.clamp_min(0)) * squares
     term = _gather(tables.source_arrow, row + arrow) - _gather(tables.source_norm, row + dst)
     return log_p + torch.where(slot >= 0, term, 0.0)
 
@@ -832,10 +939,12 @@ def move_log_probs(tables: PolicyTables, moves: torch.Tensor,
         batch_index: `[M] int64`, the table row (position) of each move.
 
     Returns:
-        `[M] float32` log-probabilities under the full (unmasked) distribution over 64**3 moves.
+        `[M] float32` log-probabilities under the full (unmasked) distribution over (N*N)**3
+        moves.
     """
     moves = moves.long()
-    pair = batch_index * (NUM_SQUARES * NUM_SQUARES) + moves[:, 0] * NUM_SQUARES + moves[:, 1]
+    squares = tables.num_squares
+    pair = batch_index * (squares * squares) + moves[:, 0] * squares + moves[:, 1]
     return _gather(tables.log_move, pair) + arrow_log_probs(tables, moves, batch_index)
 
 
@@ -844,8 +953,8 @@ def gather_legal_priors(tables: PolicyTables, moves: torch.Tensor,
     """Priors of the legal moves: P(src, dst) * P(arrow | [src,] dst), renormalized per position.
 
     This is the one place where the network's distribution is restricted to legal moves: one
-    vectorized gather per table (`move_log_probs`: flat indices `src * 64 + dst` and
-    `dst * 64 + arrow` in the move's own row, and the source term's by the slot of its src) and
+    vectorized gather per table (`move_log_probs`: flat indices `src * N*N + dst` and
+    `dst * N*N + arrow` in the move's own row, and the source term's by the slot of its src) and
     a segment softmax over each position's moves. Positions without moves simply own no rows.
 
     Args:

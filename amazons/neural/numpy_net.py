@@ -18,16 +18,20 @@ What this module owns:
   the joint head's arrow source term (`policy_head.arrow_source`, present when
   `net_config["arrow_source"]`); a network without the term is still written as version 2, which
   readers older than the term load, and a config without the field describes one without it.
+  Version 4 added the pooled value head (`net_config["value_head"] == "pooled"`:
+  `value_head.hidden.weight` is `(value_hidden, 3 * value_channels)`); it is written for such
+  networks only, and a config without the field describes the flat head.
   `write_model` writes it atomically (`amazons.core.atomic`); `load_model` checks the header, the
   names, shapes and dtypes against the config, and the digest, and raises `ModelFileError` naming
   the file and what is wrong.
 * `NumpyNet`: the forward pass of `amazons.neural.model.PolicyValueNet` in float32 numpy, every
-  preset, both policy heads (with the arrow source term) and the global self-attention blocks:
-  feature planes `(B, P, 8, 8)` in, the log-probability tables of
-  `amazons.neural.model.policy_log_tables` (`PolicyTables`) and the value out; the ownership head's
-  map on request (`NumpyNet.ownership`), never in the search's `forward`. Inside, a board is
-  `(B, 64, C)`, square-major (square `y * 8 + x`), so 1x1 convolutions are one matrix product and
-  3x3 convolutions one product over gathered 3x3 neighbourhoods. Those matrices, in order
+  preset, both policy heads (with the arrow source term), both value heads and the global
+  self-attention blocks: feature planes `(B, P, N, N)` in (N = 8 with the flat value head, 6..10
+  with the pooled one), the log-probability tables of `amazons.neural.model.policy_log_tables`
+  (`PolicyTables`) and the value out; the ownership head's map on request (`NumpyNet.ownership`),
+  never in the search's `forward`. Inside, a board is `(B, N*N, C)`, square-major (square
+  `y * N + x`), so 1x1 convolutions are one matrix product and 3x3 convolutions one product over
+  gathered 3x3 neighbourhoods. Those matrices, in order
   (`NumpyNet.layout_arrays`), and the network's shape (`native_shape`) are what the native core
   reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes both into its source, the
   extension (`amazons.neural.native`) loads them.
@@ -36,8 +40,9 @@ What this module owns:
 * `NumpyEvaluator`: the search's `Evaluator` protocol (`amazons.mcts`) on a `NumpyNet`.
 
 The exported file is written by `amazons.export` from a torch checkpoint; the Botzone bot and
-terminal play load it. Imports numpy, the rules (`amazons.engine`, `amazons._engine`),
-`amazons.evaluator` (the batch contract) and `amazons.core.atomic`; never torch.
+terminal play load it. Imports numpy, the rules (`amazons.engine`, `amazons._engine`), the board
+sizes (`amazons.boards`), `amazons.evaluator` (the batch contract) and `amazons.core.atomic`;
+never torch.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ from __future__ import annotations
 import ctypes
 import hashlib
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -53,6 +59,7 @@ import numpy as np
 
 from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE
+from amazons.boards import SIZES as BOARD_SIZES  # the boards a pooled value head runs on
 from amazons.core.atomic import atomic_write
 from amazons.evaluator import EvaluatorInputError, check_batch, check_positions, describe_array
 
@@ -74,12 +81,17 @@ __all__ = [
 ]
 
 FORMAT = "amazons-npnet"
-VERSION = 3  # 3: the arrow source term's arrays; written only for networks with the term
-READABLE_VERSIONS = (1, 2, 3)  # version 1 has no ownership head, 1 and 2 no arrow source term
+# 4: the pooled value head; 3: the arrow source term's arrays; each written only for networks
+# that need it
+VERSION = 4
+# version 1 has no ownership head, 1 and 2 no arrow source term, 1 to 3 the flat value head only
+READABLE_VERSIONS = (1, 2, 3, 4)
 HEADER_KEY = "header"
-NUM_SQUARES = 64
+NUM_SQUARES = 64  # the 8 x 8 board's, the flat value head's
 TRUNK_LAYERS = ("residual", "attention")
 POLICY_HEADS = ("joint", "factorized")
+VALUE_HEADS = ("flat", "pooled")  # `amazons.neural.model.VALUE_HEADS`
+FLAT_BOARD_SIZE = 8
 _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
                 "value_hidden")
 
@@ -105,7 +117,7 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
         net_config: the `NetConfig` fields, as a dict (`num_planes`, `channels`, `attention_dim`,
             `policy_head`, `head_dim`, `value_channels`, `value_hidden` are used, and
             `ownership_channels` when `ownership_head` is true; a missing `ownership_head` or
-            `arrow_source` is false).
+            `arrow_source` is false, a missing `value_head` is "flat").
         trunk: the trunk's layers in order, each `"residual"` or `"attention"`.
 
     Raises:
@@ -157,7 +169,10 @@ def expected_shapes(net_config: dict[str, Any], trunk: list[str]) -> dict[str, t
         shapes["policy_head.maps.bias"] = (3,)
     shapes["value_head.reduce.conv.weight"] = (value_channels, channels, 1, 1)
     shapes["value_head.reduce.conv.bias"] = (value_channels,)
-    shapes["value_head.hidden.weight"] = (value_hidden, value_channels * NUM_SQUARES)
+    # the flat head reads each channel's 64 squares, the pooled one 3 numbers a channel
+    pooled = _config_value_head(net_config) == "pooled"
+    shapes["value_head.hidden.weight"] = (value_hidden,
+                                          value_channels * (3 if pooled else NUM_SQUARES))
     shapes["value_head.hidden.bias"] = (value_hidden,)
     shapes["value_head.out.weight"] = (1, value_hidden)
     shapes["value_head.out.bias"] = (1,)
@@ -190,8 +205,12 @@ def native_shape(net_config: dict[str, Any], trunk: list[str]) -> dict[str, Any]
         (`amazons.neural.native.native_support`).
 
     Raises:
-        NpNetInputError: an unknown policy head or trunk layer, or a missing field.
+        NpNetInputError: an unknown policy head or trunk layer, a missing field, or the pooled
+            value head (the native core has the flat one only).
     """
+    if _config_value_head(net_config) != "flat":
+        raise NpNetInputError(f"value_head {net_config['value_head']!r}: the native core runs "
+                              f"the flat value head only")
     head = net_config.get("policy_head")
     if head not in POLICY_HEADS:
         raise NpNetInputError(
@@ -227,6 +246,19 @@ def _config_flag(net_config: dict[str, Any], name: str) -> bool:
     if not isinstance(flag, bool):
         raise ModelFileError(f"net_config field {name!r} must be true or false, got {flag!r}")
     return flag
+
+
+def _config_value_head(net_config: dict[str, Any]) -> str:
+    """A stored net config's value head kind, "flat" where the config predates the field.
+
+    Raises:
+        ModelFileError: the field is there but not one of `VALUE_HEADS`.
+    """
+    kind = net_config.get("value_head", "flat")
+    if kind not in VALUE_HEADS:
+        raise ModelFileError(f"net_config field 'value_head' must be one of {VALUE_HEADS}, "
+                             f"got {kind!r}")
+    return kind
 
 
 def array_digest(arrays: dict[str, np.ndarray]) -> str:
@@ -278,7 +310,8 @@ def write_model(
     arrays = {name: np.ascontiguousarray(array, dtype=np.float32) for name, array in arrays.items()}
     _check_arrays(str(path), arrays, expected_shapes(net_config, list(trunk)))
     # the oldest version that holds the file
-    version = VERSION if _config_flag(net_config, "arrow_source") else 2
+    version = (4 if _config_value_head(net_config) == "pooled"
+               else 3 if _config_flag(net_config, "arrow_source") else 2)
     header = {"format": FORMAT, "version": version, "net_config": dict(net_config),
               "trunk": list(trunk), "sha256": array_digest(arrays), "source": dict(source or {})}
     try:
@@ -359,15 +392,17 @@ def _neighbourhood(weight: np.ndarray) -> np.ndarray:
 
 
 def _gather_3x3(x: np.ndarray) -> np.ndarray:
-    """`(B, 64, C)` -> `(B * 64, 9 * C)`: each square's 3x3 neighbourhood (zeros off the board)."""
-    batch, _, channels = x.shape
-    padded = np.zeros((batch, 10, 10, channels), np.float32)
-    padded[:, 1:9, 1:9] = x.reshape(batch, 8, 8, channels)
-    columns = np.empty((batch, 8, 8, 9, channels), np.float32)
+    """`(B, N*N, C)` -> `(B * N*N, 9 * C)`: each square's 3x3 neighbourhood (zeros off the
+    board)."""
+    batch, squares, channels = x.shape
+    size = math.isqrt(squares)
+    padded = np.zeros((batch, size + 2, size + 2, channels), np.float32)
+    padded[:, 1:size + 1, 1:size + 1] = x.reshape(batch, size, size, channels)
+    columns = np.empty((batch, size, size, 9, channels), np.float32)
     for dy in range(3):
         for dx in range(3):
-            columns[:, :, :, dy * 3 + dx] = padded[:, dy:dy + 8, dx:dx + 8]
-    return columns.reshape(batch * NUM_SQUARES, 9 * channels)
+            columns[:, :, :, dy * 3 + dx] = padded[:, dy:dy + size, dx:dx + size]
+    return columns.reshape(batch * squares, 9 * channels)
 
 
 def _softmax(x: np.ndarray) -> np.ndarray:
@@ -389,22 +424,28 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 class PolicyTables(NamedTuple):
-    """The twin of `amazons.neural.model.PolicyTables`: log tables, float32 unless said.
+    """The twin of `amazons.neural.model.PolicyTables`: log tables, float32 unless said; S = N*N
+    squares of the board the network ran on (64 on 8 x 8).
 
-    A full move's log-probability is `log_move[src * 64 + dst] + log_arrow[dst * 64 + arrow]`,
+    A full move's log-probability is `log_move[src * S + dst] + log_arrow[dst * S + arrow]`,
     and with the arrow source term, when `source_slot[src] = i >= 0`, also
-    `+ source_arrow[i * 64 + arrow] - source_norm[i * 64 + dst]` (i: the slot of the side to
+    `+ source_arrow[i * S + arrow] - source_norm[i * S + dst]` (i: the slot of the side to
     move's amazon on src, one of 4).
     """
 
-    log_move: np.ndarray  # (B, 4096), [b, src * 64 + dst]: log P(src, dst)
-    log_arrow: np.ndarray  # (B, 4096), [b, dst * 64 + arrow]: log P(arrow | dst)
+    log_move: np.ndarray  # (B, S * S), [b, src * S + dst]: log P(src, dst)
+    log_arrow: np.ndarray  # (B, S * S), [b, dst * S + arrow]: log P(arrow | dst)
     # The source term's tables (None without it), per slot i of the side to move's amazons:
-    source_arrow: np.ndarray | None = None  # (B, 256), [b, i * 64 + arrow]: the term's logits
-    # (B, 256), [b, i * 64 + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
+    source_arrow: np.ndarray | None = None  # (B, 4 * S), [b, i * S + arrow]: the term's logits
+    # (B, 4 * S), [b, i * S + dst]: log sum_a P(a | dst) exp(source_arrow[i, a])
     source_norm: np.ndarray | None = None
-    # (B, 64) int64, [b, square]: its amazon's slot, -1 where none stands
+    # (B, S) int64, [b, square]: its amazon's slot, -1 where none stands
     source_slot: np.ndarray | None = None
+
+    @property
+    def num_squares(self) -> int:
+        """S, the squares of the board the tables are for (64 on 8 x 8)."""
+        return math.isqrt(self.log_move.shape[1])
 
 
 class NumpyNet:
@@ -427,6 +468,7 @@ class NumpyNet:
         self.source = dict(source or {})
         self.num_planes = int(net_config["num_planes"])
         self.policy_head = net_config["policy_head"]
+        self.value_head = _config_value_head(net_config)
         self.has_ownership = _config_flag(net_config, "ownership_head")
         self.has_arrow_source = _config_flag(net_config, "arrow_source")
         self._channels = int(net_config["channels"])
@@ -490,9 +532,11 @@ class NumpyNet:
         convolutions; attention: qkv weight, bias, gate `(1,)`); the policy head (joint: move
         query/key, update gate, arrow query/key, and the arrow source projection when the
         network has it; factorized: hidden, maps); the value head (reduce, hidden
-        `(value_channels * 64, value_hidden)`, out). The ownership head is left out. This is what
-        the native core reads: the Botzone C++ export (`amazons.botzone.cpp_export`) writes them
-        into its source and `amazons.neural.native` loads them (with `native_shape`).
+        `(value_channels * 64, value_hidden)`, out; the pooled head's hidden is
+        `(3 * value_channels, value_hidden)`, and `native_shape` refuses it). The ownership head
+        is left out. This is what the native core reads: the Botzone C++ export
+        (`amazons.botzone.cpp_export`) writes them into its source and `amazons.neural.native`
+        loads them (with `native_shape`).
         """
         named = [("stem.weight", self._stem[0]), ("stem.bias", self._stem[1])]
         for index, (kind, layer) in enumerate(self._trunk):
@@ -519,17 +563,19 @@ class NumpyNet:
         """Policy tables and values of feature planes.
 
         Args:
-            features: `(B, num_planes, 8, 8) float32` from `amazons.engine.features`.
+            features: `(B, num_planes, N, N) float32` from `amazons.engine.features`: N = 8 with
+                the flat value head, any N in 6..10 with the pooled one.
 
         Returns:
-            `(tables, values)`: `PolicyTables` (`log_move` = log P(src, dst) at `src * 64 + dst`,
-            `log_arrow` = log P(arrow | dst) at `dst * 64 + arrow`, each `(B, 4096) float32`,
-            and the source term's tables when the network has it); `values (B,) float32` in [-1, 1]
-            for the side to move (the tables of `amazons.neural.model.policy_log_tables` and the
-            value of `PolicyValueNet`).
+            `(tables, values)`: `PolicyTables` (`log_move` = log P(src, dst) at `src * S + dst`,
+            `log_arrow` = log P(arrow | dst) at `dst * S + arrow`, each `(B, S * S) float32`,
+            S = N*N, and the source term's tables when the network has it); `values (B,)
+            float32` in [-1, 1] for the side to move (the tables of
+            `amazons.neural.model.policy_log_tables` and the value of `PolicyValueNet`).
 
         Raises:
-            NpNetInputError: `features` is not a `(B, num_planes, 8, 8)` float32 array.
+            NpNetInputError: `features` is not a `(B, num_planes, N, N)` float32 array of a size
+                the network runs on.
         """
         x = self._trunk_output(features)
         tables = (self._joint_policy(x, features) if self.policy_head == "joint"
@@ -540,11 +586,12 @@ class NumpyNet:
         """The ownership head's map of feature planes (the trunk, then the head only).
 
         Args:
-            features: `(B, num_planes, 8, 8) float32` from `amazons.engine.features`.
+            features: `(B, num_planes, N, N) float32` from `amazons.engine.features` (N as in
+                `forward`).
 
         Returns:
-            `(B, 64) float32` in [-1, 1], canonical frame: +1 where the side to move is expected to
-            own the square at the end of the game, -1 the opponent.
+            `(B, N*N) float32` in [-1, 1], canonical frame: +1 where the side to move is expected
+            to own the square at the end of the game, -1 the opponent.
 
         Raises:
             NpNetInputError: the network has no ownership head, or `features` is malformed.
@@ -552,18 +599,28 @@ class NumpyNet:
         if not self.has_ownership:
             raise NpNetInputError("the network has no ownership head")
         hidden_w, hidden_b, out_w, out_b = self._ownership
-        hidden = _relu(self._trunk_output(features) @ hidden_w + hidden_b)  # (B, 64, hidden)
+        hidden = _relu(self._trunk_output(features) @ hidden_w + hidden_b)  # (B, N*N, hidden)
         return np.tanh(hidden @ out_w + out_b)[:, :, 0]
 
     def _trunk_output(self, features: np.ndarray) -> np.ndarray:
-        """The stem and the trunk: `(B, 64, channels)`, square-major."""
+        """The stem and the trunk: `(B, N*N, channels)`, square-major."""
         if not isinstance(features, np.ndarray) or features.dtype != np.float32 \
-                or features.shape[1:] != (self.num_planes, 8, 8) or features.ndim != 4:
-            raise NpNetInputError(
-                f"features must be a (B, {self.num_planes}, 8, 8) float32 array, "
-                f"got {describe_array(features)}")
+                or features.ndim != 4 or features.shape[1] != self.num_planes \
+                or features.shape[2] != features.shape[3]:
+            shape = (f"(B, {self.num_planes}, 8, 8)" if self.value_head == "flat"
+                     else f"(B, {self.num_planes}, N, N), N in 6..10,")
+            raise NpNetInputError(f"features must be a {shape} float32 array, "
+                                  f"got {describe_array(features)}")
+        size = features.shape[2]
+        if size not in BOARD_SIZES:
+            raise NpNetInputError(f"features are {size}x{size}: the network runs on boards of "
+                                  f"{', '.join(map(str, BOARD_SIZES))} squares a side")
+        if size != FLAT_BOARD_SIZE and self.value_head == "flat":
+            raise NpNetInputError(f"features are {size}x{size}: the flat value head "
+                                  f"(value_head='flat') is 8x8-only; a network with "
+                                  f"value_head='pooled' runs on 6x6 to 10x10")
         batch = features.shape[0]
-        x = features.reshape(batch, self.num_planes, NUM_SQUARES).transpose(0, 2, 1)
+        x = features.reshape(batch, self.num_planes, size * size).transpose(0, 2, 1)
         x = _relu(self._conv3x3(x, *self._stem))
         for kind, layer in self._trunk:
             x = self._residual(x, *layer) if kind == "residual" else self._attention(x, *layer)
@@ -573,7 +630,7 @@ class NumpyNet:
     def _conv3x3(x: np.ndarray, weight: np.ndarray, bias: np.ndarray) -> np.ndarray:
         out = _gather_3x3(x) @ weight
         out += bias
-        return out.reshape(x.shape[0], NUM_SQUARES, weight.shape[1])
+        return out.reshape(x.shape[0], x.shape[1], weight.shape[1])
 
     def _residual(self, x: np.ndarray, w1: np.ndarray, b1: np.ndarray, w2: np.ndarray,
                   b2: np.ndarray) -> np.ndarray:
@@ -585,14 +642,15 @@ class NumpyNet:
     def _attention(self, x: np.ndarray, weight: np.ndarray, bias: np.ndarray,
                    gate: np.ndarray) -> np.ndarray:
         d = self._key_dim
-        qkv = x @ weight + bias  # (B, 64, 2d + C); the 1 / sqrt(d) scale is in the query weights
-        energy = qkv[:, :, :d] @ qkv[:, :, d:2 * d].transpose(0, 2, 1)  # (B, 64 queries, 64 keys)
-        attended = _softmax(energy) @ qkv[:, :, 2 * d:]  # (B, 64, C)
+        # (B, N*N, 2d + C); the 1 / sqrt(d) scale is in the query weights
+        qkv = x @ weight + bias
+        energy = qkv[:, :, :d] @ qkv[:, :, d:2 * d].transpose(0, 2, 1)  # (B, queries, keys)
+        attended = _softmax(energy) @ qkv[:, :, 2 * d:]  # (B, N*N, C)
         return x + gate[0] * attended
 
     def _joint_policy(self, x: np.ndarray, features: np.ndarray) -> PolicyTables:
         move_w, move_b, gate_w, gate_b, arrow_w, arrow_b, *source = self._policy
-        batch, h = x.shape[0], self._head_dim
+        (batch, squares, _), h = x.shape, self._head_dim
         move_qk = x @ move_w + move_b
         dst_keys = move_qk[:, :, h:]
         move_logits = move_qk[:, :, :h] @ dst_keys.transpose(0, 2, 1)  # [b, src, dst]
@@ -601,17 +659,17 @@ class NumpyNet:
         arrow_qk = x_next @ arrow_w + arrow_b
         arrow_keys = arrow_qk[:, :, h:].transpose(0, 2, 1)
         arrow_logits = arrow_qk[:, :, :h] @ arrow_keys  # [b, dst, arrow]
-        log_move = _log_softmax(move_logits.reshape(batch, NUM_SQUARES * NUM_SQUARES))
+        log_move = _log_softmax(move_logits.reshape(batch, squares * squares))
         log_arrow = _log_softmax(arrow_logits)
-        flat = (batch, NUM_SQUARES * NUM_SQUARES)
+        flat = (batch, squares * squares)
         if not source:
             return PolicyTables(log_move, log_arrow.reshape(flat))
         source_w, source_b = source
         # The side to move's amazon squares (feature plane 0), increasing:
         # `amazons.neural.model.mover_squares`.
-        squares = np.sort(np.argsort(-features[:, 0].reshape(batch, NUM_SQUARES), axis=1,
-                                     kind="stable")[:, :AMAZONS_PER_SIDE], axis=1)
-        at_sources = np.take_along_axis(x_next, squares[:, :, None], axis=1)  # [b, slot, C]
+        movers = np.sort(np.argsort(-features[:, 0].reshape(batch, squares), axis=1,
+                                    kind="stable")[:, :AMAZONS_PER_SIDE], axis=1)
+        at_sources = np.take_along_axis(x_next, movers[:, :, None], axis=1)  # [b, slot, C]
         source_logits = (at_sources @ source_w + source_b) @ arrow_keys  # [b, slot, arrow]
         # log sum_a P(a | dst) exp(S[slot, a]) as one product, as
         # `amazons.neural.model.policy_log_tables`
@@ -621,27 +679,34 @@ class NumpyNet:
         np.maximum(norm, np.finfo(np.float32).tiny, out=norm)
         np.log(norm, out=norm)
         norm += peak
-        slots = np.full((batch, NUM_SQUARES), -1, np.int64)
-        np.put_along_axis(slots, squares, np.arange(AMAZONS_PER_SIDE), axis=1)
+        slots = np.full((batch, squares), -1, np.int64)
+        np.put_along_axis(slots, movers, np.arange(AMAZONS_PER_SIDE), axis=1)
         return PolicyTables(log_move, log_arrow.reshape(flat), source_logits.reshape(batch, -1),
                             norm.reshape(batch, -1), slots)
 
     def _factorized_policy(self, x: np.ndarray) -> PolicyTables:
         hidden_w, hidden_b, maps_w, maps_b = self._policy
-        batch = x.shape[0]
-        maps = _relu(x @ hidden_w + hidden_b) @ maps_w + maps_b  # (B, 64, 3)
+        batch, squares, _ = x.shape
+        maps = _relu(x @ hidden_w + hidden_b) @ maps_w + maps_b  # (B, N*N, 3)
         log_src, log_dst, log_arrow = (_log_softmax(np.ascontiguousarray(maps[:, :, k]))
                                        for k in range(3))
         log_move = (log_src[:, :, None] + log_dst[:, None, :]).reshape(batch, -1)
-        log_arrow = np.broadcast_to(log_arrow[:, None, :], (batch, NUM_SQUARES, NUM_SQUARES))
+        log_arrow = np.broadcast_to(log_arrow[:, None, :], (batch, squares, squares))
         return PolicyTables(log_move, np.ascontiguousarray(log_arrow).reshape(batch, -1))
 
     def _value_head(self, x: np.ndarray) -> np.ndarray:
         reduce_w, reduce_b, hidden_w, hidden_b, out_w, out_b = self._value
-        batch = x.shape[0]
-        reduced = _relu(x @ reduce_w + reduce_b)  # (B, 64, value_channels)
-        flat = reduced.transpose(0, 2, 1).reshape(batch, -1)  # channel-major, as torch flattens
-        hidden = _relu(flat @ hidden_w + hidden_b)
+        batch, squares, _ = x.shape
+        reduced = _relu(x @ reduce_w + reduce_b)  # (B, N*N, value_channels)
+        if self.value_head == "pooled":
+            # `amazons.neural.model.value_pooling`: mean, mean * (N - 8) / 2, max per channel
+            mean = reduced.mean(axis=1)
+            scale = np.float32((math.isqrt(squares) - FLAT_BOARD_SIZE) / 2.0)
+            summary = np.concatenate([mean, mean * scale, reduced.max(axis=1)], axis=1)
+        else:
+            # channel-major, as torch flattens
+            summary = reduced.transpose(0, 2, 1).reshape(batch, -1)
+        hidden = _relu(summary @ hidden_w + hidden_b)
         return np.tanh(hidden @ out_w + out_b)[:, 0]
 
 
@@ -668,14 +733,15 @@ def legal_priors(tables: PolicyTables, moves: np.ndarray, move_offsets: np.ndarr
     batch_index = np.repeat(np.arange(counts.shape[0]), counts)
     if moves.shape[0] == 0:
         return np.zeros(0, np.float32)
+    squares = tables.num_squares
     src = moves[:, 0].astype(np.intp)
     dst = moves[:, 1].astype(np.intp)
     arrow = moves[:, 2].astype(np.intp)
-    log_prior = (tables.log_move[batch_index, src * NUM_SQUARES + dst]
-                 + tables.log_arrow[batch_index, dst * NUM_SQUARES + arrow])
+    log_prior = (tables.log_move[batch_index, src * squares + dst]
+                 + tables.log_arrow[batch_index, dst * squares + arrow])
     if tables.source_arrow is not None:
         slot = tables.source_slot[batch_index, src]
-        row = np.maximum(slot, 0) * NUM_SQUARES
+        row = np.maximum(slot, 0) * squares
         term = (tables.source_arrow[batch_index, row + arrow]
                 - tables.source_norm[batch_index, row + dst])
         log_prior += np.where(slot >= 0, term, np.float32(0.0))
