@@ -62,6 +62,13 @@ class Geometry:
 
 
 _RULES: dict[int, ModuleType] = {8: _engine}
+# The other sizes' modules, imported on first use (each name written out, for the layer rule).
+_LOADERS = {
+    6: lambda: importlib.import_module("amazons._engine6"),
+    7: lambda: importlib.import_module("amazons._engine7"),
+    9: lambda: importlib.import_module("amazons._engine9"),
+    10: lambda: importlib.import_module("amazons._engine10"),
+}
 _GEOMETRIES: dict[int, Geometry] = {}
 
 
@@ -73,9 +80,9 @@ def rules(size: int = 8) -> ModuleType:
     """
     module = _RULES.get(size)
     if module is None:
-        if size not in BOARD_SIZES:
+        if size not in _LOADERS:
             raise EngineInputError(f"size must be one of {BOARD_SIZES}, got {size!r}")
-        module = _RULES[size] = importlib.import_module(f"amazons._engine{size}")
+        module = _RULES[size] = _LOADERS[size]()
     return module
 
 

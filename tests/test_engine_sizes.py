@@ -532,3 +532,29 @@ def test_walled_corners_stay_apart_through_the_bits_past_the_board(size):
     terms = engine.classical_terms(position, size=size)[0]
     assert terms.tolist() == oracle_terms(position, size)
     assert (engine.territory(position, size=size) == 0).all()
+
+
+def test_the_sizes_agree_with_boards_and_symmetry():
+    from amazons import boards, symmetry
+    assert engine.BOARD_SIZES == boards.SIZES
+    for size in engine.BOARD_SIZES:
+        assert engine.geometry(size).words == symmetry.position_words(size)
+
+
+def test_move_sets_follow_the_eight_symmetries(sized_positions):
+    from amazons.symmetry import transform_moves, transform_positions, transform_square_labels
+    size, positions = sized_positions
+    moves, offsets = engine.legal_moves(positions, size=size)
+    territory = engine.territory(positions, size=size)
+    for k in range(8):
+        images = np.ascontiguousarray(transform_positions(positions, k, size))
+        found, found_offsets = engine.legal_moves(images, size=size)
+        mapped = transform_moves(moves, k, size)
+        for row in range(len(positions)):
+            expected = {tuple(m) for m in mapped[offsets[row]:offsets[row + 1]].tolist()}
+            listed = {tuple(m) for m in found[found_offsets[row]:found_offsets[row + 1]].tolist()}
+            assert listed == expected, f"{size}x{size} symmetry {k} row {row}"
+        moved = transform_square_labels(territory, k)
+        image_territory = engine.territory(images, size=size)
+        assert (image_territory == moved).all(), first_difference(image_territory, moved,
+                                                                  f"territory, symmetry {k}")

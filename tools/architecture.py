@@ -44,7 +44,9 @@ LAYERS: list[tuple[str, str, tuple[str, ...]]] = [
      "shipped model's paths",
      ("amazons.core", "amazons.core.*", "amazons.models")),
     ("game", "the rules and their Python face",
-     ("amazons._engine", "amazons.engine", "amazons.board", "amazons.boards", "amazons.symmetry")),
+     ("amazons._engine", "amazons._engine6", "amazons._engine7", "amazons._engine9",
+      "amazons._engine10", "amazons.engine", "amazons.board", "amazons.boards",
+      "amazons.symmetry")),
     ("search", "the Evaluator protocol, MCTS over flat tree arrays and the targets it yields; the "
      "package's root, which re-exports the game and the search",
      ("amazons.evaluator", "amazons.mcts_numba", "amazons.search_targets", "amazons.mcts",
