@@ -28,6 +28,11 @@ Metric names (`engine.<what>`), all "higher is better" except `engine.perft3_s`:
   fill search). `adjudicate_separated_positions` counts the latter and
   `adjudicate_separated_decided_share` is the share of them that the bounds decide.
 * `territory_positions_per_s`: `engine.territory` on a batch of the same mid and late positions.
+* `standard10_*`: the standard 10x10 game: `standard10_perft2_s` and its leaf rate from the
+  standard start (4,307,152 leaves), `standard10_movegen_mid_distinct_moves_per_s` on mid-game
+  positions (ply 20 of seeded random games) and `standard10_speedup_vs_openspiel_cpp` against
+  OpenSpiel's C++ `LegalActions` at board_size 10 on the same positions' decision states,
+  `standard10_features7_positions_per_s`.
 * `oracle_*`, `openspiel_*`: the peers' rates for the same work; `speedup_vs_oracle` and
   `speedup_vs_openspiel` are for mid-game move enumeration over the same distinct positions
   (`*_start` for the start), and `<task>_speedup_vs_<peer>` for the other tasks.
@@ -459,4 +464,67 @@ def run(quick: bool) -> dict[str, float]:
     metrics.pop("engine.pushpop_speedup_vs_state")
 
     metrics.update(adjudication_metrics(mid, LATE_GAMES // 4 if quick else LATE_GAMES, rounds))
+    metrics.update(standard_game_metrics(mid_count, rounds, quick))
+    return metrics
+
+
+# ---------------------------------------------------------------------------------------------
+# the standard 10x10 game
+# ---------------------------------------------------------------------------------------------
+
+def standard_mid_boards(count: int, seed: int = 2026) -> list[Board]:
+    """`count` boards of seeded uniformly random 10x10 games from the standard start, each
+    stopped at ply `MID_PLY`."""
+    boards = []
+    rng = random.Random(seed)
+    while len(boards) < count:
+        board = Board(start="standard10")
+        while board.ply < MID_PLY and not board.is_game_over():
+            moves = board.legal_move_array()
+            board.push(Move(*moves[rng.randrange(len(moves))].tolist(), size=10))
+        if board.ply == MID_PLY and not board.is_game_over():
+            boards.append(board)
+    return boards
+
+
+def standard_game_metrics(count: int, rounds: int, quick: bool) -> dict[str, float]:
+    """The 10x10 figures (`engine.standard10_*`): perft(2) from the standard start, move listing
+    and feature planes on mid-game positions, and OpenSpiel's C++ `LegalActions` (board_size 10)
+    on the same positions' decision states."""
+    metrics: dict[str, float] = {}
+    start = Board(start="standard10").canonical_position()
+    leaves = engine.perft_position(start, 2, size=10)
+    metrics["engine.standard10_perft2_s"] = min(
+        clock(lambda: engine.perft_position(start, 2, size=10)) for _ in range(3 if quick else 9))
+    metrics["engine.standard10_perft2_leaf_moves_per_s"] = (
+        leaves / metrics["engine.standard10_perft2_s"])
+    boards = standard_mid_boards(count)
+    mid = np.stack([board.canonical_position() for board in boards])
+    metrics["engine.standard10_mid_mean_legal_moves"] = float(
+        engine.count_legal_moves(mid, size=10).mean())
+    total = int(engine.count_legal_moves(mid, size=10).sum())
+    out_moves = np.empty((total, 3), dtype=np.int32)
+    out_offsets = np.empty(len(mid) + 1, dtype=np.int64)
+    peers = {}
+    if pyspiel is not None:
+        game = pyspiel.load_game("amazons", {"board_size": 10})
+        states = []
+        for board in boards:
+            state = game.new_initial_state()
+            for move in board.move_stack:
+                for square in move.as_tuple():  # the same squares: White first, at the bottom
+                    state.apply_action(square)
+            states.append(state)
+        decisions = [openspiel_decision_states(state) for state in states]
+        peers["openspiel_cpp"] = ([partial(openspiel_legal_actions, group) for group in decisions],
+                                  sum(openspiel_count_moves(state) for state in states))
+    result = compare(
+        ([lambda: engine.legal_moves(mid, out_moves, out_offsets, size=10)], total), peers, rounds)
+    record(metrics, "standard10_movegen_mid_distinct", "moves_per_s", result,
+           {"openspiel_cpp": "engine.standard10_speedup_vs_openspiel_cpp"})
+    feature_batch = np.tile(mid, ((4 * BATCH) // len(mid), 1))
+    planes = np.empty((len(feature_batch), 7, 10, 10), dtype=np.float32)
+    metrics["engine.standard10_features7_positions_per_s"] = len(feature_batch) / min(
+        clock(lambda: engine.features(feature_batch, 7, planes, size=10))
+        for _ in range(3 * rounds))
     return metrics
