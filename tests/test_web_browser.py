@@ -342,3 +342,46 @@ def test_watching_a_run_shows_new_games_and_plots(server, page):
     page.click(f"{viewer} button:text('End')")
     page.wait_for_selector(f"{viewer}[data-ply='{len(games[1])}']")
     assert shown_squares(page, "#watch-board") == board_squares(Board.from_moves(games[1]))
+
+
+def test_a_10x10_game_by_clicks_and_its_replay(server, page):
+    page.goto(f"{server.url}/#play")
+    page.wait_for_selector("body[data-ready=true]")
+    page.select_option("#new-game select[name=board]", "standard10")
+    page.select_option("#new-game select[name=side]", "black")  # White, the AI, moves first
+    page.click("#new-game-button")
+    page.wait_for_selector("#play-board svg[data-board=standard10]")
+    page.wait_for_selector("#play-status[data-state=your-move][data-ply='1']")
+    assert page.get_attribute("#play-board svg", "data-size") == "10"
+    assert page.locator("#play-board .sq").count() == 100
+    labels = page.locator("#play-board .coords text").evaluate_all(
+        "nodes => nodes.map(node => node.textContent)")
+    assert labels[:2] == ["a", "10"] and labels[-2:] == ["j", "1"]
+    clicked = click_move(page)
+    page.wait_for_selector("#play-status[data-state=your-move][data-ply='3']")
+    page.wait_for_selector("#play-saved[data-plies='3']")
+    saved = max(server.games.glob("web-*.txt"), key=lambda path: path.stat().st_mtime)
+    [record] = read_records(saved)
+    assert record.headers["Board"] == "standard10" and len(record.moves) == 3
+    assert record.moves[1].as_tuple() == clicked.as_tuple()
+    assert shown_squares(page, "#play-board") == board_squares(record.board())
+    listed = page.locator("#play-moves li")
+    assert listed.all_inner_texts() == [str(move) for move in record.moves]
+    assert listed.evaluate_all("nodes => nodes.map(node => node.className)") == \
+        ["white", "black", "white"]
+
+    load_record(page, server.url, saved)  # replayed on a 10x10 board, back to 8x8 after
+    viewer = "#replay-controls .viewer"
+    page.wait_for_selector(f"{viewer}[data-board=standard10][data-ply='0']")
+    page.click(f"{viewer} button:text('End')")
+    page.wait_for_selector(f"{viewer}[data-ply='3']")
+    assert page.get_attribute("#replay-board svg", "data-size") == "10"
+    assert shown_squares(page, "#replay-board") == board_squares(record.board())
+    page.keyboard.press("ArrowLeft")
+    page.wait_for_selector(f"{viewer}[data-ply='2']")
+    assert "white to move" in page.inner_text(f"{viewer} .ply-label")  # White plays even plies
+    eight = server.records / "eight.txt"
+    write_records(eight, [GameRecord.from_game(random_game(7), "random", "random")])
+    load_record(page, server.url, eight)
+    page.wait_for_selector(f"{viewer}[data-board=botzone8][data-ply='0']")
+    assert page.locator("#replay-board .sq").count() == 64

@@ -2,11 +2,13 @@
 
     GET  /                          the page (amazons/web/static/index.html)
     GET  /api/info                  server defaults: model, model folders, time per move, ...
-    POST /api/games                 new game {side, model, time | simulations, seed, moves} -> state
-                                    (model: one the board serves, games.ServedModels)
+    POST /api/games                 new game {side, model, time | simulations, seed, board, moves}
+                                    -> state (model: one the board serves, games.ServedModels;
+                                    board: botzone8, standard10, openspiel6 or a start string)
     GET  /api/games                 the games the server holds (id, ply, turn, busy)
     GET  /api/games/{id}            state
-    POST /api/games/{id}/move       {move: "d8-d4/f6" | "3 0 3 4 5 2"} -> state (AI replies later)
+    POST /api/games/{id}/move       {move: "d8-d4/f6" | "3 0 3 4 5 2"} (the game's board size)
+                                    -> state (AI replies later)
     POST /api/games/{id}/undo       take back the human's last move and the AI's reply -> state
     POST /api/games/{id}/analyse    {time | simulations} -> analysis of the current position
     GET  /api/games/{id}/record     the game in the record format (text/plain)
@@ -50,11 +52,13 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from amazons import __version__
 from amazons.board import COLOR_NAMES
+from amazons.boards import BOARDS, DEFAULT_BOARD
 from amazons.mcts import warm_up
 from amazons.web.games import GameStore
 from amazons.web.inputs import BadRequestError, JsonFields, WebError, parse_json_object, parse_move
 from amazons.web.library import RecordLibrary
 from amazons.web.runs import RunWatcher, served_run_dirs
+from amazons.web.views import board_view
 
 __all__ = ["LOOPBACK_HOSTS", "STATIC_DIR", "WebConfig", "create_app"]
 
@@ -193,6 +197,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             "model_dirs": [str(folder) for folder in model_folders],
             "record_dirs": [str(folder) for folder in record_folders],
             "time_per_move": config.time_per_move,
+            "boards": [board_view(spec) for spec in BOARDS.values()],
+            "board": DEFAULT_BOARD,
             "games_dir": None if config.games_dir is None else str(config.games_dir),
             "run_dir": config.run_dir,
             "replay": config.replay,
@@ -219,11 +225,12 @@ def create_app(config: WebConfig | None = None) -> Starlette:
 
     async def play_move(request: Request) -> Response:
         game_id = request.path_params["game_id"]
-        store.get(game_id)  # an unknown game is a 404 even when the body is bad
+        size = store.get(game_id).board.size  # an unknown game is a 404 even when the body is bad
         fields = JsonFields(await _body(request), ("move",))
         if "move" not in fields:
             raise BadRequestError("field 'move' is missing, e.g. {\"move\": \"d8-d4/f6\"}")
-        return JSONResponse(await store.move(game_id, parse_move(fields.values["move"])))
+        return JSONResponse(await store.move(game_id, parse_move(fields.values["move"],
+                                                                 size=size)))
 
     async def undo(request: Request) -> Response:
         game_id = request.path_params["game_id"]

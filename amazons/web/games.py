@@ -1,9 +1,13 @@
 """Games on the web board: one `GameSession` per game, and the `GameStore` that runs their searches.
 
-A session holds a `Board`, the AI (`amazons.players.factory.build_model_player`, the builder the
-arena, the Botzone bot and terminal play use too; here a `.pt` checkpoint is accepted and runs as
-the model `amazons.neural.model.prepare_for_inference` makes), the colours the human plays (one, or
-both for an analysis board), the last search's analysis and where the record is saved.
+A session holds a `Board` of the board its game was started on (`botzone8`, `standard10`,
+`openspiel6` or a start position string: `amazons.boards.board_spec`), the AI
+(`amazons.players.factory.build_model_player`, the builder the arena, the Botzone bot and terminal
+play use too; here a `.pt` checkpoint is accepted and runs as the model
+`amazons.neural.model.prepare_for_inference` makes; it is built for the board's size, so a network
+that cannot play it, one with the flat value head off 8x8, is refused when the game is made,
+naming the model and the size), the colours the human plays (one, or both for an analysis
+board), the last search's analysis and where the record is saved.
 
 Concurrency: sessions are read and changed only on the event loop. A search runs on a worker
 thread (the store's executor) with a copy of the board and the session's own player; while it
@@ -16,7 +20,7 @@ Which models a game may name is `ServedModels`' to say: the names `default` and 
 board's own `--model`, the shipped model files, and the files inside the folders the board was
 started with (`--models`, `--run`); never any other path on the server.
 
-Imports `board`, `models` (the shipped files), `players.factory`, `players.player`,
+Imports `board`, `boards`, `models` (the shipped files), `players.factory`, `players.player`,
 `players.records` and the web package's own modules.
 """
 
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import json
 import secrets
 import time
 from collections.abc import Callable, Iterable
@@ -33,6 +38,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
+from amazons.boards import DEFAULT_BOARD, BoardSpec, NotationError, board_spec
 from amazons.models import default_checkpoint_path, default_model_path
 from amazons.players.factory import build_model_player
 from amazons.players.player import MCTSPlayer
@@ -47,6 +53,7 @@ from amazons.web.inputs import (
 from amazons.web.views import (
     analysis_view,
     board_squares,
+    board_view,
     legal_move_tree,
     move_view,
     territory_view,
@@ -57,7 +64,7 @@ __all__ = ["GameSession", "GameSettings", "GameStore", "ServedModels", "game_set
 SIDES = {"black": (BLACK,), "white": (WHITE,), "both": (BLACK, WHITE)}
 MAX_TIME = 60.0  # seconds per AI move or analysis a request may ask for
 MAX_SIMULATIONS = 100_000
-GAME_FIELDS = ("side", "model", "time", "simulations", "seed", "moves")
+GAME_FIELDS = ("side", "model", "time", "simulations", "seed", "board", "moves")
 SEARCH_FIELDS = ("time", "simulations")
 
 T = TypeVar("T")
@@ -75,6 +82,7 @@ class GameSettings:
     simulations: int | None  # AI simulations per move, or None when `time_budget` is set
     seed: int | None  # seeds the AI's search
     opening: tuple[Move, ...]  # moves played from the start before the game begins
+    board: BoardSpec  # the board: its size, its start and the side that moves first
 
     @property
     def search_text(self) -> str:
@@ -99,22 +107,42 @@ def game_settings(body: dict[str, Any], default_model: str, default_time: float)
 
     Fields: `side` (`black`, `white` or `both`; default `black`), `model` (default
     `default_model`), `time` (seconds per AI move, default `default_time`) or `simulations`,
-    `seed`, `moves` (moves from the start, either notation, to continue a game from).
+    `seed`, `board` (a name in `amazons.boards.BOARDS`, a start position string, or the
+    `{"size", "black", "white", "first"}` object a state's `board` is; default `botzone8`),
+    `moves` (moves from the start, either notation of the board's size, to continue a game from).
 
     Raises:
-        BadRequestError: an unknown field, a bad value, or an illegal move in `moves` (named).
+        BadRequestError: an unknown field, a bad value, a board that is none (named), or an
+            illegal move in `moves` (named).
     """
     fields = JsonFields(body, GAME_FIELDS)
     side = fields.string("side", "black", choices=SIDES)
     model = fields.string("model", default_model)
     time_budget, simulations = _search_strength(fields, default_time)
     seed = fields.integer("seed", minimum=0, maximum=2**63 - 1)
-    opening = fields.moves("moves")
+    board = _board_field(fields.values.get("board"))
+    opening = fields.moves("moves", board.size)
     try:
-        Board.from_moves(opening)
+        Board.from_moves(opening, start=board)
     except IllegalMoveError as error:
         raise BadRequestError(f"field 'moves': {error}") from None
-    return GameSettings(SIDES[side], model, time_budget, simulations, seed, tuple(opening))
+    return GameSettings(SIDES[side], model, time_budget, simulations, seed, tuple(opening),
+                        board)
+
+
+def _board_field(value: Any) -> BoardSpec:
+    if value is None:
+        return board_spec(DEFAULT_BOARD)
+    if not isinstance(value, (str, dict)) or (isinstance(value, str) and not value.strip()):
+        raise BadRequestError("field 'board' must be a board name (botzone8, standard10, ...), a "
+                              f"start position string or a board object, got "
+                              f"{json.dumps(value)[:80]}")
+    if isinstance(value, dict):
+        value = {key: item for key, item in value.items() if key != "label"}
+    try:
+        return board_spec(value)
+    except (NotationError, TypeError) as error:
+        raise BadRequestError(f"field 'board': {error}") from None
 
 
 class ServedModels:
@@ -169,7 +197,7 @@ class GameSession:
         self.settings = settings
         self.ai = ai
         self.save_path = save_path
-        self.board = Board.from_moves(settings.opening)
+        self.board = Board.from_moves(settings.opening, start=settings.board)
         self.started = datetime.datetime.now()
         self.busy: str | None = None  # "thinking" (the AI's move) or "analysing", while searching
         self.analysis: dict[str, Any] | None = None
@@ -255,8 +283,9 @@ class GameSession:
         """
         self.check_idle("undo")
         history = self.board.move_stack
+        first = self.settings.board.first  # ply `index` is played by (first + index) % 2
         last_human = next((index for index in range(len(history) - 1, -1, -1)
-                           if index % 2 in self.settings.human_colors), None)
+                           if (first + index) % 2 in self.settings.human_colors), None)
         if last_human is None:
             raise ConflictError("nothing to undo: no human move has been played")
         taken = [self.board.pop() for _ in range(len(history) - last_human)]
@@ -301,6 +330,7 @@ class GameSession:
             headers["Opening"] = str(len(self.settings.opening))
         return GameRecord.from_game(self.board.move_stack, names[BLACK], names[WHITE],
                                     event="web", date=self.started.date().isoformat(),
+                                    start=self.settings.board,
                                     Time=self.started.strftime("%H:%M:%S"), **headers)
 
     async def save(self) -> None:
@@ -373,6 +403,7 @@ class GameSession:
         return {
             "id": self.game_id,
             "version": self.version,
+            "board": board_view(self.settings.board),
             "squares": board_squares(board),
             "position": board.position_string(),
             "turn": COLOR_NAMES[board.turn],
@@ -429,11 +460,13 @@ class GameStore:
 
     def _build_ai(self, settings: GameSettings, model: str) -> MCTSPlayer:
         """The game's AI from `model` (`ServedModels.resolve` of the settings' model, which
-        names it); runs on a worker thread (a `.pt` checkpoint imports torch)."""
+        names it) for the board's size; runs on a worker thread (a `.pt` checkpoint imports
+        torch)."""
         name = None if model == "none" else f"mcts-net:{settings.model}"
         return build_model_player(model, simulations=settings.simulations,
                                   time_budget=settings.time_budget, seed=settings.seed,
-                                  allow_torch=True, torch_threads=self.torch_threads, name=name)
+                                  allow_torch=True, torch_threads=self.torch_threads, name=name,
+                                  board_size=settings.board.size)
 
     def get(self, game_id: str) -> GameSession:
         """The game named `game_id`.
@@ -451,7 +484,8 @@ class GameStore:
 
         Raises:
             BadRequestError: bad settings, a model the board does not serve (`ServedModels`),
-                or one that cannot be loaded (says why).
+                or one that cannot be loaded or cannot play the board's size (says why, naming
+                the model and the size).
         """
         settings = game_settings(body, self.default_model, self.default_time)
         model = self.models.resolve(settings.model)

@@ -123,8 +123,9 @@ def parse_json_object(body: bytes) -> dict[str, Any]:
     return value
 
 
-def parse_move(text: Any, field: str = "move") -> Move:
-    """A move in algebraic (`d8-d4/f6`) or Botzone (`3 0 3 4 5 2`) notation.
+def parse_move(text: Any, field: str = "move", size: int = 8) -> Move:
+    """A move in algebraic (`d8-d4/f6`) or Botzone (`3 0 3 4 5 2`) notation on a `size x size`
+    board (`d1-d7/g7` on 10x10).
 
     Raises:
         BadRequestError: not a string, or not a move (the notation error names the token).
@@ -133,7 +134,7 @@ def parse_move(text: Any, field: str = "move") -> Move:
         raise BadRequestError(f"field {field!r} must be a move string like 'd8-d4/f6', "
                               f"got {json.dumps(text)}")
     try:
-        return Move.parse(text)
+        return Move.parse(text, size)
     except NotationError as error:
         raise BadRequestError(f"field {field!r}: {error}") from None
 
@@ -202,12 +203,12 @@ class JsonFields:
             raise BadRequestError(f"field {name!r} must be at most {maximum:g}, got {value:g}")
         return float(value)
 
-    def moves(self, name: str) -> list[Move]:
-        """A list of move strings (empty when absent or null)."""
+    def moves(self, name: str, size: int = 8) -> list[Move]:
+        """A list of move strings on a `size x size` board (empty when absent or null)."""
         value = self.values.get(name)
         if value is None:
             return []
         if not isinstance(value, list):
             raise BadRequestError(f"field {name!r} must be a list of move strings, "
                                   f"got {json.dumps(value)[:80]}")
-        return [parse_move(text, f"{name}[{index}]") for index, text in enumerate(value)]
+        return [parse_move(text, f"{name}[{index}]", size) for index, text in enumerate(value)]

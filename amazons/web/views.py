@@ -1,10 +1,13 @@
 """JSON views of boards, moves, searches and game records for the browser.
 
-The browser never applies rules: it draws what these views say. A board is 64 characters in
-square order (square = y * 8 + x, `a8` first, `h1` last): `B` a Black amazon, `W` a White one,
-`x` an arrow, `.` empty. Legal moves come as a tree `{src: {dst: [arrows]}}` of square indices,
-which is all the click-to-move board needs to highlight targets, and the territory overlay comes
-as the 64 values of `Board.territory()`. Imports `board`, `mcts`, `players` and `records`.
+The browser never applies rules: it draws what these views say. A board of `N x N` squares is
+`N * N` characters in square order (square = y * N + x, the top left first: `a8` on 8x8, `a10`
+on 10x10): `B` a Black amazon, `W` a White one, `x` an arrow, `.` empty; its length gives the
+size. Which board a game is played on is `board_view`: `BoardSpec.to_dict()` (name, size, start
+squares, the side that moves first). Legal moves come as a tree `{src: {dst: [arrows]}}` of square
+indices, which is all the click-to-move board needs to highlight targets, and the territory
+overlay comes as the `N * N` values of `Board.territory()`. Imports `board`, `boards`, `mcts`,
+`players` and `records`.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from amazons.board import BLACK, COLOR_NAMES, Board, Move
+from amazons.boards import BoardSpec
 from amazons.mcts import SearchResult
 from amazons.players.player import SearchReport
 from amazons.players.records import GameRecord
@@ -22,6 +26,7 @@ from amazons.symmetry import canonical_to_real
 __all__ = [
     "analysis_view",
     "board_squares",
+    "board_view",
     "legal_move_tree",
     "move_view",
     "record_summary",
@@ -33,10 +38,10 @@ TOP_MOVES = 10  # root moves an analysis lists
 
 
 def board_squares(board: Board) -> str:
-    """The 64-character board (`B`, `W`, `x`, `.`), square 0 (`a8`) first."""
+    """The `N * N`-character board (`B`, `W`, `x`, `.`), square 0 (the top left) first."""
     black, white, arrows = board.bitboards()
     cells = []
-    for square in range(64):
+    for square in range(board.num_squares):
         bit = 1 << square
         cells.append("B" if black & bit else "W" if white & bit else "x" if arrows & bit else ".")
     return "".join(cells)
@@ -46,7 +51,7 @@ def territory_view(board: Board) -> dict[str, Any]:
     """Queen-distance ownership of `board` for the territory overlay.
 
     Returns:
-        `owner`: the 64 values of `Board.territory()` in square order (`a8` first): +1 where
+        `owner`: the `N * N` values of `Board.territory()` in square order: +1 where
         Black's nearest amazon is strictly closer in queen moves through empty squares, -1 where
         White's is, 0 on ties, unreachable squares, amazons and arrows; `black` and `white`: the
         squares each owns; `balance`: `black - white`.
@@ -54,6 +59,13 @@ def territory_view(board: Board) -> dict[str, Any]:
     owner = board.territory()
     black, white = int((owner > 0).sum()), int((owner < 0).sum())
     return {"owner": owner.tolist(), "black": black, "white": white, "balance": black - white}
+
+
+def board_view(spec: BoardSpec) -> dict[str, Any]:
+    """The board a game is played on: `{"name", "size", "black", "white", "first"}`
+    (`BoardSpec.to_dict()`; `name` is "" for a start given as a position string) and `label`,
+    its name or its start position string."""
+    return {**spec.to_dict(), "label": spec.label()}
 
 
 def move_view(move: Move) -> dict[str, Any]:
@@ -89,11 +101,12 @@ def analysis_view(result: SearchResult, report: SearchReport, board: Board, kind
         simulations, seconds and the number of legal moves.
     """
     shown = np.flatnonzero((result.visits > 0) | (result.move_proofs != 0))[:TOP_MOVES]
-    real_moves = canonical_to_real(result.moves[shown], board.turn) if shown.size else []
+    real_moves = (canonical_to_real(result.moves[shown], board.turn, board.size)
+                  if shown.size else [])
     shares = result.policy
     top = []
     for index, squares in zip(shown.tolist(), np.asarray(real_moves).tolist(), strict=True):
-        entry = move_view(Move(*squares))
+        entry = move_view(Move(*squares, size=board.size))
         q = float(result.q_values[index])
         entry.update(share=float(shares[index]), visits=int(result.visits[index]),
                      q=q if np.isfinite(q) else None, prior=float(result.priors[index]),
@@ -122,9 +135,15 @@ def analysis_view(result: SearchResult, report: SearchReport, board: Board, kind
 
 
 def record_summary(record: GameRecord, number: int) -> dict[str, Any]:
-    """A game's number (from 1), headers, players, result and length, without its moves."""
+    """A game's number (from 1), its board (`board_view`), headers, players, result and length,
+    without its moves.
+
+    Raises:
+        amazons.boards.NotationError: the record's `Board` header names no board.
+    """
     return {
         "game": number,
+        "board": board_view(record.start),
         "headers": dict(record.headers),
         "black": record.black,
         "white": record.white,
@@ -138,9 +157,9 @@ def record_view(record: GameRecord, number: int) -> dict[str, Any]:
 
     `boards[i]` is the position after `i` moves (`boards[0]` the start) and `territories[i]` its
     `territory_view`, so a replay steps and jumps without rules in the browser; `over` says
-    whether the last position ends the game.
+    whether the last position ends the game. The board is the record's (`GameRecord.start`).
     """
-    board = Board()
+    board = Board(start=record.start)
     boards = [board_squares(board)]
     territories = [territory_view(board)]
     for move in record.moves:

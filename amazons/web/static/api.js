@@ -79,6 +79,12 @@ export class LiveSocket {
 // Text helpers shared by the views.
 export const COLORS = ["black", "white"];
 
+// The side that plays ply `ply` (0 = the first move) on `board` (the server's board view: its
+// `first` side moves first, Black on botzone8, White on standard10).
+export function moverOf(board, ply) {
+  return COLORS[(COLORS.indexOf(board ? board.first : "black") + ply) % 2];
+}
+
 export function capitalize(text) {
   return text.charAt(0).toUpperCase() + text.slice(1);
 }

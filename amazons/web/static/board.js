@@ -1,10 +1,12 @@
-// The board as SVG: 64 squares (square = y * 8 + x, a8 first), a territory tint, pieces,
-// highlights and move arrows. It draws what it is given and reports clicks; it knows no rules.
+// The board as SVG: N x N squares (square = y * N + x, the top left first: a8 on 8x8, a10 on
+// 10x10), a territory tint, pieces, highlights and move arrows. It draws what it is given and
+// reports clicks; it knows no rules. Its size is the size of what it draws (a string of N * N
+// squares): a position of another size redraws the squares, coordinates and all.
 
 import { element } from "./api.js";
 
 const SVG = "http://www.w3.org/2000/svg";
-const FILES = "abcdefgh";
+const FILES = "abcdefghij";
 
 function svg(tag, attributes = {}) {
   const node = document.createElementNS(SVG, tag);
@@ -12,28 +14,45 @@ function svg(tag, attributes = {}) {
   return node;
 }
 
-function centre(square) {
-  return [(square % 8) + 0.5, Math.floor(square / 8) + 0.5];
+// The side of a board of `count` squares (64 -> 8, 100 -> 10).
+export function sizeOf(count) {
+  return Math.round(Math.sqrt(count));
 }
 
-export function squareName(square) {
-  return `${FILES[square % 8]}${8 - Math.floor(square / 8)}`;
+export function squareName(square, size = 8) {
+  return `${FILES[square % size]}${size - Math.floor(square / size)}`;
+}
+
+// A move's algebraic name on a `size x size` board, e.g. "d1-d7/g7" on 10x10.
+export function moveName(squares, size = 8) {
+  const [src, dst, arrow] = squares.map((square) => squareName(square, size));
+  return `${src}-${dst}/${arrow}`;
 }
 
 export class BoardView {
   // `container`: the element the SVG goes into; `onSquare(square)` is called on clicks.
-  constructor(container, { onSquare = null } = {}) {
+  constructor(container, { onSquare = null, size = 8 } = {}) {
+    this.container = container;
     this.onSquare = onSquare;
-    this.root = svg("svg", { viewBox: "-0.42 -0.06 8.5 8.5", class: "board-svg", role: "img" });
+    this.build(size);
+  }
+
+  // (Re)make the SVG for a `size x size` board.
+  build(size) {
+    this.size = size;
+    const onSquare = this.onSquare;
+    const extent = size + 0.5;
+    this.root = svg("svg", { viewBox: `-0.42 -0.06 ${extent} ${extent}`, class: "board-svg", role: "img" });
+    this.root.dataset.size = size;
     this.squares = [];
     const squareLayer = svg("g");
-    for (let square = 0; square < 64; square++) {
-      const x = square % 8;
-      const y = Math.floor(square / 8);
+    for (let square = 0; square < size * size; square++) {
+      const x = square % size;
+      const y = Math.floor(square / size);
       const group = svg("g", {
         class: `sq ${(x + y) % 2 ? "dark" : "light"}`,
         "data-square": square,
-        "data-name": squareName(square),
+        "data-name": squareName(square, size),
       });
       group.append(svg("rect", { class: "base", x, y, width: 1, height: 1 }));
       group.append(svg("rect", { class: "tint", x, y, width: 1, height: 1 }));
@@ -46,11 +65,11 @@ export class BoardView {
       this.squares.push({ group, piece, content: "" });
     }
     const labels = svg("g", { class: "coords" });
-    for (let i = 0; i < 8; i++) {
-      const file = svg("text", { x: i + 0.5, y: 8.3 });
+    for (let i = 0; i < size; i++) {
+      const file = svg("text", { x: i + 0.5, y: size + 0.3 });
       file.textContent = FILES[i];
       const rank = svg("text", { x: -0.21, y: i + 0.58 });
-      rank.textContent = String(8 - i);
+      rank.textContent = String(size - i);
       labels.append(file, rank);
     }
     this.arrowLayer = svg("g", { class: "move-arrows" });
@@ -66,26 +85,32 @@ export class BoardView {
       this[`marker_${kind}`] = marker.id;
     }
     this.root.append(defs, squareLayer, labels, this.arrowLayer);
-    container.replaceChildren(this.root);
+    this.container.replaceChildren(this.root);
   }
 
-  // Draw a position: `squares` is 64 characters (B, W, x, .).
+  centre(square) {
+    return [(square % this.size) + 0.5, Math.floor(square / this.size) + 0.5];
+  }
+
+  // Draw a position: `squares` is N * N characters (B, W, x, .); its length sets the size.
   // `marks`: Map square -> class names for highlights (legal targets, selection, last move).
   // `arrows`: [{from, to, kind, shot}] lines drawn over the board (kind: hint, last or pv;
   // `shot`: an arrow's flight, drawn dashed).
-  // `territory`: the server's 64 ownership values (+1 Black's, -1 White's, 0 nobody's), each
+  // `territory`: the server's N * N ownership values (+1 Black's, -1 White's, 0 nobody's), each
   // square tinted in its owner's colour; null draws no tint.
   draw({ squares, marks = new Map(), arrows = [], territory = null }) {
+    const size = sizeOf(squares.length);
+    if (size !== this.size) this.build(size);
     this.root.dataset.squares = squares;
     this.root.dataset.territory = territory ? "on" : "off";
-    for (let square = 0; square < 64; square++) {
+    for (let square = 0; square < size * size; square++) {
       const entry = this.squares[square];
       const content = squares[square];
       if (entry.content !== content) {
         entry.content = content;
         entry.piece.replaceChildren(...pieceShapes(content));
       }
-      const classes = ["sq", (square % 8 + Math.floor(square / 8)) % 2 ? "dark" : "light"];
+      const classes = ["sq", (square % size + Math.floor(square / size)) % 2 ? "dark" : "light"];
       if (content === "B") classes.push("black-amazon");
       if (content === "W") classes.push("white-amazon");
       if (content === "x") classes.push("arrow");
@@ -96,8 +121,8 @@ export class BoardView {
     }
     this.arrowLayer.replaceChildren();
     for (const { from, to, kind, shot = false } of arrows) {
-      const [x1, y1] = centre(from);
-      const [x2, y2] = centre(to);
+      const [x1, y1] = this.centre(from);
+      const [x2, y2] = this.centre(to);
       const length = Math.hypot(x2 - x1, y2 - y1) || 1;
       const shorten = 0.28 / length;
       this.arrowLayer.append(svg("line", {

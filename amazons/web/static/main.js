@@ -24,8 +24,8 @@ async function start() {
     `amazons ${info.version} \u00b7 games saved to ${info.games_dir ?? "nowhere (--no-save)"}`;
   const play = new PlayView(info);
   const replay = new ReplayView({
-    continueGame: (moves, side) => {
-      play.start({ moves, side });
+    continueGame: (moves, side, board) => {
+      play.start({ moves, side, board: board.label });
       location.hash = "#play";
     },
     info,

@@ -3,8 +3,8 @@
 // {src: {dst: [arrows]}}; the clicks walk that tree: an amazon, one of its destinations, one of
 // the arrow squares. It sends the territory too, so the overlay needs no rules either.
 
-import { COLORS, LiveSocket, capitalize, element, request, signed } from "./api.js";
-import { BoardView, moveArrows, squareName, territoryControl } from "./board.js";
+import { COLORS, LiveSocket, capitalize, element, moverOf, request, signed } from "./api.js";
+import { BoardView, moveArrows, moveName, territoryControl } from "./board.js";
 
 export class PlayView {
   constructor(info) {
@@ -45,6 +45,13 @@ export class PlayView {
     const showPath = () => { this.form.querySelector(".model-path").hidden = model.value !== "path"; };
     model.addEventListener("change", showPath);
     showPath();
+    // The board: a named start, or a start position string of any size 6..10.
+    const board = this.form.elements.board;
+    this.showPosition = () => {
+      this.form.querySelector(".board-position").hidden = board.value !== "position";
+    };
+    board.addEventListener("change", this.showPosition);
+    this.showPosition();
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       this.start();
@@ -55,14 +62,26 @@ export class PlayView {
     this.start();
   }
 
+  // Show `label` (a named board or a start position string) in the form's board fields.
+  selectBoard(label) {
+    const elements = this.form.elements;
+    const named = [...elements.board.options].some((option) => option.value === label && label !== "position");
+    elements.board.value = named ? label : "position";
+    if (!named) elements.position.value = label;
+    this.showPosition();
+  }
+
   settings() {
     const elements = this.form.elements;
     const model = elements.model.value === "path" ? elements.path.value.trim() : elements.model.value;
-    return { side: elements.side.value, model, time: Number(elements.time.value) };
+    const board = elements.board.value === "position" ? elements.position.value.trim() : elements.board.value;
+    return { side: elements.side.value, model, time: Number(elements.time.value), board };
   }
 
-  // A new game with the form's settings; `extra` may set `moves` (continue from them) and `side`.
+  // A new game with the form's settings; `extra` may set `moves` (continue from them), `side`
+  // and `board` (a board's name or start position string).
   async start(extra = {}) {
+    if (extra.board) this.selectBoard(extra.board);
     const body = { ...this.settings(), ...extra };
     if (extra.side) this.form.elements.side.value = extra.side;
     this.setStatus("loading", "Starting a game\u2026");
@@ -114,7 +133,7 @@ export class PlayView {
   }
 
   async submit(squares) {
-    const move = `${squareName(squares[0])}-${squareName(squares[1])}/${squareName(squares[2])}`;
+    const move = moveName(squares, this.state.board.size);
     this.pending = true;
     this.selection = [];
     this.message = "";
@@ -164,7 +183,7 @@ export class PlayView {
     this.renderAnalysis(state.analysis, state);
     this.renderMoves(state);
     this.renderDecided(state.decided);
-    const humanMoved = state.moves.some((_, ply) => state.human.includes(COLORS[ply % 2]));
+    const humanMoved = state.moves.some((_, ply) => state.human.includes(moverOf(state.board, ply)));
     this.undoButton.disabled = Boolean(state.busy) || this.pending || !humanMoved;
     this.analyseButton.disabled = Boolean(state.busy) || state.over;
     this.recordLink.hidden = false;
@@ -244,6 +263,7 @@ export class PlayView {
     this.board.draw({ squares, marks, arrows, territory });
     this.territory.show(state.territory);
     this.board.root.dataset.ply = state.ply;
+    this.board.root.dataset.board = state.board.label;
     this.renderEval(analysis);
   }
 
@@ -321,8 +341,8 @@ export class PlayView {
 
   renderMoves(state) {
     const items = state.moves.map((move, ply) => element("li", {
-      class: `${COLORS[ply % 2]}${ply < state.opening ? " opening" : ""}`,
-      text: move.algebraic, title: `${COLORS[ply % 2]}: ${move.botzone}`,
+      class: `${moverOf(state.board, ply)}${ply < state.opening ? " opening" : ""}`,
+      text: move.algebraic, title: `${moverOf(state.board, ply)}: ${move.botzone}`,
     }));
     this.movesList.replaceChildren(...items);
     this.movesList.dataset.count = state.moves.length;

@@ -2,14 +2,14 @@
 // server sends the board and its territory after every ply), `ReplayView` loads record files
 // into it.
 
-import { COLORS, capitalize, element, request } from "./api.js";
+import { capitalize, element, moverOf, request } from "./api.js";
 import { BoardView, moveArrows, territoryControl } from "./board.js";
 
 const SPEEDS = [["0.1", "fast (0.1 s)"], ["0.5", "0.5 s a move"], ["1", "1 s a move"], ["2", "2 s a move"]];
 
 export class GameViewer {
   // `boardElement`: where the board goes; `controls`: where the buttons, slider and move list go.
-  // `onContinue(moves, side)`: "continue from here" (omitted: no such button).
+  // `onContinue(moves, side, board)`: "continue from here" (omitted: no such button).
   constructor(boardElement, controls, { onContinue = null, speed = "0.5" } = {}) {
     this.board = new BoardView(boardElement);
     this.board.draw({ squares: ".".repeat(64) });
@@ -42,7 +42,7 @@ export class GameViewer {
       parts.push(element("div", { class: "buttons" }, button("Play on from here against the AI",
         "start a game in the Play view from this position, you to move",
         () => onContinue(this.game.moves.slice(0, this.ply).map((move) => move.algebraic),
-                         COLORS[this.ply % 2]))));
+                         moverOf(this.game.board, this.ply), this.game.board))));
     }
     parts.push(this.headers, element("h2", { text: "Moves" }), this.moves);
     this.root = element("div", { class: "viewer", hidden: "" }, ...parts);
@@ -56,12 +56,15 @@ export class GameViewer {
     this.root.hidden = false;
     this.root.dataset.game = game.game;
     this.slider.max = game.plies;
+    const board = game.board;
+    const where = board.name === "botzone8" ? "" : `, on ${board.name || `${board.size}x${board.size}`}`;
     this.title.textContent = `Game ${game.game}: ${game.black} (Black) vs ${game.white} (White), ` +
-      `${game.result}, ${game.plies} plies`;
+      `${game.result}, ${game.plies} plies${where}`;
+    this.root.dataset.board = board.label;
     this.headers.replaceChildren(...Object.entries(game.headers).map(([key, value]) =>
       element("tr", {}, element("th", { text: key }), element("td", { text: value }))));
     this.moves.replaceChildren(...game.moves.map((move, index) => element("li", {
-      class: COLORS[index % 2], text: move.algebraic, title: move.botzone,
+      class: moverOf(game.board, index), text: move.algebraic, title: move.botzone,
       onclick: () => this.go(index + 1),
     })));
     this.go(ply);
@@ -87,10 +90,10 @@ export class GameViewer {
     this.slider.value = this.ply;
     let text = `ply ${this.ply} / ${game.plies}`;
     if (this.ply === game.plies) {
-      text += game.over ? ` \u00b7 ${capitalize(COLORS[game.plies % 2])} has no move: ${game.result}`
+      text += game.over ? ` \u00b7 ${capitalize(moverOf(game.board, game.plies))} has no move: ${game.result}`
                         : ` \u00b7 end of the record (${game.result})`;
     } else {
-      text += ` \u00b7 ${COLORS[this.ply % 2]} to move`;
+      text += ` \u00b7 ${moverOf(game.board, this.ply)} to move`;
     }
     this.label.textContent = text;
     [...this.moves.children].forEach((item, index) => item.classList.toggle("current", index === this.ply - 1));
