@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from amazons.board import BLACK, WHITE, Board
+from amazons.board import BLACK, WHITE, Board, Move
 from amazons.boards import BOARDS, BoardSpec, board_spec, format_position
 from amazons.envs.actions import (
     ActionError,
@@ -305,3 +305,16 @@ def test_python_amazons_refuses_a_size_without_a_start(openspiel_game) -> None:
     assert cpp_state.get_game().get_parameters()["board_size"] == 10
     with pytest.raises(openspiel_game.ConversionError, match="board_size 8"):
         openspiel_game.from_openspiel_amazons(cpp_state)
+
+
+def test_gymnasium_builds_its_opponent_for_its_board() -> None:
+    from amazons.envs.gymnasium_env import AmazonsEnv
+    from amazons.players.factory import PlayerSpecError
+
+    with pytest.raises(PlayerSpecError, match="model default cannot play 10x10 boards"):
+        AmazonsEnv(opponent="mcts-net:default", board="standard10")
+    env = AmazonsEnv(opponent="mcts-rollout", opponent_simulations=16, agent_color="black",
+                     board="standard10")
+    _, info = env.reset(seed=0)
+    move = Move.parse(info["opponent_move"], size=10)  # White, the opponent, opened
+    assert move in Board(start="standard10").legal_moves()

@@ -82,7 +82,8 @@ class AmazonsEnv(gymnasium.Env):
         render_mode: None, `"ansi"` (`render()` returns the board diagram) or `"human"`
             (prints it after every step).
         board: the start: a name in `amazons.boards.BOARDS` (`"standard10"`), a `BoardSpec` or
-            a start position string; None is `botzone8`. The opponent must play its size.
+            a start position string; None is `botzone8`. An opponent given as a spec is built
+            for it, so a network that cannot play its size is refused here (by model and size).
 
     Raises:
         ValueError: on a bad argument (a bad `board` is named);
@@ -133,7 +134,7 @@ class AmazonsEnv(gymnasium.Env):
 
     def _build_opponent(self, seed: int) -> Player:
         return make_player(self.opponent_spec, seed=seed, simulations=self.opponent_simulations,
-                           time_budget=self.opponent_time_budget)
+                           time_budget=self.opponent_time_budget, board=self.board_spec)
 
     @property
     def board(self) -> Board:
