@@ -18,6 +18,7 @@ from amazons.board import WHITE, Board, Move
 from amazons.boards import BOARDS, BoardSpec
 from amazons.players.records import GameRecord, read_records
 from amazons.web import WebConfig, create_app
+from amazons.web.__main__ import main as web_main
 from amazons.web.views import board_squares
 
 FAST = {"model": "none", "simulations": 24, "seed": 1}
@@ -226,3 +227,20 @@ def test_records_of_any_size_replay(client, tmp_path):
             assert game["moves"][ply - 1]["algebraic"] == str(move)
             assert game["boards"][ply] == board_squares(board)
             assert game["territories"][ply]["owner"] == board.territory().tolist()
+
+
+def test_the_servers_board_is_a_new_games_unless_it_names_one(tmp_path):
+    app = create_app(WebConfig(model="none", games_dir=None, warm_up=False, board="openspiel6"))
+    with TestClient(app) as client:
+        assert client.get("/api/info").json()["board"] == "openspiel6"
+        state = client.post("/api/games", json={"side": "both", **FAST}).json()
+        assert state["board"]["name"] == "openspiel6" and len(state["squares"]) == 36
+        state = client.post("/api/games", json={"side": "both", "board": "botzone8", **FAST})
+        assert state.json()["board"]["name"] == "botzone8"
+
+
+def test_a_bad_board_on_the_command_line_exits_2(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        web_main(["--board", "standard12"])
+    assert exit_.value.code == 2
+    assert "--board: unknown board 'standard12'" in capsys.readouterr().err

@@ -1,7 +1,8 @@
 """Command line of the web board.
 
     python -m amazons.web [--host 127.0.0.1] [--port 8000] [--model default|none|PATH]
-                          [--models DIR ...] [--time SECONDS] [--games-dir DIR | --no-save]
+                          [--models DIR ...] [--board BOARD] [--time SECONDS]
+                          [--games-dir DIR | --no-save]
                           [--run RUN_DIR] [--replay FILE] [--records DIR ...]
                           [--search-threads N] [--torch-threads N] [--log-level LEVEL]
 
@@ -16,6 +17,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from amazons.boards import DEFAULT_BOARD, NotationError, board_spec
 from amazons.web.app import LOOPBACK_HOSTS, WebConfig, create_app
 from amazons.web.games import MAX_TIME
 
@@ -35,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="a folder whose model files a game may name (repeatable); the page "
                              "may also name 'default', 'none', --model and the --run folder's "
                              "files, and no other path")
+    parser.add_argument("--board", default=DEFAULT_BOARD, metavar="BOARD",
+                        help="the board of a new game unless the page picks another: botzone8 "
+                             "(default), standard10, openspiel6, openspiel8 or a start position "
+                             "string such as '3B2B3/10/10/B8B/10/10/W8W/10/10/3W2W3 w'")
     parser.add_argument("--time", type=float, default=1.0, metavar="SECONDS",
                         help="AI seconds per move unless the page picks another (default 1)")
     saving = parser.add_mutually_exclusive_group()
@@ -90,10 +96,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 parser.error(f"{option} {folder}: no such folder")
     if args.replay is not None and not Path(args.replay).is_file():
         parser.error(f"--replay {args.replay}: no such file")
+    try:
+        board = board_spec(args.board).label()
+    except NotationError as error:
+        parser.error(f"--board: {error}")
     import uvicorn  # after the checks: a bad argument answers at once
 
     config = WebConfig(model=args.model, model_dirs=tuple(args.models),
-                       record_dirs=tuple(args.records), time_per_move=args.time,
+                       record_dirs=tuple(args.records), time_per_move=args.time, board=board,
                        games_dir=None if args.no_save else args.games_dir,
                        search_threads=args.search_threads, torch_threads=args.torch_threads,
                        run_dir=args.run, replay=args.replay,

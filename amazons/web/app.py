@@ -77,6 +77,7 @@ class WebConfig:
     # model_dirs' (library.RecordLibrary)
     record_dirs: tuple[Path, ...] = ()
     time_per_move: float = 1.0  # seconds per AI move unless a new game says otherwise
+    board: str = DEFAULT_BOARD  # the board of a new game unless it names one (amazons.boards)
     games_dir: Path | None = Path("games")  # where each game's record file goes (None: not saved)
     max_games: int = 16  # games held; a new one drops the least recently used idle game
     search_threads: int = 2  # worker threads for searches (games search in parallel up to this)
@@ -172,7 +173,8 @@ def create_app(config: WebConfig | None = None) -> Starlette:
     record_folders = [*config.record_dirs, *([config.games_dir] if config.games_dir else []),
                       *run_folders, *config.model_dirs]
     store = GameStore(executor, config.games_dir, config.max_games, config.model,
-                      config.time_per_move, config.torch_threads, model_folders)
+                      config.time_per_move, config.torch_threads, model_folders,
+                      default_board=config.board)
     library = RecordLibrary(files=[config.replay] if config.replay else [],
                             folders=record_folders)
     runs = served_run_dirs(run_folders)
@@ -198,7 +200,7 @@ def create_app(config: WebConfig | None = None) -> Starlette:
             "record_dirs": [str(folder) for folder in record_folders],
             "time_per_move": config.time_per_move,
             "boards": [board_view(spec) for spec in BOARDS.values()],
-            "board": DEFAULT_BOARD,
+            "board": store.default_board.label(),
             "games_dir": None if config.games_dir is None else str(config.games_dir),
             "run_dir": config.run_dir,
             "replay": config.replay,

@@ -102,13 +102,15 @@ def _search_strength(fields: JsonFields,
     return fields.positive_number("time", default_time, maximum=MAX_TIME), None
 
 
-def game_settings(body: dict[str, Any], default_model: str, default_time: float) -> GameSettings:
+def game_settings(body: dict[str, Any], default_model: str, default_time: float,
+                  default_board: BoardSpec | str = DEFAULT_BOARD) -> GameSettings:
     """Settings from a `POST /api/games` body.
 
     Fields: `side` (`black`, `white` or `both`; default `black`), `model` (default
     `default_model`), `time` (seconds per AI move, default `default_time`) or `simulations`,
     `seed`, `board` (a name in `amazons.boards.BOARDS`, a start position string, or the
-    `{"size", "black", "white", "first"}` object a state's `board` is; default `botzone8`),
+    `{"size", "black", "white", "first"}` object a state's `board` is; default
+    `default_board`),
     `moves` (moves from the start, either notation of the board's size, to continue a game from).
 
     Raises:
@@ -120,7 +122,7 @@ def game_settings(body: dict[str, Any], default_model: str, default_time: float)
     model = fields.string("model", default_model)
     time_budget, simulations = _search_strength(fields, default_time)
     seed = fields.integer("seed", minimum=0, maximum=2**63 - 1)
-    board = _board_field(fields.values.get("board"))
+    board = _board_field(fields.values.get("board", default_board))
     opening = fields.moves("moves", board.size)
     try:
         Board.from_moves(opening, start=board)
@@ -131,8 +133,8 @@ def game_settings(body: dict[str, Any], default_model: str, default_time: float)
 
 
 def _board_field(value: Any) -> BoardSpec:
-    if value is None:
-        return board_spec(DEFAULT_BOARD)
+    if isinstance(value, BoardSpec):
+        return value
     if not isinstance(value, (str, dict)) or (isinstance(value, str) and not value.strip()):
         raise BadRequestError("field 'board' must be a board name (botzone8, standard10, ...), a "
                               f"start position string or a board object, got "
@@ -440,16 +442,23 @@ class GameStore:
             the measurement).
         model_folders: the folders whose model files a game may name (`ServedModels`, with
             `default_model`).
+        default_board: the board of a new game whose request names none (a `BoardSpec`, a
+            name in `amazons.boards.BOARDS` or a start position string).
+
+    Raises:
+        amazons.boards.NotationError: `default_board` is no board.
     """
 
     def __init__(self, executor: Executor, games_dir: Path | None, max_games: int = 16,
                  default_model: str = "default", default_time: float = 1.0,
-                 torch_threads: int = 1, model_folders: Iterable[Path] = ()) -> None:
+                 torch_threads: int = 1, model_folders: Iterable[Path] = (),
+                 default_board: BoardSpec | str = DEFAULT_BOARD) -> None:
         self.executor = executor
         self.games_dir = games_dir
         self.max_games = max_games
         self.default_model = default_model
         self.default_time = default_time
+        self.default_board = board_spec(default_board)
         self.torch_threads = torch_threads
         self.models = ServedModels(default_model, model_folders)
         self.games: dict[str, GameSession] = {}
@@ -487,7 +496,7 @@ class GameStore:
                 or one that cannot be loaded or cannot play the board's size (says why, naming
                 the model and the size).
         """
-        settings = game_settings(body, self.default_model, self.default_time)
+        settings = game_settings(body, self.default_model, self.default_time, self.default_board)
         model = self.models.resolve(settings.model)
         try:
             ai = await self._in_worker(self._build_ai, settings, model)

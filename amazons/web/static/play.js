@@ -51,7 +51,7 @@ export class PlayView {
       this.form.querySelector(".board-position").hidden = board.value !== "position";
     };
     board.addEventListener("change", this.showPosition);
-    this.showPosition();
+    this.selectBoard(info.board || "botzone8");
     this.form.addEventListener("submit", (event) => {
       event.preventDefault();
       this.start();
