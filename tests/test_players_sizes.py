@@ -18,6 +18,7 @@ from amazons.boards import board_spec
 from amazons.botzone import bot
 from amazons.matches.arena import run_arena
 from amazons.mcts import RolloutEvaluator, SearchConfig, UniformEvaluator
+from amazons.models import default_model_path
 from amazons.play import main as play_main
 from amazons.players.factory import PlayerSpecError, make_player
 from amazons.players.player import GreedyPlayer, MCTSPlayer, PlayerError, RandomPlayer
@@ -26,6 +27,7 @@ from amazons.players.records import GameRecord, RecordError, parse_records
 # a 7x7 start no name stands for: the board comes back from the record's position string
 SEVEN = "1B3B1/7/B5B/7/W5W/7/1W3W1 w"
 FEW = SearchConfig(simulations=8, fpu_reduction=0.0)
+CHECKPOINT = default_model_path().with_suffix(".pt")  # the shipped model, flat value head
 
 
 def check_match(result, board) -> None:
@@ -86,9 +88,14 @@ def test_an_evaluator_of_one_size_is_refused_on_another_naming_both():
     assert Board(start="standard10").is_legal(ten.choose_move(Board(start="standard10")))
 
 
-@pytest.mark.parametrize("spec", ["mcts-net:default", "policy-net:default"])
-def test_a_flat_model_off_8x8_is_refused_by_model_and_size(spec):
-    with pytest.raises(PlayerSpecError, match=r"model default cannot play 10x10 boards.*flat"):
+@pytest.mark.parametrize(("spec", "words"), [
+    ("mcts-net:default", r"model default cannot play 10x10 boards.*flat"),
+    ("policy-net:default", r"model default cannot play 10x10 boards.*flat"),
+    (f"mcts-net:{CHECKPOINT}",  # the checkpoint, where torch names the head
+     re.escape(f"model {CHECKPOINT} on 10x10 boards: ") + ".*flat"),
+])
+def test_a_flat_model_off_8x8_is_refused_by_model_and_size(spec, words):
+    with pytest.raises(PlayerSpecError, match=words):
         make_player(spec, board="standard10")
     with pytest.raises(PlayerSpecError, match="board: unknown board 'nowhere'"):
         make_player("random", board="nowhere")
