@@ -249,6 +249,39 @@ def test_the_evaluator_drives_a_search(tmp_path):
     assert search.root_result(0).visits.sum() == 32
 
 
+def test_the_evaluator_scores_a_10x10_search_as_the_native_one(tmp_path):
+    from amazons.board import Board
+    from amazons.neural.native import NativeEvaluator
+
+    path, _ = export_model(random_model("tiny", "joint", value_head="pooled",
+                                        ownership_head=True),
+                           tmp_path / "pooled.npz", check_positions=0)
+    net = numpy_net.load_model(path)
+    evaluator = numpy_net.NumpyEvaluator(net, board_size=10)
+    board = Board(start="standard10")
+    search = BatchedSearch(evaluator, SearchConfig(simulations=24, leaves_per_game=4))
+    assert search.size == 10
+    search.set_roots(board.canonical_position())
+    search.search()
+    assert search.root_result(0).visits.sum() == 24
+    positions = search.root_positions
+    moves, offsets = engine.legal_moves(positions, size=10)
+    priors, values = evaluator.evaluate(positions, moves, offsets)
+    native_priors, native_values = NativeEvaluator(net, board_size=10).evaluate(
+        positions, moves, offsets)
+    # the same float32 network computed two ways: a few ulps through its depth, far below 1e-4
+    assert_close(priors, native_priors, rtol=1e-4, atol=1e-7, what="10x10 priors")
+    assert_close(values, native_values, rtol=0, atol=1e-5, what="10x10 values")
+    assert evaluator.ownership(positions).shape == (1, 100)
+    flat_path, _ = export_model(random_model("tiny", "joint"), tmp_path / "flat.npz",
+                                check_positions=0)
+    with pytest.raises(numpy_net.NpNetInputError, match="plays 8x8 only, not 10x10"):
+        numpy_net.NumpyEvaluator(numpy_net.load_model(flat_path), board_size=10)
+    with pytest.raises(EvaluatorInputError, match="positions"):
+        evaluator.evaluate(random_positions(1, seed=1), *engine.legal_moves(random_positions(1,
+                                                                                  seed=1)))
+
+
 def test_evaluator_rejects_bad_input(tmp_path):
     path, _ = export_model(random_model("tiny", "joint"), tmp_path / "tiny.npz", check_positions=0)
     evaluator = numpy_net.NumpyEvaluator.from_file(path)

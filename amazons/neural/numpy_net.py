@@ -758,10 +758,22 @@ class NumpyEvaluator:
 
     Args:
         net: the network (`load_model(path)`).
+        board_size: the size of the boards it scores (one size per evaluator, as the search
+            takes it: `board_size`); a flat value head plays 8x8 only.
+
+    Raises:
+        NpNetInputError: a size off 6..10, or a flat value head off 8x8.
     """
 
-    def __init__(self, net: NumpyNet) -> None:
+    def __init__(self, net: NumpyNet, board_size: int = 8) -> None:
+        if board_size not in BOARD_SIZES:
+            raise NpNetInputError(f"board_size must be one of {BOARD_SIZES}, got {board_size!r}")
+        if board_size != FLAT_BOARD_SIZE and net.value_head != "pooled":
+            raise NpNetInputError(f"this network's value head is {net.value_head!r}, which "
+                                  f"plays 8x8 only, not {board_size}x{board_size}: carry it over "
+                                  "to value_head='pooled' (amazons.neural.growth)")
         self.net = net
+        self.board_size = board_size
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> NumpyEvaluator:
@@ -777,10 +789,11 @@ class NumpyEvaluator:
         Raises:
             EvaluatorInputError: a batch that breaks the contract (`amazons.evaluator.check_batch`).
         """
-        check_batch(positions, moves, move_offsets)
+        check_batch(positions, moves, move_offsets, self.board_size)
         if positions.shape[0] == 0:
             return np.zeros(0, np.float32), np.zeros(0, np.float32)
-        planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
+        planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes,
+                                 size=self.board_size)
         tables, values = self.net.forward(planes)
         return legal_priors(tables, moves, move_offsets), values.astype(np.float32)
 
@@ -790,15 +803,17 @@ class NumpyEvaluator:
         return self.net.has_ownership
 
     def ownership(self, positions: np.ndarray) -> np.ndarray:
-        """The ownership head's prediction, `(B, 64) float32` in [-1, 1], for `(B, 3) uint64`
-        canonical positions, in their canonical frame (+1 the side to move's square).
+        """The ownership head's prediction, `(B, N*N) float32` in [-1, 1], for `(B, 3 * W) uint64`
+        canonical positions of the evaluator's board size, in their canonical frame (+1 the side
+        to move's square).
 
         Raises:
             NpNetInputError: no ownership head.
             EvaluatorInputError: `positions` is not `(B, 3) uint64`.
         """
-        check_positions(positions)
-        planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes)
+        check_positions(positions, self.board_size)
+        planes = engine.features(np.ascontiguousarray(positions), self.net.num_planes,
+                                 size=self.board_size)
         return self.net.ownership(planes).astype(np.float32)
 
 

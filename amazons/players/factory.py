@@ -64,6 +64,7 @@ from amazons.models import default_model_path
 from amazons.neural.native import BOARD_SIZES, FLAT_BOARD_SIZE, NativeEvaluator, native_support
 from amazons.neural.numpy_net import (
     ModelFileError,
+    NpNetInputError,
     NumpyEvaluator,
     NumpyNet,
     limit_blas_threads,
@@ -176,8 +177,7 @@ def numpy_model_evaluator(net: NumpyNet, backend: str = "auto",
 
     Raises:
         PlayerSpecError: an unknown backend or "torch" (which runs checkpoints only), "native"
-            where the native evaluator cannot run, or numpy off 8x8 (the numpy evaluator plays
-            8x8 only).
+            where the native evaluator cannot run, or a flat value head off 8x8.
     """
     try:
         chosen = choose_backend(backend, ".npz",
@@ -186,11 +186,11 @@ def numpy_model_evaluator(net: NumpyNet, backend: str = "auto",
         raise PlayerSpecError(str(error)) from None
     if chosen == "native":
         return NativeEvaluator(net, board_size=board_size)
-    if board_size != FLAT_BOARD_SIZE:
-        raise PlayerSpecError(f"the numpy evaluator plays 8x8 boards only, not "
-                              f"{board_size}x{board_size}: use the native backend")
     limit_blas_threads(1)
-    return NumpyEvaluator(net)
+    try:
+        return NumpyEvaluator(net, board_size)
+    except NpNetInputError as error:
+        raise PlayerSpecError(str(error)) from None
 
 
 def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = False,
