@@ -434,7 +434,8 @@ static void winograd_input_tile(const float* x, int in8, float* inputs) {
     const size_t down = (size_t)N * in8;                    // one board row
     const size_t next = (size_t)TILES * in8;                // one point of V
     const int top = 4 * TY - 1;                             // the window's first row on the board
-#define AMZ_ROW(k) (top + (k) >= 0 && top + (k) < N ? _mm256_loadu_ps(p + (top + (k)) * down) : zero)
+    const int first = top < 0 ? 0 : top;                    // its first row on the board
+#define AMZ_ROW(k) (top + (k) >= 0 && top + (k) < N ? _mm256_loadu_ps(p + (top + (k) - first) * down) : zero)
     for (int i0 = 0; i0 < in8; i0 += 8) {
         __m256 half[6][6];  // (B^T d)[r][c]
         for (int c = 0; c < 6; ++c) {
@@ -443,7 +444,7 @@ static void winograd_input_tile(const float* x, int in8, float* inputs) {
                 half[0][c] = half[1][c] = half[2][c] = half[3][c] = half[4][c] = half[5][c] = zero;
                 continue;
             }
-            const float* p = x + (size_t)col * in8 + i0;  // the column's square on board row 0
+            const float* p = x + (size_t)(first * N + col) * in8 + i0;  // the column on row `first`
             winograd_input6(AMZ_ROW(0), AMZ_ROW(1), AMZ_ROW(2), AMZ_ROW(3), AMZ_ROW(4), AMZ_ROW(5), half[0][c],
                             half[1][c], half[2][c], half[3][c], half[4][c], half[5][c]);
         }
