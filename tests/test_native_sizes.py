@@ -242,3 +242,13 @@ def test_threads_split_a_10x10_batch_without_changing_it(pooled_net):
     got = NativeEvaluator(pooled_net, threads=3, board_size=10).evaluate(positions, moves, offsets)
     np.testing.assert_array_equal(got[0], one[0])  # the same binary on the same input
     np.testing.assert_array_equal(got[1], one[1])
+
+
+def test_the_ownership_map_is_of_the_evaluators_size():
+    net = numpy_net(random_model("tiny", "joint", seed=5, value_head="pooled",
+                                 ownership_head=True))
+    _, positions, _, _ = batch_of(10, 3, seed=8)
+    ownership = NativeEvaluator(net, board_size=10).ownership(positions)
+    assert ownership.shape == (3, 100) and np.all(np.abs(ownership) <= 1.0)
+    with pytest.raises(EvaluatorInputError, match=r"\(B, 6\) uint64"):
+        NativeEvaluator(net, board_size=10).ownership(positions[:, :3].copy())

@@ -18,10 +18,10 @@ C++ forward pass is compiled once a size, so 8x8 runs the code it ran before siz
 network with the flat value head (`value_head="flat"`, every network trained before the pooled
 head) runs on 8x8 only: another size raises `NativeUnavailableError`.
 
-Input: `evaluate` checks the batch's contract (`amazons.evaluator.check_batch` on 8x8, the same
-checks for the size's row width and squares on the others) and the native core refuses, by
-position and move, what it cannot hold (overlapping bitboards, more than four amazons a side, a
-piece off the board, a move whose source is not the side to move's amazon): `ValueError`.
+Input: `evaluate` checks the batch's contract on its board size (`amazons.evaluator.check_batch`)
+and the native core refuses, by position and move, what it cannot hold (overlapping bitboards,
+more than four amazons a side, a piece off the board, a move whose source is not the side to
+move's amazon): `ValueError`.
 
 Threads: one by default, as the inference server's torch runs; `threads=N` splits a batch over N
 threads (docs/network.md says what more buys). One evaluator may be shared between threads: its
@@ -40,7 +40,7 @@ import os
 import numpy as np
 
 from amazons.boards import SIZES
-from amazons.evaluator import EvaluatorInputError, check_batch, describe_array
+from amazons.evaluator import check_batch
 from amazons.neural.numpy_net import NpNetInputError, NumpyNet, load_model, native_shape
 
 try:
@@ -179,17 +179,13 @@ class NativeEvaluator:
         board size (positions `(B, 3 * W) uint64`, see the module's docstring).
 
         Raises:
-            amazons.evaluator.EvaluatorInputError: a batch that breaks the contract
-                (`amazons.evaluator.check_batch`; on other sizes the same checks for its row
-                width and squares).
+            amazons.evaluator.EvaluatorInputError: a batch that breaks the contract on the
+                evaluator's board size (`amazons.evaluator.check_batch`).
             ValueError: a position or move the native core cannot hold, named by its index:
                 overlapping bitboards, more than four amazons a side, a piece off the board,
                 a move whose source is not one of the side to move's amazons.
         """
-        if self.board_size == FLAT_BOARD_SIZE:
-            check_batch(positions, moves, move_offsets)
-        else:
-            _check_sized_batch(positions, moves, move_offsets, self.board_size)
+        check_batch(positions, moves, move_offsets, self.board_size)
         priors = np.empty(moves.shape[0], np.float32)
         values = np.empty(positions.shape[0], np.float32)
         if positions.shape[0]:
@@ -209,43 +205,12 @@ class NativeEvaluator:
 
         Raises:
             NpNetInputError: no ownership head.
-            amazons.evaluator.EvaluatorInputError: `positions` is not `(B, 3) uint64`.
+            amazons.evaluator.EvaluatorInputError: `positions` is not `(B, 3 * W) uint64` of
+                the evaluator's board size.
         """
         from amazons.neural.numpy_net import NumpyEvaluator
 
         if not self.net.has_ownership:
             raise NpNetInputError("this network has no ownership head")
-        return NumpyEvaluator(self.net).ownership(positions)
+        return NumpyEvaluator(self.net, self.board_size).ownership(positions)
 
-
-def _check_sized_batch(positions: np.ndarray, moves: np.ndarray, move_offsets: np.ndarray,
-                       size: int) -> None:
-    """`check_batch` on a `size` x `size` board other than 8x8: positions `(B, 3 * W) uint64`,
-    moves `(M, 3) int32` of squares 0..size*size-1, offsets rising from 0 to M.
-
-    Raises:
-        EvaluatorInputError: naming the array and what is wrong with it.
-    """
-    width = 3 * (1 if size * size <= 64 else 2)
-    if not isinstance(positions, np.ndarray) or positions.dtype != np.uint64 \
-            or positions.shape[1:] != (width,):
-        raise EvaluatorInputError(f"positions must be a (B, {width}) uint64 array on "
-                                  f"{size}x{size}, got {describe_array(positions)}")
-    if not isinstance(moves, np.ndarray) or moves.dtype != np.int32 or moves.ndim != 2 \
-            or moves.shape[1] != 3:
-        raise EvaluatorInputError(
-            f"moves must be an (M, 3) int32 array, got {describe_array(moves)}")
-    rows = positions.shape[0]
-    if not isinstance(move_offsets, np.ndarray) or move_offsets.dtype != np.int64 \
-            or move_offsets.shape != (rows + 1,):
-        raise EvaluatorInputError(
-            f"move_offsets must be a ({rows + 1},) int64 array, got {describe_array(move_offsets)}")
-    if move_offsets[0] != 0 or move_offsets[-1] != moves.shape[0] \
-            or np.any(np.diff(move_offsets) < 0):
-        raise EvaluatorInputError(
-            f"move_offsets must rise from 0 to {moves.shape[0]} (the number of moves), "
-            f"got {move_offsets[0]}..{move_offsets[-1]}")
-    last = size * size - 1
-    if moves.size and (moves.min() < 0 or moves.max() > last):
-        raise EvaluatorInputError(
-            f"moves must hold squares 0..{last}, got {moves.min()}..{moves.max()}")
