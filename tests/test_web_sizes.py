@@ -244,3 +244,30 @@ def test_a_bad_board_on_the_command_line_exits_2(capsys):
         web_main(["--board", "standard12"])
     assert exit_.value.code == 2
     assert "--board: unknown board 'standard12'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("ai", ["random", "greedy", "classical"])
+def test_the_ais_without_a_network_play_10x10_and_6x6(client, ai):
+    for board in ("standard10", "openspiel6"):
+        body = {"side": "black", "board": board, "model": ai, "time": 0.2, "seed": 2}
+        state = client.post("/api/games", json=body)
+        assert state.status_code == 201, state.text
+        state = wait_idle(client, state.json()["id"])
+        assert state["error"] is None and state["ply"] == 1 and state["ai"]["name"] == ai
+        assert state["analysis"] is None  # the AI's move came without a search
+        check_state(state)
+        game_id = state["id"]
+        move = replayed(state).legal_moves()[0]
+        assert client.post(f"/api/games/{game_id}/move", json={"move": str(move)}).status_code \
+            == 200
+        state = wait_idle(client, game_id)
+        assert state["ply"] == 3 and state["error"] is None
+        check_state(state)
+        # An analysis is rollout MCTS's: legal moves of the game's board.
+        analysis = client.post(f"/api/games/{game_id}/analyse", json={"simulations": 30}).json()
+        legal = set(replayed(state).legal_moves())
+        assert analysis["top"] and all(
+            Move(*entry["squares"], size=state["board"]["size"]) in legal
+            for entry in analysis["top"])
+        [record] = read_records(state["saved"])
+        assert record.white == ai and record.start.name == board

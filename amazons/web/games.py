@@ -40,8 +40,8 @@ from typing import Any, TypeVar
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
 from amazons.boards import DEFAULT_BOARD, BoardSpec, NotationError, board_spec
 from amazons.models import default_checkpoint_path, default_model_path
-from amazons.players.factory import build_model_player
-from amazons.players.player import MCTSPlayer
+from amazons.players.factory import build_model_player, make_player
+from amazons.players.player import MCTSPlayer, Player
 from amazons.players.records import RESULT_TEXT, GameRecord, write_records
 from amazons.web.inputs import (
     BadRequestError,
@@ -66,6 +66,9 @@ MAX_TIME = 60.0  # seconds per AI move or analysis a request may ask for
 MAX_SIMULATIONS = 100_000
 GAME_FIELDS = ("side", "model", "time", "simulations", "seed", "board", "moves")
 SEARCH_FIELDS = ("time", "simulations")
+# AIs that are players of the factory's registry rather than a model's search: no network, every
+# board size. Such a game's analyses are rollout MCTS's (`none`).
+PLAYER_AIS = ("random", "greedy", "classical")
 
 T = TypeVar("T")
 
@@ -161,7 +164,7 @@ class ServedModels:
         folders: the folders whose files a game may name.
     """
 
-    NAMES = ("default", "none")
+    NAMES = ("default", "none", *PLAYER_AIS)
 
     def __init__(self, board_model: str = "default", folders: Iterable[Path] = ()) -> None:
         files = [] if board_model in self.NAMES else [Path(board_model)]
@@ -171,8 +174,9 @@ class ServedModels:
             except FileNotFoundError:  # a package installed without it
                 pass
         self.paths = ServedPaths(
-            "model", "'default', 'none', the board's --model, or a model file inside a folder "
-            "it was started with (--models, --run)", exact=files, within=folders)
+            "model", "'default', 'none', 'random', 'greedy', 'classical', the board's --model, "
+            "or a model file inside a folder it was started with (--models, --run)",
+            exact=files, within=folders)
 
     def resolve(self, model: str) -> str:
         """What to load for the `model` a request names: the name itself, or the real path.
@@ -189,15 +193,18 @@ class GameSession:
     Args:
         game_id: the game's name in URLs.
         settings: how the game is played.
-        ai: the AI player (also used for analysis).
+        ai: the AI player.
         save_path: the record file this game is written to after every move (None: not saved).
+        analyst: the search behind analyses (and the AI's moves when it is the AI); None: the
+            AI, which must then be an `MCTSPlayer`.
     """
 
-    def __init__(self, game_id: str, settings: GameSettings, ai: MCTSPlayer,
-                 save_path: Path | None) -> None:
+    def __init__(self, game_id: str, settings: GameSettings, ai: Player,
+                 save_path: Path | None, analyst: MCTSPlayer | None = None) -> None:
         self.game_id = game_id
         self.settings = settings
         self.ai = ai
+        self.analyst = ai if analyst is None else analyst
         self.save_path = save_path
         self.board = Board.from_moves(settings.opening, start=settings.board)
         self.started = datetime.datetime.now()
@@ -262,14 +269,22 @@ class GameSession:
                 self.board.push(move)  # raises, naming why the move is illegal
             except IllegalMoveError as error:
                 raise BadRequestError(str(error)) from None
-        self.ai.observe(self.board, move)  # the AI keeps its tree across turns
+        self._observe(move)
         self.board.push(move)
         self.error = None
         self.changed()
 
-    def play_ai(self, move: Move, analysis: dict[str, Any]) -> None:
-        """Play the move the AI's search chose, keeping the search as the analysis."""
+    def _observe(self, move: Move) -> None:
+        """Show `move` (about to be played) to the AI and the analyst: a search keeps its tree
+        across turns."""
         self.ai.observe(self.board, move)
+        if self.analyst is not self.ai:
+            self.analyst.observe(self.board, move)
+
+    def play_ai(self, move: Move, analysis: dict[str, Any] | None) -> None:
+        """Play the move the AI chose, keeping its search as the analysis (None: an AI that does
+        not search)."""
+        self._observe(move)
         self.board.push(move)
         self.analysis = analysis
         self.changed()
@@ -300,12 +315,16 @@ class GameSession:
     # -- searching (on a worker thread) ------------------------------------------------------------
 
     def search(self, board: Board, kind: str, time_budget: float | None = None,
-               simulations: int | None = None) -> tuple[Move, dict[str, Any]]:
-        """Search `board` with the AI; return its move and the analysis. Runs on a worker thread.
+               simulations: int | None = None) -> tuple[Move, dict[str, Any] | None]:
+        """The AI's move at `board` (`kind` "ai-move") or the analyst's search of it ("analysis"),
+        and the analysis (None for the move of an AI that does not search). Runs on a worker
+        thread.
 
         `time_budget` or `simulations` replace the game's strength for this search only.
         """
-        ai = self.ai
+        if kind == "ai-move" and self.ai is not self.analyst:
+            return self.ai.choose_move(board), None
+        ai = self.analyst
         saved = (ai.time_budget, ai.simulations)
         if time_budget is not None or simulations is not None:
             ai.time_budget = time_budget
@@ -467,15 +486,23 @@ class GameStore:
     async def _in_worker(self, function: Callable[..., T], *args: Any) -> T:
         return await asyncio.get_running_loop().run_in_executor(self.executor, function, *args)
 
-    def _build_ai(self, settings: GameSettings, model: str) -> MCTSPlayer:
-        """The game's AI from `model` (`ServedModels.resolve` of the settings' model, which
-        names it) for the board's size; runs on a worker thread (a `.pt` checkpoint imports
-        torch)."""
+    def _build_ai(self, settings: GameSettings, model: str) -> tuple[Player, MCTSPlayer]:
+        """The game's AI and the search behind its analyses, from `model` (`ServedModels.resolve`
+        of the settings' model, which names it) for the board's size; runs on a worker thread (a
+        `.pt` checkpoint imports torch). A model's AI is its search and analyses too; a player
+        of `PLAYER_AIS` is built by the factory (`classical` with the game's time per move) and
+        analyses with rollout MCTS."""
+        ai = None
+        if model in PLAYER_AIS:
+            ai = make_player(model, seed=settings.seed or 0, time_budget=settings.time_budget,
+                             board=settings.board)
+            model = "none"
         name = None if model == "none" else f"mcts-net:{settings.model}"
-        return build_model_player(model, simulations=settings.simulations,
-                                  time_budget=settings.time_budget, seed=settings.seed,
-                                  allow_torch=True, torch_threads=self.torch_threads, name=name,
-                                  board_size=settings.board.size)
+        search = build_model_player(model, simulations=settings.simulations,
+                                    time_budget=settings.time_budget, seed=settings.seed,
+                                    allow_torch=True, torch_threads=self.torch_threads, name=name,
+                                    board_size=settings.board.size)
+        return (search if ai is None else ai), search
 
     def get(self, game_id: str) -> GameSession:
         """The game named `game_id`.
@@ -499,7 +526,7 @@ class GameStore:
         settings = game_settings(body, self.default_model, self.default_time, self.default_board)
         model = self.models.resolve(settings.model)
         try:
-            ai = await self._in_worker(self._build_ai, settings, model)
+            ai, analyst = await self._in_worker(self._build_ai, settings, model)
         except (OSError, ValueError, ImportError) as error:
             raise BadRequestError(f"cannot load the model {settings.model!r}: {error}") from None
         game_id = secrets.token_hex(6)
@@ -507,7 +534,7 @@ class GameStore:
         if self.games_dir is not None:
             save_path = (self.games_dir
                          / f"web-{datetime.datetime.now():%Y%m%d-%H%M%S}-{game_id}.txt")
-        session = GameSession(game_id, settings, ai, save_path)
+        session = GameSession(game_id, settings, ai, save_path, analyst)
         self._make_room()
         self.games[game_id] = session
         self._start_ai(session)

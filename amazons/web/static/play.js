@@ -31,7 +31,7 @@ export class PlayView {
 
     this.form.elements.time.value = info.time_per_move;
     const model = this.form.elements.model;
-    if (info.model === "default" || info.model === "none") {
+    if ([...model.options].some((option) => option.value === info.model && info.model !== "path")) {
       model.value = info.model;
     } else {
       model.value = "path";
