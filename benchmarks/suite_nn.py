@@ -28,11 +28,9 @@ Keys (all numbers):
 * `nn.<preset>.pooled10.native.b64.evaluator_positions_per_s`,
   `nn.<preset>.pooled10.torch_fp32.b64.evaluator_positions_per_s` and their ratio
   `nn.<preset>.pooled10.native_over_torch.b64` (tiny and small with the pooled value head, the
-  --quick grid too): the same on 10x10 (`NativeEvaluator(board_size=10)`), one sitting, on
-  positions of random 10x10 playouts from the standard start; the torch side runs the CPU
-  production evaluator's steps (the engine's feature planes, the inference copy of
-  `prepare_for_inference` in fp32 on one thread, the legal priors of `gather_legal_priors`).
-  Left out where the extension is not built.
+  --quick grid too): the same two production evaluators on 10x10 (`board_size=10`), one
+  sitting, on positions of random 10x10 playouts from the standard start. Left out where the
+  extension is not built.
 * `nn.tiny.fp32.b256.compiled.positions_per_s` (not with --quick): the same forward as the grid's
   under `torch.compile` with inductor's `freezing` (weights as constants: convolutions pre-packed
   and fused with their ReLU / residual add), a variant production does not run. The compile time
@@ -75,17 +73,9 @@ from torch.utils.flop_counter import FlopCounterMode
 from amazons import engine
 from amazons.boards import default_start
 from amazons.neural.learner import Learner, OptimConfig, SampleBatch
-from amazons.neural.model import (
-    PRESETS,
-    PolicyValueNet,
-    gather_legal_priors,
-    net_config,
-    policy_log_tables,
-    prepare_for_inference,
-    segment_ids,
-)
+from amazons.neural.model import PRESETS, PolicyValueNet, net_config, prepare_for_inference
 from amazons.neural.native import NativeEvaluator, native_available
-from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator, numpy_net
+from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator
 from amazons.symmetry import WHITE
 
 PRECISIONS = ("fp32", "bf16")
@@ -304,8 +294,9 @@ def random_positions_of_size(rng: np.random.Generator, count: int, size: int) ->
 
 
 def _native_against_torch_10x10(window_s: float, rng: np.random.Generator) -> dict[str, float]:
-    """The native evaluator's whole call against torch's on the CPU on 10x10, batch 64, with
-    the pooled value head (the flat one runs 8x8 only); see the module docstring."""
+    """The native evaluator's whole call against the torch production evaluator's on the CPU on
+    10x10, batch 64, with the pooled value head (the flat one runs 8x8 only); see the module
+    docstring."""
     if not native_available():
         return {}
     cpu = torch.device("cpu")
@@ -315,28 +306,19 @@ def _native_against_torch_10x10(window_s: float, rng: np.random.Generator) -> di
     batch, size = 64, 10
     positions = random_positions_of_size(rng, batch, size)
     moves, offsets = engine.legal_moves(positions, size=size)
-    segments = torch.from_numpy(segment_ids(offsets))
     try:
         for preset in ("tiny", "small"):
             torch.manual_seed(0)
             model = PolicyValueNet(net_config(preset, value_head="pooled"))
-            native = NativeEvaluator(numpy_net(model), board_size=size)
-            served = prepare_for_inference(model)
-
-            @torch.inference_mode()
-            def torch_call(served=served) -> tuple[np.ndarray, np.ndarray]:
-                planes = engine.features(positions, served.config.num_planes, size=size)
-                features = torch.from_numpy(planes).contiguous(memory_format=torch.channels_last)
-                output = served(features, with_ownership=False, with_soft_policy=False)
-                priors = gather_legal_priors(policy_log_tables(output.policy),
-                                             torch.from_numpy(moves), segments)
-                return priors.numpy(), output.value.numpy()
-
+            evaluators = {"native": NativeReloadableEvaluator(model, board_size=size),
+                          "torch_fp32": ReloadableNetworkEvaluator(model, "cpu", "fp32",
+                                                                   cuda_graphs=False,
+                                                                   board_size=size)}
             key = f"nn.{preset}.pooled10.{{}}.b{batch}.evaluator_positions_per_s"
-            calls = {"native": lambda e=native: e.evaluate(positions, moves, offsets),
-                     "torch_fp32": torch_call}
-            for name, call in calls.items():
-                metrics[key.format(name)] = batch / seconds_per_call(call, cpu, window_s)
+            for name, evaluator in evaluators.items():
+                seconds = seconds_per_call(
+                    lambda e=evaluator: e.evaluate(positions, moves, offsets), cpu, window_s)
+                metrics[key.format(name)] = batch / seconds
             metrics[f"nn.{preset}.pooled10.native_over_torch.b{batch}"] = (
                 metrics[key.format("native")] / metrics[key.format("torch_fp32")])
     finally:
