@@ -8,6 +8,8 @@ whose full move sets (expanded over its three decisions) must equal ours on rand
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -114,6 +116,8 @@ def test_a_move_of_another_size_has_no_action() -> None:
 
 @pytest.mark.parametrize("start", GAME_BOARDS)
 def test_pettingzoo_plays_whole_random_games_sized_from_its_board(start: str) -> None:
+    from pettingzoo.test import api_test
+
     from amazons.envs.pettingzoo_env import env
 
     spec = board_spec(start)
@@ -147,6 +151,9 @@ def test_pettingzoo_plays_whole_random_games_sized_from_its_board(start: str) ->
     winner = ("black_0", "white_0")[final.winner()]
     loser = ("black_0", "white_0")[1 - final.winner()]
     assert rewards == {winner: 1, loser: -1}
+    with warnings.catch_warnings():  # the dict observation is not one of its built-in games'
+        warnings.simplefilter("ignore")
+        api_test(env(board=start), num_cycles=10)
 
 
 @pytest.mark.parametrize("start", GAME_BOARDS)
