@@ -2,16 +2,18 @@
 
 What this module owns:
 
-* `SampleBatch`: training samples in a flat CSR form, exactly as the search produced them:
-  canonical positions `(B, 3) uint64`, the sparse visit distribution over full moves
+* `SampleBatch`: training samples of one board size N (6..10, `board_size`) in a flat CSR form,
+  exactly as the search produced them: canonical positions `(B, 3 * W) uint64` (W words per
+  bitboard: 1 up to 8x8, 2 on 9x9 and 10x10), the sparse visit distribution over full moves
   (`label_moves (N, 3) int32`, `label_probs (N,) float32`, `label_offsets (B + 1,) int64`),
   the outcome `z (B,) float32` for the side to move, the policy weight `(B,) float32` (0 for
   a playout cap's fast search: no policy target, an empty label) and the ownership target
-  `(B, 64) int8` with its mask `(B, 64) bool` (each square's owner at the end of the game, +1 the
+  `(B, N*N) int8` with its mask `(B, N*N) bool` (each square's owner at the end of the game, +1 the
   side to move's; a mask of all False means no target). The engine is never asked to
   decode a label: labels are squares, and squares are what the network's tables are indexed by.
 * `augment_batch`: one random symmetry of the 8 per sample, applied to positions and sparse labels
-  in one vectorized call each (`amazons.symmetry`, square permutations); `sample_batch` draws a
+  in one vectorized call each (`amazons.symmetry`, square permutations of the batch's board
+  size); `sample_batch` draws a
   batch from a pool and augments it on the fly.
 * The losses. Labels are always the soft visit distribution pi, never its argmax.
   - joint head: -sum pi(s, d, a) [log P(s, d) + log P(a | d)], reported as two terms: the
@@ -19,12 +21,14 @@ What this module owns:
     conditional (P(a | s, d) with the source term, `NetConfig.arrow_source`);
   - factorized head: the three marginal cross-entropies (src, dst, arrow);
   each weighted by the sample's policy weight and averaged over the samples' total policy weight;
-  the joint head (without the source term) is scored against dense `[B, 4096]` target tables
+  the joint head (without the source term) is scored against dense `[B, N*N * N*N]` target
+  tables (`[B, 4096]` on 8x8)
   (`with_target_tables`, `OptimConfig.dense_policy_targets`), its log-softmax's gradient written
   in one pass (`_TableCrossEntropy`), the other heads by gathering the labels' log-probabilities;
   - value: mean squared error against z, over every sample;
   - ownership (networks with the ownership head): squared error over the squares the mask keeps,
-    summed per sample and divided by 64, averaged over the samples that have a target;
+    summed per sample and divided by N*N (64 on 8x8), averaged over the samples that have a
+    target;
   - soft policy (networks with the soft policy head, KataGo's auxiliary soft policy target): the
     policy terms of the second head against pi^(1 / T) renormalized over each sample's labelled
     moves (`soft_policy_targets`, T = `OptimConfig.soft_policy_temperature`), weighted by
@@ -48,7 +52,7 @@ import dataclasses
 import math
 import re
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -59,7 +63,6 @@ from torch import nn
 
 from amazons import engine
 from amazons.neural.model import (
-    NUM_SQUARES,
     PRECISION_DTYPES,
     PRECISIONS,
     FactorizedPolicy,
@@ -124,14 +127,15 @@ class OptimConfigError(ValueError):
 
 @dataclass(frozen=True, eq=False)
 class SampleBatch:
-    """Training samples, labels in CSR form. Validated on construction.
+    """Training samples of one board size, labels in CSR form. Validated on construction.
 
     Sample i is `positions[i]`, its labels `label_moves[j]` / `label_probs[j]` for
     `label_offsets[i] <= j < label_offsets[i + 1]`, its outcome `z[i]` and its policy weight
-    `policy_weight[i]` (default 1 for every sample).
+    `policy_weight[i]` (default 1 for every sample). S = N*N squares of the `board_size` board.
     """
 
-    positions: np.ndarray  # (B, 3) uint64, canonical [MINE, THEIRS, ARROWS] bitboards
+    # (B, 3 * W) uint64, canonical [MINE, THEIRS, ARROWS] bitboards, W words each
+    positions: np.ndarray
     label_moves: np.ndarray  # (N, 3) int32, canonical (src, dst, arrow) moves the search visited
     # (N,) float32, visit shares; >= 0, summing to 1 over each non-empty label
     label_probs: np.ndarray
@@ -139,22 +143,24 @@ class SampleBatch:
     z: np.ndarray  # (B,) float32, the game's outcome for the side to move, in [-1, 1]
     # (B,) float32 in [0, 1]; 0 = no policy target (empty label)
     policy_weight: np.ndarray | None = None
-    # (B, 64) int8 in {-1, 0, 1}: each square's owner at the end of the game, canonical frame, +1
+    # (B, S) int8 in {-1, 0, 1}: each square's owner at the end of the game, canonical frame, +1
     # the side to move's; default 0
     ownership: np.ndarray | None = None
-    # (B, 64) bool: the squares the ownership loss counts (not arrows at the end);
+    # (B, S) bool: the squares the ownership loss counts (not arrows at the end);
     # all False = no target
     ownership_mask: np.ndarray | None = None
+    board_size: int = 8  # N of the N x N board every sample is a position of
 
     def __post_init__(self) -> None:
         if self.policy_weight is None and isinstance(self.positions, np.ndarray):
             object.__setattr__(self, "policy_weight", np.ones(self.positions.shape[0], np.float32))
         if isinstance(self.positions, np.ndarray):
             count = self.positions.shape[0]
+            squares = engine.geometry(self.board_size).num_squares
             if self.ownership is None:
-                object.__setattr__(self, "ownership", np.zeros((count, NUM_SQUARES), np.int8))
+                object.__setattr__(self, "ownership", np.zeros((count, squares), np.int8))
             if self.ownership_mask is None:
-                object.__setattr__(self, "ownership_mask", np.zeros((count, NUM_SQUARES), np.bool_))
+                object.__setattr__(self, "ownership_mask", np.zeros((count, squares), np.bool_))
         _validate_batch(self)
 
     @property
@@ -172,15 +178,17 @@ class SampleBatch:
         label_moves: Sequence[np.ndarray],
         label_weights: Sequence[np.ndarray],
         z: np.ndarray | Sequence[float],
+        board_size: int = 8,
     ) -> SampleBatch:
         """Build a batch from per-sample arrays; label weights (e.g. raw visit counts) are
         normalized to probabilities.
 
         Args:
-            positions: `(B, 3) uint64` canonical positions.
+            positions: `(B, 3 * W) uint64` canonical positions of the `board_size` board.
             label_moves: B arrays `(K_i, 3)` of integer moves.
             label_weights: B arrays `(K_i,)` of non-negative weights, each with a positive sum.
             z: B outcomes in [-1, 1] for the side to move.
+            board_size: N of the N x N board.
 
         Raises:
             SampleError: lengths disagree or a sample's weights are unusable.
@@ -204,13 +212,15 @@ class SampleBatch:
         offsets = np.zeros(count + 1, np.int64)
         np.cumsum([m.shape[0] for m in moves], out=offsets[1:])
         return cls(
-            positions=np.ascontiguousarray(positions, dtype=np.uint64).reshape(-1, 3),
+            positions=np.ascontiguousarray(positions, dtype=np.uint64).reshape(
+                -1, engine.geometry(board_size).position_width),
             label_moves=np.ascontiguousarray(np.concatenate(moves) if count else np.zeros((0, 3)),
                                              dtype=np.int32),
             label_probs=(np.concatenate(probs).astype(np.float32) if count
                          else np.zeros(0, np.float32)),
             label_offsets=offsets,
             z=np.ascontiguousarray(z, dtype=np.float32).reshape(-1),
+            board_size=board_size,
         )
 
     def select(self, indices: np.ndarray | Sequence[int]) -> SampleBatch:
@@ -227,13 +237,16 @@ class SampleBatch:
         return SampleBatch(self.positions[indices], self.label_moves[rows], self.label_probs[rows],
                            offsets, self.z[indices], self.policy_weight[indices],
                            ownership=self.ownership[indices],
-                           ownership_mask=self.ownership_mask[indices])
+                           ownership_mask=self.ownership_mask[indices], board_size=self.board_size)
 
     @classmethod
     def concatenate(cls, batches: Sequence[SampleBatch]) -> SampleBatch:
-        """One batch holding all samples of `batches`, in order."""
+        """One batch holding all samples of `batches`, in order (all of one board size)."""
         if not batches:
             raise SampleError("concatenate needs at least one batch")
+        sizes = sorted({batch.board_size for batch in batches})
+        if len(sizes) > 1:
+            raise SampleError(f"concatenate needs batches of one board size, got sizes {sizes}")
         offsets = [np.zeros(1, np.int64)]
         base = 0
         for batch in batches:
@@ -248,6 +261,7 @@ class SampleBatch:
             np.concatenate([b.policy_weight for b in batches]),
             ownership=np.concatenate([b.ownership for b in batches]),
             ownership_mask=np.concatenate([b.ownership_mask for b in batches]),
+            board_size=sizes[0],
         )
 
 
@@ -263,12 +277,17 @@ def _validate_batch(batch: SampleBatch) -> None:
             got = (f"{array.dtype} with shape {array.shape}" if isinstance(array, np.ndarray)
                    else type(array).__name__)
             raise SampleError(f"{name} must be a {ndim}-d {np.dtype(dtype).name} array, got {got}")
+    try:
+        geometry = engine.geometry(batch.board_size)
+    except ValueError as error:
+        raise SampleError(f"board_size: {error}") from None
+    squares, width, size = geometry.num_squares, geometry.position_width, geometry.size
     count = batch.positions.shape[0]
     labels = batch.label_moves.shape[0]
-    if batch.positions.shape[1] != 3 or batch.label_moves.shape[1] != 3:
+    if batch.positions.shape[1] != width or batch.label_moves.shape[1] != 3:
         raise SampleError(
-            f"positions and label_moves need 3 columns, got {batch.positions.shape} and "
-            f"{batch.label_moves.shape}")
+            f"positions need {width} columns on a {size}x{size} board and label_moves 3, got "
+            f"{batch.positions.shape} and {batch.label_moves.shape}")
     if batch.label_probs.shape != (labels,):
         raise SampleError(f"label_probs has shape {batch.label_probs.shape}, expected ({labels},)")
     if batch.label_offsets.shape != (count + 1,) or batch.z.shape != (count,) or (
@@ -285,8 +304,9 @@ def _validate_batch(batch: SampleBatch) -> None:
         raise SampleError(
             f"label_offsets must rise from 0 to {labels} (every sample with a policy weight needs "
             f"a label), got {offsets[0]}..{offsets[-1]} with {int(np.sum(missing))} empty samples")
-    if labels and (batch.label_moves.min() < 0 or batch.label_moves.max() >= NUM_SQUARES):
-        raise SampleError("label_moves must hold squares 0..63")
+    if labels and (batch.label_moves.min() < 0 or batch.label_moves.max() >= squares):
+        raise SampleError(f"label_moves must hold squares 0..{squares - 1} "
+                          f"on a {size}x{size} board")
     if not np.all(batch.label_probs >= 0):  # also rejects NaN
         raise SampleError("label_probs must be finite and >= 0")
     if count:
@@ -296,10 +316,11 @@ def _validate_batch(batch: SampleBatch) -> None:
             raise SampleError(f"labels of sample {bad[0]} sum to {sums[bad[0]]:.6f}, not 1")
     if not np.all(np.abs(batch.z) <= 1.0):
         raise SampleError("z must be finite and in [-1, 1]")
-    if (batch.ownership.shape != (count, NUM_SQUARES)
-            or batch.ownership_mask.shape != (count, NUM_SQUARES)):
-        raise SampleError(f"{count} positions need ownership and ownership_mask ({count}, 64), "
-                          f"got {batch.ownership.shape} and {batch.ownership_mask.shape}")
+    if (batch.ownership.shape != (count, squares)
+            or batch.ownership_mask.shape != (count, squares)):
+        raise SampleError(f"{count} positions need ownership and ownership_mask "
+                          f"({count}, {squares}), got {batch.ownership.shape} and "
+                          f"{batch.ownership_mask.shape}")
     if batch.ownership.size and np.abs(batch.ownership).max() > 1:
         raise SampleError("ownership must hold -1, 0 and +1 only")
 
@@ -329,15 +350,17 @@ def augment_batch(
     if symmetries.shape != (batch.size,):
         raise SampleError(f"symmetries must have shape ({batch.size},), got {symmetries.shape}")
     per_label = np.repeat(symmetries, np.diff(batch.label_offsets))
+    size = batch.board_size
     return SampleBatch(
-        transform_positions(batch.positions, symmetries),
-        np.ascontiguousarray(transform_moves(batch.label_moves, per_label)),
+        transform_positions(batch.positions, symmetries, size=size),
+        np.ascontiguousarray(transform_moves(batch.label_moves, per_label, size=size)),
         batch.label_probs,
         batch.label_offsets,
         batch.z,
         batch.policy_weight,
         ownership=transform_square_labels(batch.ownership, symmetries),
         ownership_mask=transform_square_labels(batch.ownership_mask, symmetries),
+        board_size=size,
     )
 
 
@@ -367,14 +390,15 @@ class LabelTensors(NamedTuple):
     label_weight: torch.Tensor  # [N] float32, the policy weight of each label's sample
     # [] float32, the batch's total policy weight (the policy terms' denominator)
     policy_samples: torch.Tensor
-    # [B, 64] float32 in {-1, 0, 1}, each square's final owner, +1 the side to move's
+    # [B, S] float32 in {-1, 0, 1}, each square's final owner, +1 the side to move's (S = N*N
+    # squares of the batch's board, 64 on 8x8)
     ownership: torch.Tensor
-    ownership_mask: torch.Tensor  # [B, 64] float32, 1 where the square counts in the ownership loss
+    ownership_mask: torch.Tensor  # [B, S] float32, 1 where the square counts in the ownership loss
     # [] float32, samples with an ownership target (the loss's denominator)
     ownership_samples: torch.Tensor
     # The joint head's dense policy targets (`with_target_tables`; None unless asked for): each
     # label's pi * policy weight added up at its entry of the two tables the loss reads,
-    # [B, 4096] float32 [b, src * 64 + dst] and [B, 4096] float32 [b, dst * 64 + arrow]
+    # [B, S * S] float32 [b, src * S + dst] and [B, S * S] float32 [b, dst * S + arrow]
     move_targets: torch.Tensor | None = None
     arrow_targets: torch.Tensor | None = None
 
@@ -417,20 +441,21 @@ def label_tensors(batch: SampleBatch, device: str | torch.device = "cpu",
 
 def with_target_tables(labels: LabelTensors) -> LabelTensors:
     """`labels` with the joint head's dense policy targets: c = pi * policy weight of each label
-    added at `[b, src * 64 + dst]` of `move_targets` and at `[b, dst * 64 + arrow]` of
-    `arrow_targets` (both `[B, 4096]` float32; two labels of one sample may share an entry).
+    added at `[b, src * S + dst]` of `move_targets` and at `[b, dst * S + arrow]` of
+    `arrow_targets` (both `[B, S * S]` float32, S = N*N squares of the batch's board read from the
+    ownership target's width; two labels of one sample may share an entry).
 
     With them the joint head's loss is -sum(targets * log_softmax(logits)) per table
     (`policy_loss_terms`), the same sum as over the labels, without gathering the labels' entries
     from full log-probability tables nor scattering their gradients back.
     """
-    batch_size = labels.z.shape[0]
-    table = NUM_SQUARES * NUM_SQUARES
+    batch_size, squares = labels.ownership.shape
+    table = squares * squares
     weighted = labels.probs * labels.label_weight
     rows = labels.sample_index * table
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     tables = []
-    for column in (rows + src * NUM_SQUARES + dst, rows + dst * NUM_SQUARES + arrow):
+    for column in (rows + src * squares + dst, rows + dst * squares + arrow):
         targets = torch.zeros(batch_size * table, dtype=torch.float32, device=weighted.device)
         tables.append(targets.index_add_(0, column, weighted).view(batch_size, table))
     return labels._replace(move_targets=tables[0], arrow_targets=tables[1])
@@ -439,7 +464,7 @@ def with_target_tables(labels: LabelTensors) -> LabelTensors:
 class PreparedBatch(NamedTuple):
     """A batch as the training step consumes it (`Learner.prepare`)."""
 
-    features: torch.Tensor  # [B, planes, 8, 8] float32 on the learner's device, its memory format
+    features: torch.Tensor  # [B, planes, N, N] float32 on the learner's device, its memory format
     labels: LabelTensors
 
 
@@ -503,19 +528,20 @@ def policy_loss_terms(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy
     """
     weight = labels.policy_samples.clamp_min(1e-12)
     if isinstance(policy, JointPolicy) and labels.move_targets is not None:
-        batch_size = policy.move_logits.shape[0]
+        batch_size, squares = policy.move_logits.shape[:2]
         move = _TableCrossEntropy.apply(policy.move_logits.float().reshape(batch_size, -1),
                                         labels.move_targets)
         arrow = _TableCrossEntropy.apply(
-            policy.arrow_logits.float().reshape(batch_size * NUM_SQUARES, NUM_SQUARES),
-            labels.arrow_targets.reshape(batch_size * NUM_SQUARES, NUM_SQUARES))
+            policy.arrow_logits.float().reshape(batch_size * squares, squares),
+            labels.arrow_targets.reshape(batch_size * squares, squares))
         return {"policy_move": move / weight, "policy_arrow": arrow / weight}
     src, dst, arrow = labels.moves[:, 0], labels.moves[:, 1], labels.moves[:, 2]
     rows = labels.sample_index
     if isinstance(policy, JointPolicy | JointSourcePolicy):
         tables = policy_log_tables(policy)
         log_p = {
-            "policy_move": _label_log_probs(tables.log_move, rows, src * NUM_SQUARES + dst),
+            "policy_move": _label_log_probs(tables.log_move, rows,
+                                            src * tables.num_squares + dst),
             "policy_arrow": arrow_log_probs(tables, labels.moves, rows),
         }
     elif isinstance(policy, FactorizedPolicy):
@@ -552,11 +578,12 @@ def value_loss(value: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 
 def ownership_loss(ownership: torch.Tensor, labels: LabelTensors) -> torch.Tensor:
-    """The ownership term: squared error of the predicted owners `[B, 64]` against the targets,
-    over the squares each sample's mask keeps, summed per sample and divided by 64 (KataGo's
-    1 / b^2 per square), averaged over the samples that have a target (0 when none has)."""
+    """The ownership term: squared error of the predicted owners `[B, S]` against the targets,
+    over the squares each sample's mask keeps, summed per sample and divided by the board's S =
+    N*N squares (KataGo's 1 / b^2 per square; 64 on 8x8), averaged over the samples that have a
+    target (0 when none has)."""
     squared = labels.ownership_mask * (ownership.float() - labels.ownership) ** 2
-    return squared.sum() / (NUM_SQUARES * labels.ownership_samples.clamp_min(1.0))
+    return squared.sum() / (labels.ownership.shape[1] * labels.ownership_samples.clamp_min(1.0))
 
 
 def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.Tensor:
@@ -565,13 +592,13 @@ def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.
 
     A source without an amazon keeps H(arrow | dst). For the slots, with L = log P(a | dst), S the
     source logits, N the norm and m = max_a S[slot, a],
-    H = N - exp(m - N) sum_a exp(S - m) P(a | dst) (L + S): two `[4, 64] x [64, 64]` products
-    per position instead of a `[64, 64, 64]` table.
+    H = N - exp(m - N) sum_a exp(S - m) P(a | dst) (L + S): two `[4, Q] x [Q, Q]` products
+    per position (Q = N*N squares, 64 on 8x8) instead of a `[Q, Q, Q]` table.
     """
-    batch_size = tables.log_move.shape[0]
-    log_arrow = tables.log_arrow.reshape(batch_size, NUM_SQUARES, NUM_SQUARES)  # [b, dst, arrow]
-    source = tables.source_arrow.reshape(batch_size, -1, NUM_SQUARES)  # [b, slot, arrow]
-    norm = tables.source_norm.reshape(batch_size, -1, NUM_SQUARES)  # [b, slot, dst]
+    batch_size, count = tables.log_move.shape[0], tables.num_squares
+    log_arrow = tables.log_arrow.reshape(batch_size, count, count)  # [b, dst, arrow]
+    source = tables.source_arrow.reshape(batch_size, -1, count)  # [b, slot, arrow]
+    norm = tables.source_norm.reshape(batch_size, -1, count)  # [b, slot, dst]
     with torch.autocast(source.device.type, enabled=False):
         p_arrow = log_arrow.exp()
         plain = -(p_arrow * log_arrow).sum(-1)  # [b, dst]: H(arrow | dst)
@@ -580,9 +607,9 @@ def _source_arrow_entropy(tables: PolicyTables, squares: torch.Tensor) -> torch.
         expected = (torch.bmm(weights, (p_arrow * log_arrow).transpose(1, 2))
                     + torch.bmm(weights * source, p_arrow.transpose(1, 2)))
         with_source = norm - torch.exp(peak - norm) * expected  # [b, slot, dst]
-    p_move = tables.log_move.exp().reshape(batch_size, NUM_SQUARES, NUM_SQUARES)
+    p_move = tables.log_move.exp().reshape(batch_size, count, count)
     p_moved = torch.gather(p_move, 1,
-                           squares[:, :, None].expand(-1, -1, NUM_SQUARES))  # [b, slot, dst]
+                           squares[:, :, None].expand(-1, -1, count))  # [b, slot, dst]
     return ((p_move.sum(dim=1) * plain).sum(-1)
             + (p_moved * (with_source - plain[:, None, :])).sum(dim=(1, 2)))
 
@@ -609,9 +636,10 @@ def policy_metrics(policy: JointPolicy | JointSourcePolicy | FactorizedPolicy,
     log_move, log_arrow = tables.log_move, tables.log_arrow
     p_move = log_move.exp()
     if tables.source_arrow is None:
-        p_dst = p_move.reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(dim=1)
+        count = tables.num_squares
+        p_dst = p_move.reshape(batch_size, count, count).sum(dim=1)
         arrow_entropy = -((log_arrow.exp() * log_arrow)
-                          .reshape(batch_size, NUM_SQUARES, NUM_SQUARES).sum(-1))
+                          .reshape(batch_size, count, count).sum(-1))
         mean_arrow_entropy = (p_dst * arrow_entropy).sum(-1)
     else:
         mean_arrow_entropy = _source_arrow_entropy(tables, policy.source_squares)
@@ -673,6 +701,12 @@ class OptimConfig:
     # torch.compile of the forward pass and the losses together (the backward compiled with
     # them); `compile` compiles the forward alone
     compile_step: bool = False
+    # a warm start's first steps train only what it did not carry over unchanged: the parameters
+    # `Learner.freeze` names (a run's: every tensor `--init` copied whole) get no gradient, no
+    # update and no weight decay, and their batch norms keep their statistics, for this many
+    # learner steps (0 = none); e.g. a flat value head made pooled trains its new first layer
+    # before the trunk moves
+    freeze_carried_steps: int = 0
 
     def __post_init__(self) -> None:
         for name in ("lr", "weight_decay", "eps", "grad_clip_norm", "policy_weight", "value_weight",
@@ -691,7 +725,7 @@ class OptimConfig:
             raise OptimConfigError(f"min_lr_ratio must be in [0, 1], got {self.min_lr_ratio!r}")
         if len(self.betas) != 2 or not all(0 <= beta < 1 for beta in self.betas):
             raise OptimConfigError(f"betas must be two numbers in [0, 1), got {self.betas!r}")
-        for name in ("warmup_steps", "total_steps", "metrics_every"):
+        for name in ("warmup_steps", "total_steps", "metrics_every", "freeze_carried_steps"):
             value = getattr(self, name)
             least = 1 if name == "metrics_every" else 0
             if not isinstance(value, int) or isinstance(value, bool) or value < least:
@@ -775,6 +809,36 @@ class Learner:
         self.target_tables = (self.config.dense_policy_targets
                               and model.config.policy_head == "joint"
                               and not model.config.arrow_source)
+        self.frozen: tuple[str, ...] = ()  # `freeze`'s parameter names
+        self._frozen_parameters: list[nn.Parameter] = []
+        self._frozen_norms: list[nn.Module] = []
+
+    def freeze(self, names: Collection[str]) -> None:
+        """Hold the parameters `names` fixed while `step` < `OptimConfig.freeze_carried_steps`:
+        their gradients are dropped (set to None) before clipping, so AdamW (fused or not)
+        neither updates nor decays them and the clipped norm is the trained parameters' alone,
+        and a batch norm whose parameters are all frozen stays in eval mode (its running
+        statistics kept). Replaces an earlier call's names.
+
+        Raises:
+            ValueError: a name that is not a parameter of the model.
+        """
+        parameters = dict(self.model.named_parameters())
+        unknown = sorted(set(names) - set(parameters))
+        if unknown:
+            raise ValueError(f"freeze: no parameters {unknown[:5]} in the model")
+        self.frozen = tuple(sorted(names))
+        self._frozen_parameters = [parameters[name] for name in self.frozen]
+        self._frozen_norms = [
+            module for prefix, module in self.model.named_modules()
+            if isinstance(module, nn.modules.batchnorm._BatchNorm)
+            and all(f"{prefix}.{name}" in names
+                    for name, _ in module.named_parameters(recurse=False))]
+
+    @property
+    def freezing(self) -> bool:
+        """Whether the next step holds the `freeze`d parameters fixed."""
+        return bool(self.frozen) and self.step < self.config.freeze_carried_steps
 
     @property
     def num_planes(self) -> int:
@@ -810,22 +874,23 @@ class Learner:
         dtype = PRECISION_DTYPES[self.precision]
         return torch.autocast(self.device.type, dtype=dtype, enabled=self.precision != "fp32")
 
-    def features(self, positions: np.ndarray) -> torch.Tensor:
-        """Feature planes of `(B, 3) uint64` positions, on the device, in the model's
-        memory format."""
+    def features(self, positions: np.ndarray, board_size: int = 8) -> torch.Tensor:
+        """Feature planes `[B, planes, N, N]` of `(B, 3 * W) uint64` positions of the
+        `board_size` board, on the device, in the model's memory format."""
         rows = positions.shape[0]
         if self.device.type == "cuda":
             # A fresh pinned buffer per call (from torch's caching host allocator): the previous
             # step's non-blocking copy may still be reading the last one.
-            host = torch.empty((rows, self.num_planes, 8, 8), dtype=torch.float32, pin_memory=True)
-            engine.features(positions, self.num_planes, out=host.numpy())
+            host = torch.empty((rows, self.num_planes, board_size, board_size),
+                               dtype=torch.float32, pin_memory=True)
+            engine.features(positions, self.num_planes, out=host.numpy(), size=board_size)
             features = host.to(self.device, non_blocking=True)
             if self.config.channels_last:
                 features = features.contiguous(memory_format=torch.channels_last)
             return features
         # A fresh array per call: a prefetch thread prepares the next batch while a step reads
         # this one (`BatchPrefetcher`).
-        features = torch.from_numpy(engine.features(positions, self.num_planes))
+        features = torch.from_numpy(engine.features(positions, self.num_planes, size=board_size))
         if self.config.channels_last:
             features = features.contiguous(memory_format=torch.channels_last)
         return features.to(self.device)
@@ -841,7 +906,7 @@ class Learner:
         """
         if batch.size == 0:
             raise SampleError("train_step needs at least one sample")
-        return PreparedBatch(self.features(batch.positions),
+        return PreparedBatch(self.features(batch.positions, batch.board_size),
                              label_tensors(batch, self.device, self.target_tables))
 
     def _uncompiled_forward_and_losses(
@@ -907,10 +972,17 @@ class Learner:
         """
         features, labels = batch if isinstance(batch, PreparedBatch) else self.prepare(batch)
         with_metrics = self.step % self.config.metrics_every == 0
+        freezing = self.freezing
         self.model.train()
+        if freezing:
+            for module in self._frozen_norms:
+                module.eval()
         loss, terms, output = self._forward_and_losses(features, labels)
         self.optimizer.zero_grad(set_to_none=True)
         self.scaler.scale(loss).backward()
+        if freezing:  # before clipping: a None gradient is no update, no decay, no norm share
+            for parameter in self._frozen_parameters:
+                parameter.grad = None
         self.scaler.unscale_(self.optimizer)
         max_norm = self.config.grad_clip_norm if self.config.grad_clip_norm > 0 else math.inf
         grad_norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
@@ -955,7 +1027,8 @@ class Learner:
         return {name: float(value) for name, value in terms.items()}
 
     def state_dict(self) -> dict[str, Any]:
-        """Everything a restart needs besides the configs and the process-wide RNGs."""
+        """Everything a restart needs besides the configs and the process-wide RNGs (and the
+        `freeze`d names, which a data-parallel rank built from it holds fixed too)."""
         return {
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
@@ -963,6 +1036,7 @@ class Learner:
             "scaler": self.scaler.state_dict(),
             "step": self.step,
             "rng": self.rng.bit_generator.state,
+            "frozen": list(self.frozen),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -979,6 +1053,8 @@ class Learner:
             self.scaler.load_state_dict(state["scaler"])
         self.step = int(state["step"])
         self.rng.bit_generator.state = state["rng"]
+        if "frozen" in state:
+            self.freeze(state["frozen"])
 
     def apply_optim_config(self) -> None:
         """Put `self.config`'s hyperparameters into the optimizer and the schedule.

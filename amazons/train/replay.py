@@ -1,6 +1,6 @@
 """Self-play data: finished games as samples, compressed chunks on disk, and the replay window.
 
-A sample is one position of a finished game: the compact canonical position `(3,) uint64`, the
+A sample is one position of a finished game: the compact canonical position `(3 * W,) uint64`, the
 policy target of the search at that position (canonical moves with their target probabilities, and
 the search's raw visit counts where they were kept) and the outcome `z` in {-1, +1} for the side to
 move there. Labels are never decoded by the engine: they are square triples from the search, in the
@@ -31,7 +31,16 @@ existed) load with every policy weight 1, version 1 and 2 chunks (before the own
 load with no ownership target, and version 4 chunks carry `first_game`, the serial number of their
 first game in the run (`ReplayBuffer.games_since`), and store labels as the window does (below);
 they load with int32 squares, float32 probabilities and no visit counts. Version 5 adds
-`sample_weight`; older chunks load with every sample weight 1.
+`sample_weight`; older chunks load with every sample weight 1. Version 6 records the board the games
+were played on (`board`: `amazons.boards.BoardSpec.to_dict()` as JSON text); older chunks are
+botzone8's, so botzone8's chunks are still written as version 5, the same files as before, which
+code from before board sizes reads too.
+
+Boards: a `GameSamples` holds the games of one board (`GameSamples.board`, botzone8 unless
+given), whose size sets its shapes: positions `(T, 3 * W)` (W = 1 up to 8x8, 2 on 9x9 and 10x10),
+squares below N*N, ownership maps `(G, N*N)`. A `ReplayBuffer` holds one board: a chunk or games
+of another board are refused by name (`ReplayBoardError`). Training on several boards at once
+would need a window per board; nothing asks for it.
 
 The buffer keeps a sliding window of the newest positions (sized in positions) in flat arrays, one
 row per position and one per label entry, and samples from it with vectorized gathers (the labels
@@ -44,11 +53,12 @@ float16 (5 bytes), without visit counts, which no training target uses
 float32 probabilities renormalized over each position, so the window changes the targets by float16
 rounding only (a relative 2**-11 at most; 3e-8 absolute below float16's normal range, 6e-5).
 
-Imports numpy and the standard library only.
+Imports numpy, the standard library and `amazons.boards`.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -60,13 +70,15 @@ from pathlib import Path
 
 import numpy as np
 
+from amazons.boards import BoardSpec, NotationError, board_spec
 from amazons.core.atomic import atomic_write
 
 CHUNK_PATTERN = re.compile(r"chunk-(\d{8})\.npz$")
 # 1: no policy_weight (every sample a full search); 2: policy_weight; 3: the ownership target;
 # 4: first_game; labels as uint8 squares and float16 probabilities, no visit counts;
-# 5: sample_weight
-CHUNK_FORMAT_VERSION = 5
+# 5: sample_weight; 6: board (the BoardSpec's dict as JSON text)
+CHUNK_FORMAT_VERSION = 6
+BOTZONE8_CHUNK_VERSION = 5  # the version botzone8's chunks are written in (no board array)
 _CHUNK_KEYS_V1 = (
     "positions",
     "label_moves",
@@ -82,7 +94,7 @@ _CHUNK_KEYS_V3 = _CHUNK_KEYS_V2 + ("ownership", "ownership_mask", "ownership_sig
 # version 4: no visit counts
 _CHUNK_KEYS_V4 = tuple(key for key in _CHUNK_KEYS_V3 if key != "label_visits")
 _CHUNK_KEYS = _CHUNK_KEYS_V4 + ("sample_weight",)
-NUM_SQUARES = 64
+NUM_SQUARES = 64  # the squares of the default board, botzone8 (`GameSamples.num_squares`)
 # The window's label entry: three uint8 squares and a float16 probability.
 LABEL_ENTRY_BYTES = 3 * np.dtype(np.uint8).itemsize + np.dtype(np.float16).itemsize
 
@@ -91,12 +103,31 @@ class ReplayChunkError(ValueError):
     """A replay chunk is unreadable or inconsistent; the message names the file and the fault."""
 
 
+class ReplayBoardError(ValueError):
+    """Games or a chunk of another board than the replay window's; the message names both
+    boards (and the chunk)."""
+
+
+def check_same_board(board: BoardSpec, expected: BoardSpec, what: str) -> None:
+    """Refuse `board` unless it is `expected` (the same size, start squares and first side).
+
+    Raises:
+        ReplayBoardError: naming `what` and both boards.
+    """
+    if not board.same_start(expected):
+        raise ReplayBoardError(f"{what}: played on the {board.label()} board "
+                               f"({board.size}x{board.size}), the replay holds the "
+                               f"{expected.label()} board ({expected.size}x{expected.size}); "
+                               "a replay window trains on one board")
+
+
 @dataclass
 class GameSamples:
     """The samples of one or more finished games, concatenated (CSR layout for the labels).
 
     Attributes:
-        positions: `(T, 3) uint64` canonical positions, in play order.
+        positions: `(T, 3 * W) uint64` canonical positions, in play order (W words per
+            bitboard of `board`: 1 up to 8x8, 2 on 9x9 and 10x10).
         label_moves: `(N, 3) int32` canonical moves of the target.
         label_visits: `(N,) int32` the search's raw visit counts of those moves, or None where
             they were not kept (the replay window keeps none: no training target uses them).
@@ -109,16 +140,18 @@ class GameSamples:
         game_offsets: `(G + 1,) int64`; game g is positions `game_offsets[g]:game_offsets[g+1]`.
         policy_weight: `(T,) float32` in [0, 1], how much each position's policy target counts
             (0: a value-only sample, no policy target); None means 1 everywhere.
-        ownership: `(G, 64) int8`, each game's owner of every square at its final (or
+        ownership: `(G, N*N) int8`, each game's owner of every square at its final (or
             adjudicated) position, real frame: +1 Black's, -1 White's, 0 neutral or an arrow
             (`amazons.train.selfplay.final_ownership`); None means 0 everywhere.
-        ownership_mask: `(G, 64) bool`, the squares the ownership target counts (all but the
+        ownership_mask: `(G, N*N) bool`, the squares the ownership target counts (all but the
             final arrows); all False for a game without a target (None: every game).
         ownership_sign: `(T,) int8`, the side to move at each position, +1 Black, -1 White, 0 for
             a position without an ownership target (None: every position).
         sample_weight: `(T,) float32` >= 0, how often the replay window draws each position
             relative to a position of weight 1 (policy surprise weighting,
             `amazons.train.selfplay.surprise_weights`); None means 1 everywhere.
+        board: the board every game was played on (`amazons.boards.BoardSpec`; botzone8 when
+            not given); its size sets the shapes above.
     """
 
     positions: np.ndarray
@@ -134,8 +167,10 @@ class GameSamples:
     ownership_mask: np.ndarray | None = None
     ownership_sign: np.ndarray | None = None
     sample_weight: np.ndarray | None = None
+    board: BoardSpec = field(default_factory=board_spec)
 
     def __post_init__(self) -> None:
+        squares = self.board.num_squares
         if self.policy_weight is None and isinstance(self.positions, np.ndarray):
             self.policy_weight = np.ones(self.positions.shape[0], np.float32)
         if self.sample_weight is None and isinstance(self.positions, np.ndarray):
@@ -143,9 +178,9 @@ class GameSamples:
         if isinstance(self.game_offsets, np.ndarray) and isinstance(self.positions, np.ndarray):
             games = max(self.game_offsets.shape[0] - 1, 0)
             if self.ownership is None:
-                self.ownership = np.zeros((games, NUM_SQUARES), np.int8)
+                self.ownership = np.zeros((games, squares), np.int8)
             if self.ownership_mask is None:
-                self.ownership_mask = np.zeros((games, NUM_SQUARES), np.bool_)
+                self.ownership_mask = np.zeros((games, squares), np.bool_)
             if self.ownership_sign is None:
                 self.ownership_sign = np.zeros(self.positions.shape[0], np.int8)
 
@@ -156,6 +191,11 @@ class GameSamples:
     @property
     def num_games(self) -> int:
         return int(self.game_offsets.shape[0] - 1)
+
+    @property
+    def num_squares(self) -> int:
+        """N*N, the squares of the games' board."""
+        return self.board.num_squares
 
     def validate(self, source: str = "samples") -> None:
         """Check dtypes, shapes and contents.
@@ -187,8 +227,10 @@ class GameSamples:
                     f"{source}: {name} must be a {ndim}-d {np.dtype(dtype).name} array")
         count = self.num_positions
         problems = []
-        if self.positions.shape[1:] != (3,) or self.played_moves.shape != (count, 3):
-            problems.append("positions and played_moves must be (T, 3)")
+        width, squares = 3 * self.board.words, self.num_squares
+        if self.positions.shape[1:] != (width,) or self.played_moves.shape != (count, 3):
+            problems.append(f"positions must be (T, {width}) on the {self.board.label()} board "
+                            f"and played_moves (T, 3)")
         visits = self.label_policy if self.label_visits is None else self.label_visits
         if self.label_moves.shape[1:] != (3,) or not (
             visits.shape[0] == self.label_policy.shape[0] == self.label_moves.shape[0]
@@ -209,8 +251,11 @@ class GameSamples:
         if self.game_offsets.shape[0] < 1 or self.game_offsets[0] != 0 or (
                 self.game_offsets[-1] != count) or (np.diff(self.game_offsets) <= 0).any():
             problems.append("game_offsets must rise strictly from 0 to T")
-        if self.label_moves.size and (self.label_moves.min() < 0 or self.label_moves.max() > 63):
-            problems.append("label_moves hold squares outside 0..63")
+        if self.label_moves.size and (self.label_moves.min() < 0
+                                      or self.label_moves.max() >= squares):
+            problems.append(f"label_moves hold squares outside 0..{squares - 1}")
+        if count and (self.played_moves.min() < 0 or self.played_moves.max() >= squares):
+            problems.append(f"played_moves hold squares outside 0..{squares - 1}")
         if self.label_visits is not None and self.label_visits.size and self.label_visits.min() < 0:
             problems.append("label_visits hold negative counts")
         if self.label_policy.size and not (np.isfinite(self.label_policy).all()
@@ -229,10 +274,11 @@ class GameSamples:
         elif not (np.isfinite(self.sample_weight).all() and (self.sample_weight >= 0).all()):
             problems.append("sample_weight holds negative or non-finite values")
         games = self.num_games
-        if self.ownership.shape != (games, NUM_SQUARES) \
-                or self.ownership_mask.shape != (games, NUM_SQUARES) \
+        if self.ownership.shape != (games, squares) \
+                or self.ownership_mask.shape != (games, squares) \
                 or self.ownership_sign.shape != (count,):
-            problems.append("ownership and ownership_mask must be (G, 64), ownership_sign (T,)")
+            problems.append(f"ownership and ownership_mask must be (G, {squares}), "
+                            f"ownership_sign (T,)")
         elif not (np.isin(self.ownership, (-1, 0, 1)).all()
                   and np.isin(self.ownership_sign, (-1, 0, 1)).all()):
             problems.append("ownership and ownership_sign hold values other than -1, 0 and +1")
@@ -242,9 +288,16 @@ class GameSamples:
     @staticmethod
     def concatenate(parts: list[GameSamples]) -> GameSamples:
         """One `GameSamples` holding all games of `parts`, in order (with visit counts only if
-        every part has them)."""
+        every part has them).
+
+        Raises:
+            ReplayBoardError: the parts were played on different boards.
+        """
         if not parts:
             raise ValueError("nothing to concatenate")
+        board = parts[0].board
+        for part in parts[1:]:
+            check_same_board(part.board, board, "games to concatenate")
         with_visits = all(part.label_visits is not None for part in parts)
         label_base = np.cumsum([0] + [part.label_moves.shape[0] for part in parts[:-1]])
         position_base = np.cumsum([0] + [part.num_positions for part in parts[:-1]])
@@ -271,26 +324,28 @@ class GameSamples:
             ownership_mask=np.concatenate([part.ownership_mask for part in parts]),
             ownership_sign=np.concatenate([part.ownership_sign for part in parts]),
             sample_weight=np.concatenate([part.sample_weight for part in parts]),
+            board=board,
         )
 
     def ownership_targets(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """The ownership targets of the positions at `indices`, each in its own canonical frame.
 
         The canonical frame is the side to move's view (White's is the real board turned by 180
-        degrees: canonical square s is real square 63 - s), and +1 marks the side to move's squares.
+        degrees: canonical square s is real square N*N - 1 - s), and +1 marks the side to move's
+        squares.
 
         Args:
             indices: `(K,)` integer position indices in 0..T-1.
 
         Returns:
-            `(ownership (K, 64) int8, mask (K, 64) bool)`: the target and the squares it counts;
+            `(ownership (K, N*N) int8, mask (K, N*N) bool)`: the target and the squares it counts;
             a position without a target (sign 0) gets zeros and an all-False mask.
         """
         indices = np.asarray(indices, dtype=np.int64)
         games = np.searchsorted(self.game_offsets, indices, side="right") - 1
         sign = self.ownership_sign[indices]
-        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES),
-                           np.arange(NUM_SQUARES))
+        count = self.num_squares
+        squares = np.where((sign < 0)[:, None], count - 1 - np.arange(count), np.arange(count))
         rows = games[:, None]
         ownership = (self.ownership[rows, squares] * sign[:, None]).astype(np.int8)
         mask = self.ownership_mask[rows, squares] & (sign != 0)[:, None]
@@ -300,7 +355,9 @@ class GameSamples:
 def save_chunk(path: str | os.PathLike, samples: GameSamples,
                first_game: int | None = None) -> None:
     """Write `samples` to `path` atomically (temporary file in the same folder, then rename), in
-    format version 5: labels as uint8 squares and float16 probabilities, no visit counts.
+    format version 6: labels as uint8 squares and float16 probabilities, no visit counts, the
+    board as JSON text; botzone8's games in version 5, without the board (the chunks written
+    before board sizes, which older code reads too).
 
     Args:
         path: the chunk file.
@@ -315,7 +372,11 @@ def save_chunk(path: str | os.PathLike, samples: GameSamples,
     # Labels as the window keeps them: a quarter of the bytes to compress and to store.
     arrays["label_moves"] = samples.label_moves.astype(np.uint8)
     arrays["label_policy"] = samples.label_policy.astype(np.float16)
-    arrays["format_version"] = np.array(CHUNK_FORMAT_VERSION, np.int64)
+    if samples.board.same_start(board_spec()):
+        arrays["format_version"] = np.array(BOTZONE8_CHUNK_VERSION, np.int64)
+    else:
+        arrays["format_version"] = np.array(CHUNK_FORMAT_VERSION, np.int64)
+        arrays["board"] = np.array(json.dumps(samples.board.to_dict()))
     if first_game is not None:
         arrays["first_game"] = np.array(first_game, np.int64)
     atomic_write(path, lambda stream: np.savez_compressed(stream, **arrays))
@@ -324,9 +385,12 @@ def save_chunk(path: str | os.PathLike, samples: GameSamples,
 def load_chunk(path: str | os.PathLike) -> GameSamples:
     """Read and validate one chunk (any format version up to CHUNK_FORMAT_VERSION).
 
+    Chunks before version 6 record no board: they are botzone8's.
+
     Raises:
         ReplayChunkError: naming the file, if it is truncated, not an archive, misses an array,
-            holds inconsistent arrays or comes from a newer format version.
+            holds inconsistent arrays or an unreadable board, or comes from a newer format
+            version.
     """
     return _load_chunk(path)[0]
 
@@ -352,6 +416,7 @@ def _load_chunk(path: str | os.PathLike) -> tuple[GameSamples, int | None]:
                 arrays["label_moves"] = arrays["label_moves"].astype(np.int32)
                 arrays["label_policy"] = arrays["label_policy"].astype(np.float32)
             first_game = int(archive["first_game"]) if "first_game" in archive.files else None
+            arrays["board"] = _chunk_board(path, archive) if version >= 6 else board_spec()
     except ReplayChunkError:
         raise
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, KeyError) as error:
@@ -359,6 +424,20 @@ def _load_chunk(path: str | os.PathLike) -> tuple[GameSamples, int | None]:
     samples = GameSamples(**arrays)
     samples.validate(str(path))
     return samples, first_game
+
+
+def _chunk_board(path: str | os.PathLike, archive: np.lib.npyio.NpzFile) -> BoardSpec:
+    """The board a version 6 chunk records.
+
+    Raises:
+        ReplayChunkError: naming the file, when the board is missing or unreadable.
+    """
+    if "board" not in archive.files:
+        raise ReplayChunkError(f"{path}: missing arrays ['board']")
+    try:
+        return board_spec(json.loads(str(archive["board"])))
+    except (ValueError, TypeError, NotationError) as error:
+        raise ReplayChunkError(f"{path}: unreadable board ({error})") from None
 
 
 class ReplayWriteError(RuntimeError):
@@ -600,7 +679,8 @@ def _games_from(samples: GameSamples, first: int) -> GameSamples:
         game_offsets=samples.game_offsets[first:] - start,
         policy_weight=samples.policy_weight[start:],
         ownership=samples.ownership[first:], ownership_mask=samples.ownership_mask[first:],
-        ownership_sign=samples.ownership_sign[start:], sample_weight=samples.sample_weight[start:])
+        ownership_sign=samples.ownership_sign[start:], sample_weight=samples.sample_weight[start:],
+        board=samples.board)
 
 
 @dataclass(frozen=True)
@@ -631,12 +711,17 @@ class ReplayBuffer:
         on_written: called on the writer thread with the records added with each chunk's games.
         first_game: the lowest serial number the next game added may get (a run's checkpoint
             may count games that a crash kept from reaching the disk: their numbers stay unused).
+        board: the board of every game the window holds (botzone8 when None); games and chunks
+            of another board are refused (`ReplayBoardError`).
 
     The window lives in flat arrays (positions and per-position fields, label entries), chunk
     after chunk, so `sample` gathers a batch with a few vectorized index operations whatever the
     number of chunks. A buffer with a directory starts a writer thread at its first `add`: `close`
     it (or use a `with` block) to write the games still waiting; it starts a new one if more games
     come.
+
+    Raises:
+        ReplayBoardError: a chunk under `directory` holds games of another board (names it).
 
     Attributes:
         skipped_chunks: (path, reason) of chunks that could not be loaded.
@@ -646,19 +731,22 @@ class ReplayBuffer:
     def __init__(self, directory: str | os.PathLike | None, window_positions: int, seed: int = 0,
                  chunk_games: int = 1, chunk_seconds: float = 0.0,
                  on_written: Callable[[list[object]], None] | None = None,
-                 first_game: int = 0) -> None:
+                 first_game: int = 0, board: BoardSpec | None = None) -> None:
         if window_positions < 1:
             raise ValueError(f"window_positions must be >= 1, got {window_positions}")
         self.directory = Path(directory) if directory is not None else None
         if self.directory is not None:
             self.directory.mkdir(parents=True, exist_ok=True)
         self.window_positions = window_positions
+        self.board = board_spec(board)
+        squares, width = self.board.num_squares, 3 * self.board.words
         self.rng = np.random.default_rng([seed, SAMPLING_STREAM])
         self.skipped_chunks: list[tuple[str, str]] = []
         self._spans: list[_ChunkSpan] = []
         # Compact rows: squares fit a byte, probabilities a float16; visit counts are not kept.
         self._positions = _Columns({
-            "positions": ((3,), np.uint64), "z": ((), np.int8), "policy_weight": ((), np.float32),
+            "positions": ((width,), np.uint64), "z": ((), np.int8),
+            "policy_weight": ((), np.float32),
             "played_moves": ((3,), np.uint8),
             "label_start": ((), np.int64),  # logical row of the position's first label entry
             "label_count": ((), np.int32),
@@ -670,8 +758,8 @@ class ReplayBuffer:
         })
         self._weighted = False  # a row of another weight than 1 entered the window
         self._weight_total = 0.0  # the sample weights of every row added so far
-        self._games = _Columns({"ownership": ((NUM_SQUARES,), np.int8),
-                                "ownership_mask": ((NUM_SQUARES,), np.bool_)})
+        self._games = _Columns({"ownership": ((squares,), np.int8),
+                                "ownership_mask": ((squares,), np.bool_)})
         self._labels = _Columns({"label_moves": ((3,), np.uint8), "label_policy": ((), np.float16)})
         self.total_games = 0
         self.total_positions = 0
@@ -710,6 +798,7 @@ class ReplayBuffer:
             except ReplayChunkError as error:
                 self.skipped_chunks.append((str(path), str(error)))
                 continue
+            check_same_board(chunk.board, self.board, f"replay chunk {path}")
             if not loaded:  # the newest readable chunk numbers the games after it
                 self.next_game = (first_game or 0) + chunk.num_games
             loaded.append(chunk)
@@ -755,8 +844,10 @@ class ReplayBuffer:
 
         Raises:
             ValueError: if the buffer has no directory (use `add_to_window`).
+            ReplayBoardError: `samples` are of another board than the window's.
             ReplayWriteError: the writer thread failed earlier (names the chunk).
         """
+        check_same_board(samples.board, self.board, "games added")
         if self.directory is None:
             raise ValueError("this replay buffer keeps no chunks on disk (directory None): "
                              "use add_to_window")
@@ -797,7 +888,12 @@ class ReplayBuffer:
 
     def add_to_window(self, samples: GameSamples) -> None:
         """Add `samples` to the sampling window without writing a chunk (safe beside a `sample`
-        on another thread)."""
+        on another thread).
+
+        Raises:
+            ReplayBoardError: `samples` are of another board than the window's.
+        """
+        check_same_board(samples.board, self.board, "games added")
         with self._window_lock:
             self._append(samples)
             self.total_games += samples.num_games
@@ -857,7 +953,8 @@ class ReplayBuffer:
             chunks.append(GameSamples(
                 label_offsets=np.concatenate([np.zeros(1, np.int64),
                                               np.cumsum(counts, dtype=np.int64)]),
-                label_visits=None, game_offsets=span.game_offsets.copy(), **chunk))
+                label_visits=None, game_offsets=span.game_offsets.copy(), board=self.board,
+                **chunk))
         return tuple(chunks)
 
     @property
@@ -893,11 +990,12 @@ class ReplayBuffer:
 
         Returns:
             The arrays of an `amazons.neural.learner.SampleBatch` (which augments them with the 8
-            symmetries): `positions (B, 3) uint64`, `label_moves (N, 3) int32`,
+            symmetries) but its `board_size` (`board.size`): `positions (B, 3 * W) uint64`,
+            `label_moves (N, 3) int32`,
             `label_probs (N,) float32` (the stored policy target, renormalized),
             `label_offsets (B + 1,) int64`, `z (B,) float32`,
             `policy_weight (B,) float32` (0 for value-only samples, whose labels are empty),
-            `ownership (B, 64) int8` and `ownership_mask (B, 64) bool` (each sample's ownership
+            `ownership (B, N*N) int8` and `ownership_mask (B, N*N) bool` (each sample's ownership
             target in its canonical frame, `GameSamples.ownership_targets`).
 
         Safe to call on another thread than the one that adds games (`add`, `add_to_window`).
@@ -952,13 +1050,14 @@ class ReplayBuffer:
         return np.minimum(picks, stop - first - 1)
 
     def _ownership_targets(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Ownership targets `(B, 64) int8` and masks `(B, 64) bool` of the positions at physical
-        `rows`, each in its own canonical frame (as `GameSamples.ownership_targets` gives them)."""
+        """Ownership targets `(B, N*N) int8` and masks `(B, N*N) bool` of the positions at
+        physical `rows`, each in its own canonical frame (as `GameSamples.ownership_targets` gives
+        them)."""
         columns = self._positions.arrays
         sign = columns["ownership_sign"][rows]
         games = (columns["game_row"][rows] - self._games.base)[:, None]
-        squares = np.where((sign < 0)[:, None], NUM_SQUARES - 1 - np.arange(NUM_SQUARES),
-                           np.arange(NUM_SQUARES))
+        count = self.board.num_squares
+        squares = np.where((sign < 0)[:, None], count - 1 - np.arange(count), np.arange(count))
         ownership = (self._games.arrays["ownership"][games, squares]
                      * sign[:, None]).astype(np.int8)
         mask = self._games.arrays["ownership_mask"][games, squares] & (sign != 0)[:, None]
