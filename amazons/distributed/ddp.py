@@ -135,7 +135,8 @@ class TrainingRank:
         self.learner.load_state_dict(ray.get(learner_state[0]))
         seed = rank_seed(config, iteration, rank)
         self.learner.rng = np.random.default_rng(seed)
-        self.replay = ReplayBuffer(None, config.replay_window_positions, seed=seed)
+        self.replay = ReplayBuffer(None, config.replay_window_positions, seed=seed,
+                                   board=config.board_spec)
 
     def ready(self) -> dict[str, Any]:
         """Where this rank runs: `rank`, `host`, `device`."""
@@ -158,7 +159,8 @@ class TrainingRank:
         """`steps` steps on batches drawn from this rank's window; the mean of their metrics."""
         per_step = []
         for _ in range(steps):
-            batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)),
+            batch = augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size),
+                                              board_size=self.replay.board.size),
                                   self.learner.rng)
             per_step.append(self.step(batch))
         return average_metrics(per_step) if per_step else {}

@@ -81,8 +81,9 @@ def owned_samples(samples: GameSamples) -> GameSamples:
     Ray hands numpy arrays out read-only and zero-copy from its object store, where they would
     keep the whole object pinned for as long as they live (a replay window holds them for hours).
     """
-    return GameSamples(**{item.name: np.array(getattr(samples, item.name), copy=True)
-                          for item in fields(GameSamples)})
+    values = {item.name: getattr(samples, item.name) for item in fields(GameSamples)}
+    return GameSamples(**{name: np.array(value, copy=True) if isinstance(value, np.ndarray)
+                          else value for name, value in values.items()})
 
 
 def node_device(config: TrainConfig) -> str:
@@ -98,7 +99,7 @@ def node_evaluator_factory(config: TrainConfig, model_path: str | Path) -> Netwo
     `amazons.neural.served.server_evaluator_factory` (the main job's) on the node's device
     (`node_device`)."""
     return server_evaluator_factory(model_path, node_device(config), config.inference_dtype,
-                                    config.inference)
+                                    config.inference, board_size=config.board_spec.size)
 
 
 @ray.remote
@@ -174,7 +175,8 @@ class SelfPlayNode:
             self.server = InferenceServer(node_evaluator_factory(self.config, path),
                                           self.config.selfplay.num_actors, self.config.inference)
             self.server.start()
-            self.workers = SelfPlayWorkers(self.server, self.config.selfplay)
+            self.workers = SelfPlayWorkers(self.server, self.config.selfplay,
+                                           board=self.config.board_spec)
             names = [*self.server.slot_names, *self.workers.semaphore_names]
             self.janitor.stdin.write("".join(f"{name}\n" for name in names))
             self.janitor.stdin.flush()

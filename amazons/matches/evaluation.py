@@ -9,6 +9,11 @@ to the servers (`InferenceServer.publish_weights`) before the matches, so a trai
 one `Evaluation` for the whole run (and run it beside self-play on a thread of its own), or open
 one per evaluation (`amazons.train.Run.evaluate`).
 
+Every match is played on the run's board (`board`: botzone8 unless given; the arena's `board`),
+and the two servers serve that board's size; on a board other than 8x8 the models need the pooled
+value head, and the baselines that play any board (`random`, `greedy`, `classical`, the
+`mcts-rollout` and `mcts-uniform` searches) are the opponents to name.
+
 `fit_elo` turns the matches of a whole run into one Elo ladder (Bradley-Terry, `random` at 0).
 
 `EvalConfig` holds every setting of it, written with the run's `config.json`: how often, how many
@@ -29,6 +34,7 @@ from typing import Any
 
 import numpy as np
 
+from amazons.boards import BoardSpec, board_spec
 from amazons.matches.arena import ArenaResult, ArenaWorkers, run_arena
 from amazons.mcts import Evaluator, SearchConfig
 from amazons.players.factory import NET_SEARCH, ROLLOUT_SEARCH, served_evaluator_factory, split_spec
@@ -79,10 +85,13 @@ class Evaluation:
         config: the evaluation's settings.
         device: where the servers run the networks ("auto": a GPU when there is one).
         precision: how they compute ("auto": bf16 on a GPU that has it, fp32 on a CPU).
+        board: the board every match is played on (a `BoardSpec`, a name or a start position
+            string; botzone8 when None).
         inference: the servers' batching (default: batches up to `processes` x
             `search.leaves_per_game` rows, flushed after 1 ms).
         evaluator_factory: model path -> the servers' picklable evaluator factory (default
-            `amazons.players.factory.served_evaluator_factory` with `device` and `precision`).
+            `amazons.players.factory.served_evaluator_factory` with `device`, `precision` and
+            the board's size).
 
     Attributes:
         stats: each server's statistics (`amazons.serving.server`: batches, rows, ...),
@@ -90,9 +99,10 @@ class Evaluation:
     """
 
     def __init__(self, config: EvalConfig, device: str = "auto", precision: str = "auto",
-                 inference: InferenceConfig | None = None,
+                 board: BoardSpec | str | None = None, inference: InferenceConfig | None = None,
                  evaluator_factory: Callable[[str], Callable[[], Evaluator]] | None = None) -> None:
         self.config = config
+        self.board = board_spec(board)
         self.device = device
         self.precision = precision
         rows = config.processes * config.search.leaves_per_game
@@ -100,7 +110,7 @@ class Evaluation:
                                                       flush_deadline_ms=1.0)
         self._factory = evaluator_factory or (lambda path: served_evaluator_factory(
             path, device, precision, max_batch=self.inference.inference_batch_size,
-            backend=self.inference.backend))
+            backend=self.inference.backend, board_size=self.board.size))
         self._workers: ArenaWorkers | None = None
         self.stats: dict[str, dict[str, float]] = {}
 
@@ -148,7 +158,7 @@ class Evaluation:
             results[opponent] = run_arena(
                 spec, opponent_spec, config.games, simulations=config.simulations, seed=seed,
                 base_search_a=config.search, base_search_b=opponent_search, workers=self._workers,
-                served={spec: "new", previous_spec: PREVIOUS})
+                served={spec: "new", previous_spec: PREVIOUS}, board=self.board)
         return results
 
     def close(self) -> dict[str, dict[str, float]]:

@@ -72,7 +72,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
     `--iterations` and the KEY=VALUE overrides.
 
     A resumed run takes every override (optimizer, schedule, self-play, search, evaluation,
-    replay) except a change of the network, which it refuses naming the field.
+    replay) except a change of the board or of the network, which it refuses naming the field.
     """
     init = getattr(args, "init", None)
     if init is not None and args.resume:
@@ -91,6 +91,10 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         config = preset_config(preset)
     stored = config
     config = apply_overrides(config, args.overrides)
+    if args.resume and not config.board_spec.same_start(stored.board_spec):
+        raise SystemExit(f"--resume cannot change the board ({stored.board} -> {config.board}): "
+                         f"start a new run in another --run-dir, e.g. with --init from this "
+                         f"run's model")
     if args.resume and config.net != stored.net:
         changed = [f"net.{name}: {getattr(stored.net, name)!r} -> {getattr(config.net, name)!r}"
                    for name in (item.name for item in dataclasses.fields(config.net))

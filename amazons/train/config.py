@@ -6,6 +6,12 @@ run directory's `config.json`, applies the command line's overrides, writes it t
 directory and passes it explicitly to every process entry point. `training_steps` turns a number
 of new positions into the optimizer steps they are owed.
 
+`board` names the board the run plays and trains on (`amazons.boards`: `botzone8`, `standard10`,
+... or a start position string). A network with the flat value head runs on 8x8 only, so a run on
+another size needs `net.value_head=pooled`; `apply_overrides` sets it when `board=` names such a
+board and no override names `net.value_head` (a preset's flat head is its 8x8 choice, not a
+request), and `TrainConfig` refuses a flat head on any other size, naming the fix.
+
 Imports the config dataclasses of the modules it groups (`amazons.neural.model`,
 `amazons.neural.learner`, `amazons.mcts`, `amazons.train.selfplay`, `amazons.serving.server`,
 `amazons.matches.evaluation`, `amazons.train.pipeline`), the growth methods
@@ -20,12 +26,13 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
+from amazons.boards import BoardSpec, NotationError, board_spec
 from amazons.core.config import config_from_dict, config_to_dict
 from amazons.matches.evaluation import EvalConfig
 from amazons.mcts import SearchConfig
 from amazons.neural.growth import GROWTH_METHODS
 from amazons.neural.learner import OptimConfig
-from amazons.neural.model import NetConfig, net_config
+from amazons.neural.model import FLAT_BOARD_SIZE, NetConfig, net_config
 from amazons.serving.server import InferenceConfig
 from amazons.train.pipeline import PipelineConfig, steps_for_positions
 from amazons.train.selfplay import SelfPlayConfig
@@ -97,6 +104,10 @@ class TrainConfig:
     preset: str = "cpu"  # the preset this config started from
     iterations: int = 30  # iterations to run (a resumed run continues up to this number)
     seed: int = 0  # seeds self-play, sampling and the initial weights
+    # the board every game starts from: a name in `amazons.boards.BOARDS` (botzone8: Botzone's
+    # 8x8, Black first; standard10: the 10x10 game, White first; ...) or a start position string;
+    # off 8x8 the network needs net.value_head=pooled
+    board: str = "botzone8"
     # a warm start: a model or learner checkpoint whose weights the run starts from ("" = random)
     init_model: str = ""
     # how init_model's network grows when `net` is bigger: "silent" (new units fresh, unseen by
@@ -131,6 +142,13 @@ class TrainConfig:
     ray: RayConfig = field(default_factory=RayConfig)
 
     def __post_init__(self) -> None:
+        try:
+            spec = board_spec(self.board)
+        except NotationError as error:
+            raise ValueError(f"board: {error}") from None
+        if spec.size != FLAT_BOARD_SIZE and self.net.value_head == "flat":
+            raise ValueError(f"board {spec.label()!r} is {spec.size}x{spec.size}: the flat value "
+                             f"head runs on 8x8 only; use net.value_head=pooled")
         if self.init_growth not in GROWTH_METHODS:
             raise ValueError(f"init_growth must be one of {GROWTH_METHODS}, "
                              f"got {self.init_growth!r}")
@@ -146,6 +164,11 @@ class TrainConfig:
         if self.replay_chunk_games < 1 or self.replay_chunk_seconds < 0:
             raise ValueError(f"need replay_chunk_games >= 1 and replay_chunk_seconds >= 0, got "
                              f"{self.replay_chunk_games} and {self.replay_chunk_seconds}")
+
+    @property
+    def board_spec(self) -> BoardSpec:
+        """The `BoardSpec` that `board` names."""
+        return board_spec(self.board)
 
 
 # The niceness of the cpu preset's actors and inference server (`SelfPlayConfig.nice`,
@@ -268,6 +291,10 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
     checked only after all of them are in, so checks that tie fields together (e.g.
     `min_steps <= max_steps`) see the final values whatever the order of the overrides.
 
+    A `board=` override naming a board that is not 8x8 makes a flat value head pooled unless an
+    override names `net.value_head` (the flat head runs on 8x8 only; an explicit
+    `net.value_head=flat` there is refused).
+
     Raises:
         ValueError: naming a malformed override, an unknown field, or a resulting value that the
             config refuses.
@@ -279,6 +306,14 @@ def apply_overrides(config: TrainConfig, overrides: list[str]) -> TrainConfig:
             raise ValueError(f"bad override {override!r}: expected KEY=VALUE, "
                              "e.g. selfplay.num_actors=2")
         _set_path(config, data, path.split("."), text, path)
+    paths = {override.partition("=")[0] for override in overrides}
+    if "board" in paths and "net.value_head" not in paths and data["net"]["value_head"] == "flat":
+        try:
+            size = board_spec(data["board"]).size
+        except NotationError as error:
+            raise ValueError(f"override board: {error}") from None
+        if size != FLAT_BOARD_SIZE:
+            data["net"]["value_head"] = "pooled"
     return config_from_dict(type(config), data)
 
 

@@ -4,6 +4,13 @@ self-play actors and inference server, the learner, the replay window, the evalu
 What a run does, iteration by iteration, and the command that starts it, are
 `amazons.train.command`'s description (the command's help); the async pipeline's parts are
 `amazons.train.pipeline`'s.
+
+A run plays and trains on one board (`TrainConfig.board`): its inference server, actors, replay
+window, learner batches and evaluation all take that board's size, and its model files and
+checkpoints record the board (`BoardSpec.to_dict()` under `board` in their `extra`; a file
+without it is botzone8's). `--resume` refuses a checkpoint of another board; `--init` may start a
+run from a model of another size (its flat value head carried over to the pooled one the run's
+size needs).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import torch
 
+from amazons.boards import board_spec
 from amazons.core.atomic import atomic_write
 from amazons.core.config import config_from_dict
 from amazons.matches.evaluation import Evaluation, fit_elo
@@ -30,7 +38,7 @@ from amazons.neural.checkpoint import (
     save_checkpoint,
     save_model,
 )
-from amazons.neural.growth import lineage_entry
+from amazons.neural.growth import grown_entries, lineage_entry
 from amazons.neural.learner import (
     BatchPrefetcher,
     Learner,
@@ -38,7 +46,12 @@ from amazons.neural.learner import (
     SampleBatch,
     augment_batch,
 )
-from amazons.neural.model import NetConfig, PolicyValueNet, count_parameters
+from amazons.neural.model import (
+    TRAINING_ONLY_FIELDS,
+    NetConfig,
+    PolicyValueNet,
+    count_parameters,
+)
 from amazons.neural.served import resolve_device, server_evaluator_factory
 from amazons.players.records import GameRecord, write_records
 from amazons.serving.server import InferenceServer
@@ -59,8 +72,25 @@ from amazons.train.signals import signals_deferred
 RUN_STATE_KEYS = ("iteration", "matches", "trained_games", "minutes", "lineage")
 
 
+def carried_parameters(stored: NetConfig, model: PolicyValueNet) -> list[str]:
+    """The parameters of `model` that a warm start from a `stored` network copies whole
+    (`amazons.neural.growth.grown_entries`: no entry new or grown; a training-only head the stored
+    network lacks is new), the ones `OptimConfig.freeze_carried_steps` holds fixed; none when
+    nothing is new (then nothing would train)."""
+    config = model.config
+    same_heads = {name: getattr(config, name) for name in TRAINING_ONLY_FIELDS}
+    entries = grown_entries(stored.replace(**same_heads), config)
+    fresh = tuple(f"{name}." for name in TRAINING_ONLY_FIELDS
+                  if getattr(config, name) and not getattr(stored, name))
+    parameters = [name for name, _ in model.named_parameters()]
+    carried = [name for name in parameters
+               if not entries[name].any() and not (fresh and name.startswith(fresh))]
+    return [] if len(carried) == len(parameters) else carried
+
+
 class ResumeError(ValueError):
-    """`--resume` cannot tell which state to continue from; the message says what to do."""
+    """`--resume` cannot tell which state to continue from, or the checkpoint's board is not the
+    run's; the message says what to do."""
 
 
 class SelfPlaySource(Protocol):
@@ -119,6 +149,7 @@ class Run:
                              f"the {type(self).__name__} backend runs "
                              f"{' or '.join(self.pipeline_modes)}")
         self.config = config
+        self.board = config.board_spec
         self.run_dir = run_dir
         self.device = resolve_device(config.device)
         torch.set_num_threads(config.torch_threads)
@@ -139,6 +170,8 @@ class Run:
         if resume:
             self.learner, extra = resume_learner(self.checkpoint_path, config.net, config.optim,
                                                  self.device)
+            self.check_resumed_board(extra)
+            self.learner.freeze(extra.get("frozen_parameters", ()))
             state = self.resumed_state(extra)
             self.iteration = int(state["iteration"])
             self.matches = state["matches"]
@@ -159,6 +192,8 @@ class Run:
                                 lineage_entry(model, init_net, config.init_growth,
                                               config.init_model)]
             self.learner = Learner(model, config.optim, self.device, seed=config.seed)
+            if config.init_model and config.optim.freeze_carried_steps:
+                self.learner.freeze(carried_parameters(init_net, model))
         games_file = run_dir / "games" / "selfplay.txt"
         self.replay = ReplayBuffer(run_dir / "replay", config.replay_window_positions,
                                    seed=config.seed + self.iteration,
@@ -166,7 +201,7 @@ class Run:
                                    chunk_seconds=config.replay_chunk_seconds,
                                    on_written=lambda records: write_records(games_file, records,
                                                                             append=True),
-                                   first_game=trained_games or 0)
+                                   first_game=trained_games or 0, board=self.board)
         for path, reason in self.replay.skipped_chunks:
             print(f"warning: skipped replay chunk {path}: {reason}", file=sys.stderr)
         # The step budget's debt: games in the replay that no finished iteration trained on (a
@@ -179,6 +214,22 @@ class Run:
 
         self.writer = SummaryWriter(str(run_dir / "tensorboard"),
                                     purge_step=self.iteration + 1 if resume else None)
+
+    def check_resumed_board(self, extra: dict[str, Any]) -> None:
+        """Refuse to resume a checkpoint of another board than the config's (a checkpoint that
+        records none is botzone8's).
+
+        Raises:
+            ResumeError: naming both boards.
+        """
+        stored = board_spec(extra.get("board"))
+        if not stored.same_start(self.board):
+            raise ResumeError(
+                f"{self.checkpoint_path} was trained on the {stored.label()} board "
+                f"({stored.size}x{stored.size}), the run's config names {self.board.label()} "
+                f"({self.board.size}x{self.board.size}): a run keeps its board; start a new run "
+                f"from its weights instead: python -m amazons.train --init "
+                f"{self.checkpoint_path} board={self.board.label()} --run-dir NEW_DIR")
 
     @property
     def state_path(self) -> Path:
@@ -238,10 +289,11 @@ class Run:
         return self.run_dir / "models" / f"model-{iteration:04d}.pt"
 
     def model_extra(self, iteration: int) -> dict[str, Any]:
-        """A model file's `extra`: its iteration and lineage (`amazons.neural.growth`), this
-        run's entry with the minutes so far."""
+        """A model file's `extra`: its iteration, the board it was trained on
+        (`BoardSpec.to_dict()`) and lineage (`amazons.neural.growth`), this run's entry with the
+        minutes so far."""
         minutes = self.minutes_before + (time.perf_counter() - self.started) / 60
-        return {"iteration": iteration,
+        return {"iteration": iteration, "board": self.board.to_dict(),
                 "lineage": [*self.lineage[:-1], {**self.lineage[-1], "minutes": round(minutes, 3)}]}
 
     def run(self, progress: bool = True) -> None:
@@ -250,8 +302,9 @@ class Run:
             save_model(self.model_path(self.iteration), self.learner.model,
                        self.model_extra(self.iteration))
         factory = server_evaluator_factory(self.model_path(self.iteration), config.device,
-                                           config.inference_dtype, config.inference)
-        print(f"run {self.run_dir}: preset {config.preset}, "
+                                           config.inference_dtype, config.inference,
+                                           board_size=self.board.size)
+        print(f"run {self.run_dir}: preset {config.preset}, board {self.board.label()}, "
               f"net {count_parameters(self.learner.model):,} parameters, "
               f"device {self.device}, {config.pipeline.mode} pipeline, "
               f"iteration {self.iteration}/{config.iterations}, "
@@ -260,7 +313,7 @@ class Run:
         with InferenceServer(factory, config.selfplay.num_actors, config.inference) as server:
             if config.pipeline.mode == "sync":
                 server.publish_weights(str(self.model_path(self.iteration)), self.iteration)
-            with SelfPlayWorkers(server, config.selfplay) as workers:
+            with SelfPlayWorkers(server, config.selfplay, board=self.board) as workers:
                 if config.pipeline.mode == "async" and self.iteration < config.iterations:
                     self.run_async(server, workers, progress)
                 while self.iteration < config.iterations:
@@ -353,7 +406,8 @@ class Run:
 
     def draw_batch(self) -> SampleBatch:
         """A training batch drawn from the replay window, augmented with the learner's `rng`."""
-        return augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size)),
+        return augment_batch(SampleBatch(**self.replay.sample(self.config.train_batch_size),
+                                         board_size=self.board.size),
                              self.learner.rng)
 
     def batch_prefetcher(self) -> BatchPrefetcher | None:
@@ -549,7 +603,8 @@ class Run:
         the run's device), then the Elo ladder over every match so far, written to `elo.json`."""
         config = self.config.eval
         name = f"iter-{iteration:04d}"
-        with Evaluation(config, self.config.device, self.config.inference_dtype) as evaluation:
+        with Evaluation(config, self.config.device, self.config.inference_dtype,
+                        self.board) as evaluation:
             outcomes = evaluation.run(self.model_path(iteration), self.model_path(iteration - 1),
                                       iteration, seed=self.config.seed * 7919 + iteration)
         results: dict[str, float] = {}
@@ -594,7 +649,9 @@ class Run:
         (`resumed_state`)."""
         state = self.run_state()
         with signals_deferred():  # the pair is written whole, then a stop that came is taken
-            save_checkpoint(self.checkpoint_path, self.learner, state)
+            save_checkpoint(self.checkpoint_path, self.learner,
+                            {**state, "board": self.board.to_dict(),
+                             "frozen_parameters": list(self.learner.frozen)})
             self.write_state(state)
 
     def log(self, iteration: int, metrics: dict[str, float]) -> None:

@@ -24,6 +24,11 @@ policy surprise, the KL divergence from the network's root prior to the policy t
 network more often, at full gradient weight, and the game's total weight, so the learner's step
 budget, stays the same.
 
+Boards: every game starts from the run's board (`amazons.boards.BoardSpec`, botzone8 unless
+given: `SelfPlayWorkers(..., board=)`, `play_games(..., board=)`), with the side it names first
+(White on standard10); the search, the canonical and real moves, adjudication and the ownership
+target all work on that board's size, and the samples carry the board.
+
 The parent (`run_selfplay`) watches the actors and the server: a dead actor or a failed server
 stops the run with `SelfPlayError`, terminating every process and unlinking every segment.
 
@@ -45,6 +50,7 @@ from multiprocessing.connection import Connection
 import numpy as np
 
 from amazons.board import BLACK, WHITE, Adjudication, Board, Move
+from amazons.boards import BoardSpec, board_spec
 from amazons.core.processes import (
     TERMINATE_GRACE_S,
     apply_niceness,
@@ -238,13 +244,13 @@ def final_ownership(board: Board) -> tuple[np.ndarray, np.ndarray]:
     equally soon, or neither reaches, is neutral. Arrows are masked out: the loss ignores them.
 
     Returns:
-        `(ownership (64,) int8, mask (64,) bool)`, real frame: ownership +1 Black's, -1 White's,
+        `(ownership (N*N,) int8, mask (N*N,) bool)`, real frame: ownership +1 Black's, -1 White's,
         0 neutral or an arrow; mask True on every square but the arrows.
     """
     ownership = board.territory().copy()
     ownership[board.amazons(BLACK)] = 1
     ownership[board.amazons(WHITE)] = -1
-    mask = np.ones(64, np.bool_)
+    mask = np.ones(board.num_squares, np.bool_)
     mask[board.arrows()] = False
     ownership[~mask] = 0
     return ownership, mask
@@ -260,6 +266,7 @@ class ActorTask:
     config: SelfPlayConfig
     seed: int
     player_name: str = "selfplay"
+    board: BoardSpec = field(default_factory=board_spec)  # the start of every game
 
 
 # What the owner may send an actor during an endless task, besides the next task or None (exit).
@@ -271,7 +278,7 @@ FINISH = "finish"  # start no new game; the endless task ends once the games in 
 
 @dataclass
 class _GameInProgress:
-    board: Board = field(default_factory=Board)
+    board: Board = field(default_factory=Board)  # at the start of the run's board
     adjudication: Adjudication | None = None  # set when the game was decided before its end
     positions: list[np.ndarray] = field(default_factory=list)
     label_moves: list[np.ndarray] = field(default_factory=list)
@@ -332,6 +339,7 @@ class _GameInProgress:
             ownership_sign=np.where(np.array(self.turns) == BLACK, 1, -1).astype(np.int8),
             sample_weight=surprise_weights(np.array(self.surprise, np.float64), policy_weight > 0,
                                            surprise_share),
+            board=self.board.start,
         )
 
 
@@ -349,6 +357,7 @@ def play_games(
     weights_version: Callable[[], int] | None = None,
     stats: dict[str, float] | None = None,
     policy_surprise_weight: float = 0.0,
+    board: BoardSpec | None = None,
 ) -> dict[str, float]:
     """Play self-play games with `search` (G games at a time) and report each.
 
@@ -384,6 +393,7 @@ def play_games(
             that a caller can read them while an endless run plays on.
         policy_surprise_weight: the share of each game's sampling weight given by policy
             surprise (`surprise_weights`; 0: every sample weight 1).
+        board: the start of every game (botzone8 when None); its size must be the search's.
 
     Returns:
         Counters: games, plies (moves played), positions (samples recorded), full searches
@@ -392,13 +402,18 @@ def play_games(
 
     Raises:
         ValueError: `full_search_prob` outside (0, 1], or below 1 with `fast_simulations` < 1;
-            `num_games` None without `keep_playing`.
+            `num_games` None without `keep_playing`; a `board` of another size than the search's.
     """
     if not 0.0 < full_search_prob <= 1.0 or (full_search_prob < 1.0 and fast_simulations < 1):
         raise ValueError(f"full_search_prob must be in (0, 1] and fast_simulations >= 1 "
                          f"with a playout cap, got {full_search_prob!r} and {fast_simulations!r}")
     if num_games is None and keep_playing is None:
         raise ValueError("num_games None (play on) needs keep_playing to say when to stop")
+    start = board_spec(board)
+    if start.size != search.size:
+        raise ValueError(f"board {start.label()!r} is {start.size}x{start.size}, the search "
+                         f"plays {search.size}x{search.size}")
+    size = start.size
     if label is None:
         label = SelfPlayConfig(search=search.config, target_c_visit=search.config.c_visit,
                                target_c_scale=search.config.c_scale).policy_label
@@ -409,7 +424,7 @@ def play_games(
                 "adjudicated", "policy_surprise"):
         counters[key] = 0.0
     slots = search.num_games if num_games is None else min(search.num_games, num_games)
-    games = {slot: _GameInProgress() for slot in range(slots)}
+    games = {slot: _GameInProgress(Board(start=start)) for slot in range(slots)}
     search.set_roots(np.stack([game.board.canonical_position() for game in games.values()]),
                      list(games))
     started_games = slots
@@ -425,7 +440,7 @@ def play_games(
         chosen = search.select_moves(plies, games=active)
         for slot, move, is_full in zip(active.tolist(), chosen, full.tolist(), strict=True):
             game = games[slot]
-            real = canonical_to_real(move, game.board.turn)
+            real = canonical_to_real(move, game.board.turn, size)
             if is_full:
                 result = search.root_result(slot)
                 probabilities = label(result)
@@ -440,7 +455,7 @@ def play_games(
                 game.last_fast = (search.root_positions[slot], np.zeros((0, 3), np.int32),
                                   np.zeros(0, np.int32), np.zeros(0, np.float32), 0.0, version,
                                   game.board.turn, real)
-            game.board.push(Move(*real.tolist()))
+            game.board.push(Move(*real.tolist(), size=size))
             counters["plies"] += 1
             if adjudicate and not game.board.is_game_over():
                 game.adjudication = game.board.adjudicate()
@@ -460,7 +475,7 @@ def play_games(
                         versions=np.array(game.versions, dtype=np.int64))
             if ((started_games < num_games) if num_games is not None
                     else (start_games is None or start_games())):
-                games[slot] = _GameInProgress()
+                games[slot] = _GameInProgress(Board(start=start))
                 search.set_roots(games[slot].board.canonical_position(), [slot])
                 started_games += 1
             else:
@@ -497,9 +512,9 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
         while (task := pipe.next_task()) is not None:
             rng = np.random.default_rng(task.seed)
             time.sleep(float(rng.uniform(0, config.start_jitter_s)))
-            if search is None:
+            if search is None or search.size != task.board.size:
                 search = BatchedSearch(client, config.search, config.games_in_parallel,
-                                       seed=task.seed)
+                                       seed=task.seed, size=task.board.size)
             counters: dict[str, float] = {}
 
             def send(samples: GameSamples, moves: list[Move], adjudication: Adjudication | None,
@@ -509,7 +524,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                 record = GameRecord.from_game(
                     moves, task.player_name, task.player_name, event="selfplay",
                     winner=None if adjudication is None else adjudication.winner,
-                    Actor=str(actor_id), Weights=str(client.weights_version), **extra,
+                    start=task.board, Actor=str(actor_id), Weights=str(client.weights_version),
+                    **extra,
                 )
                 info = {"versions": versions, "adjudicated": adjudication is not None,
                         "simulations": counters["simulations"],
@@ -525,7 +541,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
                                keep_playing=pipe.keep_playing if task.num_games is None else None,
                                start_games=pipe.starts_games,
                                weights_version=lambda: client.weights_version, stats=counters,
-                               policy_surprise_weight=task.config.policy_surprise_weight)
+                               policy_surprise_weight=task.config.policy_surprise_weight,
+                               board=task.board)
             stats["round_trips"] = float(client.round_trips - trips)
             stats["round_trip_seconds"] = client.round_trip_seconds - waited
             results.put(("done", actor_id, stats))
@@ -639,6 +656,10 @@ class SelfPlayWorkers:
         server: a started InferenceServer with at least `config.num_actors` slots.
         config: self-play settings (fixed for the workers' lifetime).
         context: multiprocessing context (`amazons.core.processes.process_context` by default).
+        board: the start of every game (botzone8 when None), of the server's board size.
+
+    Raises:
+        ValueError: the server has too few slots, or serves another board size.
 
     Two ways to use them: `play(...)` once per iteration (every actor plays its share of the
     games, then waits), or `start(...)` once, then `collect(...)` the games as they finish,
@@ -653,12 +674,18 @@ class SelfPlayWorkers:
         server: InferenceServer,
         config: SelfPlayConfig,
         context: mp.context.BaseContext | None = None,
+        board: BoardSpec | None = None,
     ) -> None:
         if server.num_clients < config.num_actors:
             raise ValueError(f"the server has {server.num_clients} slots "
                              f"for {config.num_actors} actors")
         self.server = server
         self.config = config
+        self.board = board_spec(board)
+        if server.board_size != self.board.size:
+            raise ValueError(f"the server serves {server.board_size}x{server.board_size} "
+                             f"positions, the board {self.board.label()!r} is "
+                             f"{self.board.size}x{self.board.size}")
         context = context or process_context(SELFPLAY_PRELOAD)
         self._results: mp.Queue = context.Queue()
         # Read as raw bytes only: an actor killed while writing leaves half a message, on which
@@ -701,7 +728,8 @@ class SelfPlayWorkers:
         for actor_id, share in enumerate(split_games(num_games, self.config.num_actors)):
             if share:
                 self._tasks[actor_id].send(ActorTask(actor_id, share, self.config,
-                                                     int(seeds[actor_id].generate_state(1)[0])))
+                                                     int(seeds[actor_id].generate_state(1)[0]),
+                                                     board=self.board))
                 busy.add(actor_id)
         report = SelfPlayReport()
         started = time.perf_counter()
@@ -769,7 +797,7 @@ class SelfPlayWorkers:
                                         ENDLESS_STREAM]).spawn(self.config.num_actors)
         for actor_id, tasks in enumerate(self._tasks):
             tasks.send(ActorTask(actor_id, None, self.config,
-                                 int(seeds[actor_id].generate_state(1)[0])))
+                                 int(seeds[actor_id].generate_state(1)[0]), board=self.board))
         self._endless = set(range(self.config.num_actors))
         self._winding_down = False
 
