@@ -451,6 +451,35 @@ def test_the_command_exports_a_checkpoint(tmp_path, capsys):
     assert "broken.pt" in capsys.readouterr().err
 
 
+def test_the_command_pools_a_flat_checkpoint_for_every_size(tmp_path, capsys):
+    """`--pooled` writes the shipped 8x8 network with the pooled value head: the same policy on
+    8x8 (every policy weight is copied), and a network that also scores 10x10."""
+    assert main([str(default_checkpoint_path()), str(tmp_path / "pooled.npz"), "--pooled",
+                 "--check-positions", "8"]) == 0
+    assert "largest difference from torch" in capsys.readouterr().out
+    pooled = numpy_net.load_model(tmp_path / "pooled.npz")
+    assert pooled.value_head == "pooled"
+    assert "pooled from flat" in header_of(tmp_path / "pooled.npz")["source"]["value_head"]
+    flat = numpy_net.load_model(default_model_path())
+    positions = random_positions(8, seed=3)
+    moves, offsets = engine.legal_moves(positions)
+    flat_priors, _ = numpy_net.NumpyEvaluator(flat).evaluate(positions, moves, offsets)
+    pooled_priors, _ = numpy_net.NumpyEvaluator(pooled).evaluate(positions, moves, offsets)
+    # the shipped export and this one fold the same weights: their priors differ by roundings
+    assert_close(pooled_priors, flat_priors, rtol=1e-4, atol=1e-7, what="8x8 priors")
+    from amazons.board import Board
+
+    start = Board(start="standard10").canonical_position()
+    moves10, offsets10 = engine.legal_moves(start, size=10)
+    priors, values = numpy_net.NumpyEvaluator(pooled, board_size=10).evaluate(
+        start.reshape(1, -1), moves10, offsets10)
+    assert priors.shape == (2176,) and abs(float(priors.sum()) - 1) < 1e-4
+    assert -1 <= float(values[0]) <= 1
+    with pytest.raises(SystemExit):  # argparse's usage error: --pooled writes from a .pt
+        main([str(default_model_path()), "--pooled", "--botzone", str(tmp_path / "bot")])
+    assert "--pooled goes with a .pt checkpoint and OUT" in capsys.readouterr().err
+
+
 def arrays_of(path: Path) -> dict[str, np.ndarray]:
     """The weights of an exported file, by name."""
     with np.load(path, allow_pickle=False) as data:

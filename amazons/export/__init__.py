@@ -14,6 +14,11 @@ the `.npz` file this module writes (the format is `amazons.neural.numpy_net`'s).
    the network has the ownership head) on random positions (largest differences printed; above
    `TOLERANCE` the export fails and the file is removed).
 
+`--pooled` carries a flat value head (8x8 only) over to the pooled one before writing the `.npz`
+(`amazons.neural.growth.pool_value_head`: every other weight unchanged), so the shipped 8x8
+network plays 6x6 to 10x10 with no training:
+`python -m amazons.export amazons/models/default.pt default-pooled.npz --pooled`.
+
 `--botzone DIR` writes the Botzone C++ bot instead of (or besides) the `.npz`: `DIR/bot.cpp`,
 one C++ source with the network's weights (`amazons.botzone.cpp_export`; with `--weights-file NAME`
 the weights go to `DIR/NAME` for Botzone's storage). Its MODEL is a checkpoint (checked against
@@ -41,6 +46,7 @@ from amazons.botzone import cpp_export
 from amazons.models import default_model_path
 from amazons.neural import numpy_net
 from amazons.neural.checkpoint import CheckpointError, load_checkpoint, load_model_for_play
+from amazons.neural.growth import pool_value_head
 from amazons.neural.model import (
     PolicyValueNet,
     gather_legal_priors,
@@ -193,8 +199,13 @@ def _file_digest(path: Path) -> str:
 
 
 def export_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike,
-                      check_positions: int = 32) -> tuple[Path, dict[str, float]]:
+                      check_positions: int = 32,
+                      pooled: bool = False) -> tuple[Path, dict[str, float]]:
     """Export the network of a learner or model checkpoint (see `export_model`).
+
+    With `pooled`, a flat value head (8x8 only) is first carried over to the pooled one
+    (`amazons.neural.growth.pool_value_head`: every other weight unchanged), so the written
+    model plays every board size with no training; a pooled network is written as it is.
 
     Raises:
         amazons.neural.checkpoint.CheckpointError: the checkpoint cannot be read.
@@ -206,6 +217,9 @@ def export_checkpoint(checkpoint: str | os.PathLike, out: str | os.PathLike,
     source = {"checkpoint": checkpoint.name, "checkpoint_sha256": _file_digest(checkpoint),
               "kind": payload["kind"], "step": int(payload["step"]),
               "torch_version": str(payload.get("torch_version", ""))}
+    if pooled and model.config.value_head == "flat":
+        model = pool_value_head(model).eval()
+        source["value_head"] = "pooled from flat (amazons.neural.growth.pool_value_head)"
     return export_model(model, out, source, check_positions)
 
 
@@ -278,6 +292,9 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
     parser.add_argument("--weights-file", metavar="NAME", default=None,
                         help="with --botzone: write the weights to DIR/NAME for Botzone's storage "
                              "(the bot reads data/NAME) instead of embedding them in the source")
+    parser.add_argument("--pooled", action="store_true",
+                        help="carry a flat value head (8x8 only) over to the pooled one before "
+                             "writing OUT, so the model plays every board size (6x6 to 10x10)")
     parser.add_argument("--check-positions", type=int, default=32,
                         help="random positions on which to compare numpy with torch (0: skip)")
     args = parser.parse_args(argv)
@@ -289,10 +306,13 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
                      "(use --botzone DIR)")
     if args.weights_file is not None and args.botzone is None:
         parser.error("--weights-file goes with --botzone DIR")
+    if args.pooled and (args.out is None or not checkpoint):
+        parser.error("--pooled goes with a .pt checkpoint and OUT (the .npz to write)")
     torch.set_num_threads(1)
     try:
         if args.out is not None:
-            path, differences = export_checkpoint(args.model, args.out, args.check_positions)
+            path, differences = export_checkpoint(args.model, args.out, args.check_positions,
+                                                  args.pooled)
             net = numpy_net.load_model(path)
             heads = (f"{net.policy_head} head"
                      + (", arrow source term" if net.has_arrow_source else "")
