@@ -54,7 +54,6 @@ SMOKE = [
     "eval.games=2",
     "eval.simulations=4",
     "eval.processes=1",
-    "pipeline.mode=sync",
 ]
 # The plain (x, y) -> (x', y') maps of the 8 symmetries, in `amazons.symmetry`'s order, m = N - 1.
 PLAIN_SYMMETRIES = (
@@ -304,15 +303,16 @@ def test_resume_refuses_a_checkpoint_of_another_board(tmp_path):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(("board", "size", "opponents"), [
-    ("openspiel6", 6, "previous,random"),
-    ("standard10", 10, "previous,random,classical"),
+@pytest.mark.parametrize(("board", "size", "opponents", "mode"), [
+    ("openspiel6", 6, "previous,random", "sync"),
+    ("standard10", 10, "previous,random,classical", "async"),  # the preset's pipeline
 ])
 def test_a_run_on_another_board_plays_trains_evaluates_resumes_and_records_it(
-        tmp_path, capsys, board, size, opponents):
+        tmp_path, capsys, board, size, opponents, mode):
     run_dir = tmp_path / "run"
     assert main(["--preset", "cpu", "--run-dir", str(run_dir), "--iterations", "1",
-                 "--no-progress", f"board={board}", *SMOKE, f"eval.opponents={opponents}"]) == 0
+                 "--no-progress", f"board={board}", *SMOKE, f"eval.opponents={opponents}",
+                 f"pipeline.mode={mode}"]) == 0
     stored = json.loads((run_dir / "config.json").read_text())
     assert stored["board"] == board and stored["net"]["value_head"] == "pooled"
     chunks = sorted((run_dir / "replay").glob("chunk-*.npz"))
