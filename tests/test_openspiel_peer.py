@@ -96,3 +96,26 @@ def test_openspiel_mcts_player_with_a_time_budget() -> None:
     result = run_arena("openspiel-mcts", "random", games=2, time_budget=0.03, processes=1, seed=4)
     assert result.wins_a + result.wins_b == 2
     assert all(Board.from_moves(record.moves).is_game_over() for record in result.records)
+
+
+@pytest.mark.parametrize("board", ["standard10", "openspiel6", "openspiel8"])
+def test_openspiel_mcts_plays_openspiels_own_boards(board: str) -> None:
+    """On OpenSpiel's own starts the squares are its cells as they stand (its player 0, on the
+    bottom rows, moves first): whole arena games, every move replayed and checked."""
+    from amazons.matches.arena import run_arena
+
+    result = run_arena("openspiel-mcts", "random", games=2, simulations=20, processes=1, seed=5,
+                       board=board)
+    for record in result.records:
+        replayed = Board.from_moves(record.moves, start=board)
+        assert replayed.is_game_over()
+    assert result.wins_a + result.wins_b == 2
+
+
+def test_openspiel_mcts_refuses_a_board_openspiel_has_not() -> None:
+    from amazons.matches.arena import make_player
+    from amazons.players.player import PlayerError
+
+    player = make_player("openspiel-mcts", seed=1, simulations=5)
+    with pytest.raises(PlayerError, match="plays OpenSpiel's boards .* not a 9x9 position"):
+        player.choose_move(Board("9/9/9/B7B/9/W7W/9/2B3W2/2W3B2 b 0"))
