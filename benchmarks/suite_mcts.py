@@ -22,6 +22,8 @@ root's visit counts agree), timed with the same statistic (the best of `repeats`
 The `BatchedSearch` objects are built once and reused (`set_roots` clears their trees), as
 self-play reuses them; `mcts.first_search_s_mid_g64` is the first search of a fresh G = 64
 object, which also pays for the operating system handing over its arrays' pages.
+`mcts.standard10_sims_per_s_mid_g64` is the G = 64 mid-game rate on the standard 10x10 game
+(ply 20 of random games from its start, about 600 legal moves each).
 """
 
 from __future__ import annotations
@@ -36,33 +38,37 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from naive_mcts import NaiveMCTS  # noqa: E402
 
-from amazons import engine  # noqa: E402
+from amazons import Board, engine  # noqa: E402
 from amazons.mcts import BatchedSearch, SearchConfig, UniformEvaluator  # noqa: E402
 
 MID_GAME_PLIES = 20
 LEAVES_PER_GAME = 8
 
 
-def mid_game_positions(count: int, seed: int = 2024) -> np.ndarray:
-    """`(count, 3) uint64`: positions after MID_GAME_PLIES random plies (seeded, none terminal)."""
+def mid_game_positions(count: int, seed: int = 2024, start: np.ndarray | None = None,
+                       size: int = 8) -> np.ndarray:
+    """`(count, 3 * W) uint64`: positions after MID_GAME_PLIES random plies (seeded, none
+    terminal) from `start` (the Botzone start by default) on a `size x size` board."""
     rng = np.random.default_rng(seed)
-    positions = np.repeat(engine.start_position().reshape(1, 3), count, axis=0)
+    start = engine.start_position() if start is None else start
+    positions = np.repeat(start.reshape(1, -1), count, axis=0)
     for _ in range(MID_GAME_PLIES):
-        moves, offsets = engine.legal_moves(positions)
+        moves, offsets = engine.legal_moves(positions, size=size)
         counts = np.diff(offsets)
         picks = offsets[:-1] + (rng.random(count) * counts).astype(np.int64)
-        children = engine.apply_moves(positions, np.ascontiguousarray(moves[picks]))
-        keep = engine.is_terminal(children)
+        children = engine.apply_moves(positions, np.ascontiguousarray(moves[picks]), size=size)
+        keep = engine.is_terminal(children, size=size)
         positions = np.where(keep[:, None], positions, children)
     return positions
 
 
 def batched_rate(positions: np.ndarray, simulations: int, repeats: int,
-                 root: str = "puct") -> tuple[float, float]:
+                 root: str = "puct", size: int = 8) -> tuple[float, float]:
     """Best simulations per CPU-second (and per wall second) over `repeats` fresh searches."""
     config = SearchConfig(simulations=simulations, leaves_per_game=LEAVES_PER_GAME, root=root,
                           edge_capacity=1 << 18, edge_capacity_max=1 << 20)
-    search = BatchedSearch(UniformEvaluator(), config, num_games=positions.shape[0], seed=0)
+    search = BatchedSearch(UniformEvaluator(), config, num_games=positions.shape[0], seed=0,
+                           size=size)
     search.set_roots(positions)
     search.search(simulations)  # grows the arrays to their working size; not timed
     best, best_wall = 0.0, 0.0
@@ -160,6 +166,13 @@ def run(quick: bool) -> dict[str, float]:
         "mcts.sims_per_s_mid_g64_gumbel": batched_rate(mid, mid_sims, repeats, root="gumbel")[0],
         "mcts.mid_game_legal_moves": float(engine.count_legal_moves(mid).mean()),
     }
+    # The standard 10x10 game: the same search at ply 20 of random games from its start.
+    standard = mid_game_positions(64, start=Board(start="standard10").canonical_position(),
+                                  size=10)
+    metrics["mcts.standard10_sims_per_s_mid_g64"] = batched_rate(standard, mid_sims, repeats,
+                                                                 size=10)[0]
+    metrics["mcts.standard10_mid_game_legal_moves"] = float(
+        engine.count_legal_moves(standard, size=10).mean())
     same_positions = mid[:16] if quick else mid
     metrics.update(like_for_like(same_positions, 50 if quick else 200, 1 if quick else 2))
     naive_start, _ = naive_search(start, start_sims)
