@@ -540,9 +540,9 @@ static void winograd_products(const float* inputs, int in8, const float* filters
                                             products + ((size_t)p * TILES + t0) * out, out);
             continue;
         }
-        for (int t0 = 0; t0 < TILES; t0 += 4) {
-            const float* v = inputs + ((size_t)p * TILES + t0) * in8;
-            float* m = products + ((size_t)p * TILES + t0) * out;
+        const float* v = inputs + (size_t)p * TILES * in8;
+        float* m = products + (size_t)p * TILES * out;
+        for (int t0 = 0; t0 < TILES; t0 += 4, v += 4 * in8, m += 4 * out) {
             int o0 = 0;
             for (; o0 + 16 <= out; o0 += 16) {
                 const float* block = u + (size_t)o0 * in8;
@@ -622,7 +622,8 @@ static void conv3x3_winograd(const Conv& conv, const float* x, const float* resi
     const __m256 zero = _mm256_setzero_ps();
     const size_t next = (size_t)TILES * oc;  // one point of M
     for (int t = 0; t < TILES; ++t) {
-        const int top = t / SIDE * 4, left = t % SIDE * 4;  // the tile's top-left square
+        const int top = t / SIDE * 4, left = t % SIDE * 4;  // the tile's top-left square's row and column
+        const int first = top * N + left;                   // and the square
         for (int o0 = 0; o0 < oc; o0 += 8) {
             __m256 half[4][6];  // (A^T m)[r][c]
             for (int c = 0; c < 6; ++c) {
@@ -639,7 +640,7 @@ static void conv3x3_winograd(const Conv& conv, const float* x, const float* resi
                                  y[2], y[3]);
                 for (int c = 0; c < 4; ++c) {
                     if (N % 4 != 0 && left + c > N - 1) break;
-                    size_t at = (size_t)((top + r) * N + left + c) * oc + o0;
+                    size_t at = (size_t)(first + r * N + c) * oc + o0;
                     __m256 value = _mm256_add_ps(y[c], bias);
                     if (residual) value = _mm256_add_ps(value, _mm256_loadu_ps(residual + at));
                     _mm256_storeu_ps(out + at, _mm256_max_ps(value, zero));
