@@ -132,6 +132,23 @@ def test_random_models_match_npnet(head, overrides, positions, tmp_path):
     assert_matches_npnet(binary, net, positions[:80], tmp_path, "--portable")
 
 
+@pytest.mark.slow
+def test_a_pooled_value_head_exports_and_matches_npnet(positions, tmp_path):
+    """The Botzone export follows the pooled value head (the one every board size runs): a random
+    flat net carried over to it (`pool_value_head`, so its values spread as the flat net's do)."""
+    from amazons.neural.growth import pool_value_head
+
+    model = pool_value_head(random_model("tiny", "joint", seed=3))
+    config, trunk, arrays = model_arrays(model)
+    assert config["value_head"] == "pooled"
+    net = numpy_net.NumpyNet(config, trunk, arrays)
+    write_bot(net, tmp_path)
+    assert "shape.pooled_value = true;" in (tmp_path / SOURCE_NAME).read_text()
+    binary = build(tmp_path, optimize="-O1")
+    assert_matches_npnet(binary, net, positions[:80], tmp_path)
+    assert_matches_npnet(binary, net, positions[:80], tmp_path, "--portable")
+
+
 # ------------------------------------------------------------------------------------------------
 # The search
 

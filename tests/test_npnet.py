@@ -410,9 +410,8 @@ def test_the_pooled_value_head_is_version_4_and_checked(tmp_path):
     assert arrays_of(path)["value_head.hidden.weight"].shape == (32, 3 * 2)  # tiny: 32 x 2 x 3
     net = numpy_net.load_model(path)
     assert net.value_head == "pooled"
-    # the native core (and so the Botzone C++ export) has the flat head only: refused by name
-    with pytest.raises(numpy_net.NpNetInputError, match="value_head 'pooled'.*flat value head"):
-        numpy_net.native_shape(net.config, net.trunk_layers)
+    # the native core (and so the Botzone C++ export) runs it: its NetShape says so
+    assert numpy_net.native_shape(net.config, net.trunk_layers)["pooled_value"] is True
     # a flat network's file is the one written before the field: version 2, no value_head
     flat, _ = export_model(random_model("tiny", "joint"), tmp_path / "flat.npz",
                            check_positions=0)

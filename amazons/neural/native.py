@@ -70,15 +70,13 @@ def native_available() -> bool:
 
 
 def native_net_shape(net_config: dict, trunk: list[str]) -> dict:
-    """The network's `NetShape` fields (`amazons.neural.numpy_net.native_shape`) with the value
-    head's kind, `pooled_value` (True for `value_head="pooled"`), which the native core runs.
+    """The network's `NetShape` fields, `amazons.neural.numpy_net.native_shape` (with the value
+    head's kind, `pooled_value`).
 
     Raises:
         NpNetInputError: as `native_shape`.
     """
-    pooled = net_config.get("value_head", "flat") == "pooled"
-    shape = native_shape({**net_config, "value_head": "flat"} if pooled else net_config, trunk)
-    return {**shape, "pooled_value": pooled}
+    return native_shape(net_config, trunk)
 
 
 def native_support(net_config: dict, trunk: list[str], size: int = FLAT_BOARD_SIZE) -> str:

@@ -200,17 +200,15 @@ def native_shape(net_config: dict[str, Any], trunk: list[str]) -> dict[str, Any]
 
     Returns:
         `NetShape`'s fields by name: `num_planes`, `channels`, `key_dim` (`attention_dim`),
-        `head_dim`, `value_channels`, `value_hidden` (ints), `joint`, `arrow_source` (bools) and
-        `trunk` (a list of codes). Whether the native core can run it is its own check
-        (`amazons.neural.native.native_support`).
+        `head_dim`, `value_channels`, `value_hidden` (ints), `joint`, `arrow_source`,
+        `pooled_value` (bools: the pooled value head, which the native core runs on every board
+        size, the flat one on 8x8 only) and `trunk` (a list of codes). Whether the native core
+        can run it is its own check (`amazons.neural.native.native_support`).
 
     Raises:
-        NpNetInputError: an unknown policy head or trunk layer, a missing field, or the pooled
-            value head (the native core has the flat one only).
+        NpNetInputError: an unknown policy head or trunk layer, or a missing field.
     """
-    if _config_value_head(net_config) != "flat":
-        raise NpNetInputError(f"value_head {net_config['value_head']!r}: the native core runs "
-                              f"the flat value head only")
+    pooled = _config_value_head(net_config) == "pooled"
     head = net_config.get("policy_head")
     if head not in POLICY_HEADS:
         raise NpNetInputError(
@@ -231,6 +229,7 @@ def native_shape(net_config: dict[str, Any], trunk: list[str]) -> dict[str, Any]
         "value_hidden": int(net_config["value_hidden"]),
         "joint": head == "joint",
         "arrow_source": _config_flag(net_config, "arrow_source"),
+        "pooled_value": pooled,
         "trunk": [TRUNK_LAYERS.index(kind) for kind in trunk],
     }
 
@@ -533,7 +532,7 @@ class NumpyNet:
         query/key, update gate, arrow query/key, and the arrow source projection when the
         network has it; factorized: hidden, maps); the value head (reduce, hidden
         `(value_channels * 64, value_hidden)`, out; the pooled head's hidden is
-        `(3 * value_channels, value_hidden)`, and `native_shape` refuses it). The ownership head
+        `(3 * value_channels, value_hidden)`, `native_shape`'s `pooled_value`). The ownership head
         is left out. This is what the native core reads: the Botzone C++ export
         (`amazons.botzone.cpp_export`) writes them into its source and `amazons.neural.native`
         loads them (with `native_shape`).
