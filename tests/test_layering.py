@@ -60,7 +60,8 @@ def test_the_root_imports_nothing_above_the_search():
     loaded, *missing = result.stdout.splitlines()
     assert set(ast.literal_eval(loaded)) <= {
         "amazons", "amazons._engine", "amazons.board", "amazons.boards", "amazons.engine",
-        "amazons.evaluator", "amazons.symmetry", "amazons.mcts", "amazons.mcts_numba", "amazons.search_targets"}, loaded
+        "amazons.evaluator", "amazons.symmetry", "amazons.mcts", "amazons.mcts_numba",
+        "amazons.search_targets"}, loaded
     assert missing == [f"module 'amazons' has no attribute {name!r}"
                        for name in ("run_arena", "make_player", "MCTSPlayer")]
 
