@@ -78,15 +78,23 @@ class Move:
     size: int = 8
 
     def __post_init__(self) -> None:
+        # Plain ints (every Move the engine's lists make) pass without a conversion: Board.pop
+        # and every legal-move list build Moves in a Python loop.
         size = self.size
-        if isinstance(size, bool) or not isinstance(size, (int, np.integer)) \
-                or not 6 <= size <= 10:
+        if type(size) is not int:
+            if isinstance(size, bool) or not isinstance(size, np.integer):
+                raise NotationError(f"move board size {size!r} is not 6..10")
+            size = int(size)
+            object.__setattr__(self, "size", size)
+        if not 6 <= size <= 10:
             raise NotationError(f"move board size {size!r} is not 6..10")
-        object.__setattr__(self, "size", int(size))
         last = size * size - 1
         for field_name in ("src", "dst", "arrow"):
             value = getattr(self, field_name)
-            if not isinstance(value, (int, np.integer)) or not 0 <= value <= last:
+            if type(value) is int and 0 <= value <= last:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)) \
+                    or not 0 <= value <= last:
                 raise NotationError(f"move {field_name} {value!r} is not a square 0..{last}")
             object.__setattr__(self, field_name, int(value))
 
