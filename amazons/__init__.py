@@ -1,4 +1,5 @@
-"""amazons: an AlphaZero system for the Game of the Amazons (8x8, Botzone rules).
+"""amazons: an AlphaZero system for the Game of the Amazons: Botzone's 8x8, the standard 10x10,
+every board from 6x6 to 10x10 (`amazons.boards`).
 
 The public API of the game and the search lives here; compiled modules and kernels are private
 (`_engine`, `mcts_numba`). Torch-free by design at this level, and light: importing `amazons`
@@ -27,11 +28,12 @@ from amazons.board import (
     square_index,
     square_name,
 )
+from amazons.boards import BOARDS, BoardSpec, board_spec
 from amazons.engine import MAX_MOVES, EngineInputError
 from amazons.evaluator import Evaluator, EvaluatorError
 from amazons.symmetry import SYMMETRIES, SymmetryError, canonical_to_real, real_to_canonical
 
-__version__ = "0.3.0"
+__version__ = "0.4.0"
 
 _SEARCH_NAMES = frozenset({"BatchedSearch", "RolloutEvaluator", "SearchConfig", "SearchConfigError",
                            "SearchInputError", "SearchResult", "SearchStats", "UniformEvaluator"})
@@ -58,6 +60,8 @@ __all__ = [
     "UniformEvaluator",
     "Adjudication",
     "BLACK",
+    "BOARDS",
+    "BoardSpec",
     "MAX_MOVES",
     "START_POSITION",
     "SYMMETRIES",
@@ -68,6 +72,7 @@ __all__ = [
     "Move",
     "NotationError",
     "SymmetryError",
+    "board_spec",
     "canonical_to_real",
     "parse_square",
     "perft",
