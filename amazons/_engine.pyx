@@ -411,19 +411,23 @@ cdef inline bint overlapping(CPos pos) noexcept nogil:
     return (pos.mine & pos.theirs) != 0 or (pos.mine & pos.arrows) != 0 or (pos.theirs & pos.arrows) != 0
 
 
-def _check_rows(name, Py_ssize_t rows, Py_ssize_t expected):
+cdef inline int _check_rows(str name, Py_ssize_t rows, Py_ssize_t expected) except -1:
     if rows != expected:
         raise ValueError(f"{name} has {rows} rows; expected {expected}")
+    return 0
 
 
 cdef enum:
     POSITION_WIDTH = 3 * AMZ_WORDS    # uint64 columns of a position row: mine, theirs, arrows
 
 
-def _check_width(name, Py_ssize_t columns):
+cdef inline int _check_width(str name, Py_ssize_t columns) except -1:
+    # A C call, not a Python one: a batch call of a few hundred positions takes microseconds,
+    # and every Python-level check is a measurable share of it.
     if columns != POSITION_WIDTH:
         raise ValueError(f"{name} has {columns} columns; expected {POSITION_WIDTH} (3 bitboards "
                          f"of {AMZ_WORDS} uint64 words on {AMZ_SIZE}x{AMZ_SIZE})")
+    return 0
 
 
 # ---------------------------------------------------------------------------------------------
