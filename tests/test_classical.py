@@ -1,12 +1,11 @@
 """Tests of the classical player: the engine's evaluation terms against a plain breadth-first
-oracle, their symmetries, and the Amazong-style alpha-beta player (legal, on time, seeded, takes a
-win, beats random)."""
+oracle (the one of every size, tests/test_engine_sizes.py), their symmetries, and the
+Amazong-style alpha-beta player (legal, on time, seeded, takes a win, beats random)."""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections import deque
 from pathlib import Path
 
 import numpy as np
@@ -21,14 +20,13 @@ from amazons.players.player import RandomPlayer
 from amazons.symmetry import transform_positions
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import oracle  # noqa: E402
+from test_engine_sizes import oracle_terms  # noqa: E402  (the BFS oracle of every size)
 from test_mcts import IMMEDIATE_WIN, _rotated  # noqa: E402
 
 # The contest term is a sum of at most 64 powers of two no smaller than 2^-63: both computations
 # add the same dyadic numbers, so they differ at most by the rounding of a few dozen additions of
 # doubles below 64, far under this bound.
 CONTEST_TOLERANCE = 1e-9
-KING_STEPS = tuple((dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1) if dx or dy)
 
 
 def random_positions(count: int, seed: int) -> np.ndarray:
@@ -47,49 +45,6 @@ def random_positions(count: int, seed: int) -> np.ndarray:
     return np.ascontiguousarray(np.stack(rows))
 
 
-def oracle_distances(sources, blocked, steps) -> dict:
-    """Least number of moves from `sources` to each empty square, a move going any number of
-    squares (queen) or one (king) along `steps` through empty squares."""
-    queen = steps is oracle.DIRECTIONS
-    distance: dict = {}
-    frontier = deque((square, 0) for square in sources)
-    while frontier:
-        square, level = frontier.popleft()
-        for dx, dy in steps:
-            x, y = square[0] + dx, square[1] + dy
-            while oracle.on_board((x, y)) and (x, y) not in blocked:
-                if (x, y) not in distance:
-                    distance[(x, y)] = level + 1
-                    frontier.append(((x, y), level + 1))
-                if not queen:
-                    break
-                x, y = x + dx, y + dy
-    return distance
-
-
-def oracle_terms(position: np.ndarray) -> list[float]:
-    """The six terms of `engine.classical_terms`, from plain breadth-first searches."""
-    mine, theirs, arrows = oracle.triple_of(position)
-    blocked = mine | theirs | arrows
-    terms = []
-    for steps in (oracle.DIRECTIONS, KING_STEPS):
-        my_distance = oracle_distances(mine, blocked, steps)
-        their_distance = oracle_distances(theirs, blocked, steps)
-        balance = ties = 0
-        for square in set(my_distance) | set(their_distance):
-            mine_at = my_distance.get(square, np.inf)
-            theirs_at = their_distance.get(square, np.inf)
-            balance += (mine_at < theirs_at) - (theirs_at < mine_at)
-            ties += mine_at == theirs_at
-        terms += [balance, ties]
-        if steps is oracle.DIRECTIONS:
-            contest = sum(2.0 ** -abs(my_distance[square] - their_distance[square])
-                          for square in set(my_distance) & set(their_distance))
-    mobility = (sum(len(oracle.queen_reach(square, blocked)) for square in mine)
-                - sum(len(oracle.queen_reach(square, blocked)) for square in theirs))
-    return [*terms, mobility, contest]
-
-
 def assert_terms_equal(actual: np.ndarray, expected: np.ndarray, what: str) -> None:
     """Counts exactly, the contest within CONTEST_TOLERANCE; names the first difference."""
     counts = actual[:, :engine.CONTEST] != expected[:, :engine.CONTEST]
@@ -101,7 +56,7 @@ def assert_terms_equal(actual: np.ndarray, expected: np.ndarray, what: str) -> N
 
 def test_terms_agree_with_a_breadth_first_oracle():
     positions = random_positions(40, seed=3)
-    expected = np.array([oracle_terms(position) for position in positions])
+    expected = np.array([oracle_terms(position, 8) for position in positions])
     assert_terms_equal(engine.classical_terms(positions), expected, "engine vs oracle")
 
 
