@@ -78,6 +78,7 @@ from amazons import engine
 from amazons._engine import AMAZONS_PER_SIDE  # the squares a move can leave: the source term's rows
 from amazons.boards import SIZES as BOARD_SIZES  # the boards a pooled value head runs on
 from amazons.core.backends import COMPUTED_PRECISIONS
+from amazons.neural.numpy_net import FLAT_BOARD_SIZE, board_size_problem
 
 __all__ = [
     "AMAZONS_PER_SIDE",
@@ -127,7 +128,6 @@ __all__ = [
 # The 8 x 8 board's squares: the batch contract of the evaluators and the learner, which run 8 x 8
 # only; the network itself reads N from its input.
 NUM_SQUARES = 64
-FLAT_BOARD_SIZE = 8  # the one board size the flat value head runs on
 # "flat": the value MLP reads the flattened value_channels x 64 map (8 x 8 only); "pooled": it
 # reads each channel's mean, size-scaled mean and max over the board (any size)
 VALUE_HEADS = ("flat", "pooled")
@@ -636,13 +636,9 @@ def check_board_input(features: torch.Tensor, config: NetConfig) -> int:
                  else f"[B, {planes}, N, N] with N in 6..10")
         raise NetInputError(f"features must have shape {shape}, got {list(features.shape)}")
     size = int(features.shape[2])
-    if size not in BOARD_SIZES:
-        raise NetInputError(f"features are {size}x{size}: the network runs on boards of "
-                            f"{', '.join(map(str, BOARD_SIZES))} squares a side")
-    if size != FLAT_BOARD_SIZE and config.value_head == "flat":
-        raise NetInputError(f"features are {size}x{size}: the flat value head "
-                            f"(value_head='flat') is 8x8-only; a network with "
-                            f"value_head='pooled' runs on 6x6 to 10x10")
+    problem = board_size_problem(size, config.value_head)
+    if problem:
+        raise NetInputError(problem)
     return size
 
 

@@ -41,7 +41,13 @@ import numpy as np
 
 from amazons.boards import SIZES
 from amazons.evaluator import check_batch
-from amazons.neural.numpy_net import NpNetInputError, NumpyNet, load_model, native_shape
+from amazons.neural.numpy_net import (
+    FLAT_BOARD_SIZE,
+    NpNetInputError,
+    NumpyNet,
+    load_model,
+    native_shape,
+)
 
 try:
     from amazons import _native
@@ -56,7 +62,6 @@ __all__ = ["BOARD_SIZES", "NativeEvaluator", "NativeUnavailableError", "native_a
 
 KERNELS = ("auto", "avx2", "portable")
 BOARD_SIZES = SIZES  # every size of the contract: the C++ is compiled for each (common.h)
-FLAT_BOARD_SIZE = 8  # the one size the flat value head runs on
 
 
 class NativeUnavailableError(RuntimeError):

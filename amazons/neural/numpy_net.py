@@ -91,7 +91,7 @@ NUM_SQUARES = 64  # the 8 x 8 board's, the flat value head's
 TRUNK_LAYERS = ("residual", "attention")
 POLICY_HEADS = ("joint", "factorized")
 VALUE_HEADS = ("flat", "pooled")  # `amazons.neural.model.VALUE_HEADS`
-FLAT_BOARD_SIZE = 8
+FLAT_BOARD_SIZE = 8  # the one board size the flat value head runs on (its MLP reads 64 squares)
 _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_channels",
                 "value_hidden")
 
@@ -99,6 +99,19 @@ _CONFIG_INTS = ("num_planes", "channels", "attention_dim", "head_dim", "value_ch
 class ModelFileError(ValueError):
     """An exported model file cannot be written or read; the message names the file and the
     reason."""
+
+
+def board_size_problem(size: int, value_head: str) -> str:
+    """Why a network with `value_head` cannot run on `size x size` feature planes, or "": the one
+    rule of the board sizes a network runs on, for the torch model (`check_board_input`) and npnet
+    alike."""
+    if size not in BOARD_SIZES:
+        return (f"features are {size}x{size}: the network runs on boards of "
+                f"{', '.join(map(str, BOARD_SIZES))} squares a side")
+    if size != FLAT_BOARD_SIZE and value_head == "flat":
+        return (f"features are {size}x{size}: the flat value head (value_head='flat') is 8x8-only; "
+                "a network with value_head='pooled' runs on 6x6 to 10x10")
+    return ""
 
 
 class NpNetInputError(EvaluatorInputError):
@@ -611,13 +624,9 @@ class NumpyNet:
             raise NpNetInputError(f"features must be a {shape} float32 array, "
                                   f"got {describe_array(features)}")
         size = features.shape[2]
-        if size not in BOARD_SIZES:
-            raise NpNetInputError(f"features are {size}x{size}: the network runs on boards of "
-                                  f"{', '.join(map(str, BOARD_SIZES))} squares a side")
-        if size != FLAT_BOARD_SIZE and self.value_head == "flat":
-            raise NpNetInputError(f"features are {size}x{size}: the flat value head "
-                                  f"(value_head='flat') is 8x8-only; a network with "
-                                  f"value_head='pooled' runs on 6x6 to 10x10")
+        problem = board_size_problem(size, self.value_head)
+        if problem:
+            raise NpNetInputError(problem)
         batch = features.shape[0]
         x = features.reshape(batch, self.num_planes, size * size).transpose(0, 2, 1)
         x = _relu(self._conv3x3(x, *self._stem))
