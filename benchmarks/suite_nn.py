@@ -70,13 +70,12 @@ import torch
 import torch._inductor.config as inductor_config
 from torch.utils.flop_counter import FlopCounterMode
 
-from amazons import engine
+from amazons import Board, engine
 from amazons.boards import default_start
 from amazons.neural.learner import Learner, OptimConfig, SampleBatch
 from amazons.neural.model import PRESETS, PolicyValueNet, net_config, prepare_for_inference
 from amazons.neural.native import NativeEvaluator, native_available
 from amazons.neural.served import NativeReloadableEvaluator, ReloadableNetworkEvaluator
-from amazons.symmetry import WHITE
 
 PRECISIONS = ("fp32", "bf16")
 BATCHES = (1, 4, 16, 64, 256, 1024)
@@ -119,20 +118,7 @@ def seconds_per_call(call: Callable[[], object], device: torch.device, window_s:
 
 def random_batch(rng: np.random.Generator, count: int) -> SampleBatch:
     """Positions from random playouts of 0..40 plies, labels on 1..8 of their legal moves."""
-    positions = np.repeat(engine.start_position()[None], count, axis=0)
-    plies = rng.integers(0, 41, size=count)
-    for ply in range(40):
-        live = np.flatnonzero(plies > ply)
-        if live.size == 0:
-            break
-        current = np.ascontiguousarray(positions[live])
-        moves, offsets = engine.legal_moves(current)
-        counts = np.diff(offsets)
-        picks = offsets[:-1] + rng.integers(0, np.maximum(counts, 1))
-        children = engine.apply_moves(current[counts > 0],
-                                      np.ascontiguousarray(moves[picks[counts > 0]]))
-        keep = ~engine.is_terminal(children)
-        positions[live[counts > 0][keep]] = children[keep]
+    positions = random_positions_of_size(rng, count, 8)
     moves, offsets = engine.legal_moves(positions)
     label_moves, label_weights = [], []
     for row in range(count):
@@ -255,27 +241,10 @@ def _native_against_torch(window_s: float, rng: np.random.Generator) -> dict[str
     return metrics
 
 
-def _start_row(size: int) -> np.ndarray:
-    """The canonical start of `amazons.boards.default_start(size)`, `(3 * W,) uint64`: the side
-    to move's amazons first, the board rotated 180 degrees when White moves first."""
-    spec = default_start(size)
-    black, white = spec.bitboards()
-    squares = size * size
-    if spec.first == WHITE:
-        rotate = [squares - 1 - s for s in range(squares)]
-        black, white = (sum(1 << rotate[s] for s in range(squares) if board >> s & 1)
-                        for board in (black, white))
-    words = spec.words
-    row = np.zeros(3 * words, np.uint64)
-    for k, board in enumerate((white, black) if spec.first == WHITE else (black, white)):
-        for w in range(words):
-            row[k * words + w] = (board >> (64 * w)) & ((1 << 64) - 1)
-    return row
-
-
 def random_positions_of_size(rng: np.random.Generator, count: int, size: int) -> np.ndarray:
     """Canonical positions of random playouts of 0..40 plies from the size's standard start."""
-    positions = np.repeat(_start_row(size)[None], count, axis=0)
+    start = Board(start=default_start(size)).canonical_position()
+    positions = np.repeat(start[None], count, axis=0)
     plies = rng.integers(0, 41, size=count)
     for ply in range(40):
         live = np.flatnonzero(plies > ply)
