@@ -13,6 +13,7 @@ import time
 import numpy as np
 import pytest
 from starlette.testclient import TestClient
+from test_web_api import legal_set
 
 from amazons.board import WHITE, Board, Move
 from amazons.boards import BOARDS, BoardSpec
@@ -42,11 +43,6 @@ def wait_idle(client: TestClient, game_id: str, timeout: float = 60.0) -> dict:
             return state
         assert time.monotonic() < deadline, f"game {game_id} still {state['busy']}"
         time.sleep(0.02)
-
-
-def legal_set(state: dict) -> set[tuple[int, int, int]]:
-    return {(int(src), int(dst), arrow) for src, dsts in state["legal"].items()
-            for dst, arrows in dsts.items() for arrow in arrows}
 
 
 def replayed(state: dict) -> Board:
