@@ -16,6 +16,7 @@ from floats import assert_close, rounding_tolerance
 from amazons import engine
 from amazons import mcts_numba as kernels
 from amazons.board import Board
+from amazons.boards import default_start
 from amazons.evaluator import EvaluatorInputError, check_batch
 from amazons.mcts import (
     BatchedSearch,
@@ -27,8 +28,6 @@ from amazons.mcts import (
 )
 from amazons.serving.server import InferenceClient, InferenceError, InferenceServer
 from amazons.symmetry import position_words
-
-STARTS = {6: "openspiel6", 8: "botzone8", 10: "standard10"}
 
 
 def canonical(size: int, mine, theirs, arrows=()) -> np.ndarray:
@@ -43,8 +42,9 @@ def canonical(size: int, mine, theirs, arrows=()) -> np.ndarray:
 
 
 def start_position(size: int) -> np.ndarray:
-    """The named start of `size` (`STARTS`) as a canonical position `(3 * W,) uint64`."""
-    return Board(start=STARTS[size]).canonical_position()
+    """The named start of `size` (`amazons.boards.default_start`) as a canonical position
+    `(3 * W,) uint64`."""
+    return Board(start=default_start(size)).canonical_position()
 
 
 def legal_set(position: np.ndarray, size: int) -> set[tuple[int, int, int]]:
