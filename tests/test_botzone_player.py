@@ -447,7 +447,7 @@ def test_ctrl_c_in_the_arena_command_leaves_no_program_behind(tmp_path):
             pytest.fail(text)
         os.killpg(arena.pid, signal.SIGINT)  # what Ctrl-C sends to the terminal's foreground group
         try:
-            arena.communicate(timeout=30)
+            _, stderr = arena.communicate(timeout=30)
         except subprocess.TimeoutExpired:
             report = process_report()
             os.killpg(arena.pid, signal.SIGKILL)
@@ -464,6 +464,10 @@ def test_ctrl_c_in_the_arena_command_leaves_no_program_behind(tmp_path):
     while leftovers(str(log)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert leftovers(str(log)) == []
+    # a stop, said in one line: no traceback from the command or its worker processes
+    assert arena.returncode == 130, stderr.decode()[-4000:]
+    assert "Traceback" not in stderr.decode(), stderr.decode()[-4000:]
+    assert "arena: stopped by Ctrl-C" in stderr.decode()
 
 
 # ------------------------------------------------------------------------------------------------

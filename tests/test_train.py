@@ -424,6 +424,7 @@ def test_a_signal_stops_every_process_and_resume_continues(tmp_path, signum, who
     output, _ = process.communicate(timeout=120)
     assert process.returncode == 128 + signum, output
     assert "--resume" in output
+    assert "Traceback" not in output, output  # no process, actor or arena worker, prints one
     # Helper processes (resource tracker, forkserver) notice their parent is gone within moments.
     for _ in range(40):
         leftovers = subprocess.run(["ps", "-o", "pid,args", "--no-headers", "-g", str(process.pid)],

@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -32,7 +33,8 @@ __all__ = ["main"]
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line: `python -m amazons.arena A B --games N [--simulations N] ...`."""
+    """Command line: `python -m amazons.arena A B --games N [--simulations N] ...`; exit status 0,
+    1 when a worker or server fails, 2 on bad arguments, 130 after Ctrl-C."""
     parser = argparse.ArgumentParser(
         prog="python -m amazons.arena",
         description="Play a match between two players and report wins, win rate and Elo. With more "
@@ -107,6 +109,9 @@ def main(argv: list[str] | None = None) -> int:
     except (ArenaError, InferenceError) as error:
         print(f"arena: {error}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print("arena: stopped by Ctrl-C; no result written", file=sys.stderr)
+        return 128 + signal.SIGINT
     print(result.summary())
     try:
         if args.json is not None:

@@ -51,6 +51,7 @@ import math
 import multiprocessing
 import os
 import pickle
+import signal
 import sys
 import time
 import traceback
@@ -272,7 +273,11 @@ class ArenaError(RuntimeError):
 def _serving_worker(handles: dict[str, ClientHandle], tasks: Any, results: Any,
                     factories: dict[str, PlayerFactory]) -> None:
     """Worker process: play the games of `tasks` until a None, scoring served players' leaves
-    through one `InferenceClient` per server; put `(index, record, error text)` on `results`."""
+    through one `InferenceClient` per server; put `(index, record, error text)` on `results`.
+
+    A Ctrl-C (SIGINT to the process group, the parent's included) ends the worker with exit
+    status 130 once its players and clients are closed, without a traceback: the parent reports
+    the stop (or, if it alone was signalled, the dead worker)."""
     _init_worker(factories)
     clients = {name: InferenceClient(handle) for name, handle in handles.items()}
     try:
@@ -281,6 +286,8 @@ def _serving_worker(handles: dict[str, ClientHandle], tasks: Any, results: Any,
                 results.put((task.index, _play_task(task, clients), None))
             except Exception:  # reported to the parent, which stops the match
                 results.put((task.index, None, traceback.format_exc()))
+    except KeyboardInterrupt:
+        raise SystemExit(128 + signal.SIGINT) from None
     finally:
         for client in clients.values():
             client.close()

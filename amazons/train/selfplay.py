@@ -41,6 +41,7 @@ import collections
 import contextlib
 import dataclasses
 import multiprocessing as mp
+import signal
 import time
 import traceback
 from collections.abc import Callable
@@ -502,7 +503,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
     ("done", actor_id, stats), or ("error", actor_id, text) if it fails and then exits. During
     an endless task it reads PAUSE, RESUME, STOP and FINISH between search rounds. `tasks` is the
     receiving end of a pipe whose only sending end the owner holds, so an owner that dies
-    (killed, or stopped by a signal without cleaning up) ends the actor too.
+    (killed, or stopped by a signal without cleaning up) ends the actor too. A Ctrl-C (SIGINT to
+    the process group) ends it with exit status 130 and no traceback: the owner says the stop.
     """
     apply_niceness(config.nice)
     client = InferenceClient(handle)
@@ -550,6 +552,8 @@ def actor_main(handle: ClientHandle, actor_id: int, config: SelfPlayConfig, task
         results.put(("error", actor_id, str(error)))
     except Exception:
         results.put(("error", actor_id, traceback.format_exc()))
+    except KeyboardInterrupt:  # Ctrl-C to the process group: the owner reports the stop
+        raise SystemExit(128 + signal.SIGINT) from None
     finally:
         client.close()
         owner = mp.parent_process()
