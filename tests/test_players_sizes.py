@@ -27,7 +27,8 @@ from amazons.players.records import GameRecord, RecordError, parse_records
 # a 7x7 start no name stands for: the board comes back from the record's position string
 SEVEN = "1B3B1/7/B5B/7/W5W/7/1W3W1 w"
 FEW = SearchConfig(simulations=8, fpu_reduction=0.0)
-CHECKPOINT = default_model_path().with_suffix(".pt")  # the shipped model, flat value head
+FLAT = default_model_path(8)  # the shipped 8x8 model, flat value head
+CHECKPOINT = FLAT.with_suffix(".pt")
 
 
 def check_match(result, board) -> None:
@@ -89,8 +90,8 @@ def test_an_evaluator_of_one_size_is_refused_on_another_naming_both():
 
 
 @pytest.mark.parametrize(("spec", "words"), [
-    ("mcts-net:default", r"model default cannot play 10x10 boards.*flat"),
-    ("policy-net:default", r"model default cannot play 10x10 boards.*flat"),
+    (f"mcts-net:{FLAT}", re.escape(f"model {FLAT} cannot play 10x10 boards") + ".*flat"),
+    (f"policy-net:{FLAT}", re.escape(f"model {FLAT} cannot play 10x10 boards") + ".*flat"),
     (f"mcts-net:{CHECKPOINT}",  # the checkpoint, where torch names the head
      re.escape(f"model {CHECKPOINT} on 10x10 boards: ") + ".*flat"),
 ])
@@ -99,6 +100,19 @@ def test_a_flat_model_off_8x8_is_refused_by_model_and_size(spec, words):
         make_player(spec, board="standard10")
     with pytest.raises(PlayerSpecError, match="board: unknown board 'nowhere'"):
         make_player("random", board="nowhere")
+
+
+@pytest.mark.parametrize(("start", "shipped"), [
+    ("botzone8", "default.npz"), ("standard10", "standard10.npz"), ("openspiel6", "standard10.npz"),
+])
+def test_the_default_model_is_the_shipped_model_of_the_board_s_size(start, shipped):
+    board = Board(start=start)
+    for spec in ("mcts-net:default", "policy-net:default"):
+        player = make_player(spec, simulations=8, board=start)
+        assert player.evaluator.board_size == board.size
+        move = player.choose_move(board)
+        assert move.size == board.size and board.is_legal(move)
+    assert default_model_path(board.size).name == shipped
 
 
 @pytest.mark.parametrize("size_start", ["openspiel6", "standard10"])

@@ -17,6 +17,7 @@ from test_web_api import legal_set
 
 from amazons.board import WHITE, Board, Move
 from amazons.boards import BOARDS, BoardSpec
+from amazons.models import default_model_path
 from amazons.players.records import GameRecord, read_records
 from amazons.web import WebConfig, create_app
 from amazons.web.__main__ import main as web_main
@@ -177,8 +178,8 @@ def test_6x6_and_a_users_start_continued_from_moves(client):
     ({"board": "3B2B3/10/10/B8B/10/10/W8W/10/10/3W2W3 w 4"}, "a start position is at ply 0"),
     ({"board": "standard10", "moves": ["c8-c6/d7"]}, "field 'moves': move 1"),
     ({"board": "openspiel6", "moves": ["g1-g2/g3"]}, "field 'moves[0]'"),
-    ({"board": "standard10", "model": "default"},
-     "cannot load the model 'default': model default cannot play 10x10 boards"),
+    ({"board": "standard10", "model": str(default_model_path(8))},
+     f"model {default_model_path(8)} cannot play 10x10 boards"),
 ])
 def test_bad_boards_and_flat_networks_are_refused_by_name(client, body, problem):
     answer = client.post("/api/games", json={**FAST, **body})
@@ -187,7 +188,7 @@ def test_bad_boards_and_flat_networks_are_refused_by_name(client, body, problem)
     assert client.get("/api/games").json() == []
 
 
-def test_the_flat_network_still_plays_8x8_and_the_info_lists_the_boards(client):
+def test_the_default_network_plays_8x8_and_10x10_and_the_info_lists_the_boards(client):
     info = client.get("/api/info").json()
     assert info["board"] == "botzone8"
     assert [board["name"] for board in info["boards"]] == list(BOARDS)
@@ -196,6 +197,11 @@ def test_the_flat_network_still_plays_8x8_and_the_info_lists_the_boards(client):
                                             "side": "both"})
     assert state.status_code == 201, state.text
     assert state.json()["board"]["name"] == "botzone8"
+    # on 10x10, "default" is the shipped 10x10 model (pooled value head), not the flat one
+    state = client.post("/api/games", json={"board": "standard10", "model": "default",
+                                            "side": "both"})
+    assert state.status_code == 201, state.text
+    assert state.json()["board"]["name"] == "standard10"
 
 
 def test_records_of_any_size_replay(client, tmp_path):

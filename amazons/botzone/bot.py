@@ -559,12 +559,13 @@ def _parser() -> argparse.ArgumentParser:
         prog="python -m amazons.botzone",
         description="Game of the Amazons bot for Botzone (simple or JSON interaction).")
     parser.add_argument("--model", default="default",
-                        help="'default' (the shipped model), 'none' (random playouts) or an "
-                             "exported .npz model (python -m amazons.export CKPT OUT.npz)")
+                        help="'default' (the shipped model of the board's size), 'none' (random "
+                             "playouts) or an exported .npz model (python -m amazons.export "
+                             "CKPT OUT.npz)")
     parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|START",
                         help=f"the board: one of {', '.join(BOARDS)} or a start position string "
-                             f"(default {DEFAULT_BOARD}, Botzone's; standard10 needs --model none "
-                             "or a network with the pooled value head)")
+                             f"(default {DEFAULT_BOARD}, Botzone's; off 8x8 a network needs the "
+                             "pooled value head, as the shipped 10x10 model has)")
     parser.add_argument("--time", type=float, default=TimeControl.turn_seconds,
                         help="seconds per reply, from reading the input (from process start for a "
                              f"process's first input; default {TimeControl.turn_seconds})")

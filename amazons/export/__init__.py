@@ -22,7 +22,7 @@ network plays 6x6 to 10x10 with no training:
 `--botzone DIR` writes the Botzone C++ bot instead of (or besides) the `.npz`: `DIR/bot.cpp`,
 one C++ source with the network's weights (`amazons.botzone.cpp_export`; with `--weights-file NAME`
 the weights go to `DIR/NAME` for Botzone's storage). Its MODEL is a checkpoint (checked against
-torch like the `.npz` export), an exported `.npz`, or `default` (the shipped model).
+torch like the `.npz` export), an exported `.npz`, or `default` (the shipped 8x8 model).
 
 Imports torch (through `amazons.neural.model` and `amazons.neural.checkpoint`), numpy,
 `amazons.neural.numpy_net` and `amazons.botzone.cpp_export`.
@@ -250,7 +250,7 @@ def export_botzone(model: str | os.PathLike, directory: str | os.PathLike,
     """Write the Botzone C++ bot of a model: `DIR/bot.cpp` (and `DIR/<weights_file>`).
 
     Args:
-        model: a `.pt` checkpoint, an exported `.npz` model, or `"default"` (the shipped model).
+        model: a `.pt` checkpoint, an exported `.npz` model, or `"default"` (the shipped 8x8 model).
         directory: where to write.
         weights_file: None embeds the weights in the source; a file name writes them beside it.
         check_positions: for a checkpoint, random positions on which numpy is compared with torch.
@@ -284,7 +284,7 @@ def main(argv: Sequence[str] | None = None, stdout: TextIO | None = None,
                     "(amazons.neural.numpy_net), and/or a model to the Botzone C++ bot "
                     "(--botzone).")
     parser.add_argument("model", help="a learner or model checkpoint (.pt); with --botzone also an "
-                                      "exported .npz model or 'default' (the shipped model)")
+                                      "exported .npz model or 'default' (the shipped 8x8 model)")
     parser.add_argument("out", nargs="?", default=None,
                         help="the .npz model file to write from a checkpoint, e.g. model.npz")
     parser.add_argument("--botzone", metavar="DIR", default=None,

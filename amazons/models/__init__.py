@@ -1,12 +1,18 @@
-"""The trained model shipped with the package.
+"""The trained models shipped with the package, one per first-class board.
 
-`default.pt` is a model checkpoint (`amazons.neural.checkpoint.save_model`) produced by
-`python -m amazons.train`; `default.json` next to it records how: the training config, the
-wall-clock training time, the hardware, and the measured strength. `default.npz` is the same
-network exported for torch-free play (`python -m amazons.export amazons/models/default.pt
-amazons/models/default.npz`, format `amazons.neural.numpy_net`): `--model default` in
-`amazons.botzone` and `amazons.play` loads it; the checkpoint stays for training and torch-side
-tools. This module never imports torch.
+* `default.*`: the 8x8 model (Botzone's board; flat value head, `amazons.neural.model`);
+* `standard10.*`: the 10x10 model (the standard game; pooled value head, so it plays every size).
+
+Each is a model checkpoint `NAME.pt` (`amazons.neural.checkpoint.save_model`) produced by
+`python -m amazons.train`; `NAME.json` next to it records how: the training config, the
+wall-clock training time, the hardware, and the measured strength. `NAME.npz` is the same
+network exported for torch-free play (`python -m amazons.export amazons/models/NAME.pt
+amazons/models/NAME.npz`, format `amazons.neural.numpy_net`); the checkpoint stays for training
+and torch-side tools.
+
+`--model default` (the bot, terminal play, the arena, the web board) and `--init default`
+(training) name the shipped model of the board being played: `default.*` on 8x8,
+`standard10.*` on every other size (`shipped_model_name`). This module never imports torch.
 """
 
 from __future__ import annotations
@@ -18,14 +24,25 @@ from typing import Any
 __all__ = [
     "DEFAULT_CHECKPOINT_NAME",
     "DEFAULT_MODEL_NAME",
+    "SHIPPED_MODELS",
     "default_checkpoint_path",
     "default_model_info",
     "default_model_path",
+    "shipped_model_name",
 ]
 
-DEFAULT_MODEL_NAME = "default.npz"  # the exported model (numpy, no torch)
+DEFAULT_MODEL_NAME = "default.npz"  # the 8x8 exported model (numpy, no torch)
 DEFAULT_CHECKPOINT_NAME = "default.pt"  # the torch checkpoint it was exported from
+# Board size -> the stem of the model trained on it ("default" keeps the 8x8 model's old name).
+SHIPPED_MODELS = {8: "default", 10: "standard10"}
 _HERE = Path(__file__).resolve().parent
+
+
+def shipped_model_name(board_size: int = 8) -> str:
+    """The stem of the shipped model that `default` names on `board_size` boards: the one
+    trained on that size, else the 10x10 model, whose pooled value head plays every size (the
+    8x8 model's flat head plays 8x8 only)."""
+    return SHIPPED_MODELS.get(board_size, SHIPPED_MODELS[10])
 
 
 def _shipped(name: str) -> Path:
@@ -36,28 +53,30 @@ def _shipped(name: str) -> Path:
     return path
 
 
-def default_model_path() -> Path:
-    """Path of the shipped exported model (`default.npz`), what `--model default` loads.
+def default_model_path(board_size: int = 8) -> Path:
+    """Path of the shipped exported model for `board_size` boards (`default.npz` on 8x8,
+    `standard10.npz` elsewhere), what `--model default` loads there.
 
     Raises:
         FileNotFoundError: the package was installed without it.
     """
-    return _shipped(DEFAULT_MODEL_NAME)
+    return _shipped(f"{shipped_model_name(board_size)}.npz")
 
 
-def default_checkpoint_path() -> Path:
-    """Path of the shipped model's torch checkpoint (`default.pt`).
+def default_checkpoint_path(board_size: int = 8) -> Path:
+    """Path of the torch checkpoint of the shipped model for `board_size` boards (`default.pt`
+    on 8x8, `standard10.pt` elsewhere), what `--init default` starts a run of that size from.
 
     Raises:
         FileNotFoundError: the package was installed without it.
     """
-    return _shipped(DEFAULT_CHECKPOINT_NAME)
+    return _shipped(f"{shipped_model_name(board_size)}.pt")
 
 
-def default_model_info() -> dict[str, Any]:
-    """What `default.json` records about the shipped model (config, training time, hardware,
-    strength); an empty dict when the file is absent."""
-    path = _HERE / "default.json"
+def default_model_info(board_size: int = 8) -> dict[str, Any]:
+    """What `NAME.json` records about the shipped model for `board_size` boards (config,
+    training time, hardware, strength); an empty dict when the file is absent."""
+    path = _HERE / f"{shipped_model_name(board_size)}.json"
     if not path.is_file():
         return {}
     with path.open(encoding="utf-8") as handle:

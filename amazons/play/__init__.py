@@ -432,12 +432,12 @@ def _parser() -> argparse.ArgumentParser:
                              "on standard10)")
     parser.add_argument("--board", default=DEFAULT_BOARD, metavar="NAME|START",
                         help=f"the board: one of {', '.join(BOARDS)}, or a start position string "
-                             f"(default {DEFAULT_BOARD}; 10x10 needs --model none or a network "
-                             f"with the pooled value head)")
+                             f"(default {DEFAULT_BOARD}; off 8x8 a network needs the pooled value "
+                             f"head, as the shipped 10x10 model has)")
     parser.add_argument("--model", default="default",
-                        help="'default' (the shipped network), 'none' (rollout MCTS, no network) "
-                             "or an exported .npz model (python -m amazons.export; "
-                             "default: default)")
+                        help="'default' (the shipped network of the board's size), 'none' "
+                             "(rollout MCTS, no network) or an exported .npz model "
+                             "(python -m amazons.export; default: default)")
     strength = parser.add_mutually_exclusive_group()
     strength.add_argument("--simulations", type=int, default=None,
                           help="AI simulations per move (default 200)")

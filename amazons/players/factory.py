@@ -5,7 +5,9 @@ What this module owns:
 * **Model specs**, what `--model` means in the bot, terminal play and the web board, and what
   follows the colon of `mcts-net:MODEL` / `policy-net:MODEL`:
   - `none`: random playouts (`amazons.mcts.RolloutEvaluator`), searched with `ROLLOUT_SEARCH`;
-  - `default`: the exported model shipped in `amazons/models` (`default.npz`);
+  - `default`: the exported model shipped in `amazons/models` for the board's size
+    (`amazons.models.shipped_model_name`: `default.npz` on 8x8, `standard10.npz`, the 10x10
+    model whose pooled value head plays every size, elsewhere);
   - `PATH.npz`: an exported model (`python -m amazons.export`), run by the compiled CPU
     evaluator (`amazons.neural.native`) where it is built, else in numpy
     (`amazons.neural.numpy_net`);
@@ -131,8 +133,8 @@ class PlayerSpecError(ValueError):
 # Model specs and the one builder
 
 
-def _model_path(model: str) -> Path:
-    path = default_model_path() if model == "default" else Path(model)
+def _model_path(model: str, board_size: int) -> Path:
+    path = default_model_path(board_size) if model == "default" else Path(model)
     if not path.is_file():
         raise FileNotFoundError(f"model file {path} does not exist "
                                 "(use an exported .npz model, 'default' or 'none')")
@@ -229,7 +231,7 @@ def model_evaluator(model: str, *, seed: int | None = None, allow_torch: bool = 
     board_size = _check_board_size(board_size)
     if model == "none":
         return RolloutEvaluator(seed=seed, board_size=board_size), ROLLOUT_SEARCH
-    path = _model_path(model)
+    path = _model_path(model, board_size)
     _check_backend(backend, path)
     if path.suffix == ".pt":
         if not allow_torch:
@@ -323,7 +325,7 @@ def served_evaluator_factory(model: str, device: str = "auto", precision: str = 
     """
     if model == "none":
         raise PlayerSpecError("model 'none' (random playouts) is not a network to serve")
-    path = _model_path(model)
+    path = _model_path(model, board_size)
     _check_backend(backend, path)
     if path.suffix == ".pt":
         netplay = importlib.import_module("amazons.neural.served")

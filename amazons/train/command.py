@@ -107,7 +107,7 @@ def resolve_config(args: argparse.Namespace) -> TrainConfig:
         if init == "default":
             from amazons.models import default_checkpoint_path
 
-            init = str(default_checkpoint_path())
+            init = str(default_checkpoint_path(config.board_spec.size))
         config = dataclasses.replace(config, init_model=str(Path(init).resolve()))
     if not args.resume and config.init_model and not Path(config.init_model).is_file():
         raise SystemExit(f"init_model: no such model file {config.init_model}")

@@ -30,9 +30,10 @@ def _parser() -> argparse.ArgumentParser:
                         help="address to listen on (default 127.0.0.1: this machine only)")
     parser.add_argument("--port", type=int, default=8000, help="port (default 8000)")
     parser.add_argument("--model", default="default",
-                        help="the AI of a new game unless the page picks another: 'default' (the "
-                             "shipped network, in numpy), 'none' (rollout MCTS), an exported .npz "
-                             "model or a .pt checkpoint (torch, the model prepared for inference)")
+                        help="the AI of a new game unless the page picks another: 'default' "
+                             "(the shipped network of the game's board size), 'none' (rollout "
+                             "MCTS), an exported .npz model or a .pt checkpoint (torch, the model "
+                             "prepared for inference)")
     parser.add_argument("--models", action="append", type=Path, default=[], metavar="DIR",
                         help="a folder whose model files a game may name (repeatable); the page "
                              "may also name 'default', 'none', --model and the --run folder's "

@@ -39,7 +39,7 @@ from typing import Any, TypeVar
 
 from amazons.board import BLACK, COLOR_NAMES, WHITE, Board, IllegalMoveError, Move
 from amazons.boards import DEFAULT_BOARD, BoardSpec, NotationError, board_spec
-from amazons.models import default_checkpoint_path, default_model_path
+from amazons.models import SHIPPED_MODELS, default_checkpoint_path, default_model_path
 from amazons.players.factory import build_model_player, make_player
 from amazons.players.player import MCTSPlayer, Player
 from amazons.players.records import RESULT_TEXT, GameRecord, write_records
@@ -168,11 +168,12 @@ class ServedModels:
 
     def __init__(self, board_model: str = "default", folders: Iterable[Path] = ()) -> None:
         files = [] if board_model in self.NAMES else [Path(board_model)]
-        for shipped in (default_model_path, default_checkpoint_path):
-            try:
-                files.append(shipped())
-            except FileNotFoundError:  # a package installed without it
-                pass
+        for size in sorted(SHIPPED_MODELS):
+            for shipped in (default_model_path, default_checkpoint_path):
+                try:
+                    files.append(shipped(size))
+                except FileNotFoundError:  # a package installed without it
+                    pass
         self.paths = ServedPaths(
             "model", "'default', 'none', 'random', 'greedy', 'classical', the board's --model, "
             "or a model file inside a folder it was started with (--models, --run)",
