@@ -8,6 +8,7 @@ whose full move sets (expanded over its three decisions) must equal ours on rand
 
 from __future__ import annotations
 
+import re
 import warnings
 
 import numpy as np
@@ -316,10 +317,14 @@ def test_python_amazons_refuses_a_size_without_a_start(openspiel_game) -> None:
 
 def test_gymnasium_builds_its_opponent_for_its_board() -> None:
     from amazons.envs.gymnasium_env import AmazonsEnv
+    from amazons.models import default_model_path
     from amazons.players.factory import PlayerSpecError
 
-    with pytest.raises(PlayerSpecError, match="model default cannot play 10x10 boards"):
-        AmazonsEnv(opponent="mcts-net:default", board="standard10")
+    flat = default_model_path(8)  # the shipped 8x8 model, flat value head
+    with pytest.raises(PlayerSpecError, match=re.escape(f"model {flat} cannot play 10x10 boards")):
+        AmazonsEnv(opponent=f"mcts-net:{flat}", board="standard10")
+    # "default" is the board's shipped model: on 10x10 the 10x10 one
+    assert AmazonsEnv(opponent="mcts-net:default", board="standard10").opponent is not None
     env = AmazonsEnv(opponent="mcts-rollout", opponent_simulations=16, agent_color="black",
                      board="standard10")
     _, info = env.reset(seed=0)
