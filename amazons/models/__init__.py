@@ -31,10 +31,10 @@ __all__ = [
     "shipped_model_name",
 ]
 
-DEFAULT_MODEL_NAME = "default.npz"  # the 8x8 exported model (numpy, no torch)
-DEFAULT_CHECKPOINT_NAME = "default.pt"  # the torch checkpoint it was exported from
 # Board size -> the stem of the model trained on it ("default" keeps the 8x8 model's old name).
 SHIPPED_MODELS = {8: "default", 10: "standard10"}
+DEFAULT_MODEL_NAME = f"{SHIPPED_MODELS[8]}.npz"  # the 8x8 exported model (numpy, no torch)
+DEFAULT_CHECKPOINT_NAME = f"{SHIPPED_MODELS[8]}.pt"  # the torch checkpoint it was exported from
 _HERE = Path(__file__).resolve().parent
 
 
